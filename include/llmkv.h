@@ -1,0 +1,392 @@
+/*
+ * llmkv.h - the public C API of llmkv, an embeddable LLM inference runtime built around
+ * a paged KV-cache block pool.
+ *
+ * This header is the whole public surface (C99). It is also the manual: every function
+ * states ownership, threading and the status codes it returns.
+ *
+ * Conventions
+ *  - Every fallible call returns llmkv_status: LLMKV_OK (0) or a negative error code.
+ *    llmkv_last_error() returns a detail message for the last failing call on the
+ *    calling thread.
+ *  - Params structs begin with `uint32_t struct_size`; fill them with the matching
+ *    llmkv_*_params_init() and then change fields. Fields are only ever appended; a
+ *    struct_size the library does not know is LLMKV_ERR_INVALID_ARGUMENT.
+ *  - Query structs (llmkv_engine_info, llmkv_stats, llmkv_session_info) also begin with
+ *    struct_size, which the caller sets to sizeof(the struct) before the call.
+ *  - Handles are opaque. Every _destroy / _release accepts NULL.
+ *  - Threads: an engine and its sessions may be called from any thread; calls on one
+ *    engine serialize internally. Different engines are independent. Callbacks run on
+ *    the thread that called into the library and must not call back into that engine.
+ *  - No C++ exception or abort crosses this API. After LLMKV_ERR_BACKEND only destroy
+ *    calls are valid on that engine.
+ */
+#ifndef LLMKV_H
+#define LLMKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LLMKV_STATIC)
+#define LLMKV_API
+#elif defined(_WIN32)
+#ifdef LLMKV_BUILDING_LIBRARY
+#define LLMKV_API __declspec(dllexport)
+#else
+#define LLMKV_API __declspec(dllimport)
+#endif
+#else
+#define LLMKV_API __attribute__((visibility("default")))
+#endif
+
+/* ---- Version ------------------------------------------------------------------------- */
+
+#define LLMKV_VERSION_MAJOR 0
+#define LLMKV_VERSION_MINOR 1
+#define LLMKV_VERSION_PATCH 0
+#define LLMKV_VERSION_NUMBER \
+    (LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH)
+
+/* MAJOR*10000 + MINOR*100 + PATCH of the library actually loaded. */
+LLMKV_API int llmkv_version(void);
+/* "MAJOR.MINOR.PATCH"; static storage. */
+LLMKV_API const char *llmkv_version_string(void);
+
+/* ---- Status codes (values are fixed forever) ------------------------------------------ */
+
+typedef int32_t llmkv_status;
+#define LLMKV_OK 0
+#define LLMKV_ERR_INVALID_ARGUMENT (-1)
+#define LLMKV_ERR_OUT_OF_MEMORY (-2)
+#define LLMKV_ERR_KV_CAPACITY (-3)   /* the request can never fit, even with offload */
+#define LLMKV_ERR_IO (-4)
+#define LLMKV_ERR_MODEL_FORMAT (-5)
+#define LLMKV_ERR_UNSUPPORTED (-6)
+#define LLMKV_ERR_BACKEND (-7)       /* device lost: only destroy calls remain valid */
+#define LLMKV_ERR_STATE (-8)         /* call not valid in the object's current state */
+#define LLMKV_ERR_SNAPSHOT_FORMAT (-9)
+#define LLMKV_ERR_CANCELLED (-10)
+#define LLMKV_ERR_INTERNAL (-99)
+
+/* Name of a status code ("LLMKV_ERR_STATE"); "LLMKV_ERR_UNKNOWN" for other values.
+ * Static storage. */
+LLMKV_API const char *llmkv_status_string(llmkv_status status);
+
+/* Detail message of the last failing call on this thread ("" if none). Library-owned;
+ * valid until the next failing call on the same thread. */
+LLMKV_API const char *llmkv_last_error(void);
+
+/* ---- Logging ------------------------------------------------------------------------ */
+
+typedef enum llmkv_log_level {
+    LLMKV_LOG_ERROR = 0,
+    LLMKV_LOG_WARN = 1,
+    LLMKV_LOG_INFO = 2,
+    LLMKV_LOG_DEBUG = 3
+} llmkv_log_level;
+
+/* Receives one message (no trailing newline) per call. */
+typedef void (*llmkv_log_fn)(llmkv_log_level level, const char *message, void *user_data);
+
+/* Installs a process-wide log callback (NULL restores the default, which writes WARN and
+ * ERROR messages to stderr) and the most verbose level delivered. Thread-safe. The
+ * callback may run on any thread that calls into the library. */
+LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level);
+
+/* ---- Engine --------------------------------------------------------------------------- */
+
+typedef struct llmkv_engine llmkv_engine;
+typedef struct llmkv_session llmkv_session;
+typedef struct llmkv_prefix llmkv_prefix; /* prefix handles: functions arrive in a later release */
+
+typedef enum llmkv_backend {
+    LLMKV_BACKEND_AUTO = 0,
+    LLMKV_BACKEND_CPU = 1,
+    LLMKV_BACKEND_CUDA = 2
+} llmkv_backend;
+
+typedef enum llmkv_kv_dtype {
+    LLMKV_KV_F16 = 0,
+    LLMKV_KV_BF16 = 1,
+    LLMKV_KV_FP8_E4M3 = 2,
+    LLMKV_KV_INT8 = 3,
+    LLMKV_KV_INT4 = 4
+} llmkv_kv_dtype;
+
+/* engine_params.flags */
+#define LLMKV_ENGINE_PREFIX_CACHE 0x1u /* automatic prefix cache (default on) */
+
+typedef struct llmkv_engine_params {
+    uint32_t struct_size;
+    const char *model_path;    /* GGUF file; borrowed for the duration of create */
+    llmkv_backend backend;     /* AUTO picks CUDA when available, else CPU */
+    const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel */
+    uint32_t n_devices;
+    uint32_t n_threads;        /* CPU worker threads; 0 = all cores */
+    llmkv_kv_dtype kv_dtype_k; /* dtype of sealed K blocks */
+    llmkv_kv_dtype kv_dtype_v; /* dtype of sealed V blocks */
+    uint32_t kv_block_tokens;  /* tokens per block; 0 = 16 */
+    uint64_t kv_device_bytes;  /* device-tier KV budget; 0 = automatic */
+    uint64_t kv_host_bytes;    /* pinned host-tier budget; 0 = no host tier */
+    uint32_t max_batch_tokens; /* token budget of one step; 0 = automatic (512) */
+    uint32_t max_context;      /* per-session token limit; 0 = the model's */
+    uint32_t flags;            /* LLMKV_ENGINE_* */
+    uint32_t max_sessions;     /* live sessions at once (each owns one tail block); 0 = 256 */
+} llmkv_engine_params;
+
+/* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
+ * budgets, prefix cache on. */
+LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p);
+
+/* Loads the model and preallocates the KV pool. On success *out owns the engine; free it
+ * with llmkv_engine_destroy. Errors: INVALID_ARGUMENT (NULL, bad struct_size, bad
+ * values), IO (cannot open/map the file), MODEL_FORMAT (malformed or hostile file; the
+ * message names the field), UNSUPPORTED (architecture, tensor type, backend or dtype not
+ * available), OUT_OF_MEMORY (KV pool). */
+LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out);
+
+/* Destroys the engine and every session created from it. Session handles of this engine
+ * become invalid. NULL is fine. */
+LLMKV_API void llmkv_engine_destroy(llmkv_engine *e);
+
+typedef struct llmkv_engine_info {
+    uint32_t struct_size;
+    char model_name[128];
+    char architecture[32];      /* "llama" */
+    char backend_name[32];      /* "cpu" or "cuda" */
+    uint32_t backend;           /* llmkv_backend actually in use */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;       /* the model's trained context */
+    uint32_t max_context;       /* per-session limit in effect */
+    uint32_t n_layers;
+    uint32_t n_embd;
+    uint32_t n_heads;
+    uint32_t n_kv_heads;
+    uint32_t head_dim;
+    uint32_t n_threads;
+    uint32_t kv_block_tokens;
+    uint32_t kv_dtype_k;
+    uint32_t kv_dtype_v;
+    uint32_t tp_size;
+    uint64_t n_params;
+    uint64_t weight_bytes;      /* bytes of weight tensors as loaded */
+    uint64_t kv_bytes_per_token_device; /* sealed-block bytes per token (scales included) */
+    uint64_t kv_bytes_per_token_tail;   /* full-precision tail bytes per token */
+    uint64_t kv_device_bytes;   /* device-tier budget in effect */
+    uint32_t kv_blocks_total;   /* sealed blocks in the device tier */
+    uint32_t kv_tail_blocks_total;
+    int32_t bos_token;          /* -1 if none */
+    int32_t eos_token;          /* -1 if none */
+    int32_t eot_token;          /* -1 if none */
+} llmkv_engine_info;
+
+/* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine_info *out);
+
+typedef struct llmkv_stats {
+    uint32_t struct_size;
+    uint32_t blocks_total;          /* device tier, sealed blocks */
+    uint32_t blocks_free;
+    uint32_t blocks_cached;         /* unreferenced, kept by the prefix cache */
+    uint32_t blocks_used;           /* referenced by sessions or prefixes */
+    uint32_t tail_blocks_total;
+    uint32_t tail_blocks_used;
+    uint32_t sessions_total;
+    uint32_t sessions_idle;
+    uint32_t sessions_queued;
+    uint32_t sessions_prefilling;
+    uint32_t sessions_generating;
+    uint32_t sessions_parked;
+    uint32_t sessions_finished;
+    uint64_t kv_bytes_used;         /* bytes of blocks in use (sealed + tail) */
+    uint64_t tokens_stored;         /* tokens whose KV is held by live sessions */
+    uint64_t prefix_hit_tokens;
+    uint64_t prefix_miss_tokens;
+    uint64_t bytes_to_host;
+    uint64_t bytes_to_device;
+    uint64_t preemptions;
+    uint64_t tokens_prefilled;      /* prompt tokens run through the model */
+    uint64_t tokens_generated;
+    uint64_t steps;
+} llmkv_stats;
+
+/* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_engine_get_stats(const llmkv_engine *e, llmkv_stats *out);
+
+/* Checks the engine's KV pool invariants (free + used = total, every block's refcount
+ * equals its holders, block tables match token counts). LLMKV_OK when they hold,
+ * LLMKV_ERR_INTERNAL with a description otherwise. Meant for tests and debug builds. */
+LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e);
+
+/* ---- Tokens and text -------------------------------------------------------------------- */
+
+#define LLMKV_TOKENIZE_ADD_BOS 0x1u       /* prepend BOS if the model uses one */
+#define LLMKV_TOKENIZE_PARSE_SPECIAL 0x2u /* "<|im_start|>" in text becomes its token */
+
+/* Tokenizes len bytes of UTF-8 text (invalid UTF-8 is encoded byte by byte). Writes at
+ * most capacity tokens; *n_tokens receives the count. If capacity is too small:
+ * LLMKV_ERR_INVALID_ARGUMENT with *n_tokens = the required count (tokens may be NULL
+ * when capacity is 0). */
+LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, size_t len,
+                                      uint32_t flags, int32_t *tokens, size_t capacity,
+                                      size_t *n_tokens);
+
+/* Writes the bytes of the tokens' text (special tokens as their text). Not
+ * NUL-terminated. If capacity is too small: LLMKV_ERR_INVALID_ARGUMENT with *n_bytes =
+ * the required size. A token id outside the vocabulary: LLMKV_ERR_INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *tokens, size_t n,
+                                        char *buf, size_t capacity, size_t *n_bytes);
+
+typedef struct llmkv_chat_message {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} llmkv_chat_message;
+
+/* Formats messages with the model's chat template (recognised families only; a template
+ * in the file is never executed). Same capacity rule as llmkv_detokenize; the output is
+ * NUL-terminated when capacity allows (the NUL is not counted). Errors: INVALID_ARGUMENT,
+ * UNSUPPORTED (no known template for this model). */
+LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat_message *msgs,
+                                         size_t n, int add_generation_prompt, char *buf,
+                                         size_t capacity, size_t *n_bytes);
+
+/* ---- Sessions ------------------------------------------------------------------------- */
+
+typedef struct llmkv_sampling {
+    float temperature;    /* 0 = greedy */
+    int32_t top_k;        /* 0 = off */
+    float top_p;          /* 1 = off */
+    float min_p;          /* 0 = off */
+    float repeat_penalty; /* 1 = off; applies to the last repeat_last_n tokens */
+    uint64_t seed;        /* per-session RNG: results never depend on other sessions */
+    int32_t repeat_last_n; /* window of repeat_penalty; 0 = 64, -1 = whole context */
+} llmkv_sampling;
+
+typedef struct llmkv_session_params {
+    uint32_t struct_size;
+    const llmkv_prefix *prefix;  /* reserved for prefix handles; must be NULL for now */
+    llmkv_sampling sampling;
+    uint32_t max_new_tokens;     /* default limit for generate(); 0 = until stop/context end */
+    const int32_t *stop_tokens;  /* in addition to the model's end-of-generation tokens;
+                                    copied at create */
+    uint32_t n_stop_tokens;
+    int32_t priority;            /* higher runs first */
+    void *user_data;             /* handed back in events */
+} llmkv_session_params;
+
+typedef enum llmkv_session_state {
+    LLMKV_SESSION_IDLE = 0,       /* nothing to do; KV holds all its tokens */
+    LLMKV_SESSION_QUEUED = 1,     /* has input or a generate request, not started */
+    LLMKV_SESSION_PREFILLING = 2, /* its queued input is being run through the model */
+    LLMKV_SESSION_GENERATING = 3,
+    LLMKV_SESSION_PARKED = 4,
+    LLMKV_SESSION_FINISHED = 5    /* generation ended; append or generate continues it */
+} llmkv_session_state;
+
+typedef enum llmkv_finish_reason {
+    LLMKV_FINISH_NONE = 0,
+    LLMKV_FINISH_STOP = 1,      /* end-of-generation or stop token */
+    LLMKV_FINISH_LENGTH = 2,    /* max_new_tokens reached */
+    LLMKV_FINISH_CANCELLED = 3,
+    LLMKV_FINISH_CONTEXT = 4    /* max_context reached */
+} llmkv_finish_reason;
+
+/* Defaults: greedy, no stop tokens beyond the model's, max_new_tokens 0, priority 0. */
+LLMKV_API void llmkv_session_params_init(llmkv_session_params *p);
+
+/* Creates an empty session. *out is owned by the caller until llmkv_session_destroy (or
+ * llmkv_engine_destroy). Errors: INVALID_ARGUMENT, KV_CAPACITY (max_sessions live). */
+LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session_params *p,
+                                            llmkv_session **out);
+
+/* Queues input tokens; they are run through the model by the next llmkv_step (or by the
+ * prefill of a later generate). Errors: INVALID_ARGUMENT (bad token id, NULL with n > 0),
+ * STATE (the session is generating), KV_CAPACITY (would exceed max_context; nothing is
+ * queued). */
+LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tokens, size_t n);
+
+/* Tokenizes text (special-token text is parsed; BOS is added when the session is empty and
+ * the model wants one) and appends it. Same errors as llmkv_session_append. */
+LLMKV_API llmkv_status llmkv_session_append_text(llmkv_session *s, const char *text, size_t len);
+
+/* Asks for up to max_new_tokens new tokens (0 = the params default; if that is 0 too, until
+ * a stop token or the context end). Tokens arrive as events from llmkv_step / llmkv_run.
+ * Errors: STATE (already generating, or nothing in the context to continue from). */
+LLMKV_API llmkv_status llmkv_session_generate(llmkv_session *s, uint32_t max_new_tokens);
+
+/* Stops generating; the KV of every token so far is kept. A DONE event with
+ * LLMKV_FINISH_CANCELLED follows from the next step. Errors: STATE (not generating). */
+LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s);
+
+/* Copies the text generated since the last read into buf: whole UTF-8 characters only (an
+ * incomplete character waits for the next token). Reads at most capacity bytes; what does
+ * not fit stays for the next read. *n_bytes receives the count. Not NUL-terminated. */
+LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity,
+                                               size_t *n_bytes);
+
+typedef struct llmkv_session_info {
+    uint32_t struct_size;
+    uint32_t state;          /* llmkv_session_state */
+    uint32_t finish_reason;  /* llmkv_finish_reason of the last generation */
+    uint32_t n_tokens;       /* tokens in the context (prompt + generated) */
+    uint32_t n_cached;       /* tokens whose KV is computed */
+    uint32_t n_generated;    /* generated by the current / last generate() */
+    uint32_t n_blocks;       /* sealed blocks in its block table */
+    uint32_t tier;           /* 0 = device */
+    int32_t priority;
+} llmkv_session_info;
+
+/* Fills *out (out->struct_size must be set). */
+LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_session_info *out);
+
+/* Copies up to capacity of the session's context tokens into tokens; *n_tokens receives
+ * the total count. Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t *tokens,
+                                                size_t capacity, size_t *n_tokens);
+
+/* Frees the session and returns its blocks to the pool. Events already queued for it are
+ * discarded. NULL is fine. */
+LLMKV_API void llmkv_session_destroy(llmkv_session *s);
+
+/* ---- Stepping ------------------------------------------------------------------------- */
+
+typedef enum llmkv_event_kind {
+    LLMKV_EVENT_TOKEN = 1,
+    LLMKV_EVENT_DONE = 2,
+    LLMKV_EVENT_ERROR = 3
+} llmkv_event_kind;
+
+typedef struct llmkv_event {
+    llmkv_session *session;
+    void *user_data;         /* the session's params.user_data */
+    uint32_t kind;           /* llmkv_event_kind */
+    int32_t token;           /* for TOKEN */
+    uint32_t finish_reason;  /* for DONE */
+    int32_t status;          /* for ERROR */
+} llmkv_event;
+
+/* Runs at most one scheduling iteration (one forward pass over the batch) and returns the
+ * events produced, oldest first. Events that do not fit in capacity stay queued for the
+ * next call; none is ever dropped. *n_events = 0 and LLMKV_OK when there is no work.
+ * events may be NULL when capacity is 0. */
+LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity,
+                                  size_t *n_events);
+
+/* Number of events waiting to be returned by llmkv_step. */
+LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e);
+
+typedef void (*llmkv_event_fn)(const llmkv_event *event, void *user_data);
+
+/* Steps until no session has work, calling on_event (may be NULL) for each event. The
+ * callback must not call into this engine. */
+LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMKV_H */

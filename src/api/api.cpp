@@ -1,0 +1,387 @@
+// The C API: argument checks, locking, and the exception-to-status boundary. No engine
+// logic lives here; every entry point catches everything and records the message in the
+// thread-local last error.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "engine/engine.h"
+#include "llmkv.h"
+
+namespace llmkv {
+void set_log_sink(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level);
+}
+
+using llmkv::Engine;
+using llmkv::Session;
+
+namespace {
+
+thread_local std::string t_last_error;
+
+llmkv_status set_error(llmkv_status status, const std::string &message) {
+    t_last_error = message;
+    return status;
+}
+
+template <typename F>
+llmkv_status guarded(F &&fn) {
+    try {
+        fn();
+        return LLMKV_OK;
+    } catch (const llmkv::Error &e) {
+        return set_error(e.status(), e.what());
+    } catch (const std::bad_alloc &) {
+        return set_error(LLMKV_ERR_OUT_OF_MEMORY, "out of memory");
+    } catch (const std::exception &e) {
+        return set_error(LLMKV_ERR_INTERNAL, std::string("internal error: ") + e.what());
+    } catch (...) {
+        return set_error(LLMKV_ERR_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+Engine *engine_of(llmkv_engine *e) { return reinterpret_cast<Engine *>(e); }
+const Engine *engine_of(const llmkv_engine *e) { return reinterpret_cast<const Engine *>(e); }
+Session *session_of(llmkv_session *s) { return reinterpret_cast<Session *>(s); }
+const Session *session_of(const llmkv_session *s) { return reinterpret_cast<const Session *>(s); }
+
+#define LLMKV_REQUIRE(cond, ...)                                                 \
+    do {                                                                         \
+        if (!(cond)) return set_error(LLMKV_ERR_INVALID_ARGUMENT, llmkv::strprintf(__VA_ARGS__)); \
+    } while (0)
+
+// Output structs: the caller states its size; the library fills what both know.
+template <typename T>
+bool output_size_ok(const T *out) {
+    return out->struct_size >= 2 * sizeof(uint32_t) && out->struct_size <= sizeof(T);
+}
+
+template <typename T>
+void copy_out(T *dst, const T &src) {
+    uint32_t size = dst->struct_size;
+    std::memcpy(dst, &src, size);
+    dst->struct_size = size;
+}
+
+}  // namespace
+
+extern "C" {
+
+LLMKV_API int llmkv_version(void) { return LLMKV_VERSION_NUMBER; }
+
+LLMKV_API const char *llmkv_version_string(void) {
+#define LLMKV_STR2(x) #x
+#define LLMKV_STR(x) LLMKV_STR2(x)
+    return LLMKV_STR(LLMKV_VERSION_MAJOR) "." LLMKV_STR(LLMKV_VERSION_MINOR) "." LLMKV_STR(LLMKV_VERSION_PATCH);
+}
+
+LLMKV_API const char *llmkv_status_string(llmkv_status status) {
+    switch (status) {
+        case LLMKV_OK: return "LLMKV_OK";
+        case LLMKV_ERR_INVALID_ARGUMENT: return "LLMKV_ERR_INVALID_ARGUMENT";
+        case LLMKV_ERR_OUT_OF_MEMORY: return "LLMKV_ERR_OUT_OF_MEMORY";
+        case LLMKV_ERR_KV_CAPACITY: return "LLMKV_ERR_KV_CAPACITY";
+        case LLMKV_ERR_IO: return "LLMKV_ERR_IO";
+        case LLMKV_ERR_MODEL_FORMAT: return "LLMKV_ERR_MODEL_FORMAT";
+        case LLMKV_ERR_UNSUPPORTED: return "LLMKV_ERR_UNSUPPORTED";
+        case LLMKV_ERR_BACKEND: return "LLMKV_ERR_BACKEND";
+        case LLMKV_ERR_STATE: return "LLMKV_ERR_STATE";
+        case LLMKV_ERR_SNAPSHOT_FORMAT: return "LLMKV_ERR_SNAPSHOT_FORMAT";
+        case LLMKV_ERR_CANCELLED: return "LLMKV_ERR_CANCELLED";
+        case LLMKV_ERR_INTERNAL: return "LLMKV_ERR_INTERNAL";
+        default: return "LLMKV_ERR_UNKNOWN";
+    }
+}
+
+LLMKV_API const char *llmkv_last_error(void) { return t_last_error.c_str(); }
+
+LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level) {
+    llmkv::set_log_sink(fn, user_data, max_level);
+}
+
+LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) {
+    if (!p) return;
+    std::memset(p, 0, sizeof(*p));
+    p->struct_size = sizeof(*p);
+    p->backend = LLMKV_BACKEND_AUTO;
+    p->kv_dtype_k = LLMKV_KV_F16;
+    p->kv_dtype_v = LLMKV_KV_F16;
+    p->flags = LLMKV_ENGINE_PREFIX_CACHE;
+}
+
+LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_REQUIRE(p, "params is NULL");
+    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_engine_params),
+                  "engine_params.struct_size = %u is not a known size (%zu); call llmkv_engine_params_init",
+                  p->struct_size, sizeof(llmkv_engine_params));
+    return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(*p).release()); });
+}
+
+LLMKV_API void llmkv_engine_destroy(llmkv_engine *e) {
+    if (!e) return;
+    Engine *engine = engine_of(e);
+    { std::lock_guard<std::mutex> lock(engine->mutex()); }  // wait for a call in progress
+    delete engine;
+}
+
+LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine_info *out) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(out, "out is NULL");
+    LLMKV_REQUIRE(output_size_ok(out), "engine_info.struct_size = %u is not valid", out->struct_size);
+    return guarded([&] {
+        Engine *engine = const_cast<Engine *>(engine_of(e));
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        llmkv_engine_info info{};
+        info.struct_size = sizeof(info);
+        engine->get_info(info);
+        copy_out(out, info);
+    });
+}
+
+LLMKV_API llmkv_status llmkv_engine_get_stats(const llmkv_engine *e, llmkv_stats *out) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(out, "out is NULL");
+    LLMKV_REQUIRE(output_size_ok(out), "stats.struct_size = %u is not valid", out->struct_size);
+    return guarded([&] {
+        Engine *engine = const_cast<Engine *>(engine_of(e));
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        llmkv_stats stats{};
+        stats.struct_size = sizeof(stats);
+        engine->get_stats(stats);
+        copy_out(out, stats);
+    });
+}
+
+LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    return guarded([&] {
+        Engine *engine = const_cast<Engine *>(engine_of(e));
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        engine->check_invariants();
+    });
+}
+
+LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, size_t len, uint32_t flags,
+                                      int32_t *tokens, size_t capacity, size_t *n_tokens) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
+    *n_tokens = 0;
+    LLMKV_REQUIRE(text || len == 0, "text is NULL with len = %zu", len);
+    LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
+    LLMKV_REQUIRE((flags & ~(LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL)) == 0,
+                  "tokenize flags 0x%x has unknown bits", flags);
+    return guarded([&] {
+        const Engine *engine = engine_of(e);
+        std::vector<int32_t> ids = engine->tokenizer().encode(std::string_view(text ? text : "", len),
+                                                              flags & LLMKV_TOKENIZE_ADD_BOS,
+                                                              flags & LLMKV_TOKENIZE_PARSE_SPECIAL);
+        *n_tokens = ids.size();
+        if (ids.size() > capacity) {
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu tokens needed", capacity,
+                        ids.size());
+        }
+        if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    });
+}
+
+LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *tokens, size_t n, char *buf,
+                                        size_t capacity, size_t *n_bytes) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
+    *n_bytes = 0;
+    LLMKV_REQUIRE(tokens || n == 0, "tokens is NULL with n = %zu", n);
+    LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        const Engine *engine = engine_of(e);
+        const size_t n_vocab = engine->tokenizer().n_vocab();
+        for (size_t i = 0; i < n; ++i) {
+            if (tokens[i] < 0 || size_t(tokens[i]) >= n_vocab) {
+                llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%zu)", i,
+                            tokens[i], n_vocab);
+            }
+        }
+        std::string text = engine->tokenizer().decode(tokens, n);
+        *n_bytes = text.size();
+        if (text.size() > capacity) {
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed", capacity,
+                        text.size());
+        }
+        if (!text.empty()) std::memcpy(buf, text.data(), text.size());
+    });
+}
+
+LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat_message *msgs, size_t n,
+                                         int add_generation_prompt, char *buf, size_t capacity,
+                                         size_t *n_bytes) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
+    *n_bytes = 0;
+    LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        std::string text = engine_of(e)->chat_format(msgs, n, add_generation_prompt != 0);
+        *n_bytes = text.size();
+        if (text.size() > capacity) {
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed", capacity,
+                        text.size());
+        }
+        std::memcpy(buf, text.data(), text.size());
+        if (text.size() < capacity) buf[text.size()] = '\0';
+    });
+}
+
+LLMKV_API void llmkv_session_params_init(llmkv_session_params *p) {
+    if (!p) return;
+    std::memset(p, 0, sizeof(*p));
+    p->struct_size = sizeof(*p);
+    p->sampling.temperature = 0.0f;
+    p->sampling.top_k = 0;
+    p->sampling.top_p = 1.0f;
+    p->sampling.min_p = 0.0f;
+    p->sampling.repeat_penalty = 1.0f;
+    p->sampling.seed = 0;
+    p->sampling.repeat_last_n = 0;
+}
+
+LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session_params *p,
+                                            llmkv_session **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(p, "params is NULL");
+    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_session_params),
+                  "session_params.struct_size = %u is not a known size (%zu); call llmkv_session_params_init",
+                  p->struct_size, sizeof(llmkv_session_params));
+    return guarded([&] {
+        Engine *engine = engine_of(e);
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        Session *s = engine->create_session(*p);
+        s->handle = reinterpret_cast<llmkv_session *>(s);
+        *out = s->handle;
+    });
+}
+
+#define LLMKV_SESSION_CALL(s, body)                                  \
+    LLMKV_REQUIRE(s, "session is NULL");                             \
+    return guarded([&] {                                             \
+        Session *session = session_of(s);                            \
+        std::lock_guard<std::mutex> lock(session->engine->mutex());  \
+        body;                                                        \
+    })
+
+LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tokens, size_t n) {
+    LLMKV_SESSION_CALL(s, session->engine->append(session, tokens, n));
+}
+
+LLMKV_API llmkv_status llmkv_session_append_text(llmkv_session *s, const char *text, size_t len) {
+    LLMKV_SESSION_CALL(s, session->engine->append_text(session, text, len));
+}
+
+LLMKV_API llmkv_status llmkv_session_generate(llmkv_session *s, uint32_t max_new_tokens) {
+    LLMKV_SESSION_CALL(s, session->engine->generate(session, max_new_tokens));
+}
+
+LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s) {
+    LLMKV_SESSION_CALL(s, session->engine->cancel(session));
+}
+
+LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes) {
+    LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
+    *n_bytes = 0;
+    LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
+    LLMKV_SESSION_CALL(s, {
+        std::string text = session->text.take_complete(capacity);
+        if (!text.empty()) std::memcpy(buf, text.data(), text.size());
+        *n_bytes = text.size();
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_session_info *out) {
+    LLMKV_REQUIRE(s, "session is NULL");
+    LLMKV_REQUIRE(out, "out is NULL");
+    LLMKV_REQUIRE(output_size_ok(out), "session_info.struct_size = %u is not valid", out->struct_size);
+    return guarded([&] {
+        const Session *session = session_of(s);
+        std::lock_guard<std::mutex> lock(session->engine->mutex());
+        llmkv_session_info info{};
+        info.struct_size = sizeof(info);
+        info.state = session->state;
+        info.finish_reason = session->finish_reason;
+        info.n_tokens = uint32_t(session->tokens.size());
+        info.n_cached = session->kv.n_tokens;
+        info.n_generated = session->n_generated;
+        info.n_blocks = uint32_t(session->kv.blocks.size());
+        info.tier = 0;
+        info.priority = session->priority;
+        copy_out(out, info);
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t *tokens, size_t capacity,
+                                                size_t *n_tokens) {
+    LLMKV_REQUIRE(s, "session is NULL");
+    LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
+    LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        const Session *session = session_of(s);
+        std::lock_guard<std::mutex> lock(session->engine->mutex());
+        size_t n = std::min(capacity, session->tokens.size());
+        if (n) std::memcpy(tokens, session->tokens.data(), n * sizeof(int32_t));
+        *n_tokens = session->tokens.size();
+    });
+}
+
+LLMKV_API void llmkv_session_destroy(llmkv_session *s) {
+    if (!s) return;
+    Session *session = session_of(s);
+    Engine *engine = session->engine;
+    std::lock_guard<std::mutex> lock(engine->mutex());
+    engine->destroy_session(session);
+}
+
+LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity, size_t *n_events) {
+    LLMKV_REQUIRE(n_events, "n_events is NULL");
+    *n_events = 0;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(events || capacity == 0, "events is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        Engine *engine = engine_of(e);
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        engine->step();
+        *n_events = engine->take_events(events, capacity);
+    });
+}
+
+LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e) {
+    if (!e) return 0;
+    Engine *engine = const_cast<Engine *>(engine_of(e));
+    std::lock_guard<std::mutex> lock(engine->mutex());
+    return engine->pending_events();
+}
+
+LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void *user_data) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    Engine *engine = engine_of(e);
+    llmkv_event batch[64];
+    for (;;) {
+        size_t n = 0;
+        bool more = false;
+        llmkv_status st = guarded([&] {
+            std::lock_guard<std::mutex> lock(engine->mutex());
+            if (engine->pending_events() == 0) engine->step();
+            n = engine->take_events(batch, 64);
+            more = engine->has_work() || engine->pending_events() > 0;
+        });
+        if (st != LLMKV_OK) return st;
+        // Callbacks run without the engine lock held.
+        if (on_event) {
+            for (size_t i = 0; i < n; ++i) on_event(&batch[i], user_data);
+        }
+        if (!more && n == 0) return LLMKV_OK;
+    }
+}
+
+}  // extern "C"

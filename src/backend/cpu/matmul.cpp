@@ -1,0 +1,472 @@
+// CPU matmul: argument checks, kernel-family dispatch, threading over output rows, the
+// portable scalar kernels (same integer math as the AVX2 ones) and the double-precision
+// reference used by the tests.
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "common/error.h"
+#include "common/half.h"
+
+// Hides a float from the optimizer so that `a * b + c` is not contracted into one fma.
+#if defined(__x86_64__) || defined(__i386__)
+#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+x"(v))
+#elif defined(__aarch64__)
+#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+w"(v))
+#else
+#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+m"(v))
+#endif
+
+namespace llmkv::cpu {
+
+using detail::kQBlock;
+using detail::MatmulJob;
+
+// ---- scratch ---------------------------------------------------------------------------------
+
+void MatmulScratch::Free::operator()(uint8_t *p) const {
+    ::operator delete(p, std::align_val_t(64));
+}
+
+uint8_t *MatmulScratch::reserve(size_t bytes) {
+    if (bytes > capacity_ || !buf_) {
+        size_t cap = std::max<size_t>(bytes, 4096);
+        cap = std::max(cap, capacity_ + capacity_ / 2);  // geometric growth
+        cap = (cap + 63) & ~size_t(63);
+        buf_.reset();
+        capacity_ = 0;
+        buf_.reset(static_cast<uint8_t *>(::operator new(cap, std::align_val_t(64))));
+        capacity_ = cap;
+    }
+    return buf_.get();
+}
+
+// ---- kernel family selection -------------------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_kernel{int(MatmulKernel::kAuto)};
+
+bool use_avx2_kernels() {
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+    switch (MatmulKernel(g_kernel.load(std::memory_order_relaxed))) {
+        case MatmulKernel::kPortable: return false;
+        case MatmulKernel::kAvx2: return true;  // only settable when available
+        case MatmulKernel::kAuto: return cpu_has_avx2();
+    }
+#endif
+    return false;
+}
+
+}  // namespace
+
+bool set_matmul_kernel(MatmulKernel kernel) {
+    if (kernel == MatmulKernel::kAvx2) {
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+        const CpuFeatures &f = cpu_features();
+        if (!(f.avx2 && f.fma && f.f16c)) return false;
+#else
+        return false;
+#endif
+    }
+    g_kernel.store(int(kernel), std::memory_order_relaxed);
+    return true;
+}
+
+const char *matmul_kernel_name() { return use_avx2_kernels() ? "avx2" : "portable"; }
+
+// ---- portable kernels --------------------------------------------------------------------------
+
+namespace detail {
+
+namespace {
+
+inline uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+inline float load_f16(const uint8_t *p) { return fp16_to_fp32(load_u16(p)); }
+
+bool is_quantized(TensorType t) {
+    return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
+}
+
+// Dot products of one weight row with one X row. They are deliberately not inlined: every
+// output element is computed by this one copy of the code, so the result cannot depend on
+// how a caller's loops were unrolled or contracted.
+__attribute__((noinline)) float dot_q8_0(const uint8_t *w, const uint8_t *act, int64_t nb) {
+    const int8_t *xq = act_qs(act);
+    const float *xd = act_d(act, nb);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 34;
+        const int8_t *q = reinterpret_cast<const int8_t *>(blk + 2);
+        const int8_t *x = xq + b * kQBlock;
+        int32_t isum = 0;
+        for (int i = 0; i < 32; ++i) isum += int32_t(q[i]) * int32_t(x[i]);
+        acc += (load_f16(blk) * xd[b]) * float(isum);
+    }
+    return acc;
+}
+
+__attribute__((noinline)) float dot_q4_0(const uint8_t *w, const uint8_t *act, int64_t nb) {
+    const int8_t *xq = act_qs(act);
+    const float *xd = act_d(act, nb);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 18;
+        const uint8_t *q = blk + 2;
+        const int8_t *x = xq + b * kQBlock;
+        int32_t isum = 0;
+        for (int i = 0; i < 16; ++i) {
+            isum += (int32_t(q[i] & 15) - 8) * int32_t(x[i]);
+            isum += (int32_t(q[i] >> 4) - 8) * int32_t(x[i + 16]);
+        }
+        acc += (load_f16(blk) * xd[b]) * float(isum);
+    }
+    return acc;
+}
+
+__attribute__((noinline)) float dot_q4_1(const uint8_t *w, const uint8_t *act, int64_t nb) {
+    const int8_t *xq = act_qs(act);
+    const float *xd = act_d(act, nb);
+    const float *xs = act_s(act, nb);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = w + b * 20;
+        const uint8_t *q = blk + 4;
+        const int8_t *x = xq + b * kQBlock;
+        int32_t isum = 0;
+        for (int i = 0; i < 16; ++i) {
+            isum += int32_t(q[i] & 15) * int32_t(x[i]);
+            isum += int32_t(q[i] >> 4) * int32_t(x[i + 16]);
+        }
+        acc += (load_f16(blk) * xd[b]) * float(isum);
+        acc += load_f16(blk + 2) * xs[b];
+    }
+    return acc;
+}
+
+template <TensorType kType>
+inline float load_weight(const uint8_t *w, int64_t i) {
+    if constexpr (kType == TensorType::F32) {
+        float v;
+        std::memcpy(&v, w + i * 4, 4);
+        return v;
+    } else if constexpr (kType == TensorType::F16) {
+        return fp16_to_fp32(load_u16(w + i * 2));
+    } else {
+        return bf16_to_fp32(load_u16(w + i * 2));
+    }
+}
+
+// Eight interleaved partial sums (i mod 8), combined pairwise, then the tail in order.
+template <TensorType kType>
+__attribute__((noinline)) float dot_float(const uint8_t *w, const float *x, int64_t n) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t n8 = n & ~int64_t(7);
+    for (int64_t i = 0; i < n8; i += 8) {
+        for (int j = 0; j < 8; ++j) part[j] += load_weight<kType>(w, i + j) * x[i + j];
+    }
+    float acc = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    for (int64_t i = n8; i < n; ++i) acc += load_weight<kType>(w, i) * x[i];
+    return acc;
+}
+
+constexpr int64_t kTokenGroup = 64;  // tokens whose activations are reused per weight pass
+constexpr int64_t kRowBlock = 16;    // weight rows kept hot in L1 while tokens loop
+
+template <typename Dot>
+void rows_loop(const MatmulJob &job, int64_t r0, int64_t r1, Dot &&dot) {
+    for (int64_t tg = 0; tg < job.n_tokens; tg += kTokenGroup) {
+        const int64_t tg_end = std::min(job.n_tokens, tg + kTokenGroup);
+        for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+            const int64_t rb_end = std::min(r1, rb + kRowBlock);
+            for (int64_t t = tg; t < tg_end; ++t) {
+                float *yt = job.y + t * job.ldy;
+                for (int64_t r = rb; r < rb_end; ++r) {
+                    yt[r] = dot(job.w + size_t(r) * job.row_bytes, t);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
+    const int64_t nb = job.cols / kQBlock;
+    auto act = [&](int64_t t) { return job.act + size_t(t) * job.act_stride; };
+    auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
+    switch (job.type) {
+        case TensorType::Q8_0:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q8_0(w, act(t), nb); });
+            return;
+        case TensorType::Q4_0:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q4_0(w, act(t), nb); });
+            return;
+        case TensorType::Q4_1:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q4_1(w, act(t), nb); });
+            return;
+        case TensorType::F32:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
+                return dot_float<TensorType::F32>(w, xrow(t), job.cols);
+            });
+            return;
+        case TensorType::F16:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
+                return dot_float<TensorType::F16>(w, xrow(t), job.cols);
+            });
+            return;
+        case TensorType::BF16:
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
+                return dot_float<TensorType::BF16>(w, xrow(t), job.cols);
+            });
+            return;
+    }
+}
+
+void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8_t *dst) {
+    int8_t *qs = reinterpret_cast<int8_t *>(dst);
+    float *d = reinterpret_cast<float *>(dst + nb * kQBlock);
+    float *s = d + nb;
+    for (int64_t b = 0; b < nb; ++b) {
+        const float *xb = x + b * kQBlock;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; ++i) {
+            const float v = xb[i] * id;
+            const int32_t q = int32_t(std::nearbyint(v));
+            qs[b * kQBlock + i] = int8_t(q);
+            sum += q;
+        }
+        d[b] = db;
+        if (with_sums) s[b] = db * float(sum);
+    }
+}
+
+void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n) {
+    const uint8_t *p = static_cast<const uint8_t *>(src);
+    switch (type) {
+        case TensorType::F32: std::memcpy(dst, p, size_t(n) * 4); return;
+        case TensorType::F16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(load_u16(p + i * 2));
+            return;
+        case TensorType::BF16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(p + i * 2));
+            return;
+        case TensorType::Q8_0:
+            for (int64_t b = 0; b < n / kQBlock; ++b) {
+                const uint8_t *blk = p + b * 34;
+                const float d = load_f16(blk);
+                const int8_t *q = reinterpret_cast<const int8_t *>(blk + 2);
+                for (int i = 0; i < 32; ++i) dst[b * kQBlock + i] = float(q[i]) * d;
+            }
+            return;
+        case TensorType::Q4_0:
+            for (int64_t b = 0; b < n / kQBlock; ++b) {
+                const uint8_t *blk = p + b * 18;
+                const float d = load_f16(blk);
+                float *o = dst + b * kQBlock;
+                for (int i = 0; i < 16; ++i) {
+                    o[i] = float(int(blk[2 + i] & 15) - 8) * d;
+                    o[i + 16] = float(int(blk[2 + i] >> 4) - 8) * d;
+                }
+            }
+            return;
+        case TensorType::Q4_1:
+            for (int64_t b = 0; b < n / kQBlock; ++b) {
+                const uint8_t *blk = p + b * 20;
+                const float d = load_f16(blk);
+                const float m = load_f16(blk + 2);
+                float *o = dst + b * kQBlock;
+                for (int i = 0; i < 16; ++i) {
+                    // Two roundings (product, then sum), as GGUF defines it; never fused.
+                    float lo = float(blk[4 + i] & 15) * d;
+                    float hi = float(blk[4 + i] >> 4) * d;
+                    LLMKV_OPAQUE_FLOAT(lo);
+                    LLMKV_OPAQUE_FLOAT(hi);
+                    o[i] = lo + m;
+                    o[i + 16] = hi + m;
+                }
+            }
+            return;
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported",
+         tensor_type_name(type));
+}
+
+}  // namespace detail
+
+// ---- dispatch ------------------------------------------------------------------------------------
+
+namespace {
+
+using detail::is_quantized;
+
+using RowsFn = void (*)(const MatmulJob &, int64_t, int64_t);
+using QuantFn = void (*)(const float *, int64_t, bool, uint8_t *);
+
+constexpr int64_t kRowGrain = 16;                  // thread split granularity (output rows)
+constexpr size_t kMinParallelBytes = 48 * 1024;    // smaller calls run on the caller alone
+constexpr int64_t kMinParallelQuantElems = 16384;  // activation elements worth a dispatch
+
+void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,
+                const float *y, int64_t ldy, const char *what) {
+    if (!tensor_type_supported(uint32_t(w.type))) {
+        fail(LLMKV_ERR_UNSUPPORTED, "%s: weight type %u is not supported", what,
+             unsigned(w.type));
+    }
+    if (w.rows < 0 || w.cols <= 0 || n_tokens < 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: bad shape rows=%lld cols=%lld n_tokens=%lld", what,
+             (long long)w.rows, (long long)w.cols, (long long)n_tokens);
+    }
+    const int64_t blk = tensor_type_block_elements(w.type);
+    if (w.cols % blk != 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: %s weights need cols %% %lld == 0, got cols=%lld",
+             what, tensor_type_name(w.type), (long long)blk, (long long)w.cols);
+    }
+    const size_t need = size_t(w.cols / blk) * tensor_type_block_bytes(w.type);
+    if (w.row_bytes < need) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: row_bytes %zu < %zu needed for %lld %s values",
+             what, w.row_bytes, need, (long long)w.cols, tensor_type_name(w.type));
+    }
+    if (w.rows == 0 || n_tokens == 0) return;
+    if (!w.data || !x || !y) fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: null pointer", what);
+    if ((n_tokens > 1 && ldx < w.cols) || (n_tokens > 1 && ldy < w.rows)) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: strides ldx=%lld ldy=%lld too small", what,
+             (long long)ldx, (long long)ldy);
+    }
+}
+
+// Splits [0, n) into ceil(n / grain) chunks, hands each worker a contiguous run of chunks.
+inline void split(int64_t n, int64_t grain, unsigned t, unsigned nt, int64_t *b, int64_t *e) {
+    const int64_t chunks = (n + grain - 1) / grain;
+    const int64_t per = (chunks + nt - 1) / nt;
+    *b = std::min(n, int64_t(t) * per * grain);
+    *e = std::min(n, (int64_t(t) + 1) * per * grain);
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens, float *y,
+            int64_t ldy, ThreadPool &pool, MatmulScratch &scratch) {
+    check_args(w, x, ldx, n_tokens, y, ldy, "matmul");
+    if (w.rows == 0 || n_tokens == 0) return;
+
+    const bool avx2 = use_avx2_kernels();
+    RowsFn rows_fn = detail::matmul_rows_portable;
+    QuantFn quant_fn = detail::quantize_act_row_portable;
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+    if (avx2) {
+        rows_fn = detail::matmul_rows_avx2;
+        quant_fn = detail::quantize_act_row_avx2;
+    }
+#else
+    (void)avx2;
+#endif
+
+    MatmulJob job{};
+    job.type = w.type;
+    job.w = static_cast<const uint8_t *>(w.data);
+    job.row_bytes = w.row_bytes;
+    job.cols = w.cols;
+    job.n_tokens = n_tokens;
+    job.x = x;
+    job.ldx = ldx;
+    job.y = y;
+    job.ldy = ldy;
+
+    const unsigned nt = pool.size();
+    if (is_quantized(w.type)) {
+        const int64_t nb = w.cols / kQBlock;
+        const bool sums = w.type == TensorType::Q4_1;
+        job.act_stride = detail::act_row_bytes(nb);
+        uint8_t *act = scratch.reserve(job.act_stride * size_t(n_tokens));
+        job.act = act;
+        if (nt > 1 && n_tokens > 1 && n_tokens * w.cols >= kMinParallelQuantElems) {
+            struct QuantCtx {
+                QuantFn fn;
+                const float *x;
+                int64_t ldx, nb, n;
+                bool sums;
+                uint8_t *act;
+                size_t stride;
+            } qc{quant_fn, x, ldx, nb, n_tokens, sums, act, job.act_stride};
+            pool.run([&qc](unsigned t, unsigned n_threads) {
+                int64_t b, e;
+                split(qc.n, 1, t, n_threads, &b, &e);
+                for (int64_t i = b; i < e; ++i) {
+                    qc.fn(qc.x + i * qc.ldx, qc.nb, qc.sums, qc.act + size_t(i) * qc.stride);
+                }
+            });
+        } else {
+            for (int64_t i = 0; i < n_tokens; ++i) {
+                quant_fn(x + i * ldx, nb, sums, act + size_t(i) * job.act_stride);
+            }
+        }
+    }
+
+    const size_t work = size_t(w.rows) * w.row_bytes * size_t(n_tokens);
+    if (nt == 1 || w.rows <= kRowGrain || work < kMinParallelBytes) {
+        rows_fn(job, 0, w.rows);
+        return;
+    }
+    struct RowsCtx {
+        RowsFn fn;
+        const MatmulJob *job;
+        int64_t rows;
+    } rc{rows_fn, &job, w.rows};
+    pool.run([&rc](unsigned t, unsigned n_threads) {
+        int64_t b, e;
+        split(rc.rows, kRowGrain, t, n_threads, &b, &e);
+        if (b < e) rc.fn(*rc.job, b, e);
+    });
+}
+
+void dequantize_row(TensorType type, const void *src, float *dst, int64_t n) {
+    if (!tensor_type_supported(uint32_t(type))) {
+        fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %u is not supported", unsigned(type));
+    }
+    if (n % tensor_type_block_elements(type) != 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "dequantize_row: n=%lld is not a multiple of the %s block",
+             (long long)n, tensor_type_name(type));
+    }
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+    if (use_avx2_kernels()) {
+        detail::dequantize_row_avx2(type, src, dst, n);
+        return;
+    }
+#endif
+    detail::dequantize_row_portable(type, src, dst, n);
+}
+
+void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,
+                      float *y, int64_t ldy) {
+    check_args(w, x, ldx, n_tokens, y, ldy, "matmul_reference");
+    std::vector<float> row(size_t(w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+        detail::dequantize_row_portable(
+            w.type, static_cast<const uint8_t *>(w.data) + size_t(r) * w.row_bytes, row.data(),
+            w.cols);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const float *xt = x + t * ldx;
+            double acc = 0.0;
+            for (int64_t k = 0; k < w.cols; ++k) acc += double(row[size_t(k)]) * double(xt[k]);
+            y[t * ldy + r] = float(acc);
+        }
+    }
+}
+
+}  // namespace llmkv::cpu

@@ -1,0 +1,126 @@
+// CPU matrix multiplication over weights kept in their GGUF encoding (F32, F16, BF16, Q8_0,
+// Q4_0, Q4_1): Y = X * W^T, threaded over output rows, AVX2 kernels with a portable fallback.
+// Results are deterministic: Y[t][r] depends only on row r of W and row t of X.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "common/thread_pool.h"
+#include "model/tensor_type.h"
+
+namespace llmkv::cpu {
+
+// A 2-D weight tensor as stored in GGUF: `rows` output features, each a row of `cols` input
+// features (GGUF dims[0]) encoded in `type`; row r starts at data + r * row_bytes.
+struct WeightMatrix {
+    TensorType type;
+    const void *data;
+    int64_t rows;  // output features
+    int64_t cols;  // input features = GGUF dims[0]
+    size_t row_bytes;
+};
+
+// Reusable buffer for the quantized activations of a call. It only grows (to the largest
+// n_tokens * cols seen), so steady-state calls do not allocate. One scratch per caller: a
+// scratch must not be used by two matmul calls at the same time.
+class MatmulScratch {
+public:
+    MatmulScratch() = default;
+    MatmulScratch(const MatmulScratch &) = delete;
+    MatmulScratch &operator=(const MatmulScratch &) = delete;
+    MatmulScratch(MatmulScratch &&) = default;
+    MatmulScratch &operator=(MatmulScratch &&) = default;
+
+    // Returns a 64-byte aligned buffer of at least `bytes` bytes (contents unspecified).
+    uint8_t *reserve(size_t bytes);
+    size_t capacity() const { return capacity_; }
+
+private:
+    struct Free {
+        void operator()(uint8_t *p) const;
+    };
+    std::unique_ptr<uint8_t, Free> buf_;
+    size_t capacity_ = 0;
+};
+
+// Y (n_tokens, rows) = X (n_tokens, cols) * W^T. X is row-major f32 with row stride ldx
+// (elements), Y row-major with row stride ldy. For the quantized types cols must be a
+// multiple of 32; every row of X is quantized once per call to q8 blocks of 32 and the dot
+// products are integer ones. Throws llmkv::Error on unsupported types or bad shapes.
+void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens, float *y,
+            int64_t ldy, ThreadPool &pool, MatmulScratch &scratch);
+
+// Naive reference for tests: dequantizes each weight row to f32 and dots it with the
+// (unquantized) X row in double precision. Single-threaded.
+void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,
+                      float *y, int64_t ldy);
+
+// Decodes n elements (a multiple of the type's block size) to f32. The result is exactly the
+// GGUF definition evaluated in f32 (q4_1: nibble * d + m rounded after each operation).
+void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
+
+// "avx2" or "portable": the kernel family that matmul() uses now.
+const char *matmul_kernel_name();
+
+// Kernel family selection. kAuto (the default) uses AVX2 when cpu_has_avx2().
+enum class MatmulKernel { kAuto, kPortable, kAvx2 };
+
+// Test/benchmark hook: forces a kernel family for later calls (process-wide). Returns false,
+// changing nothing, when kAvx2 is requested but not available. Not meant to be changed while
+// other threads are inside matmul().
+bool set_matmul_kernel(MatmulKernel kernel);
+
+// ---- internals shared by matmul.cpp and matmul_avx2.cpp ------------------------------------
+namespace detail {
+
+inline constexpr int64_t kQBlock = 32;
+
+// Quantized activations of one X row with nb blocks, at `base`:
+//   int8  qs[nb * 32]   q = round(x / d)  (ties to even), |q| <= 127
+//   float d[nb]         d = max|x| / 127 over the block
+//   float s[nb * 8]     AVX2: s[b * 8 + j] = d[b] * sum(qs[b * 32 + 4j .. 4j + 3])
+//   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
+// s is only filled for Q4_1 weights. Rows are act_row_bytes(nb) apart.
+inline size_t act_row_bytes(int64_t nb) {
+    size_t bytes = size_t(nb) * (kQBlock + 4 + 8 * 4);
+    return (bytes + 63) & ~size_t(63);
+}
+inline const int8_t *act_qs(const uint8_t *row) { return reinterpret_cast<const int8_t *>(row); }
+inline const float *act_d(const uint8_t *row, int64_t nb) {
+    return reinterpret_cast<const float *>(row + nb * kQBlock);
+}
+inline const float *act_s(const uint8_t *row, int64_t nb) { return act_d(row, nb) + nb; }
+
+// Everything a row-range kernel needs for one call.
+struct MatmulJob {
+    TensorType type;
+    const uint8_t *w;  // weight row 0
+    size_t row_bytes;
+    int64_t cols;
+    int64_t n_tokens;
+    const float *x;      // float weight types: X itself
+    int64_t ldx;
+    const uint8_t *act;  // quantized types: activation row 0
+    size_t act_stride;   // bytes between activation rows
+    float *y;
+    int64_t ldy;
+};
+
+// Computes Y[t][r] for all tokens and rows r in [r0, r1).
+void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1);
+void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
+void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define LLMKV_MATMUL_HAVE_AVX2 1
+// Defined in matmul_avx2.cpp; only called when cpu_has_avx2().
+void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1);
+void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
+void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
+#endif
+
+}  // namespace detail
+
+}  // namespace llmkv::cpu

@@ -1,0 +1,111 @@
+// Chat formats: ChatML (SmolLM2, Qwen), Llama 3 headers, Llama 2 [INST] blocks.
+#include "engine/chat_template.h"
+
+#include "common/error.h"
+
+namespace llmkv {
+
+namespace {
+
+// SmolLM2's template inserts a default system message when the conversation has none.
+// It is recognised as the literal "<|im_start|>system\n...<|im_end|>" inside the
+// template text.
+std::string chatml_default_system(const std::string &tmpl) {
+    const std::string open = "<|im_start|>system\n";
+    size_t a = tmpl.find(open);
+    if (a == std::string::npos) return "";
+    a += open.size();
+    size_t b = tmpl.find("<|im_end|>", a);
+    if (b == std::string::npos || b - a > 4096) return "";
+    std::string s = tmpl.substr(a, b - a);
+    // Only a plain literal qualifies (no template syntax inside).
+    if (s.find("{{") != std::string::npos || s.find("{%") != std::string::npos ||
+        s.find('\'') != std::string::npos) {
+        return "";
+    }
+    return s;
+}
+
+}  // namespace
+
+ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) {
+    std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
+    if (tmpl.find("<|im_start|>") != std::string::npos || tokenizer.find_token("<|im_start|>") >= 0) {
+        return ChatFamily::chatml;
+    }
+    if (tmpl.find("<|start_header_id|>") != std::string::npos ||
+        tokenizer.find_token("<|start_header_id|>") >= 0) {
+        return ChatFamily::llama3;
+    }
+    if (tmpl.find("[INST]") != std::string::npos) return ChatFamily::llama2;
+    return ChatFamily::none;
+}
+
+std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
+                        const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) {
+    if (n > 0 && !msgs) fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs is NULL with n = %zu", n);
+    for (size_t i = 0; i < n; ++i) {
+        if (!msgs[i].role || !msgs[i].content) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs[%zu] has a NULL role or content", i);
+        }
+    }
+    std::string out;
+    switch (detect_chat_family(file, tokenizer)) {
+        case ChatFamily::chatml: {
+            std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
+            std::string default_system = chatml_default_system(tmpl);
+            if (!default_system.empty() && (n == 0 || std::string(msgs[0].role) != "system")) {
+                out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
+            }
+            for (size_t i = 0; i < n; ++i) {
+                out += "<|im_start|>";
+                out += msgs[i].role;
+                out += "\n";
+                out += msgs[i].content;
+                out += "<|im_end|>\n";
+            }
+            if (add_generation_prompt) out += "<|im_start|>assistant\n";
+            return out;
+        }
+        case ChatFamily::llama3: {
+            out += "<|begin_of_text|>";
+            for (size_t i = 0; i < n; ++i) {
+                out += "<|start_header_id|>";
+                out += msgs[i].role;
+                out += "<|end_header_id|>\n\n";
+                out += msgs[i].content;
+                out += "<|eot_id|>";
+            }
+            if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+            return out;
+        }
+        case ChatFamily::llama2: {
+            std::string system;
+            size_t i = 0;
+            if (n > 0 && std::string(msgs[0].role) == "system") {
+                system = msgs[0].content;
+                i = 1;
+            }
+            bool first = true;
+            for (; i < n; ++i) {
+                std::string role = msgs[i].role;
+                if (role == "user") {
+                    out += "<s>[INST] ";
+                    if (first && !system.empty()) out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+                    out += msgs[i].content;
+                    out += " [/INST]";
+                    first = false;
+                } else {
+                    out += " ";
+                    out += msgs[i].content;
+                    out += " </s>";
+                }
+            }
+            return out;
+        }
+        case ChatFamily::none: break;
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
+}
+
+}  // namespace llmkv

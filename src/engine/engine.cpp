@@ -1,0 +1,441 @@
+// Engine: creation (model, tokenizer, KV pool sizing), sessions, and the step loop that
+// turns a scheduler plan into one batched forward pass and events.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "engine/chat_template.h"
+
+namespace llmkv {
+
+namespace {
+
+constexpr uint32_t kDefaultBlockTokens = 16;
+constexpr uint32_t kDefaultMaxBatchTokens = 512;
+constexpr uint32_t kDefaultMaxSessions = 256;
+constexpr uint64_t kMaxAutomaticKvBytes = 1ull << 30;
+
+void copy_string(char *dst, size_t cap, const std::string &src) {
+    size_t n = std::min(cap - 1, src.size());
+    std::memcpy(dst, src.data(), n);
+    dst[n] = '\0';
+}
+
+bool known_dtype(uint32_t d) { return d <= LLMKV_KV_INT4; }
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
+    if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
+    if (p.backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %d is unknown", int(p.backend));
+    if (p.backend == LLMKV_BACKEND_CUDA) {
+        fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available in this build; use LLMKV_BACKEND_CPU or AUTO");
+    }
+    if (p.n_devices > 1) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism (n_devices = %u) is not available yet", p.n_devices);
+    if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
+    if (!known_dtype(p.kv_dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %d is unknown", int(p.kv_dtype_k));
+    if (!known_dtype(p.kv_dtype_v)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_v = %d is unknown", int(p.kv_dtype_v));
+    if (p.kv_block_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_block_tokens = %u exceeds 1024", p.kv_block_tokens);
+    if (p.n_threads > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
+    if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);
+    if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
+    if (p.kv_host_bytes != 0) fail(LLMKV_ERR_UNSUPPORTED, "the host KV tier (kv_host_bytes) is not available yet");
+    if (p.flags & ~LLMKV_ENGINE_PREFIX_CACHE) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
+
+    std::unique_ptr<Engine> e(new Engine());
+    e->params_ = p;
+    e->params_.model_path = nullptr;  // borrowed; not kept
+    e->file_ = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
+    e->model_ = LlamaModel::load(e->file_);
+    e->tokenizer_ = Tokenizer::from_gguf(*e->file_);
+    const LlamaConfig &c = e->model_->config();
+    if (e->tokenizer_->n_vocab() != c.n_vocab) {
+        fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer has %zu tokens but token_embd.weight has %u rows",
+             e->tokenizer_->n_vocab(), c.n_vocab);
+    }
+
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.block_tokens = p.kv_block_tokens ? p.kv_block_tokens : kDefaultBlockTokens;
+    g.dtype_k = p.kv_dtype_k;
+    g.dtype_v = p.kv_dtype_v;
+    if (!codec_supported(g.dtype_k, g.head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for K is not supported (head_dim %u)", codec_name(g.dtype_k), g.head_dim);
+    }
+    if (!codec_supported(g.dtype_v, g.head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for V is not supported (head_dim %u)", codec_name(g.dtype_v), g.head_dim);
+    }
+
+    e->max_context_ = p.max_context ? std::min(p.max_context, c.n_ctx_train) : c.n_ctx_train;
+    if (p.max_context > c.n_ctx_train) {
+        LLMKV_LOG_WARN_F("max_context %u exceeds the model's trained context %u; using %u", p.max_context,
+                         c.n_ctx_train, c.n_ctx_train);
+    }
+    const uint32_t max_sessions = p.max_sessions ? p.max_sessions : kDefaultMaxSessions;
+    const size_t block_bytes = g.sealed_block_bytes();
+    uint64_t budget = p.kv_device_bytes;
+    if (budget == 0) {
+        // Room for four full-length sessions, capped; untouched blocks cost no memory.
+        uint64_t want = uint64_t(4) * (e->max_context_ / g.block_tokens + 1) * block_bytes;
+        budget = std::min(want, std::max<uint64_t>(kMaxAutomaticKvBytes, block_bytes * 64));
+    }
+    uint64_t n_blocks = budget / block_bytes;
+    if (n_blocks == 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "kv_device_bytes = %llu is smaller than one block (%zu bytes)",
+             (unsigned long long)budget, block_bytes);
+    }
+    if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
+    e->kv_device_bytes_ = n_blocks * block_bytes;
+    e->cache_ = std::make_unique<KvCache>(g, uint32_t(n_blocks), max_sessions);
+
+    unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
+    e->pool_ = std::make_unique<ThreadPool>(threads);
+    e->max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
+    e->forward_ = std::make_unique<Forward>(*e->model_, *e->cache_, *e->pool_, e->max_batch_tokens_);
+    e->scheduler_ = std::make_unique<Scheduler>(e->max_batch_tokens_);
+    e->params_.n_threads = threads;
+    e->params_.kv_block_tokens = g.block_tokens;
+    e->params_.max_sessions = max_sessions;
+    e->params_.max_batch_tokens = e->max_batch_tokens_;
+    LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend cpu "
+                     "(%s kernels), %u threads, KV %s/%s, %llu blocks of %u tokens (%zu bytes)",
+                     c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                     cpu::matmul_kernel_name(), threads, codec_name(g.dtype_k), codec_name(g.dtype_v),
+                     (unsigned long long)n_blocks, g.block_tokens, block_bytes);
+    return e;
+}
+
+Engine::~Engine() {
+    for (Session *s : sessions_) {
+        cache_->release(s->kv);
+        delete s;
+    }
+}
+
+void Engine::get_info(llmkv_engine_info &out) const {
+    const LlamaConfig &c = model_->config();
+    const KvGeometry &g = cache_->geometry();
+    uint32_t size = out.struct_size;
+    std::memset(&out, 0, sizeof(out));
+    out.struct_size = size;
+    copy_string(out.model_name, sizeof(out.model_name), c.name);
+    copy_string(out.architecture, sizeof(out.architecture), c.architecture);
+    copy_string(out.backend_name, sizeof(out.backend_name), "cpu");
+    out.backend = LLMKV_BACKEND_CPU;
+    out.n_vocab = c.n_vocab;
+    out.n_ctx_train = c.n_ctx_train;
+    out.max_context = max_context_;
+    out.n_layers = c.n_layers;
+    out.n_embd = c.n_embd;
+    out.n_heads = c.n_heads;
+    out.n_kv_heads = c.n_kv_heads;
+    out.head_dim = c.head_dim;
+    out.n_threads = pool_->size();
+    out.kv_block_tokens = g.block_tokens;
+    out.kv_dtype_k = g.dtype_k;
+    out.kv_dtype_v = g.dtype_v;
+    out.tp_size = 1;
+    out.n_params = model_->n_params();
+    out.weight_bytes = model_->weight_bytes();
+    out.kv_bytes_per_token_device = g.sealed_block_bytes() / g.block_tokens;
+    out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.block_tokens;
+    out.kv_device_bytes = kv_device_bytes_;
+    out.kv_blocks_total = cache_->sealed_pool().n_total();
+    out.kv_tail_blocks_total = cache_->tail_pool().n_total();
+    out.bos_token = tokenizer_->bos();
+    out.eos_token = tokenizer_->eos();
+    out.eot_token = tokenizer_->eot();
+}
+
+void Engine::get_stats(llmkv_stats &out) const {
+    uint32_t size = out.struct_size;
+    std::memset(&out, 0, sizeof(out));
+    out.struct_size = size;
+    const BlockPool &sealed = cache_->sealed_pool();
+    const BlockPool &tails = cache_->tail_pool();
+    out.blocks_total = sealed.n_total();
+    out.blocks_free = sealed.n_free();
+    out.blocks_used = sealed.n_used();
+    out.blocks_cached = 0;
+    out.tail_blocks_total = tails.n_total();
+    out.tail_blocks_used = tails.n_used();
+    out.sessions_total = uint32_t(sessions_.size());
+    for (const Session *s : sessions_) {
+        switch (s->state) {
+            case LLMKV_SESSION_IDLE: ++out.sessions_idle; break;
+            case LLMKV_SESSION_QUEUED: ++out.sessions_queued; break;
+            case LLMKV_SESSION_PREFILLING: ++out.sessions_prefilling; break;
+            case LLMKV_SESSION_GENERATING: ++out.sessions_generating; break;
+            case LLMKV_SESSION_PARKED: ++out.sessions_parked; break;
+            case LLMKV_SESSION_FINISHED: ++out.sessions_finished; break;
+        }
+        out.tokens_stored += s->kv.n_tokens;
+    }
+    out.kv_bytes_used = uint64_t(sealed.n_used()) * sealed.block_bytes() + uint64_t(tails.n_used()) * tails.block_bytes();
+    out.prefix_miss_tokens = tokens_prefilled_;
+    out.tokens_prefilled = tokens_prefilled_;
+    out.tokens_generated = tokens_generated_;
+    out.steps = steps_;
+}
+
+std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) const {
+    return format_chat(*file_, *tokenizer_, msgs, n, add_generation_prompt);
+}
+
+Session *Engine::create_session(const llmkv_session_params &p) {
+    if (p.prefix) fail(LLMKV_ERR_UNSUPPORTED, "session_params.prefix: prefix handles are not available yet");
+    if (const char *why = validate_sampling(p.sampling)) fail(LLMKV_ERR_INVALID_ARGUMENT, "%s", why);
+    if (p.n_stop_tokens > 0 && !p.stop_tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_tokens is NULL with n_stop_tokens = %u", p.n_stop_tokens);
+    if (p.n_stop_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_tokens = %u exceeds 1024", p.n_stop_tokens);
+    const uint32_t n_vocab = model_->config().n_vocab;
+    for (uint32_t i = 0; i < p.n_stop_tokens; ++i) {
+        if (p.stop_tokens[i] < 0 || uint32_t(p.stop_tokens[i]) >= n_vocab) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_tokens[%u] = %d is outside the vocabulary (%u)", i,
+                 p.stop_tokens[i], n_vocab);
+        }
+    }
+    if (sessions_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions are already live", params_.max_sessions);
+    }
+    auto s = std::make_unique<Session>();
+    s->engine = this;
+    s->user_data = p.user_data;
+    s->priority = p.priority;
+    s->default_max_new_tokens = p.max_new_tokens;
+    s->stop_tokens.assign(p.stop_tokens, p.stop_tokens + p.n_stop_tokens);
+    s->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
+    sessions_.push_back(s.get());
+    return s.release();
+}
+
+void Engine::destroy_session(Session *s) {
+    auto it = std::find(sessions_.begin(), sessions_.end(), s);
+    if (it == sessions_.end()) return;
+    sessions_.erase(it);
+    cache_->release(s->kv);
+    events_.erase(std::remove_if(events_.begin(), events_.end(),
+                                 [&](const llmkv_event &ev) { return ev.session == s->handle; }),
+                  events_.end());
+    delete s;
+}
+
+void Engine::append(Session *s, const int32_t *tokens, size_t n) {
+    if (n > 0 && !tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens is NULL with n = %zu", n);
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
+    const uint32_t n_vocab = model_->config().n_vocab;
+    for (size_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || uint32_t(tokens[i]) >= n_vocab) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%u)", i, tokens[i], n_vocab);
+        }
+    }
+    if (s->tokens.size() + n > max_context_) {
+        fail(LLMKV_ERR_KV_CAPACITY, "appending %zu tokens to %zu would exceed max_context %u", n, s->tokens.size(),
+             max_context_);
+    }
+    if (n == 0) return;
+    s->tokens.insert(s->tokens.end(), tokens, tokens + n);
+    if (!s->started) s->admit_seq = next_admit_seq_++;
+    update_state(s);
+}
+
+void Engine::append_text(Session *s, const char *text, size_t len) {
+    if (len > 0 && !text) fail(LLMKV_ERR_INVALID_ARGUMENT, "text is NULL with len = %zu", len);
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
+    bool add_bos = s->tokens.empty() && tokenizer_->add_bos_default();
+    std::vector<int32_t> ids = tokenizer_->encode(std::string_view(text ? text : "", len), add_bos, true);
+    append(s, ids.data(), ids.size());
+}
+
+void Engine::generate(Session *s, uint32_t max_new_tokens) {
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is already generating");
+    if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens to continue from; append a prompt first");
+    if (s->tokens.size() >= max_context_) {
+        fail(LLMKV_ERR_KV_CAPACITY, "session holds %zu tokens, the max_context (%u): no room to generate",
+             s->tokens.size(), max_context_);
+    }
+    s->generate_requested = true;
+    s->generate_limit = max_new_tokens ? max_new_tokens : s->default_max_new_tokens;
+    s->n_generated = 0;
+    s->finish_reason = LLMKV_FINISH_NONE;
+    s->admit_seq = next_admit_seq_++;
+    s->started = false;
+    update_state(s);
+}
+
+void Engine::cancel(Session *s) {
+    if (!s->generate_requested) fail(LLMKV_ERR_STATE, "session is not generating");
+    finish(s, LLMKV_FINISH_CANCELLED);
+}
+
+uint32_t Engine::pending_runnable(const Session &s) const {
+    uint32_t pending = uint32_t(s.tokens.size()) - s.kv.n_tokens;
+    if (s.generate_requested) return pending;
+    // Without a generate request the last token waits: its logits are computed by the
+    // pass that starts generation.
+    return pending > 0 ? pending - 1 : 0;
+}
+
+bool Engine::has_work() const {
+    for (const Session *s : sessions_) {
+        if (pending_runnable(*s) > 0) return true;
+    }
+    return false;
+}
+
+void Engine::push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
+                        llmkv_status status) {
+    llmkv_event ev{};
+    ev.session = s->handle;
+    ev.user_data = s->user_data;
+    ev.kind = kind;
+    ev.token = token;
+    ev.finish_reason = reason;
+    ev.status = status;
+    events_.push_back(ev);
+}
+
+void Engine::finish(Session *s, llmkv_finish_reason reason) {
+    s->generate_requested = false;
+    s->finish_reason = reason;
+    push_event(s, LLMKV_EVENT_DONE, -1, reason, LLMKV_OK);
+    update_state(s);
+}
+
+void Engine::update_state(Session *s) {
+    if (s->generate_requested) {
+        bool prompt_done = uint32_t(s->tokens.size()) - s->kv.n_tokens <= 1;
+        s->state = !s->started ? LLMKV_SESSION_QUEUED
+                   : (prompt_done && s->n_generated > 0) ? LLMKV_SESSION_GENERATING
+                                                         : LLMKV_SESSION_PREFILLING;
+        if (s->started && prompt_done) s->state = LLMKV_SESSION_GENERATING;
+    } else if (pending_runnable(*s) > 0) {
+        s->state = s->started ? LLMKV_SESSION_PREFILLING : LLMKV_SESSION_QUEUED;
+    } else {
+        s->state = s->finish_reason != LLMKV_FINISH_NONE ? LLMKV_SESSION_FINISHED : LLMKV_SESSION_IDLE;
+        s->started = false;
+    }
+}
+
+void Engine::step() {
+    std::vector<SchedCandidate> candidates;
+    for (uint32_t i = 0; i < sessions_.size(); ++i) {
+        const Session &s = *sessions_[i];
+        uint32_t n = pending_runnable(s);
+        if (n == 0) continue;
+        candidates.push_back({i, s.priority, s.admit_seq, n, s.generate_requested && n == 1});
+    }
+    if (candidates.empty()) return;
+    std::vector<SchedItem> plan = scheduler_->plan_step(std::move(candidates));
+
+    // Reserve KV for every planned span; a session whose blocks cannot be had waits, and
+    // if nothing at all can run, the first one fails with KV_CAPACITY instead of hanging.
+    std::vector<ForwardSpan> spans;
+    std::vector<Session *> span_sessions;
+    Session *first_refused = nullptr;
+    for (const SchedItem &item : plan) {
+        Session *s = sessions_[item.index];
+        if (!cache_->reserve(s->kv, s->kv.n_tokens + item.n_tokens)) {
+            if (!first_refused) first_refused = s;
+            continue;
+        }
+        bool want_logits = s->generate_requested && s->kv.n_tokens + item.n_tokens == s->tokens.size();
+        spans.push_back({&s->kv, s->tokens.data() + s->kv.n_tokens, item.n_tokens, want_logits});
+        span_sessions.push_back(s);
+    }
+    if (spans.empty()) {
+        Session *s = first_refused;
+        LLMKV_LOG_WARN_F("KV pool exhausted: a session needing %u more blocks cannot run (%u free)",
+                         cache_->blocks_needed(s->kv, uint32_t(s->tokens.size())),
+                         cache_->sealed_pool().n_free());
+        // Drop its unprocessed input (nothing computed is lost) and report the error.
+        if (!(s->generate_requested && s->n_generated > 0)) s->tokens.resize(s->kv.n_tokens);
+        s->generate_requested = false;
+        s->finish_reason = LLMKV_FINISH_NONE;
+        push_event(s, LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
+        update_state(s);
+        return;
+    }
+
+    try {
+        forward_->run(spans, logits_);
+    } catch (...) {
+        for (Session *s : span_sessions) cache_->trim(s->kv);
+        throw;
+    }
+    ++steps_;
+
+    const uint32_t n_vocab = model_->config().n_vocab;
+    size_t logit_row = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        Session *s = span_sessions[i];
+        s->started = true;
+        if (!spans[i].want_logits) {
+            tokens_prefilled_ += spans[i].n;
+            update_state(s);
+            continue;
+        }
+        tokens_prefilled_ += s->n_generated == 0 ? spans[i].n : 0;
+        float *row = logits_.data() + logit_row * n_vocab;
+        ++logit_row;
+        int32_t token = s->sampler->sample(row, s->tokens);
+        s->tokens.push_back(token);
+        bool is_stop = tokenizer_->is_end_of_generation(token) ||
+                       std::find(s->stop_tokens.begin(), s->stop_tokens.end(), token) != s->stop_tokens.end();
+        if (is_stop) {
+            finish(s, LLMKV_FINISH_STOP);
+            continue;
+        }
+        ++s->n_generated;
+        ++tokens_generated_;
+        s->text.push(tokenizer_->token_bytes(token));
+        push_event(s, LLMKV_EVENT_TOKEN, token, LLMKV_FINISH_NONE, LLMKV_OK);
+        if (s->generate_limit && s->n_generated >= s->generate_limit) {
+            finish(s, LLMKV_FINISH_LENGTH);
+        } else if (s->tokens.size() >= max_context_) {
+            finish(s, LLMKV_FINISH_CONTEXT);
+        } else {
+            update_state(s);
+        }
+    }
+}
+
+size_t Engine::take_events(llmkv_event *out, size_t capacity) {
+    size_t n = std::min(capacity, events_.size());
+    for (size_t i = 0; i < n; ++i) {
+        out[i] = events_.front();
+        events_.pop_front();
+    }
+    return n;
+}
+
+void Engine::check_invariants() const {
+    cache_->sealed_pool().check_invariants();
+    cache_->tail_pool().check_invariants();
+    // Every referenced block belongs to exactly the sessions that hold it.
+    std::vector<uint32_t> refs(cache_->sealed_pool().n_total(), 0);
+    std::vector<uint32_t> tail_refs(cache_->tail_pool().n_total(), 0);
+    for (const Session *s : sessions_) {
+        if (s->kv.blocks.size() != s->kv.n_tokens / cache_->geometry().block_tokens) {
+            fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(), s->kv.n_tokens);
+        }
+        for (uint32_t id : s->kv.blocks) ++refs[id];
+        if (s->kv.tail >= 0) ++tail_refs[size_t(s->kv.tail)];
+    }
+    for (uint32_t id = 0; id < refs.size(); ++id) {
+        if (refs[id] != cache_->sealed_pool().refcount(id)) {
+            fail(LLMKV_ERR_INTERNAL, "block %u: refcount %u but %u holders", id, cache_->sealed_pool().refcount(id), refs[id]);
+        }
+    }
+    for (uint32_t id = 0; id < tail_refs.size(); ++id) {
+        if (tail_refs[id] != cache_->tail_pool().refcount(id)) {
+            fail(LLMKV_ERR_INTERNAL, "tail slot %u: refcount %u but %u holders", id, cache_->tail_pool().refcount(id), tail_refs[id]);
+        }
+    }
+}
+
+}  // namespace llmkv

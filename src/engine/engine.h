@@ -1,0 +1,110 @@
+// Engine: owns the model, tokenizer, KV cache, scheduler and CPU backend, and the
+// sessions created from it. One mutex serializes every call on an engine.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "kv/kv_cache.h"
+#include "llmkv.h"
+#include "model/gguf.h"
+#include "model/llama_model.h"
+#include "model/tokenizer.h"
+#include "sched/scheduler.h"
+
+namespace llmkv {
+
+class Engine;
+
+struct Session {
+    Engine *engine = nullptr;
+    llmkv_session *handle = nullptr;  // the C handle handed to the host
+    void *user_data = nullptr;
+    int32_t priority = 0;
+    uint32_t default_max_new_tokens = 0;
+    std::vector<int32_t> stop_tokens;
+    std::unique_ptr<Sampler> sampler;
+
+    std::vector<int32_t> tokens;  // the context: prompt and generated tokens
+    SessionKv kv;                 // kv.n_tokens = tokens whose KV is computed
+    llmkv_session_state state = LLMKV_SESSION_IDLE;
+    llmkv_finish_reason finish_reason = LLMKV_FINISH_NONE;
+    bool generate_requested = false;
+    bool started = false;         // has run in a step since its work was queued
+    uint32_t generate_limit = 0;  // 0 = until stop or context end
+    uint32_t n_generated = 0;
+    uint64_t admit_seq = 0;
+    Utf8Stream text;              // generated text not yet read
+};
+
+class Engine {
+public:
+    static std::unique_ptr<Engine> create(const llmkv_engine_params &params);
+    ~Engine();
+
+    std::mutex &mutex() { return mutex_; }
+
+    void get_info(llmkv_engine_info &out) const;
+    void get_stats(llmkv_stats &out) const;
+    const Tokenizer &tokenizer() const { return *tokenizer_; }
+    const LlamaModel &model() const { return *model_; }
+    uint32_t max_context() const { return max_context_; }
+
+    std::string chat_format(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) const;
+
+    Session *create_session(const llmkv_session_params &params);
+    void destroy_session(Session *s);
+    void append(Session *s, const int32_t *tokens, size_t n);
+    void append_text(Session *s, const char *text, size_t len);
+    void generate(Session *s, uint32_t max_new_tokens);
+    void cancel(Session *s);
+
+    // One scheduling iteration; events go to the queue.
+    void step();
+    bool has_work() const;
+    // Moves up to capacity queued events into out; returns how many.
+    size_t take_events(llmkv_event *out, size_t capacity);
+    size_t pending_events() const { return events_.size(); }
+
+    // For tests: throws LLMKV_ERR_INTERNAL if a pool invariant does not hold.
+    void check_invariants() const;
+
+private:
+    Engine() = default;
+    uint32_t pending_runnable(const Session &s) const;
+    void push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
+                    llmkv_status status);
+    void finish(Session *s, llmkv_finish_reason reason);
+    void update_state(Session *s);
+
+    mutable std::mutex mutex_;
+    llmkv_engine_params params_{};
+    std::shared_ptr<GgufFile> file_;
+    std::unique_ptr<LlamaModel> model_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::unique_ptr<KvCache> cache_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::unique_ptr<Forward> forward_;
+    std::unique_ptr<Scheduler> scheduler_;
+    uint32_t max_context_ = 0;
+    uint32_t max_batch_tokens_ = 0;
+    uint64_t kv_device_bytes_ = 0;
+    std::vector<Session *> sessions_;
+    std::deque<llmkv_event> events_;
+    std::vector<float> logits_;
+    uint64_t next_admit_seq_ = 1;
+
+    // Counters for llmkv_stats.
+    uint64_t steps_ = 0;
+    uint64_t tokens_prefilled_ = 0;
+    uint64_t tokens_generated_ = 0;
+};
+
+}  // namespace llmkv

@@ -1,0 +1,89 @@
+// BlockPool: the slab is an anonymous mapping, so untouched blocks cost no resident memory.
+#include "kv/block_pool.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace llmkv {
+
+BlockPool::BlockPool(uint32_t n_blocks, size_t block_bytes, const char *name)
+    : name_(name), n_total_(n_blocks), block_bytes_(block_bytes) {
+    if (n_blocks == 0 || block_bytes == 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s pool: %u blocks of %zu bytes is empty", name, n_blocks,
+             block_bytes);
+    }
+    if (__builtin_mul_overflow(size_t(n_blocks), block_bytes, &slab_bytes_)) {
+        fail(LLMKV_ERR_OUT_OF_MEMORY, "%s pool: %u blocks of %zu bytes overflows", name, n_blocks,
+             block_bytes);
+    }
+    void *p = mmap(nullptr, slab_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fail(LLMKV_ERR_OUT_OF_MEMORY, "%s pool: cannot map %zu bytes: %s", name, slab_bytes_,
+             std::strerror(errno));
+    }
+    slab_ = static_cast<uint8_t *>(p);
+    free_list_.reserve(n_blocks);
+    for (uint32_t i = n_blocks; i-- > 0;) free_list_.push_back(i);
+    refcount_.assign(n_blocks, 0);
+}
+
+BlockPool::~BlockPool() {
+    if (slab_) munmap(slab_, slab_bytes_);
+}
+
+bool BlockPool::allocate_many(uint32_t n, std::vector<uint32_t> &out) {
+    if (n > free_list_.size()) return false;
+    for (uint32_t i = 0; i < n; ++i) {
+        uint32_t id = free_list_.back();
+        free_list_.pop_back();
+        refcount_[id] = 1;
+        out.push_back(id);
+    }
+    return true;
+}
+
+bool BlockPool::allocate(uint32_t &id) {
+    if (free_list_.empty()) return false;
+    id = free_list_.back();
+    free_list_.pop_back();
+    refcount_[id] = 1;
+    return true;
+}
+
+void BlockPool::retain(uint32_t id) {
+    if (id >= n_total_ || refcount_[id] == 0) {
+        fail(LLMKV_ERR_INTERNAL, "%s pool: retain of free or invalid block %u", name_, id);
+    }
+    ++refcount_[id];
+}
+
+void BlockPool::release(uint32_t id) {
+    if (id >= n_total_ || refcount_[id] == 0) {
+        fail(LLMKV_ERR_INTERNAL, "%s pool: release of free or invalid block %u", name_, id);
+    }
+    if (--refcount_[id] == 0) free_list_.push_back(id);
+}
+
+void BlockPool::check_invariants() const {
+    std::vector<uint8_t> on_free(n_total_, 0);
+    for (uint32_t id : free_list_) {
+        if (id >= n_total_) fail(LLMKV_ERR_INTERNAL, "%s pool: free list holds bad id %u", name_, id);
+        if (on_free[id]) fail(LLMKV_ERR_INTERNAL, "%s pool: block %u twice on the free list", name_, id);
+        on_free[id] = 1;
+    }
+    for (uint32_t id = 0; id < n_total_; ++id) {
+        if (on_free[id] && refcount_[id] != 0) {
+            fail(LLMKV_ERR_INTERNAL, "%s pool: free block %u has refcount %u", name_, id, refcount_[id]);
+        }
+        if (!on_free[id] && refcount_[id] == 0) {
+            fail(LLMKV_ERR_INTERNAL, "%s pool: block %u is neither free nor referenced", name_, id);
+        }
+    }
+}
+
+}  // namespace llmkv

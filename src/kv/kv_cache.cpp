@@ -1,0 +1,47 @@
+// KvCache: reservation of sealed blocks and tail slots for sessions.
+#include "kv/kv_cache.h"
+
+#include "common/error.h"
+
+namespace llmkv {
+
+KvCache::KvCache(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots)
+    : geometry_(geometry),
+      sealed_(n_sealed_blocks, geometry.sealed_block_bytes(), "sealed"),
+      tails_(n_tail_slots, geometry.tail_block_bytes(), "tail") {}
+
+uint32_t KvCache::blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) const {
+    uint32_t full = new_n_tokens / geometry_.block_tokens;
+    return full > kv.blocks.size() ? full - uint32_t(kv.blocks.size()) : 0;
+}
+
+bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
+    uint32_t need = blocks_needed(kv, new_n_tokens);
+    bool need_tail = kv.tail < 0;
+    if (need > sealed_.n_free() || (need_tail && tails_.n_free() == 0)) return false;
+    if (need_tail) {
+        uint32_t slot;
+        tails_.allocate(slot);
+        kv.tail = slot;
+    }
+    sealed_.allocate_many(need, kv.blocks);
+    return true;
+}
+
+void KvCache::trim(SessionKv &kv) {
+    size_t keep = kv.n_tokens / geometry_.block_tokens;
+    while (kv.blocks.size() > keep) {
+        sealed_.release(kv.blocks.back());
+        kv.blocks.pop_back();
+    }
+}
+
+void KvCache::release(SessionKv &kv) {
+    for (uint32_t id : kv.blocks) sealed_.release(id);
+    kv.blocks.clear();
+    if (kv.tail >= 0) tails_.release(uint32_t(kv.tail));
+    kv.tail = -1;
+    kv.n_tokens = 0;
+}
+
+}  // namespace llmkv

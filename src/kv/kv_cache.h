@@ -1,0 +1,94 @@
+// KvCache: the device tier of the KV store. Sealed blocks (in the K/V codecs) live in one
+// BlockPool, each session's partial tail block (fp16) in a second pool of tail slots.
+//
+// Block layouts (per block id; B = block_tokens, D = head_dim, H = n_kv_heads):
+//   sealed block: for each layer l: K heads [H][head_bytes_k], then V heads [H][head_bytes_v]
+//                 where a head holds B tokens x D dims in the codec (kv/codec.h).
+//   tail slot:    for each layer l: K [H][B][D] fp16, then V [H][B][D] fp16.
+// A session's token at position p lives in sealed block blocks[p / B] when p / B < number
+// of sealed blocks, else in its tail slot at row p % B.
+//
+// NOTE a sealed block is written once, layer by layer, during the forward pass that
+// completes it, and never again; its id is reserved (allocated) before that pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/codec.h"
+#include "llmkv.h"
+
+namespace llmkv {
+
+struct KvGeometry {
+    uint32_t n_layers = 0;
+    uint32_t n_kv_heads = 0;
+    uint32_t head_dim = 0;
+    uint32_t block_tokens = 16;
+    llmkv_kv_dtype dtype_k = LLMKV_KV_F16;
+    llmkv_kv_dtype dtype_v = LLMKV_KV_F16;
+
+    size_t head_bytes_k() const { return codec_head_bytes(dtype_k, block_tokens, head_dim); }
+    size_t head_bytes_v() const { return codec_head_bytes(dtype_v, block_tokens, head_dim); }
+    size_t sealed_layer_bytes() const { return n_kv_heads * (head_bytes_k() + head_bytes_v()); }
+    size_t sealed_block_bytes() const { return n_layers * sealed_layer_bytes(); }
+    size_t sealed_k_offset(uint32_t layer, uint32_t head) const {
+        return layer * sealed_layer_bytes() + head * head_bytes_k();
+    }
+    size_t sealed_v_offset(uint32_t layer, uint32_t head) const {
+        return layer * sealed_layer_bytes() + n_kv_heads * head_bytes_k() + head * head_bytes_v();
+    }
+    size_t tail_head_bytes() const { return size_t(block_tokens) * head_dim * 2; }
+    size_t tail_layer_bytes() const { return 2 * n_kv_heads * tail_head_bytes(); }
+    size_t tail_block_bytes() const { return n_layers * tail_layer_bytes(); }
+    size_t tail_k_offset(uint32_t layer, uint32_t head) const {
+        return layer * tail_layer_bytes() + head * tail_head_bytes();
+    }
+    size_t tail_v_offset(uint32_t layer, uint32_t head) const {
+        return layer * tail_layer_bytes() + (n_kv_heads + head) * tail_head_bytes();
+    }
+    // Sealed bytes per token, scales included.
+    double sealed_bytes_per_token() const { return double(sealed_block_bytes()) / block_tokens; }
+};
+
+// The KV state of one session: its sealed block table and tail slot.
+struct SessionKv {
+    std::vector<uint32_t> blocks;  // sealed block ids, in position order
+    int64_t tail = -1;             // tail slot id, -1 before the first token
+    uint32_t n_tokens = 0;         // positions [0, n_tokens) hold computed KV
+};
+
+class KvCache {
+public:
+    KvCache(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);
+
+    const KvGeometry &geometry() const { return geometry_; }
+    BlockPool &sealed_pool() { return sealed_; }
+    const BlockPool &sealed_pool() const { return sealed_; }
+    BlockPool &tail_pool() { return tails_; }
+    const BlockPool &tail_pool() const { return tails_; }
+
+    // Makes room for positions [0, new_n_tokens): reserves the sealed blocks that will be
+    // complete and a tail slot. All or nothing: returns false and changes nothing when
+    // the pool cannot supply them.
+    bool reserve(SessionKv &kv, uint32_t new_n_tokens);
+    // Sealed blocks needed to hold n_tokens beyond what kv already has.
+    uint32_t blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) const;
+    // Gives back reserved blocks past kv.n_tokens (after a failed pass).
+    void trim(SessionKv &kv);
+    // Returns every block and the tail slot of a session to the pools.
+    void release(SessionKv &kv);
+
+    uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
+    uint8_t *tail_data(int64_t slot) { return tails_.data(uint32_t(slot)); }
+
+private:
+    KvGeometry geometry_;
+    BlockPool sealed_;
+    BlockPool tails_;
+};
+
+}  // namespace llmkv

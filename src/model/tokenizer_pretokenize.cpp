@@ -1,0 +1,180 @@
+// Pre-tokenization for byte-level BPE: the GPT-2, SmolLM (isolated digits + GPT-2) and
+// Llama 3 split patterns, matched by hand over code points with utf8proc categories. Each
+// matcher returns the end of the match of the pattern's alternatives, tried in order.
+#include <utf8proc.h>
+
+#include "model/tokenizer.h"
+
+namespace llmkv {
+
+namespace {
+
+enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+constexpr uint32_t kInvalid = 0xFFFFFFFFu;  // a byte that is not part of valid UTF-8
+
+// The Unicode White_Space property (what \s matches in the reference regex engine).
+bool is_white_space(uint32_t c) {
+    if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || c == 0x20;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+CharClass classify(uint32_t c) {
+    if (c == kInvalid) return kOther;
+    if (c < 0x80) {
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return kLetter;
+        if (c >= '0' && c <= '9') return kNumber;
+        return is_white_space(c) ? kSpace : kOther;
+    }
+    if (is_white_space(c)) return kSpace;
+    switch (utf8proc_category(utf8proc_int32_t(c))) {
+        case UTF8PROC_CATEGORY_LU:
+        case UTF8PROC_CATEGORY_LL:
+        case UTF8PROC_CATEGORY_LT:
+        case UTF8PROC_CATEGORY_LM:
+        case UTF8PROC_CATEGORY_LO: return kLetter;
+        case UTF8PROC_CATEGORY_ND:
+        case UTF8PROC_CATEGORY_NL:
+        case UTF8PROC_CATEGORY_NO: return kNumber;
+        default: return kOther;
+    }
+}
+
+// The text as code points: cp[i] starts at byte off[i]; off has one more entry (the end).
+struct CodePoints {
+    std::vector<uint32_t> cp;
+    std::vector<uint8_t> cls;
+    std::vector<size_t> off;
+
+    explicit CodePoints(std::string_view text) {
+        cp.reserve(text.size());
+        cls.reserve(text.size());
+        off.reserve(text.size() + 1);
+        const auto *p = reinterpret_cast<const unsigned char *>(text.data());
+        size_t i = 0;
+        while (i < text.size()) {
+            size_t len = Utf8Stream::unit_length(p + i, text.size() - i);
+            uint32_t c;
+            if (len == 0 || (len == 1 && p[i] >= 0x80)) {
+                len = 1;
+                c = kInvalid;
+            } else if (len == 1) {
+                c = p[i];
+            } else {
+                c = p[i] & (0x7Fu >> len);
+                for (size_t k = 1; k < len; ++k) c = (c << 6) | (p[i + k] & 0x3Fu);
+            }
+            cp.push_back(c);
+            cls.push_back(classify(c));
+            off.push_back(i);
+            i += len;
+        }
+        off.push_back(text.size());
+    }
+    size_t size() const { return cp.size(); }
+};
+
+bool is_cr_lf(uint32_t c) { return c == '\r' || c == '\n'; }
+
+uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+// 's|'t|'re|'ve|'m|'ll|'d, case-sensitive or not. Returns the match end or 0.
+size_t match_contraction(const CodePoints &t, size_t i, size_t end, bool fold) {
+    if (t.cp[i] != '\'' || i + 1 >= end) return 0;
+    uint32_t a = fold ? ascii_lower(t.cp[i + 1]) : t.cp[i + 1];
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if (i + 2 >= end) return 0;
+    uint32_t b = fold ? ascii_lower(t.cp[i + 2]) : t.cp[i + 2];
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    return 0;
+}
+
+size_t skip_class(const CodePoints &t, size_t j, size_t end, uint8_t cls) {
+    while (j < end && t.cls[j] == cls) ++j;
+    return j;
+}
+
+// \s+(?!\S)|\s+ at a whitespace code point i.
+size_t match_space_run(const CodePoints &t, size_t i, size_t end) {
+    size_t k = skip_class(t, i, end, kSpace);
+    if (k == end || k - i < 2) return k;  // to the end, or a single space before \S
+    return k - 1;                         // leave the last one to prefix the next word
+}
+
+size_t match_gpt2(const CodePoints &t, size_t i, size_t end) {
+    if (size_t m = match_contraction(t, i, end, false)) return m;
+    size_t j = i + (t.cp[i] == ' ' ? 1 : 0);  // ' ?'
+    if (j < end && t.cls[j] != kSpace) return skip_class(t, j, end, t.cls[j]);
+    return match_space_run(t, i, end);
+}
+
+size_t match_llama3(const CodePoints &t, size_t i, size_t end) {
+    if (size_t m = match_contraction(t, i, end, true)) return m;
+    uint8_t c0 = t.cls[i];
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if (c0 == kLetter) return skip_class(t, i, end, kLetter);
+    if (c0 != kNumber && !is_cr_lf(t.cp[i]) && i + 1 < end && t.cls[i + 1] == kLetter) {
+        return skip_class(t, i + 1, end, kLetter);
+    }
+    // \p{N}{1,3}
+    if (c0 == kNumber) {
+        size_t j = i;
+        while (j < end && j - i < 3 && t.cls[j] == kNumber) ++j;
+        return j;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    size_t j = i + (t.cp[i] == ' ' ? 1 : 0);
+    if (j < end && t.cls[j] == kOther) {
+        j = skip_class(t, j, end, kOther);
+        while (j < end && is_cr_lf(t.cp[j])) ++j;
+        return j;
+    }
+    // \s*[\r\n]+ : through the last CR/LF of the whitespace run
+    size_t k = skip_class(t, i, end, kSpace);
+    for (size_t m = k; m > i; --m) {
+        if (is_cr_lf(t.cp[m - 1])) return m;
+    }
+    return match_space_run(t, i, end);
+}
+
+template <typename Matcher>
+void split_range(const CodePoints &t, std::string_view text, size_t begin, size_t end,
+                 Matcher match, std::vector<std::string_view> &out) {
+    size_t i = begin;
+    while (i < end) {
+        size_t m = match(t, i, end);
+        if (m <= i) m = i + 1;  // cannot happen: every code point matches some alternative
+        out.push_back(text.substr(t.off[i], t.off[m] - t.off[i]));
+        i = m;
+    }
+}
+
+}  // namespace
+
+void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view> &out) {
+    if (text.empty()) return;
+    CodePoints t(text);
+    size_t n = t.size();
+    switch (kind) {
+        case PreTokenizer::kGpt2: split_range(t, text, 0, n, match_gpt2, out); break;
+        case PreTokenizer::kLlama3: split_range(t, text, 0, n, match_llama3, out); break;
+        case PreTokenizer::kSmollm: {
+            size_t i = 0;
+            while (i < n) {
+                if (t.cls[i] == kNumber) {
+                    out.push_back(text.substr(t.off[i], t.off[i + 1] - t.off[i]));
+                    ++i;
+                    continue;
+                }
+                size_t k = i;
+                while (k < n && t.cls[k] != kNumber) ++k;
+                split_range(t, text, i, k, match_gpt2, out);
+                i = k;
+            }
+            break;
+        }
+    }
+}
+
+}  // namespace llmkv

@@ -1,0 +1,27 @@
+// Scheduler::plan_step: decode first, then chunked prefill under the token budget.
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+namespace llmkv {
+
+std::vector<SchedItem> Scheduler::plan_step(std::vector<SchedCandidate> candidates) const {
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const SchedCandidate &a, const SchedCandidate &b) {
+                         if (a.decoding != b.decoding) return a.decoding;
+                         if (a.priority != b.priority) return a.priority > b.priority;
+                         return a.admit_seq < b.admit_seq;
+                     });
+    std::vector<SchedItem> plan;
+    uint32_t budget = max_batch_tokens_;
+    for (const SchedCandidate &c : candidates) {
+        if (c.n_pending == 0) continue;
+        if (budget == 0) break;
+        uint32_t n = std::min(c.n_pending, budget);
+        plan.push_back({c.index, n});
+        budget -= n;
+    }
+    return plan;
+}
+
+}  // namespace llmkv

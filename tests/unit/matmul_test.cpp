@@ -1,0 +1,457 @@
+// Unit tests of the CPU matmul kernels (src/backend/cpu/matmul.*): accuracy against the
+// double-precision reference with a derived error bound, bitwise determinism across batching,
+// threads and tile positions, AVX2 vs portable agreement, and exact dequantization.
+#include "backend/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "common/error.h"
+#include "common/half.h"
+#include "quant_reference.h"
+
+namespace llmkv::cpu {
+namespace {
+
+// ---- error bound ---------------------------------------------------------------------------
+//
+// For the quantized types matmul() replaces every activation x_i by x^_i = q_i * d_b, with
+// d_b = max|x| / 127 over x_i's block b and q_i = round(x_i / d_b), so |x_i - x^_i| <= d_b / 2
+// (plus a few ulps of q from computing x * (1/d)). The block dot products are exact integers;
+// the only other errors are float roundings: the scale d_w * d_x, the block accumulation over
+// nb blocks, the 8-lane horizontal sum, and (Q4_1) the min term. Hence, with W the dequantized
+// weights and |W| measured before cancellation (|n*d| + |m| for Q4_1):
+//
+//   |Y - Y_ref| <= sum_b (0.5 + 1e-3) d_b sum_{i in b} |W_i|            (activation quantization)
+//                + 2 (nb + 16) FLT_EPSILON sum_i |W_i| (|x_i| + d_b)   (float arithmetic)
+//
+// For F32/F16/BF16 weights there is no activation quantization: the bound is the float term
+// with cols in place of nb. AVX2 and portable runs quantize the activations identically
+// (checked bitwise below), so they may only differ by the float term (counted twice).
+
+struct Bound {
+    double quant = 0;  // activation quantization part
+    double fp = 0;     // float rounding part
+};
+
+bool quantized(TensorType t) {
+    return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
+}
+
+// |W_i| before cancellation, per element.
+std::vector<double> weight_magnitudes(TensorType t, const uint8_t *row, int64_t cols) {
+    std::vector<float> w = dequantize_reference(t, row, cols);
+    std::vector<double> mag(w.begin(), w.end());
+    for (double &v : mag) v = std::fabs(v);
+    if (t == TensorType::Q4_1) {
+        for (int64_t b = 0; b < cols / 32; ++b) {
+            BlockQ4_1 blk;
+            std::memcpy(&blk, row + b * sizeof(blk), sizeof(blk));
+            const double d = std::fabs(fp16_to_fp32(blk.d)), m = std::fabs(fp16_to_fp32(blk.m));
+            for (int j = 0; j < 16; ++j) {
+                mag[b * 32 + j] = d * (blk.qs[j] & 15) + m;
+                mag[b * 32 + j + 16] = d * (blk.qs[j] >> 4) + m;
+            }
+        }
+    }
+    return mag;
+}
+
+Bound error_bound(TensorType t, const uint8_t *row, const float *x, int64_t cols) {
+    std::vector<double> mag = weight_magnitudes(t, row, cols);
+    Bound b;
+    if (!quantized(t)) {
+        double s = 0;
+        for (int64_t i = 0; i < cols; ++i) s += mag[i] * std::fabs(x[i]);
+        b.fp = 2.0 * double(cols + 16) * FLT_EPSILON * s + 1e-30;
+        return b;
+    }
+    const int64_t nb = cols / 32;
+    double s = 0;
+    for (int64_t blk = 0; blk < nb; ++blk) {
+        double amax = 0, wsum = 0;
+        for (int i = 0; i < 32; ++i) {
+            amax = std::max(amax, double(std::fabs(x[blk * 32 + i])));
+            wsum += mag[blk * 32 + i];
+        }
+        const double d = amax / 127.0;
+        b.quant += (0.5 + 1e-3) * d * wsum;
+        for (int i = 0; i < 32; ++i) s += mag[blk * 32 + i] * (std::fabs(x[blk * 32 + i]) + d);
+    }
+    b.fp = 2.0 * double(nb + 16) * FLT_EPSILON * s + 1e-30;
+    return b;
+}
+
+// ---- test data ---------------------------------------------------------------------------------
+
+struct Matrix {
+    TensorType type;
+    int64_t rows, cols;
+    std::vector<uint8_t> data;
+    WeightMatrix view() const {
+        return WeightMatrix{type, data.data(), rows, cols, data.size() / size_t(rows)};
+    }
+    const uint8_t *row(int64_t r) const { return data.data() + size_t(r) * (data.size() / rows); }
+};
+
+// Random weights with varying per-row scale, some all-zero blocks and some outliers, encoded
+// by the reference quantizers.
+Matrix random_matrix(TensorType t, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    Matrix m{t, rows, cols, {}};
+    std::vector<float> v(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float scale = 0.02f + ud(rng) * 2.0f;
+        const float shift = ud(rng) < 0.3f ? nd(rng) * scale : 0.0f;
+        for (int64_t i = 0; i < cols; ++i) {
+            v[size_t(i)] = shift + nd(rng) * scale;
+            if (ud(rng) < 0.01f) v[size_t(i)] *= 20.0f;
+        }
+        if (cols >= 64 && r % 7 == 3) std::fill(v.begin() + 32, v.begin() + 64, 0.0f);
+        std::vector<uint8_t> enc = quantize_reference(t, v.data(), cols);
+        m.data.insert(m.data.end(), enc.begin(), enc.end());
+    }
+    return m;
+}
+
+// n_tokens rows of cols activations with row stride ldx (padding filled with NaN so that a
+// kernel reading it would show).
+std::vector<float> random_x(int64_t n_tokens, int64_t cols, int64_t ldx, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    std::vector<float> x(size_t(std::max<int64_t>(n_tokens, 1) * ldx), std::nanf(""));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float scale = 0.1f + ud(rng) * 5.0f;
+        for (int64_t i = 0; i < cols; ++i) {
+            float v = nd(rng) * scale;
+            if (ud(rng) < 0.02f) v *= 30.0f;
+            x[size_t(t * ldx + i)] = v;
+        }
+        if (cols >= 64 && t % 3 == 1) {  // an all-zero activation block (d = 0)
+            for (int i = 32; i < 64; ++i) x[size_t(t * ldx + i)] = 0.0f;
+        }
+    }
+    return x;
+}
+
+const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
+                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1};
+
+std::string label(TensorType t, int64_t rows, int64_t cols, int64_t n) {
+    return std::string(tensor_type_name(t)) + " rows=" + std::to_string(rows) +
+           " cols=" + std::to_string(cols) + " n_tokens=" + std::to_string(n) + " kernel=" +
+           matmul_kernel_name();
+}
+
+// Runs the body once per available kernel family, restoring kAuto afterwards.
+class KernelFamilies {
+public:
+    ~KernelFamilies() { set_matmul_kernel(MatmulKernel::kAuto); }
+    template <typename F>
+    void each(F &&f) {
+        ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kPortable));
+        f();
+        if (set_matmul_kernel(MatmulKernel::kAvx2)) {
+            f();
+        } else {
+            std::printf("[ info ] AVX2 kernels not available here; portable only\n");
+        }
+        set_matmul_kernel(MatmulKernel::kAuto);
+    }
+};
+
+bool bitwise_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Padding written by nobody: checks that matmul() stays inside Y's rows.
+constexpr float kSentinel = -12345.678f;
+
+std::vector<float> run(const Matrix &m, const std::vector<float> &x, int64_t ldx, int64_t n,
+                       int64_t ldy, ThreadPool &pool, MatmulScratch &scratch) {
+    std::vector<float> y(size_t(std::max<int64_t>(n, 1) * ldy), kSentinel);
+    matmul(m.view(), x.data(), ldx, n, y.data(), ldy, pool, scratch);
+    return y;
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+TEST(Matmul, KernelSelection) {
+    const std::string name = matmul_kernel_name();
+    EXPECT_TRUE(name == "avx2" || name == "portable");
+    ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kPortable));
+    EXPECT_STREQ(matmul_kernel_name(), "portable");
+    if (cpu_has_avx2()) {
+        ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kAvx2));
+        EXPECT_STREQ(matmul_kernel_name(), "avx2");
+    }
+    set_matmul_kernel(MatmulKernel::kAuto);
+    EXPECT_EQ(std::string(matmul_kernel_name()), cpu_has_avx2() ? "avx2" : "portable");
+}
+
+TEST(Matmul, MatchesReferenceWithinBound) {
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    KernelFamilies families;
+    families.each([&] {
+        for (TensorType t : kAllTypes) {
+            std::vector<int64_t> col_set = {32, 64, 576, 1536};
+            if (!quantized(t)) col_set.insert(col_set.end(), {1, 7, 13, 45});
+            for (int64_t cols : col_set) {
+                for (int64_t rows : {1, 5, 16, 17, 43, 333}) {
+                    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 64}) {
+                        if (rows * cols * n > 8'000'000) continue;  // keep the reference quick
+                        const uint32_t seed = uint32_t(rows * 131 + cols * 7 + n);
+                        Matrix m = random_matrix(t, rows, cols, seed);
+                        const int64_t ldx = cols + (n % 2), ldy = rows + (n % 3);
+                        std::vector<float> x = random_x(n, cols, ldx, seed + 1);
+                        std::vector<float> y = run(m, x, ldx, n, ldy, pool, scratch);
+                        std::vector<float> ref(size_t(n * ldy));
+                        matmul_reference(m.view(), x.data(), ldx, n, ref.data(), ldy);
+                        int bad = 0;
+                        for (int64_t tok = 0; tok < n && bad < 5; ++tok) {
+                            for (int64_t r = 0; r < rows && bad < 5; ++r) {
+                                Bound bd = error_bound(t, m.row(r), &x[size_t(tok * ldx)], cols);
+                                const double err = std::fabs(double(y[size_t(tok * ldy + r)]) -
+                                                             double(ref[size_t(tok * ldy + r)]));
+                                if (!(err <= bd.quant + bd.fp)) {
+                                    ADD_FAILURE() << label(t, rows, cols, n) << " Y[" << tok << "]["
+                                                  << r << "]=" << y[size_t(tok * ldy + r)]
+                                                  << " ref=" << ref[size_t(tok * ldy + r)]
+                                                  << " err=" << err
+                                                  << " bound=" << bd.quant + bd.fp;
+                                    ++bad;
+                                }
+                            }
+                            for (int64_t r = rows; r < ldy; ++r) {
+                                ASSERT_EQ(y[size_t(tok * ldy + r)], kSentinel)
+                                    << label(t, rows, cols, n) << ": wrote Y padding";
+                            }
+                        }
+                        ASSERT_EQ(bad, 0);
+                    }
+                }
+            }
+        }
+    });
+}
+
+// Y[t][r] must not depend on n_tokens, on the other rows of X, on the thread count or split,
+// or on the position of r inside a register tile / row chunk.
+TEST(Matmul, DeterministicAcrossBatchingAndThreads) {
+    ThreadPool pool1(1), pool2(2), pool3(3);
+    MatmulScratch scratch;
+    KernelFamilies families;
+    families.each([&] {
+        for (TensorType t : kAllTypes) {
+            for (int64_t cols : {int64_t(64), int64_t(576)}) {
+                for (int64_t rows : {1, 17, 333, 1000}) {
+                    const uint32_t seed = uint32_t(rows * 3 + cols);
+                    Matrix m = random_matrix(t, rows, cols, seed);
+                    for (int64_t n : {2, 3, 5, 9, 64, 70}) {
+                        std::vector<float> x = random_x(n, cols, cols, seed + 2);
+                        std::vector<float> y1 = run(m, x, cols, n, rows, pool1, scratch);
+                        std::vector<float> y2 = run(m, x, cols, n, rows, pool2, scratch);
+                        std::vector<float> y3 = run(m, x, cols, n, rows, pool3, scratch);
+                        for (size_t i = 0; i < y1.size(); ++i) {
+                            ASSERT_TRUE(bitwise_equal(y1[i], y2[i]) && bitwise_equal(y1[i], y3[i]))
+                                << label(t, rows, cols, n) << " element " << i << ": " << y1[i]
+                                << " / " << y2[i] << " / " << y3[i];
+                        }
+                        // Each token alone (n_tokens = 1), and a window of tokens starting at
+                        // an odd offset, must reproduce the batched rows bitwise.
+                        for (int64_t tok = 0; tok < n; ++tok) {
+                            std::vector<float> xs(x.begin() + tok * cols,
+                                                  x.begin() + (tok + 1) * cols);
+                            std::vector<float> ys = run(m, xs, cols, 1, rows, pool2, scratch);
+                            for (int64_t r = 0; r < rows; ++r) {
+                                ASSERT_TRUE(bitwise_equal(ys[size_t(r)], y1[size_t(tok * rows + r)]))
+                                    << label(t, rows, cols, n) << " token " << tok << " row " << r
+                                    << ": solo " << ys[size_t(r)] << " batched "
+                                    << y1[size_t(tok * rows + r)];
+                            }
+                        }
+                        if (n > 2) {
+                            std::vector<float> ysub(size_t((n - 1) * rows));
+                            matmul(m.view(), x.data() + cols, cols, n - 1, ysub.data(), rows, pool3,
+                                   scratch);
+                            for (size_t i = 0; i < ysub.size(); ++i) {
+                                ASSERT_TRUE(bitwise_equal(ysub[i], y1[size_t(rows) + i]))
+                                    << label(t, rows, cols, n) << " shifted batch, element " << i;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+// Rows taken from a matrix at an offset land in different tiles / thread chunks but must give
+// the same bits.
+TEST(Matmul, DeterministicAcrossRowOffsets) {
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    KernelFamilies families;
+    families.each([&] {
+        for (TensorType t : kAllTypes) {
+            const int64_t rows = 101, cols = 576;
+            Matrix m = random_matrix(t, rows, cols, 77);
+            for (int64_t n : {1, 4, 7}) {
+                std::vector<float> x = random_x(n, cols, cols, 78);
+                std::vector<float> y = run(m, x, cols, n, rows, pool, scratch);
+                for (int64_t off : {1, 3, 18}) {
+                    WeightMatrix sub = m.view();
+                    sub.data = m.row(off);
+                    sub.rows = rows - off;
+                    std::vector<float> ys(size_t(n * sub.rows));
+                    matmul(sub, x.data(), cols, n, ys.data(), sub.rows, pool, scratch);
+                    for (int64_t tok = 0; tok < n; ++tok) {
+                        for (int64_t r = 0; r < sub.rows; ++r) {
+                            ASSERT_TRUE(bitwise_equal(ys[size_t(tok * sub.rows + r)],
+                                                      y[size_t(tok * rows + r + off)]))
+                                << label(t, rows, cols, n) << " offset " << off << " row " << r;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+TEST(Matmul, Avx2AndPortableAgree) {
+    if (!cpu_features().avx2 || !cpu_features().fma || !cpu_features().f16c) {
+        GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+    }
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    for (TensorType t : kAllTypes) {
+        for (int64_t cols : {int64_t(32), int64_t(576), int64_t(1536)}) {
+            const int64_t rows = 77, n = 5;
+            Matrix m = random_matrix(t, rows, cols, uint32_t(cols));
+            std::vector<float> x = random_x(n, cols, cols, 5);
+            ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kPortable));
+            std::vector<float> yp = run(m, x, cols, n, rows, pool, scratch);
+            ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kAvx2));
+            std::vector<float> ya = run(m, x, cols, n, rows, pool, scratch);
+            set_matmul_kernel(MatmulKernel::kAuto);
+            for (int64_t tok = 0; tok < n; ++tok) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    Bound bd = error_bound(t, m.row(r), &x[size_t(tok * cols)], cols);
+                    const double diff = std::fabs(double(yp[size_t(tok * rows + r)]) -
+                                                  double(ya[size_t(tok * rows + r)]));
+                    ASSERT_LE(diff, 2 * bd.fp) << label(t, rows, cols, n) << " token " << tok
+                                               << " row " << r;
+                }
+            }
+        }
+    }
+}
+
+// Both kernel families must quantize activations to the same bits (so they differ only by
+// float summation order).
+TEST(Matmul, ActivationQuantizationIdenticalAcrossFamilies) {
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+    if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+    for (int64_t cols : {int64_t(32), int64_t(576), int64_t(1536)}) {
+        const int64_t nb = cols / 32;
+        std::vector<float> x = random_x(3, cols, cols, 11);
+        // Block 0 of token 0 gets d = 1 exactly, so these hit rounding ties (to even).
+        x[0] = 127.0f;
+        x[1] = 2.5f;
+        x[2] = -3.5f;
+        x[3] = 0.5f;
+        x[4] = -1e-30f;
+        for (int64_t tok = 0; tok < 3; ++tok) {
+            std::vector<uint8_t> a(detail::act_row_bytes(nb)), p(detail::act_row_bytes(nb));
+            detail::quantize_act_row_avx2(&x[size_t(tok * cols)], nb, true, a.data());
+            detail::quantize_act_row_portable(&x[size_t(tok * cols)], nb, true, p.data());
+            ASSERT_EQ(std::memcmp(a.data(), p.data(), size_t(nb) * 36), 0) << "cols " << cols;
+            // Sums: AVX2 keeps 8 partial sums per block, portable one; totals must agree.
+            for (int64_t b = 0; b < nb; ++b) {
+                double sa = 0;
+                for (int j = 0; j < 8; ++j) sa += detail::act_s(a.data(), nb)[b * 8 + j];
+                const double sp = detail::act_s(p.data(), nb)[b];
+                ASSERT_NEAR(sa, sp, 1e-5 * (std::fabs(sp) + 1e-3)) << "block " << b;
+            }
+        }
+    }
+#else
+    GTEST_SKIP() << "not an x86 build";
+#endif
+}
+
+TEST(Matmul, DequantizeRowExact) {
+    KernelFamilies families;
+    families.each([&] {
+        for (TensorType t : kAllTypes) {
+            for (int64_t n : {32, 64, 576}) {
+                Matrix m = random_matrix(t, 1, n, uint32_t(n) + 3);
+                std::vector<float> ref = dequantize_reference(t, m.data.data(), n);
+                std::vector<float> out(size_t(n), -1.0f);
+                dequantize_row(t, m.data.data(), out.data(), n);
+                for (int64_t i = 0; i < n; ++i) {
+                    ASSERT_TRUE(bitwise_equal(out[size_t(i)], ref[size_t(i)]))
+                        << tensor_type_name(t) << " n=" << n << " i=" << i << ": " << out[size_t(i)]
+                        << " vs " << ref[size_t(i)] << " (" << matmul_kernel_name() << ")";
+                }
+            }
+        }
+        // Float types accept any length, including a SIMD tail.
+        for (TensorType t : {TensorType::F16, TensorType::BF16, TensorType::F32}) {
+            Matrix m = random_matrix(t, 1, 13, 9);
+            std::vector<float> ref = dequantize_reference(t, m.data.data(), 13);
+            std::vector<float> out(13);
+            dequantize_row(t, m.data.data(), out.data(), 13);
+            for (int i = 0; i < 13; ++i) ASSERT_TRUE(bitwise_equal(out[size_t(i)], ref[size_t(i)]));
+        }
+    });
+}
+
+TEST(Matmul, RejectsBadArguments) {
+    ThreadPool pool(1);
+    MatmulScratch scratch;
+    Matrix m = random_matrix(TensorType::Q8_0, 4, 64, 1);
+    std::vector<float> x(64, 1.0f), y(4);
+    WeightMatrix w = m.view();
+    w.cols = 48;  // not a multiple of 32
+    EXPECT_THROW(matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch), Error);
+    w = m.view();
+    w.row_bytes = 20;  // too small for 64 Q8_0 values
+    EXPECT_THROW(matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch), Error);
+    w = m.view();
+    w.type = TensorType(6);  // Q5_0
+    EXPECT_THROW(matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch), Error);
+    EXPECT_THROW(dequantize_row(TensorType::Q4_0, m.data.data(), y.data(), 31), Error);
+    // n_tokens = 0 and rows = 0 are no-ops.
+    matmul(m.view(), x.data(), 64, 0, y.data(), 4, pool, scratch);
+    w = m.view();
+    w.rows = 0;
+    matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch);
+}
+
+TEST(Matmul, ScratchGrowsOnlyWhenNeeded) {
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    Matrix m = random_matrix(TensorType::Q4_1, 64, 576, 2);
+    std::vector<float> x = random_x(16, 576, 576, 3), y(16 * 64);
+    matmul(m.view(), x.data(), 576, 16, y.data(), 64, pool, scratch);
+    const size_t cap = scratch.capacity();
+    EXPECT_GE(cap, detail::act_row_bytes(576 / 32) * 16);
+    for (int64_t n : {1, 8, 16}) {
+        matmul(m.view(), x.data(), 576, n, y.data(), 64, pool, scratch);
+        EXPECT_EQ(scratch.capacity(), cap);
+    }
+}
+
+}  // namespace
+}  // namespace llmkv::cpu

@@ -1,0 +1,17 @@
+// Shared helpers of the llmkv command line: option parsing and the default model path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "llmkv.h"
+
+namespace llmkv_cli {
+
+std::string default_model_path();
+uint64_t parse_uint(const char *s, const char *name);  // exits with a message on bad input
+double parse_float(const char *s, const char *name);
+llmkv_kv_dtype parse_kv_dtype(const char *s);
+int cmd_inspect(int argc, char **argv);
+
+}  // namespace llmkv_cli

@@ -1,0 +1,82 @@
+// `llmkv inspect MODEL`: architecture, hyperparameters, tensor formats and sizes, and the
+// KV bytes per token of every KV codec this build supports. Reads the file with the same
+// hardened GGUF reader the engine uses.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "cli_common.h"
+#include "common/error.h"
+#include "kv/kv_cache.h"
+#include "model/gguf.h"
+#include "model/llama_model.h"
+#include "model/tensor_type.h"
+
+namespace llmkv_cli {
+
+int cmd_inspect(int argc, char **argv) {
+    std::string path = argc > 0 ? argv[0] : default_model_path();
+    try {
+        std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(path));
+        std::printf("file: %s\nGGUF version %u, %zu metadata keys, %zu tensors, %zu bytes\n", path.c_str(),
+                    file->version(), file->metadata().size(), file->tensors().size(), file->file_size());
+        auto model = llmkv::LlamaModel::load(file);
+        const llmkv::LlamaConfig &c = model->config();
+        std::printf("\nmodel: %s\narchitecture: %s\n", c.name.c_str(), c.architecture.c_str());
+        std::printf("layers %u, embedding %u, feed-forward %u, heads %u, kv heads %u, head_dim %u\n", c.n_layers,
+                    c.n_embd, c.n_ff, c.n_heads, c.n_kv_heads, c.head_dim);
+        std::printf("vocab %u, trained context %u, rope base %g (dims %u, scale %g), rms eps %g, %s output head\n",
+                    c.n_vocab, c.n_ctx_train, double(c.rope_freq_base), c.rope_dim, double(c.rope_freq_scale),
+                    double(c.rms_eps), c.tied_output ? "tied" : "separate");
+        std::printf("parameters %.1f M, weight bytes %.1f MiB\n", model->n_params() / 1e6,
+                    model->weight_bytes() / 1048576.0);
+
+        std::map<std::string, std::pair<size_t, uint64_t>> by_type;
+        for (const auto &t : file->tensors()) {
+            auto &e = by_type[llmkv::tensor_type_name(t.type)];
+            e.first += 1;
+            e.second += t.n_bytes;
+        }
+        std::printf("\ntensor formats:\n  %-8s %8s %12s\n", "type", "tensors", "MiB");
+        for (const auto &[name, e] : by_type) {
+            std::printf("  %-8s %8zu %12.2f\n", name.c_str(), e.first, e.second / 1048576.0);
+        }
+        std::printf("\ntensors:\n  %-28s %-6s %-20s %12s\n", "name", "type", "shape", "bytes");
+        for (const auto &t : file->tensors()) {
+            std::string shape;
+            for (size_t i = 0; i < t.dims.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.dims[i]);
+            std::printf("  %-28s %-6s %-20s %12llu\n", t.name.c_str(), llmkv::tensor_type_name(t.type), shape.c_str(),
+                        (unsigned long long)t.n_bytes);
+        }
+
+        std::printf("\nKV bytes per token (16-token blocks, scales included):\n  %-10s %-10s %12s %10s %16s\n",
+                    "K", "V", "bytes/token", "vs f16", "MiB per 2k ctx");
+        llmkv::KvGeometry g;
+        g.n_layers = c.n_layers;
+        g.n_kv_heads = c.n_kv_heads;
+        g.head_dim = c.head_dim;
+        g.block_tokens = 16;
+        const double f16 = 2.0 * 2 * c.n_layers * c.n_kv_heads * c.head_dim;
+        const llmkv_kv_dtype pairs[][2] = {{LLMKV_KV_F16, LLMKV_KV_F16}, {LLMKV_KV_BF16, LLMKV_KV_BF16},
+                                           {LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3}, {LLMKV_KV_INT8, LLMKV_KV_INT8},
+                                           {LLMKV_KV_INT8, LLMKV_KV_INT4}, {LLMKV_KV_INT4, LLMKV_KV_INT4}};
+        for (const auto &pair : pairs) {
+            g.dtype_k = pair[0];
+            g.dtype_v = pair[1];
+            if (!llmkv::codec_supported(pair[0], c.head_dim) || !llmkv::codec_supported(pair[1], c.head_dim)) {
+                std::printf("  %-10s %-10s %12s %10s %16s\n", llmkv::codec_name(pair[0]), llmkv::codec_name(pair[1]),
+                            "n/a", "", "(not in this build)");
+                continue;
+            }
+            double bpt = g.sealed_bytes_per_token();
+            std::printf("  %-10s %-10s %12.0f %9.3fx %16.1f\n", llmkv::codec_name(pair[0]), llmkv::codec_name(pair[1]),
+                        bpt, bpt / f16, bpt * 2048 / 1048576.0);
+        }
+        return 0;
+    } catch (const llmkv::Error &e) {
+        std::fprintf(stderr, "llmkv inspect: %s: %s\n", llmkv_status_string(e.status()), e.what());
+        return 1;
+    }
+}
+
+}  // namespace llmkv_cli

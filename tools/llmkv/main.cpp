@@ -1,0 +1,213 @@
+// The llmkv command line: `run` (generate text from a prompt), `inspect` (describe a model
+// file), `version`. `run` uses only the public C API.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "llmkv.h"
+
+namespace {
+
+void usage() {
+    std::fprintf(stderr,
+                 "usage:\n"
+                 "  llmkv run [-m MODEL] -p PROMPT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
+                 "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
+                 "            [--kv-dtype f16|bf16] [--max-context N] [-v]\n"
+                 "  llmkv inspect [MODEL]\n"
+                 "  llmkv version\n"
+                 "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
+}
+
+struct RunOptions {
+    std::string model;
+    std::string prompt;
+    uint32_t n_predict = 128;
+    bool chat = false;
+    bool verbose = false;
+    llmkv_sampling sampling{};
+    uint32_t n_threads = 0;
+    uint32_t max_context = 0;
+    llmkv_kv_dtype kv_dtype = LLMKV_KV_F16;
+};
+
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int check(llmkv_status st, const char *what) {
+    if (st == LLMKV_OK) return 0;
+    std::fprintf(stderr, "llmkv: %s failed: %s: %s\n", what, llmkv_status_string(st), llmkv_last_error());
+    return 1;
+}
+
+void print_text(llmkv_session *s) {
+    char buf[4096];
+    size_t n = 0;
+    while (llmkv_session_read_text(s, buf, sizeof(buf), &n) == LLMKV_OK && n > 0) {
+        std::fwrite(buf, 1, n, stdout);
+    }
+    std::fflush(stdout);
+}
+
+int cmd_run(int argc, char **argv) {
+    RunOptions o;
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    o.sampling = sp.sampling;
+    o.model = llmkv_cli::default_model_path();
+    for (int i = 0; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&](const char *name) -> const char * {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "llmkv: %s needs a value\n", name);
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-m" || a == "--model") o.model = value("-m");
+        else if (a == "-p" || a == "--prompt") o.prompt = value("-p");
+        else if (a == "-n" || a == "--n-predict") o.n_predict = uint32_t(llmkv_cli::parse_uint(value("-n"), "-n"));
+        else if (a == "--chat") o.chat = true;
+        else if (a == "-v" || a == "--verbose") o.verbose = true;
+        else if (a == "--temp") o.sampling.temperature = float(llmkv_cli::parse_float(value("--temp"), "--temp"));
+        else if (a == "--top-k") o.sampling.top_k = int32_t(llmkv_cli::parse_uint(value("--top-k"), "--top-k"));
+        else if (a == "--top-p") o.sampling.top_p = float(llmkv_cli::parse_float(value("--top-p"), "--top-p"));
+        else if (a == "--min-p") o.sampling.min_p = float(llmkv_cli::parse_float(value("--min-p"), "--min-p"));
+        else if (a == "--repeat-penalty") o.sampling.repeat_penalty = float(llmkv_cli::parse_float(value("--repeat-penalty"), "--repeat-penalty"));
+        else if (a == "--seed") o.sampling.seed = llmkv_cli::parse_uint(value("--seed"), "--seed");
+        else if (a == "-t" || a == "--threads") o.n_threads = uint32_t(llmkv_cli::parse_uint(value("-t"), "-t"));
+        else if (a == "--max-context") o.max_context = uint32_t(llmkv_cli::parse_uint(value("--max-context"), "--max-context"));
+        else if (a == "--kv-dtype") o.kv_dtype = llmkv_cli::parse_kv_dtype(value("--kv-dtype"));
+        else {
+            std::fprintf(stderr, "llmkv run: unknown option %s\n", a.c_str());
+            usage();
+            return 2;
+        }
+    }
+    if (o.prompt.empty()) {
+        std::fprintf(stderr, "llmkv run: -p PROMPT is required\n");
+        usage();
+        return 2;
+    }
+    if (o.verbose) llmkv_log_set(nullptr, nullptr, LLMKV_LOG_INFO);
+
+    llmkv_engine_params ep;
+    llmkv_engine_params_init(&ep);
+    ep.model_path = o.model.c_str();
+    ep.backend = LLMKV_BACKEND_CPU;
+    ep.n_threads = o.n_threads;
+    ep.max_context = o.max_context;
+    ep.kv_dtype_k = o.kv_dtype;
+    ep.kv_dtype_v = o.kv_dtype;
+    llmkv_engine *engine = nullptr;
+    double t_load = now_seconds();
+    if (check(llmkv_engine_create(&ep, &engine), "engine_create")) return 1;
+    t_load = now_seconds() - t_load;
+
+    std::string text = o.prompt;
+    if (o.chat) {
+        llmkv_chat_message msg = {"user", o.prompt.c_str()};
+        size_t need = 0;
+        llmkv_chat_format(engine, &msg, 1, 1, nullptr, 0, &need);
+        std::vector<char> buf(need + 1);
+        if (check(llmkv_chat_format(engine, &msg, 1, 1, buf.data(), buf.size(), &need), "chat_format")) {
+            llmkv_engine_destroy(engine);
+            return 1;
+        }
+        text.assign(buf.data(), need);
+    }
+
+    sp.sampling = o.sampling;
+    llmkv_session *session = nullptr;
+    int rc = check(llmkv_session_create(engine, &sp, &session), "session_create");
+    if (!rc) rc = check(llmkv_session_append_text(session, text.data(), text.size()), "append_text");
+    llmkv_session_info info;
+    info.struct_size = sizeof(info);
+    if (!rc) rc = check(llmkv_session_get_info(session, &info), "session_get_info");
+    const uint32_t n_prompt = rc ? 0 : info.n_tokens;
+    if (!rc) rc = check(llmkv_session_generate(session, o.n_predict), "generate");
+
+    double t_start = now_seconds(), t_first = 0;
+    uint32_t n_generated = 0;
+    uint32_t finish = LLMKV_FINISH_NONE;
+    bool done = false;
+    llmkv_event events[16];
+    while (!rc && !done) {
+        size_t n = 0;
+        if (check(llmkv_step(engine, events, 16, &n), "step")) {
+            rc = 1;
+            break;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            if (events[i].kind == LLMKV_EVENT_TOKEN) {
+                if (n_generated++ == 0) t_first = now_seconds();
+            } else if (events[i].kind == LLMKV_EVENT_DONE) {
+                finish = events[i].finish_reason;
+                done = true;
+            } else if (events[i].kind == LLMKV_EVENT_ERROR) {
+                std::fprintf(stderr, "\nllmkv: session error %s\n", llmkv_status_string(events[i].status));
+                rc = 1;
+            }
+        }
+        print_text(session);
+        if (n == 0 && llmkv_pending_events(engine) == 0 && !done) {
+            // No events and no work: should not happen while generating.
+            llmkv_session_get_info(session, &info);
+            if (info.state != LLMKV_SESSION_GENERATING && info.state != LLMKV_SESSION_PREFILLING &&
+                info.state != LLMKV_SESSION_QUEUED) {
+                break;
+            }
+        }
+    }
+    double t_end = now_seconds();
+    std::printf("\n");
+    if (!rc) {
+        static const char *reasons[] = {"none", "stop", "length", "cancelled", "context"};
+        double prefill_s = (t_first > 0 ? t_first : t_end) - t_start;
+        double decode_s = t_end - (t_first > 0 ? t_first : t_end);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        llmkv_engine_info ei;
+        ei.struct_size = sizeof(ei);
+        llmkv_engine_get_info(engine, &ei);
+        std::fprintf(stderr,
+                     "\n[llmkv] model load %.0f ms | prompt %u tokens, first token after %.1f ms (%.1f tok/s) | "
+                     "generated %u tokens, %.1f tok/s decode | finish: %s | %u threads | peak RSS %.1f MiB\n",
+                     t_load * 1e3, n_prompt, prefill_s * 1e3, prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_generated,
+                     (n_generated > 1 && decode_s > 0) ? (n_generated - 1) / decode_s : 0.0,
+                     finish < 5 ? reasons[finish] : "?", ei.n_threads, ru.ru_maxrss / 1024.0);
+    }
+    llmkv_session_destroy(session);
+    llmkv_engine_destroy(engine);
+    return rc;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    std::string cmd = argv[1];
+    if (cmd == "run") return cmd_run(argc - 2, argv + 2);
+    if (cmd == "inspect") return llmkv_cli::cmd_inspect(argc - 2, argv + 2);
+    if (cmd == "version" || cmd == "--version") {
+        std::printf("llmkv %s\n", llmkv_version_string());
+        return 0;
+    }
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+        usage();
+        return 0;
+    }
+    std::fprintf(stderr, "llmkv: unknown command '%s'\n", cmd.c_str());
+    usage();
+    return 2;
+}
