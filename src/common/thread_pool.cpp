@@ -3,17 +3,15 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LLMKV_CPU_RELAX() _mm_pause()
-#else
-#define LLMKV_CPU_RELAX() ((void)0)
-#endif
+// No PAUSE instruction in the spin loops: under virtualisation a run of PAUSEs can trap
+// the vCPU (pause-loop exiting) and cost milliseconds. The spin is short (tens of
+// microseconds) and then the thread sleeps, so an oversubscribed machine is not starved.
+#define LLMKV_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
 
 namespace llmkv {
 
 namespace {
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 20000;  // about 20-50 us of polling
 }
 
 unsigned ThreadPool::hardware_threads() {

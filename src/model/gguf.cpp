@@ -19,9 +19,10 @@ namespace llmkv {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747u;  // "GGUF" read as a little-endian u32
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;             // key length, type, smallest value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, dim, type, offset
+constexpr uint32_t kMagic = 0x46554747u;     // "GGUF" read as a little-endian u32
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // key length, type, smallest value
+// Name length, n_dims, one dim, type, offset.
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 constexpr uint32_t kValueTypeCount = 13;
 
 using ull = unsigned long long;
@@ -44,17 +45,22 @@ uint64_t min_value_bytes(GgufValueType t) {
     switch (t) {
         case GgufValueType::U8:
         case GgufValueType::I8:
-        case GgufValueType::BOOL: return 1;
+        case GgufValueType::BOOL:
+            return 1;
         case GgufValueType::U16:
-        case GgufValueType::I16: return 2;
+        case GgufValueType::I16:
+            return 2;
         case GgufValueType::U32:
         case GgufValueType::I32:
-        case GgufValueType::F32: return 4;
+        case GgufValueType::F32:
+            return 4;
         case GgufValueType::U64:
         case GgufValueType::I64:
         case GgufValueType::F64:
-        case GgufValueType::STRING: return 8;
-        case GgufValueType::ARRAY: return 4 + 8;  // element type + count
+        case GgufValueType::STRING:
+            return 8;
+        case GgufValueType::ARRAY:
+            return 4 + 8;  // element type + count
     }
     return 1;
 }
@@ -69,7 +75,9 @@ bool is_unsigned_type(GgufValueType t) {
            t == GgufValueType::U64;
 }
 
-bool is_float_type(GgufValueType t) { return t == GgufValueType::F32 || t == GgufValueType::F64; }
+bool is_float_type(GgufValueType t) {
+    return t == GgufValueType::F32 || t == GgufValueType::F64;
+}
 
 }  // namespace
 
@@ -77,7 +85,8 @@ bool is_float_type(GgufValueType t) { return t == GgufValueType::F32 || t == Ggu
 // present first. Error messages start with the current context ("key general.name", ...).
 class GgufCursor {
 public:
-    GgufCursor(const uint8_t *data, size_t size, size_t pos) : data_(data), size_(size), pos_(pos) {}
+    GgufCursor(const uint8_t *data, size_t size, size_t pos)
+        : data_(data), size_(size), pos_(pos) {}
 
     size_t pos() const { return pos_; }
     size_t remaining() const { return size_ - pos_; }
@@ -133,24 +142,39 @@ private:
 
 const char *gguf_value_type_name(GgufValueType type) {
     switch (type) {
-        case GgufValueType::U8: return "u8";
-        case GgufValueType::I8: return "i8";
-        case GgufValueType::U16: return "u16";
-        case GgufValueType::I16: return "i16";
-        case GgufValueType::U32: return "u32";
-        case GgufValueType::I32: return "i32";
-        case GgufValueType::F32: return "f32";
-        case GgufValueType::BOOL: return "bool";
-        case GgufValueType::STRING: return "string";
-        case GgufValueType::ARRAY: return "array";
-        case GgufValueType::U64: return "u64";
-        case GgufValueType::I64: return "i64";
-        case GgufValueType::F64: return "f64";
+        case GgufValueType::U8:
+            return "u8";
+        case GgufValueType::I8:
+            return "i8";
+        case GgufValueType::U16:
+            return "u16";
+        case GgufValueType::I16:
+            return "i16";
+        case GgufValueType::U32:
+            return "u32";
+        case GgufValueType::I32:
+            return "i32";
+        case GgufValueType::F32:
+            return "f32";
+        case GgufValueType::BOOL:
+            return "bool";
+        case GgufValueType::STRING:
+            return "string";
+        case GgufValueType::ARRAY:
+            return "array";
+        case GgufValueType::U64:
+            return "u64";
+        case GgufValueType::I64:
+            return "i64";
+        case GgufValueType::F64:
+            return "f64";
     }
     return "unknown";
 }
 
-bool GgufValue::is_integer() const { return is_signed_type(type) || is_unsigned_type(type); }
+bool GgufValue::is_integer() const {
+    return is_signed_type(type) || is_unsigned_type(type);
+}
 
 size_t GgufValue::array_size() const {
     if (type != GgufValueType::ARRAY) return 0;
@@ -166,8 +190,7 @@ int64_t GgufTensor::rows() const {
 }
 
 size_t GgufTensor::row_bytes() const {
-    return size_t(row_length() / tensor_type_block_elements(type)) *
-           tensor_type_block_bytes(type);
+    return size_t(row_length() / tensor_type_block_elements(type)) * tensor_type_block_bytes(type);
 }
 
 namespace {
@@ -175,19 +198,42 @@ namespace {
 // Reads one scalar of integer/bool/float type `t` into `v` (u, i, f as GgufValue documents).
 void read_number(GgufCursor &cur, GgufValueType t, GgufValue &v) {
     switch (t) {
-        case GgufValueType::U8: v.u = cur.read<uint8_t>("u8 value"); break;
-        case GgufValueType::U16: v.u = cur.read<uint16_t>("u16 value"); break;
-        case GgufValueType::U32: v.u = cur.read<uint32_t>("u32 value"); break;
-        case GgufValueType::U64: v.u = cur.read<uint64_t>("u64 value"); break;
-        case GgufValueType::I8: v.i = cur.read<int8_t>("i8 value"); break;
-        case GgufValueType::I16: v.i = cur.read<int16_t>("i16 value"); break;
-        case GgufValueType::I32: v.i = cur.read<int32_t>("i32 value"); break;
-        case GgufValueType::I64: v.i = cur.read<int64_t>("i64 value"); break;
-        case GgufValueType::BOOL: v.u = cur.read<uint8_t>("bool value") != 0 ? 1 : 0; break;
-        case GgufValueType::F32: v.f = cur.read<float>("f32 value"); break;
-        case GgufValueType::F64: v.f = cur.read<double>("f64 value"); break;
+        case GgufValueType::U8:
+            v.u = cur.read<uint8_t>("u8 value");
+            break;
+        case GgufValueType::U16:
+            v.u = cur.read<uint16_t>("u16 value");
+            break;
+        case GgufValueType::U32:
+            v.u = cur.read<uint32_t>("u32 value");
+            break;
+        case GgufValueType::U64:
+            v.u = cur.read<uint64_t>("u64 value");
+            break;
+        case GgufValueType::I8:
+            v.i = cur.read<int8_t>("i8 value");
+            break;
+        case GgufValueType::I16:
+            v.i = cur.read<int16_t>("i16 value");
+            break;
+        case GgufValueType::I32:
+            v.i = cur.read<int32_t>("i32 value");
+            break;
+        case GgufValueType::I64:
+            v.i = cur.read<int64_t>("i64 value");
+            break;
+        case GgufValueType::BOOL:
+            v.u = cur.read<uint8_t>("bool value") != 0 ? 1 : 0;
+            break;
+        case GgufValueType::F32:
+            v.f = cur.read<float>("f32 value");
+            break;
+        case GgufValueType::F64:
+            v.f = cur.read<double>("f64 value");
+            break;
         case GgufValueType::STRING:
-        case GgufValueType::ARRAY: break;  // not numbers; callers handle them
+        case GgufValueType::ARRAY:
+            break;  // not numbers; callers handle them
     }
     if (is_signed_type(t)) {
         v.u = uint64_t(v.i);
@@ -199,8 +245,8 @@ void read_number(GgufCursor &cur, GgufValueType t, GgufValue &v) {
 void read_array(GgufCursor &cur, GgufValue &v) {
     uint32_t raw_type = cur.read<uint32_t>("array element type");
     if (raw_type >= kValueTypeCount) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "%sarray element type %u is unknown",
-             cur.prefix().c_str(), raw_type);
+        fail(LLMKV_ERR_MODEL_FORMAT, "%sarray element type %u is unknown", cur.prefix().c_str(),
+             raw_type);
     }
     GgufValueType et = GgufValueType(raw_type);
     if (et == GgufValueType::ARRAY) {
@@ -376,8 +422,8 @@ void GgufFile::parse() {
             fail(LLMKV_ERR_MODEL_FORMAT, "general.alignment %llu is not a multiple of 8", ull(al));
         }
         if (al > GgufLimits::kMaxAlignment) {
-            fail(LLMKV_ERR_MODEL_FORMAT, "general.alignment %llu exceeds the limit of %u",
-                 ull(al), GgufLimits::kMaxAlignment);
+            fail(LLMKV_ERR_MODEL_FORMAT, "general.alignment %llu exceeds the limit of %u", ull(al),
+                 GgufLimits::kMaxAlignment);
         }
         alignment_ = uint32_t(al);
     }
@@ -398,8 +444,7 @@ void GgufFile::parse_kv(GgufCursor &cur, uint64_t index) {
     cur.set_context("key " + printable(key));
     uint32_t raw_type = cur.read<uint32_t>("value type");
     if (raw_type >= kValueTypeCount) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "%svalue type %u is unknown", cur.prefix().c_str(),
-             raw_type);
+        fail(LLMKV_ERR_MODEL_FORMAT, "%svalue type %u is unknown", cur.prefix().c_str(), raw_type);
     }
     GgufValue v;
     v.type = GgufValueType(raw_type);
@@ -448,8 +493,7 @@ void GgufFile::parse_tensor_info(GgufCursor &cur, uint64_t index) {
         }
         if (__builtin_mul_overflow(n_elements, dim, &n_elements)) {
             fail(LLMKV_ERR_MODEL_FORMAT,
-                 "tensor %s: element count overflows 64 bits at dims[%u] = %llu", nm, d,
-                 ull(dim));
+                 "tensor %s: element count overflows 64 bits at dims[%u] = %llu", nm, d, ull(dim));
         }
         t.dims.push_back(int64_t(dim));
     }
@@ -558,8 +602,8 @@ namespace {
     if (v.type == GgufValueType::ARRAY) {
         type = strprintf("array of %s", gguf_value_type_name(v.array_type));
     }
-    fail(LLMKV_ERR_MODEL_FORMAT, "metadata %s has type %s, expected %s",
-         printable(key).c_str(), type.c_str(), expected);
+    fail(LLMKV_ERR_MODEL_FORMAT, "metadata %s has type %s, expected %s", printable(key).c_str(),
+         type.c_str(), expected);
 }
 
 }  // namespace

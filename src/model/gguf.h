@@ -63,7 +63,7 @@ struct GgufTensor {
     std::string name;
     std::vector<int64_t> dims;  // dims[0] = innermost (row length); 1..4 entries, each >= 1
     TensorType type = TensorType::F32;
-    uint64_t offset = 0;           // relative to the data section
+    uint64_t offset = 0;            // relative to the data section
     const uint8_t *data = nullptr;  // inside the mapping: file data() + data_offset() + offset
     uint64_t n_elements = 0;
     uint64_t n_bytes = 0;
@@ -123,7 +123,7 @@ public:
     std::optional<bool> get_bool(std::string_view key) const;
     std::optional<std::string> get_string(std::string_view key) const;
     const std::vector<std::string> *get_string_array(std::string_view key) const;
-    const std::vector<int64_t> *get_int_array(std::string_view key) const;  // integer/bool
+    const std::vector<int64_t> *get_int_array(std::string_view key) const;   // integer/bool
     const std::vector<double> *get_float_array(std::string_view key) const;  // F32/F64
 
     // ---- tensors (in file order) ----

@@ -373,11 +373,7 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
     const size_t n = word.size();
     if (n == 0) return;
     const auto *bytes = reinterpret_cast<const unsigned char *>(word.data());
-    if (n == 1) {
-        if (byte_tokens_[bytes[0]] >= 0) out.push_back(byte_tokens_[bytes[0]]);
-        return;
-    }
-    if (ignore_merges_) {
+    if (ignore_merges_ && n > 1) {
         std::string mapped;
         mapped.reserve(n * 2);
         for (size_t i = 0; i < n; ++i) append_utf8(mapped, byte_to_code_point(bytes[i]));
@@ -402,25 +398,35 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
             return rank != o.rank ? rank > o.rank : pos > o.pos;
         }
     };
-    std::vector<int32_t> ids(n), next(n), prev(n);
+    // Bytes whose symbol is not in the vocabulary are left out before merging (so their
+    // neighbours can merge), as HuggingFace's BPE without an unknown token does.
+    std::vector<int32_t> ids;
+    ids.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-        ids[i] = byte_tokens_[bytes[i]];
-        next[i] = i + 1 < n ? int32_t(i + 1) : -1;
+        if (byte_tokens_[bytes[i]] >= 0) ids.push_back(byte_tokens_[bytes[i]]);
+    }
+    const size_t m = ids.size();
+    if (m <= 1) {
+        out.insert(out.end(), ids.begin(), ids.end());
+        return;
+    }
+    std::vector<int32_t> next(m), prev(m);
+    for (size_t i = 0; i < m; ++i) {
+        next[i] = i + 1 < m ? int32_t(i + 1) : -1;
         prev[i] = int32_t(i) - 1;
     }
     std::vector<Candidate> heap_storage;
-    heap_storage.reserve(n * 2);
+    heap_storage.reserve(m * 2);
     std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(heap_storage));
     auto consider = [&](int32_t pos) {
         if (pos < 0) return;
         int32_t r = next[size_t(pos)];
         if (r < 0) return;
         int32_t a = ids[size_t(pos)], b = ids[size_t(r)];
-        if (a < 0 || b < 0) return;
         auto it = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
         if (it != merges_.end()) queue.push({it->second.rank, pos, a, b, it->second.result});
     };
-    for (size_t i = 0; i + 1 < n; ++i) consider(int32_t(i));
+    for (size_t i = 0; i + 1 < m; ++i) consider(int32_t(i));
     while (!queue.empty()) {
         Candidate c = queue.top();
         queue.pop();
@@ -435,9 +441,7 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
         consider(prev[pos]);
         consider(c.pos);
     }
-    for (int32_t i = 0; i >= 0; i = next[size_t(i)]) {
-        if (ids[size_t(i)] >= 0) out.push_back(ids[size_t(i)]);
-    }
+    for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
 }
 
 void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out) const {

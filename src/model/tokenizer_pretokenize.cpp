@@ -75,6 +75,21 @@ struct CodePoints {
     size_t size() const { return cp.size(); }
 };
 
+// Decimal digits added after Unicode 15 (the bundled utf8proc's tables may predate them).
+// HuggingFace's Digits pre-tokenizer (Rust's char::is_numeric) isolates them.
+bool is_recent_digit(uint32_t c) {
+    static constexpr uint32_t kRanges[][2] = {
+        {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11DE0, 0x11DE9},
+        {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9},
+        {0x1E5F1, 0x1E5FA},
+    };
+    if (c < 0x10D40 || c == kInvalid) return false;
+    for (const auto &r : kRanges) {
+        if (c >= r[0] && c <= r[1]) return true;
+    }
+    return false;
+}
+
 bool is_cr_lf(uint32_t c) { return c == '\r' || c == '\n'; }
 
 uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
@@ -161,14 +176,17 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
         case PreTokenizer::kLlama3: split_range(t, text, 0, n, match_llama3, out); break;
         case PreTokenizer::kSmollm: {
             size_t i = 0;
+            auto digit = [&t](size_t k) {
+                return t.cls[k] == kNumber || is_recent_digit(t.cp[k]);
+            };
             while (i < n) {
-                if (t.cls[i] == kNumber) {
+                if (digit(i)) {
                     out.push_back(text.substr(t.off[i], t.off[i + 1] - t.off[i]));
                     ++i;
                     continue;
                 }
                 size_t k = i;
-                while (k < n && t.cls[k] != kNumber) ++k;
+                while (k < n && !digit(k)) ++k;
                 split_range(t, text, i, k, match_gpt2, out);
                 i = k;
             }

@@ -48,7 +48,8 @@ std::string Utf8Stream::take_complete(size_t max_bytes) {
     const auto *p = reinterpret_cast<const unsigned char *>(buf_.data());
     size_t end = head_;
     while (end < complete_end_) {
-        size_t len = unit_length(p + end, complete_end_ - end);
+        // Judge with every byte held: an invalid lead byte may need the next one to tell.
+        size_t len = unit_length(p + end, buf_.size() - end);
         if (len == 0 || end - head_ + len > max_bytes) break;
         end += len;
     }

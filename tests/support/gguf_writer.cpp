@@ -58,7 +58,9 @@ void pad_to(std::vector<uint8_t> &out, uint64_t alignment) {
     while (out.size() % alignment != 0) out.push_back(0);
 }
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 }  // namespace
 
@@ -79,16 +81,36 @@ void GgufWriter::set_alignment(uint32_t alignment) {
     add_kv("general.alignment", kU32, scalar<uint32_t>(alignment));
 }
 
-void GgufWriter::add_uint8(const std::string &k, uint8_t v) { add_kv(k, kU8, scalar(v)); }
-void GgufWriter::add_int8(const std::string &k, int8_t v) { add_kv(k, kI8, scalar(v)); }
-void GgufWriter::add_uint16(const std::string &k, uint16_t v) { add_kv(k, kU16, scalar(v)); }
-void GgufWriter::add_int16(const std::string &k, int16_t v) { add_kv(k, kI16, scalar(v)); }
-void GgufWriter::add_uint32(const std::string &k, uint32_t v) { add_kv(k, kU32, scalar(v)); }
-void GgufWriter::add_int32(const std::string &k, int32_t v) { add_kv(k, kI32, scalar(v)); }
-void GgufWriter::add_uint64(const std::string &k, uint64_t v) { add_kv(k, kU64, scalar(v)); }
-void GgufWriter::add_int64(const std::string &k, int64_t v) { add_kv(k, kI64, scalar(v)); }
-void GgufWriter::add_float32(const std::string &k, float v) { add_kv(k, kF32, scalar(v)); }
-void GgufWriter::add_float64(const std::string &k, double v) { add_kv(k, kF64, scalar(v)); }
+void GgufWriter::add_uint8(const std::string &k, uint8_t v) {
+    add_kv(k, kU8, scalar(v));
+}
+void GgufWriter::add_int8(const std::string &k, int8_t v) {
+    add_kv(k, kI8, scalar(v));
+}
+void GgufWriter::add_uint16(const std::string &k, uint16_t v) {
+    add_kv(k, kU16, scalar(v));
+}
+void GgufWriter::add_int16(const std::string &k, int16_t v) {
+    add_kv(k, kI16, scalar(v));
+}
+void GgufWriter::add_uint32(const std::string &k, uint32_t v) {
+    add_kv(k, kU32, scalar(v));
+}
+void GgufWriter::add_int32(const std::string &k, int32_t v) {
+    add_kv(k, kI32, scalar(v));
+}
+void GgufWriter::add_uint64(const std::string &k, uint64_t v) {
+    add_kv(k, kU64, scalar(v));
+}
+void GgufWriter::add_int64(const std::string &k, int64_t v) {
+    add_kv(k, kI64, scalar(v));
+}
+void GgufWriter::add_float32(const std::string &k, float v) {
+    add_kv(k, kF32, scalar(v));
+}
+void GgufWriter::add_float64(const std::string &k, double v) {
+    add_kv(k, kF64, scalar(v));
+}
 void GgufWriter::add_bool(const std::string &k, bool v) {
     add_kv(k, kBool, scalar<uint8_t>(v ? 1 : 0));
 }

@@ -21,9 +21,9 @@ public:
         static constexpr size_t kTensorCountOffset = 8;
         static constexpr size_t kKvCountOffset = 16;
         static constexpr size_t kHeaderEnd = 24;
-        std::vector<size_t> kv_offset;        // each kv: its key length field
-        std::vector<size_t> kv_type_offset;   // each kv: its u32 value type field
-        std::vector<size_t> kv_value_offset;  // each kv: the first byte after the type field
+        std::vector<size_t> kv_offset;             // each kv: its key length field
+        std::vector<size_t> kv_type_offset;        // each kv: its u32 value type field
+        std::vector<size_t> kv_value_offset;       // each kv: the first byte after the type field
         std::vector<size_t> tensor_info_offset;    // each tensor info: its name length field
         std::vector<size_t> tensor_n_dims_offset;  // u32 n_dims
         std::vector<size_t> tensor_dims_offset;    // dims[0] (u64 each)

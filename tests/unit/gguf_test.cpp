@@ -1,6 +1,8 @@
 // Tests of the GGUF reader: round trips of every metadata and tensor type, one test per class of
 // malformed file (status and message naming the field), truncation and byte-flip robustness,
 // and (when present) the real SmolLM2 model.
+#include "model/gguf.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +20,6 @@
 #include "common/error.h"
 #include "common/half.h"
 #include "gguf_writer.h"
-#include "model/gguf.h"
 #include "quant_reference.h"
 
 namespace llmkv {
@@ -44,11 +45,11 @@ Failure parse_error(const std::vector<uint8_t> &buf) {
     return Failure{};
 }
 
-#define EXPECT_GGUF_ERROR(buf, expected_status, substr)                 \
-    do {                                                                \
-        Failure f_ = parse_error(buf);                                  \
-        EXPECT_EQ(f_.status, expected_status) << f_.message;            \
-        EXPECT_THAT(f_.message, HasSubstr(substr));                     \
+#define EXPECT_GGUF_ERROR(buf, expected_status, substr)      \
+    do {                                                     \
+        Failure f_ = parse_error(buf);                       \
+        EXPECT_EQ(f_.status, expected_status) << f_.message; \
+        EXPECT_THAT(f_.message, HasSubstr(substr));          \
     } while (0)
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -67,12 +68,9 @@ struct TensorSpec {
 
 const std::vector<TensorSpec> &tensor_specs() {
     static const std::vector<TensorSpec> specs = {
-        {"t.f32", {64, 3}, TensorType::F32},
-        {"t.f16", {32, 2, 2}, TensorType::F16},
-        {"t.bf16", {16}, TensorType::BF16},
-        {"t.q8_0", {64, 4}, TensorType::Q8_0},
-        {"t.q4_0", {96, 2}, TensorType::Q4_0},
-        {"t.q4_1", {32, 2, 2, 2}, TensorType::Q4_1},
+        {"t.f32", {64, 3}, TensorType::F32},   {"t.f16", {32, 2, 2}, TensorType::F16},
+        {"t.bf16", {16}, TensorType::BF16},    {"t.q8_0", {64, 4}, TensorType::Q8_0},
+        {"t.q4_0", {96, 2}, TensorType::Q4_0}, {"t.q4_1", {32, 2, 2, 2}, TensorType::Q4_1},
     };
     return specs;
 }
@@ -173,8 +171,7 @@ TEST(GgufReader, RoundTripsEveryMetadataAndTensorTypeThroughAFile) {
 
     const std::vector<std::string> *strings = f->get_string_array("a.strings");
     ASSERT_NE(strings, nullptr);
-    EXPECT_EQ(*strings,
-              (std::vector<std::string>{"<s>", "", "abc", std::string("nul\0in", 6)}));
+    EXPECT_EQ(*strings, (std::vector<std::string>{"<s>", "", "abc", std::string("nul\0in", 6)}));
     EXPECT_EQ(*f->get_float_array("a.f32"), (std::vector<double>{0.5, -1.0, 3.25}));
     EXPECT_EQ(*f->get_float_array("a.f64"), (std::vector<double>{1e-300, 2.0}));
     EXPECT_EQ(*f->get_int_array("a.i32"), (std::vector<int64_t>{-1, 0, 2147483647}));
@@ -420,7 +417,8 @@ TEST(GgufMalformed, UnknownValueTypeIsRejected) {
     GgufWriter::Layout lay;
     std::vector<uint8_t> buf = small_writer().build(&lay);
     patch_u32(buf, lay.kv_type_offset[1], 13);
-    EXPECT_GGUF_ERROR(buf, LLMKV_ERR_MODEL_FORMAT, "key llama.block_count: value type 13 is unknown");
+    EXPECT_GGUF_ERROR(buf, LLMKV_ERR_MODEL_FORMAT,
+                      "key llama.block_count: value type 13 is unknown");
 }
 
 TEST(GgufMalformed, UnknownArrayElementTypeIsRejected) {
@@ -433,8 +431,8 @@ TEST(GgufMalformed, UnknownArrayElementTypeIsRejected) {
 
 TEST(GgufMalformed, NestedArraysAreRejected) {
     GgufWriter w;
-    std::vector<uint8_t> payload = {9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,   // array of 1 array
-                                    4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,   // of 1 u32
+    std::vector<uint8_t> payload = {9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,  // array of 1 array
+                                    4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,  // of 1 u32
                                     7, 0, 0, 0};
     w.add_raw_kv("nested", 9, payload);
     EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_MODEL_FORMAT, "key nested: nested arrays");
@@ -535,9 +533,9 @@ TEST(GgufMalformed, NDimsOutsideOneToFourIsRejected) {
     std::vector<uint8_t> buf = small_writer().build(&lay);
     for (uint32_t n : {0u, 5u, 0xffffffffu}) {
         patch_u32(buf, lay.tensor_n_dims_offset[0], n);
-        EXPECT_GGUF_ERROR(buf, LLMKV_ERR_MODEL_FORMAT,
-                          "tensor first.weight: n_dims " + std::to_string(n) +
-                              " out of range 1..4");
+        EXPECT_GGUF_ERROR(
+            buf, LLMKV_ERR_MODEL_FORMAT,
+            "tensor first.weight: n_dims " + std::to_string(n) + " out of range 1..4");
     }
 }
 
@@ -594,8 +592,8 @@ TEST(GgufMalformed, KnownButUnsupportedTensorTypeIsUnsupported) {
         GgufWriter wi;
         wi.add_tensor_raw("x", {256}, id, std::vector<uint8_t>(1024));
         EXPECT_GGUF_ERROR(wi.build(), LLMKV_ERR_UNSUPPORTED,
-                          std::string("type ") + ggml_type_name(id) + " (" +
-                              std::to_string(id) + ") is not supported");
+                          std::string("type ") + ggml_type_name(id) + " (" + std::to_string(id) +
+                              ") is not supported");
     }
 }
 
@@ -777,14 +775,14 @@ TEST(GgufQuantReference, QuantizersStayWithinHalfAStepOfTheInput) {
                 hi = std::max(hi, x[b * 32 + j]);
                 amax = std::max(amax, std::fabs(x[b * 32 + j]));
             }
-            float step = t == TensorType::Q8_0 ? amax / 127 : t == TensorType::Q4_0 ? amax / 8
-                                                                                   : (hi - lo) / 15;
+            float step = t == TensorType::Q8_0   ? amax / 127
+                         : t == TensorType::Q4_0 ? amax / 8
+                                                 : (hi - lo) / 15;
             // Half a step (Q4_0: a whole step, as the side opposite the largest magnitude is
             // clipped at 7 * d), plus slack for d and m being stored as fp16.
             float tolerance = (t == TensorType::Q4_0 ? 1.0f : 0.5f) * step + 0.01f * amax;
             for (int j = 0; j < 32; ++j) {
-                EXPECT_NEAR(y[b * 32 + j], x[b * 32 + j], tolerance)
-                    << "element " << b * 32 + j;
+                EXPECT_NEAR(y[b * 32 + j], x[b * 32 + j], tolerance) << "element " << b * 32 + j;
             }
         }
     }

@@ -51,10 +51,21 @@ inline __m256i unpack_nibbles(const uint8_t *q) {
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
 
+inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// Per output element (r, t) and block b the kernels perform, lane-wise and in this order:
+//   p    = int32x8 block dot product of the weight and activation codes   (exact)
+//   sc   = d_w * d_x                                                       (one rounding)
+//   acc  = fma(sc, float(p), acc)
+//   acc  = fma(m_w, s_x[8 lanes], acc)                                     (Q4_1 only)
+// and finally Y = hsum(acc). Loads, broadcasts and tile shapes vary; these values do not.
 template <TensorType kType, int R, int T>
 void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
            float *y, int64_t ldy) {
-    constexpr bool kSigned = kType != TensorType::Q4_1;
     constexpr size_t kBB = kBlockBytes<kType>;
     const int8_t *xq[T];
     const float *xd[T];
@@ -73,28 +84,50 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b) {
+        __m256i xv[T];
+        __m256 dx[T];
+        __m256i corr[T];  // Q4_0: 8 * (x_2i + x_2i+1), so that (n - 8) . x = n . x - corr
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+            xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
+            dx[t] = _mm256_broadcast_ss(xd[t] + b);
+            if constexpr (kType == TensorType::Q4_0) {
+                corr[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv[t]);
+            }
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             const uint8_t *blk = w + size_t(r) * row_bytes + size_t(b) * kBB;
             __m256i wq;
-            if constexpr (kType == TensorType::Q8_0) {
-                wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2));
-            } else if constexpr (kType == TensorType::Q4_0) {
-                wq = _mm256_sub_epi8(unpack_nibbles(blk + 2), _mm256_set1_epi8(8));
-            } else {
+            __m256 dw, mw = _mm256_setzero_ps();
+            if constexpr (kType == TensorType::Q4_1) {
+                // [d, m] pairs broadcast, converted: even lanes d, odd lanes m.
+                const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(int(load_u32(blk))));
+                dw = _mm256_moveldup_ps(dm);
+                mw = _mm256_movehdup_ps(dm);
                 wq = unpack_nibbles(blk + 4);
+            } else {
+                dw = _mm256_cvtph_ps(_mm_set1_epi16(short(load_u16(blk))));
+                if constexpr (kType == TensorType::Q8_0) {
+                    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2));
+                } else {
+                    wq = unpack_nibbles(blk + 2);
+                }
             }
-            // maddubs wants an unsigned left operand: |w| and x carrying w's sign.
-            const __m256i wu = kSigned ? _mm256_sign_epi8(wq, wq) : wq;
-            const __m256 dw = _mm256_set1_ps(f16(blk));
-            __m256 mw = _mm256_setzero_ps();
-            if constexpr (kType == TensorType::Q4_1) mw = _mm256_set1_ps(f16(blk + 2));
+            // maddubs wants an unsigned left operand: for Q8_0 use |w| and x with w's sign.
+            const __m256i wu = kType == TensorType::Q8_0 ? _mm256_sign_epi8(wq, wq) : wq;
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
-                __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
-                if constexpr (kSigned) xv = _mm256_sign_epi8(xv, wq);
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b]));
+                __m256i p16;
+                if constexpr (kType == TensorType::Q8_0) {
+                    p16 = _mm256_maddubs_epi16(wu, _mm256_sign_epi8(xv[t], wq));
+                } else if constexpr (kType == TensorType::Q4_0) {
+                    p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wu, xv[t]), corr[t]);
+                } else {
+                    p16 = _mm256_maddubs_epi16(wu, xv[t]);
+                }
+                const __m256i p = _mm256_madd_epi16(p16, ones);
+                const __m256 sc = _mm256_mul_ps(dw, dx[t]);
                 acc[r][t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[r][t]);
                 if constexpr (kType == TensorType::Q4_1) {
                     acc[r][t] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xs[t] + b * 8), acc[r][t]);

@@ -1,0 +1,223 @@
+// Google Benchmark microbenchmarks of the CPU matmul kernels: weight streaming rate (GB/s of
+// weight bytes) per type from DRAM, the full SmolLM2-135M weight set for decode (n_tokens = 1)
+// and prefill (n_tokens = 64), and the per-call cost of small matrices.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "common/half.h"
+
+namespace {
+
+using llmkv::TensorType;
+using llmkv::ThreadPool;
+using llmkv::cpu::MatmulKernel;
+using llmkv::cpu::MatmulScratch;
+using llmkv::cpu::WeightMatrix;
+
+ThreadPool &pool_for(int n) {
+    static std::map<int, std::unique_ptr<ThreadPool>> pools;
+    auto &p = pools[n];
+    if (!p) p = std::make_unique<ThreadPool>(unsigned(n));
+    return *p;
+}
+
+uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+inline uint64_t next_u64() {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+// A weight matrix with random payload and small, finite fp16 scales (no NaN/Inf/denormals).
+struct OwnedMatrix {
+    std::vector<uint8_t> bytes;
+    WeightMatrix w;
+};
+
+OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
+    OwnedMatrix m;
+    const int64_t blk = llmkv::tensor_type_block_elements(t);
+    const size_t row_bytes = size_t(cols / blk) * llmkv::tensor_type_block_bytes(t);
+    m.bytes.resize(row_bytes * size_t(rows));
+    for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
+        const uint64_t v = next_u64();
+        std::memcpy(&m.bytes[i], &v, 8);
+    }
+    const uint16_t scale = llmkv::fp32_to_fp16(0.01f), minv = llmkv::fp32_to_fp16(-0.05f);
+    const size_t n_units = m.bytes.size() / llmkv::tensor_type_block_bytes(t);
+    for (size_t b = 0; b < n_units; ++b) {
+        uint8_t *p = &m.bytes[b * llmkv::tensor_type_block_bytes(t)];
+        switch (t) {
+            case TensorType::F32: {
+                const float v = float(int(next_u64() % 2001) - 1000) * 1e-3f;
+                std::memcpy(p, &v, 4);
+                break;
+            }
+            case TensorType::F16: {
+                const uint16_t h = llmkv::fp32_to_fp16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
+                std::memcpy(p, &h, 2);
+                break;
+            }
+            case TensorType::BF16: {
+                const uint16_t h = llmkv::fp32_to_bf16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
+                std::memcpy(p, &h, 2);
+                break;
+            }
+            case TensorType::Q4_1: std::memcpy(p + 2, &minv, 2); [[fallthrough]];
+            case TensorType::Q4_0:
+            case TensorType::Q8_0: std::memcpy(p, &scale, 2); break;
+        }
+    }
+    m.w = WeightMatrix{t, m.bytes.data(), rows, cols, row_bytes};
+    return m;
+}
+
+std::vector<float> make_x(int64_t n, int64_t cols) {
+    std::vector<float> x(size_t(n * cols));
+    for (float &v : x) v = float(int(next_u64() % 2001) - 1000) * 1e-3f;
+    return x;
+}
+
+// Selects the kernel family for one benchmark; arg 1 = portable, 0 = auto (AVX2 if present).
+bool select_family(benchmark::State &state, int64_t portable) {
+    if (!llmkv::cpu::set_matmul_kernel(portable ? MatmulKernel::kPortable : MatmulKernel::kAuto)) {
+        state.SkipWithError("kernel family not available");
+        return false;
+    }
+    state.SetLabel(llmkv::cpu::matmul_kernel_name());
+    return true;
+}
+
+void set_rate(benchmark::State &state, double weight_bytes_per_iter) {
+    state.counters["GB/s"] = benchmark::Counter(weight_bytes_per_iter * 1e-9 * double(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+}
+
+// ---- one type, ~96 MB of weights (well beyond L3): DRAM streaming rate ---------------------
+// Args: type id, threads, n_tokens.
+void BM_StreamType(benchmark::State &state) {
+    const TensorType t = TensorType(state.range(0));
+    const int threads = int(state.range(1));
+    const int64_t n = state.range(2);
+    if (!select_family(state, 0)) return;
+    const int64_t cols = 576;
+    const size_t row_bytes =
+        size_t(cols / llmkv::tensor_type_block_elements(t)) * llmkv::tensor_type_block_bytes(t);
+    const int64_t rows = int64_t((96u << 20) / row_bytes);
+    static std::map<uint32_t, OwnedMatrix> cache;  // built once per type
+    auto it = cache.find(uint32_t(t));
+    if (it == cache.end()) it = cache.emplace(uint32_t(t), make_matrix(t, rows, cols)).first;
+    const WeightMatrix &w = it->second.w;
+    std::vector<float> x = make_x(n, cols), y(size_t(n * rows));
+    MatmulScratch scratch;
+    ThreadPool &pool = pool_for(threads);
+    for (auto _ : state) {
+        llmkv::cpu::matmul(w, x.data(), cols, n, y.data(), rows, pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    set_rate(state, double(w.row_bytes) * double(w.rows));
+    state.counters["MB"] = double(w.row_bytes) * double(w.rows) * 1e-6;
+}
+
+void stream_args(benchmark::internal::Benchmark *b) {
+    for (int t : {0, 1, 30, 8, 2, 3}) {
+        for (int threads : {1, 2}) b->Args({t, threads, 1});
+    }
+    for (int t : {8, 3}) {
+        for (int threads : {1, 2}) b->Args({t, threads, 64});
+    }
+}
+BENCHMARK(BM_StreamType)->Apply(stream_args)->ArgNames({"type", "threads", "n_tokens"})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- the SmolLM2-135M weight set: 30 layers of Q4_1 + the tied Q8_0 output head ----------
+struct SmolLM2 {
+    std::vector<OwnedMatrix> mats;
+    double bytes = 0;
+    SmolLM2() {
+        const int64_t E = 576, KV = 192, FF = 1536;
+        for (int l = 0; l < 30; ++l) {
+            for (auto [r, c] : {std::pair{E, E}, {KV, E}, {KV, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}}) {
+                mats.push_back(make_matrix(TensorType::Q4_1, r, c));
+            }
+        }
+        mats.push_back(make_matrix(TensorType::Q8_0, 49152, E));
+        for (const auto &m : mats) bytes += double(m.bytes.size());
+    }
+};
+
+SmolLM2 &smollm2() {
+    static SmolLM2 model;
+    return model;
+}
+
+// Args: threads, n_tokens, portable.
+void BM_SmolLM2(benchmark::State &state) {
+    const int threads = int(state.range(0));
+    const int64_t n = state.range(1);
+    if (!select_family(state, state.range(2))) return;
+    SmolLM2 &m = smollm2();
+    std::vector<float> x = make_x(n, 1536), y(size_t(n) * 49152);
+    MatmulScratch scratch;
+    ThreadPool &pool = pool_for(threads);
+    for (auto _ : state) {
+        for (const auto &om : m.mats) {
+            llmkv::cpu::matmul(om.w, x.data(), om.w.cols, n, y.data(), om.w.rows, pool, scratch);
+        }
+        benchmark::DoNotOptimize(y.data());
+    }
+    set_rate(state, m.bytes);
+    state.counters["MB"] = m.bytes * 1e-6;
+    state.counters["ms/token"] = benchmark::Counter(
+        double(state.iterations()) * double(n) * 1e-3,
+        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    llmkv::cpu::set_matmul_kernel(MatmulKernel::kAuto);
+}
+BENCHMARK(BM_SmolLM2)
+    ->ArgNames({"threads", "n_tokens", "portable"})
+    ->Args({1, 1, 0})->Args({2, 1, 0})->Args({1, 64, 0})->Args({2, 64, 0})
+    ->Args({2, 1, 1})->Args({2, 64, 1})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- per-call cost of one small, cache-resident matrix (decode k/v projections) -----------
+// Args: rows, cols, type, threads.
+void BM_SmallCall(benchmark::State &state) {
+    const int64_t rows = state.range(0), cols = state.range(1);
+    const TensorType t = TensorType(state.range(2));
+    const int threads = int(state.range(3));
+    if (!select_family(state, 0)) return;
+    OwnedMatrix m = make_matrix(t, rows, cols);
+    std::vector<float> x = make_x(1, cols), y(static_cast<size_t>(rows));
+    MatmulScratch scratch;
+    ThreadPool &pool = pool_for(threads);
+    for (auto _ : state) {
+        llmkv::cpu::matmul(m.w, x.data(), cols, 1, y.data(), rows, pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    set_rate(state, double(m.bytes.size()));
+}
+BENCHMARK(BM_SmallCall)
+    ->ArgNames({"rows", "cols", "type", "threads"})
+    ->Args({192, 576, 3, 1})->Args({192, 576, 3, 2})
+    ->Args({576, 576, 3, 1})->Args({576, 576, 3, 2})
+    ->Args({1536, 576, 3, 1})->Args({1536, 576, 3, 2})
+    ->Args({576, 1536, 3, 1})->Args({576, 1536, 3, 2})
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+// The benchmark binary is built from every bench/*.cpp; main is weak so that any one file may
+// provide it (or replace it) without a duplicate-symbol error.
+__attribute__((weak)) int main(int argc, char **argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

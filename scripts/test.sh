@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test: installs dependencies, fetches the model (golden and model-backed tests
+# need it), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
+# C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JOBS="$(nproc)"
+"$ROOT/scripts/install_deps.sh"
+export LLMKV_MODEL="$("$ROOT/scripts/fetch_model.sh")"
+
+echo "== Release build and full test suite" >&2
+"$ROOT/scripts/build.sh" "$ROOT/build-test"
+ctest --test-dir "$ROOT/build-test" --output-on-failure -j "$JOBS"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build" >&2
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S "$ROOT" -B "$ROOT/build-asan" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLLMKV_SANITIZE=address,undefined -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF >&2
+cmake --build "$ROOT/build-asan" -j "$JOBS" --target llmkv_unit_tests llmkv_test_capi_all >&2
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L 'unit|capi' \
+    -R 'Gguf|Tokenizer|Utf8|Engine|BlockPool|KvCache|capi'
+echo "== all tests passed" >&2

@@ -1,0 +1,255 @@
+// Tiny synthetic Llama models: writer and the naive f32 reference forward pass.
+#include "tiny_model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "gguf_writer.h"
+#include "quant_reference.h"
+
+namespace llmkv::testing {
+
+namespace {
+
+// GPT-2's byte-to-unicode map: printable bytes map to themselves, the rest to U+0100 + k.
+std::string byte_token(int b) {
+    auto printable = [](int c) { return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255); };
+    int cp = b;
+    if (!printable(b)) {
+        int k = 0;
+        for (int c = 0; c < b; ++c) k += printable(c) ? 0 : 1;
+        cp = 256 + k;
+    }
+    std::string s;
+    if (cp < 0x80) {
+        s += char(cp);
+    } else {
+        s += char(0xC0 | (cp >> 6));
+        s += char(0x80 | (cp & 0x3F));
+    }
+    return s;
+}
+
+struct Weights {
+    std::map<std::string, std::vector<float>> values;  // dequantized, as the engine sees them
+};
+
+std::vector<float> random_values(std::mt19937_64 &rng, size_t n, float scale) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto &x : v) x = dist(rng);
+    return v;
+}
+
+// Builds the file and (optionally) the dequantized weights the file holds.
+std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
+    GgufWriter w;
+    const uint32_t V = TinyVocab::kSize, E = s.n_embd, hd = s.n_embd / s.n_heads;
+    w.add_string("general.architecture", "llama");
+    w.add_string("general.name", "tiny-test-model");
+    w.add_uint32("llama.block_count", s.n_layers);
+    w.add_uint32("llama.context_length", s.n_ctx);
+    w.add_uint32("llama.embedding_length", E);
+    w.add_uint32("llama.feed_forward_length", s.n_ff);
+    w.add_uint32("llama.attention.head_count", s.n_heads);
+    w.add_uint32("llama.attention.head_count_kv", s.n_kv_heads);
+    w.add_float32("llama.rope.freq_base", s.rope_base);
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.add_uint32("llama.rope.dimension_count", hd);
+    w.add_uint32("llama.vocab_size", V);
+
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    for (int b = 0; b < 256; ++b) {
+        tokens.push_back(byte_token(b));
+        types.push_back(1);
+    }
+    const char *merges[TinyVocab::kNumMerges][2] = {{"t", "h"}, {"th", "e"}, {"\xC4\xA0", "the"}, {"a", "n"}};
+    std::vector<std::string> merge_strings;
+    for (auto &m : merges) {
+        tokens.push_back(std::string(m[0]) + m[1]);
+        types.push_back(1);
+        merge_strings.push_back(std::string(m[0]) + " " + m[1]);
+    }
+    for (const char *special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+        tokens.push_back(special);
+        types.push_back(3);
+    }
+    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.pre", "smollm");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_int32_array("tokenizer.ggml.token_type", types);
+    w.add_string_array("tokenizer.ggml.merges", merge_strings);
+    w.add_uint32("tokenizer.ggml.bos_token_id", TinyVocab::kEndOfText);
+    w.add_uint32("tokenizer.ggml.eos_token_id", TinyVocab::kEndOfText);
+    w.add_bool("tokenizer.ggml.add_bos_token", false);
+
+    std::mt19937_64 rng(s.seed);
+    auto tensor = [&](const std::string &name, std::vector<int64_t> dims, TensorType type, float scale,
+                      float offset = 0.0f) {
+        size_t n = 1;
+        for (int64_t d : dims) n *= size_t(d);
+        std::vector<float> v = random_values(rng, n, scale);
+        for (auto &x : v) x += offset;
+        std::vector<uint8_t> bytes = quantize_reference(type, v.data(), int64_t(n));
+        if (out) out->values[name] = dequantize_reference(type, bytes.data(), int64_t(n));
+        w.add_tensor(name, dims, type, std::move(bytes));
+    };
+    const uint32_t kvd = s.n_kv_heads * hd;
+    tensor("token_embd.weight", {E, V}, s.embd_type, 1.0f);
+    tensor("output_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
+    if (!s.tied_output) tensor("output.weight", {E, V}, s.weight_type, 0.2f);
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+        std::string b = "blk." + std::to_string(l) + ".";
+        tensor(b + "attn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
+        tensor(b + "attn_q.weight", {E, E}, s.weight_type, 0.25f);
+        tensor(b + "attn_k.weight", {E, kvd}, s.weight_type, 0.25f);
+        tensor(b + "attn_v.weight", {E, kvd}, s.weight_type, 0.25f);
+        tensor(b + "attn_output.weight", {E, E}, s.weight_type, 0.1f);
+        tensor(b + "ffn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
+        tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.weight_type, 0.2f);
+        tensor(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type, 0.2f);
+        tensor(b + "ffn_down.weight", {s.n_ff, E}, s.weight_type, 0.1f);
+    }
+    return w.build();
+}
+
+void rms_norm_ref(const std::vector<double> &x, const std::vector<float> &w, std::vector<double> &out) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    double scale = 1.0 / std::sqrt(ss / double(x.size()) + 1e-5);
+    out.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * scale * w[i];
+}
+
+bool is_block_quantized(TensorType t) {
+    return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q4_1;
+}
+
+// The CPU matmul multiplies block-quantized weights by activations quantized to 8 bits per
+// 32-element block (scale = max|x| / 127, round to nearest); the reference does the same
+// so that only float rounding separates the two.
+std::vector<double> quantize_activations(const std::vector<double> &x) {
+    std::vector<double> out(x.size());
+    for (size_t b = 0; b < x.size(); b += 32) {
+        float amax = 0.0f;
+        for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(float(x[i])));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (size_t i = b; i < b + 32; ++i) out[i] = double(std::nearbyint(float(x[i]) * id)) * d;
+    }
+    return out;
+}
+
+// y = W x with W stored (rows, cols) row-major as GGUF does (dims[0] = cols).
+std::vector<double> matvec(const std::vector<float> &W, size_t rows, size_t cols, const std::vector<double> &x_in,
+                           TensorType type = TensorType::F32) {
+    const std::vector<double> x = is_block_quantized(type) ? quantize_activations(x_in) : x_in;
+    std::vector<double> y(rows, 0.0);
+    for (size_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (size_t c = 0; c < cols; ++c) acc += double(W[r * cols + c]) * x[c];
+        y[r] = acc;
+    }
+    return y;
+}
+
+void rope_ref(std::vector<double> &v, uint32_t n_heads, uint32_t hd, uint32_t pos, double base) {
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        for (uint32_t i = 0; i < hd / 2; ++i) {
+            double theta = pos * std::pow(base, -2.0 * i / hd);
+            double c = std::cos(theta), s = std::sin(theta);
+            double &x0 = v[h * hd + 2 * i], &x1 = v[h * hd + 2 * i + 1];
+            double a = x0, b = x1;
+            x0 = a * c - b * s;
+            x1 = a * s + b * c;
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec) { return build(spec, nullptr); }
+
+void write_tiny_model(const TinyModelSpec &spec, const std::string &path) {
+    std::vector<uint8_t> bytes = build(spec, nullptr);
+    FILE *f = std::fopen(path.c_str(), "wb");
+    if (!f) throw std::runtime_error("cannot write " + path);
+    size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    if (n != bytes.size()) throw std::runtime_error("short write to " + path);
+}
+
+std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const std::vector<int32_t> &tokens) {
+    Weights W;
+    build(s, &W);
+    auto &v = W.values;
+    const uint32_t E = s.n_embd, hd = E / s.n_heads, kvd = s.n_kv_heads * hd, V = TinyVocab::kSize;
+    const uint32_t group = s.n_heads / s.n_kv_heads;
+    std::vector<std::vector<std::vector<double>>> K(s.n_layers), Vv(s.n_layers);
+    std::vector<std::vector<float>> all_logits;
+    auto fp16_round = [](double x) {
+        // The engine stores K/V as fp16; the reference does the same rounding.
+        return double(dequantize_reference(TensorType::F16, quantize_reference(TensorType::F16, std::vector<float>{float(x)}.data(), 1).data(), 1)[0]);
+    };
+    for (uint32_t pos = 0; pos < tokens.size(); ++pos) {
+        std::vector<double> x(E);
+        for (uint32_t i = 0; i < E; ++i) x[i] = v["token_embd.weight"][size_t(tokens[pos]) * E + i];
+        for (uint32_t l = 0; l < s.n_layers; ++l) {
+            std::string b = "blk." + std::to_string(l) + ".";
+            std::vector<double> xn;
+            rms_norm_ref(x, v[b + "attn_norm.weight"], xn);
+            auto q = matvec(v[b + "attn_q.weight"], E, E, xn, s.weight_type);
+            auto k = matvec(v[b + "attn_k.weight"], kvd, E, xn, s.weight_type);
+            auto val = matvec(v[b + "attn_v.weight"], kvd, E, xn, s.weight_type);
+            rope_ref(q, s.n_heads, hd, pos, s.rope_base);
+            rope_ref(k, s.n_kv_heads, hd, pos, s.rope_base);
+            for (auto &e : k) e = fp16_round(e);
+            for (auto &e : val) e = fp16_round(e);
+            K[l].push_back(k);
+            Vv[l].push_back(val);
+            std::vector<double> att(E, 0.0);
+            for (uint32_t h = 0; h < s.n_heads; ++h) {
+                uint32_t kh = h / group;
+                std::vector<double> sc(pos + 1);
+                double mx = -1e300;
+                for (uint32_t t = 0; t <= pos; ++t) {
+                    double d = 0;
+                    for (uint32_t i = 0; i < hd; ++i) d += q[h * hd + i] * K[l][t][kh * hd + i];
+                    sc[t] = d / std::sqrt(double(hd));
+                    mx = std::max(mx, sc[t]);
+                }
+                double sum = 0;
+                for (auto &e : sc) sum += (e = std::exp(e - mx));
+                for (uint32_t t = 0; t <= pos; ++t) {
+                    for (uint32_t i = 0; i < hd; ++i) att[h * hd + i] += sc[t] / sum * Vv[l][t][kh * hd + i];
+                }
+            }
+            auto o = matvec(v[b + "attn_output.weight"], E, E, att, s.weight_type);
+            for (uint32_t i = 0; i < E; ++i) x[i] += o[i];
+            rms_norm_ref(x, v[b + "ffn_norm.weight"], xn);
+            auto g = matvec(v[b + "ffn_gate.weight"], s.n_ff, E, xn, s.weight_type);
+            auto u = matvec(v[b + "ffn_up.weight"], s.n_ff, E, xn, s.weight_type);
+            for (uint32_t i = 0; i < s.n_ff; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+            auto d = matvec(v[b + "ffn_down.weight"], E, s.n_ff, g, s.weight_type);
+            for (uint32_t i = 0; i < E; ++i) x[i] += d[i];
+        }
+        std::vector<double> xn;
+        rms_norm_ref(x, v["output_norm.weight"], xn);
+        const auto &head = s.tied_output ? v["token_embd.weight"] : v["output.weight"];
+        auto logits = matvec(head, V, E, xn, s.tied_output ? s.embd_type : s.weight_type);
+        all_logits.emplace_back(logits.begin(), logits.end());
+    }
+    return all_logits;
+}
+
+std::string temp_path(const std::string &name) {
+    const char *dir = std::getenv("TMPDIR");
+    return std::string(dir && *dir ? dir : "/tmp") + "/llmkv_test_" + std::to_string(getpid()) + "_" + name;
+}
+
+}  // namespace llmkv::testing

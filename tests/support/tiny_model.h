@@ -1,0 +1,50 @@
+// Tiny synthetic Llama models for tests: random weights in any supported tensor format,
+// a byte-level BPE vocabulary (256 byte tokens, a few merges, ChatML specials), written as
+// a GGUF file by the test itself. Also a naive f32 reference forward pass over them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/tensor_type.h"
+
+namespace llmkv::testing {
+
+struct TinyModelSpec {
+    uint32_t n_layers = 2;
+    uint32_t n_embd = 64;
+    uint32_t n_ff = 96;
+    uint32_t n_heads = 4;
+    uint32_t n_kv_heads = 2;
+    uint32_t n_ctx = 256;
+    float rope_base = 10000.0f;
+    TensorType weight_type = TensorType::F32;  // attention and MLP matrices
+    TensorType embd_type = TensorType::F32;    // token embedding (and tied output head)
+    bool tied_output = true;
+    uint64_t seed = 42;
+};
+
+// Token ids of the tiny vocabulary.
+struct TinyVocab {
+    static constexpr int32_t kFirstMerge = 256;
+    static constexpr int32_t kNumMerges = 4;
+    static constexpr int32_t kEndOfText = 260;  // <|endoftext|>, eos/bos
+    static constexpr int32_t kImStart = 261;
+    static constexpr int32_t kImEnd = 262;
+    static constexpr int32_t kSize = 263;
+};
+
+// Writes the model to path (throws std::runtime_error on IO failure).
+void write_tiny_model(const TinyModelSpec &spec, const std::string &path);
+// Same bytes, in memory.
+std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec);
+
+// Naive reference: runs tokens[0..n) from position 0 with dense f32 math on dequantized
+// weights and returns the logits of every position (n x vocab).
+std::vector<std::vector<float>> reference_logits(const TinyModelSpec &spec, const std::vector<int32_t> &tokens);
+
+// A temp file path unique to this process and name.
+std::string temp_path(const std::string &name);
+
+}  // namespace llmkv::testing

@@ -1,0 +1,584 @@
+// Tokenizer tests: SmolLM2 ids against the HuggingFace reference fixture (needs the model),
+// decode round trips, hand-built byte-level BPE and SentencePiece vocabularies, the
+// pre-tokenizer patterns, Utf8Stream, and rejection of malformed vocabularies.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "json_lite.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+namespace llmkv {
+namespace {
+
+// ---- helpers --------------------------------------------------------------------------
+
+std::string model_path() {
+    if (const char *env = std::getenv("LLMKV_MODEL"); env && *env) {
+        if (std::ifstream(env).good()) return env;
+    }
+    std::string p = LLMKV_TEST_FIXTURES_DIR "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    return std::ifstream(p).good() ? p : std::string();
+}
+
+std::string read_file(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string escape(const std::string &s) {
+    std::string out;
+    for (unsigned char c : s) {
+        if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (c < 0x20 || c == 0x7F) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+        } else {
+            out += char(c);
+        }
+    }
+    return out;
+}
+
+std::string ids_str(const std::vector<int32_t> &ids) {
+    std::string s = "[";
+    for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+    return s + "]";
+}
+
+template <typename F>
+llmkv_status status_of(F &&f) {
+    try {
+        f();
+    } catch (const Error &e) {
+        return e.status();
+    }
+    return 0;
+}
+
+// GPT-2 byte-level symbol of a byte, as UTF-8.
+std::string byte_symbol(int b) {
+    auto printable = [](int x) {
+        return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+    };
+    uint32_t c = uint32_t(b);
+    if (!printable(b)) {
+        c = 0x100;
+        for (int k = 0; k < b; ++k) c += printable(k) ? 0 : 1;
+    }
+    std::string s;
+    if (c < 0x80) {
+        s += char(c);
+    } else {
+        s += char(0xC0 | (c >> 6));
+        s += char(0x80 | (c & 0x3F));
+    }
+    return s;
+}
+
+// ---- SmolLM2 against the reference fixture ------------------------------------------------
+
+struct FixtureCase {
+    std::string text;
+    int parse_special;  // 1, 0, or -1 for "both"
+    std::vector<int32_t> ids;
+    bool roundtrip;
+};
+
+class SmolLM2Tokenizer : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        std::string path = model_path();
+        if (path.empty()) return;
+        file_ = GgufFile::open(path).release();
+        tok_ = Tokenizer::from_gguf(*file_).release();
+        json_lite::Value doc =
+            json_lite::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_smollm2.json"));
+        for (const json_lite::Value &c : doc["cases"].array) {
+            FixtureCase fc;
+            fc.text = c["text"].string;
+            const json_lite::Value &ps = c["parse_special"];
+            fc.parse_special = ps.is_null() ? -1 : (ps.boolean ? 1 : 0);
+            for (const json_lite::Value &id : c["ids"].array) fc.ids.push_back(int32_t(id.number));
+            const json_lite::Value *rt = c.find("roundtrip");
+            fc.roundtrip = !rt || rt->boolean;
+            cases_->push_back(std::move(fc));
+        }
+    }
+    static void TearDownTestSuite() {
+        delete tok_;
+        delete file_;
+        tok_ = nullptr;
+        file_ = nullptr;
+    }
+    void SetUp() override {
+        if (!tok_) {
+            GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found (set LLMKV_MODEL or put it "
+                            "in models/)";
+        }
+    }
+
+    static GgufFile *file_;
+    static Tokenizer *tok_;
+    static std::vector<FixtureCase> *cases_;
+};
+
+GgufFile *SmolLM2Tokenizer::file_ = nullptr;
+Tokenizer *SmolLM2Tokenizer::tok_ = nullptr;
+std::vector<FixtureCase> *SmolLM2Tokenizer::cases_ = new std::vector<FixtureCase>();
+
+TEST_F(SmolLM2Tokenizer, VocabularyFacts) {
+    EXPECT_EQ(tok_->n_vocab(), 49152u);
+    EXPECT_EQ(tok_->model(), "gpt2");
+    EXPECT_EQ(tok_->pre_tokenizer(), PreTokenizer::kSmollm);
+    EXPECT_EQ(tok_->bos(), 1);
+    EXPECT_EQ(tok_->eos(), 2);
+    EXPECT_FALSE(tok_->add_bos_default());
+    EXPECT_EQ(tok_->find_token("<|im_start|>"), 1);
+    EXPECT_EQ(tok_->find_token("no such token here"), -1);
+    EXPECT_TRUE(tok_->is_end_of_generation(0));  // <|endoftext|>
+    EXPECT_TRUE(tok_->is_end_of_generation(2));  // <|im_end|>
+    EXPECT_FALSE(tok_->is_end_of_generation(1));
+    EXPECT_FALSE(tok_->is_end_of_generation(-1));
+    EXPECT_TRUE(tok_->is_special(1));
+    EXPECT_FALSE(tok_->is_special(tok_->find_token("Hello")));
+    EXPECT_EQ(tok_->token_bytes(tok_->find_token("\xC4\xA0the")), " the");  // "Ġthe"
+    EXPECT_EQ(tok_->token_bytes(1), "<|im_start|>");
+    EXPECT_EQ(tok_->encode("hi", true, false).front(), 1);
+}
+
+TEST_F(SmolLM2Tokenizer, MatchesReferenceIds) {
+    ASSERT_GE(cases_->size(), 250u);
+    size_t checked = 0, failures = 0;
+    for (const FixtureCase &c : *cases_) {
+        for (int parse = 0; parse < 2; ++parse) {
+            if (c.parse_special != -1 && c.parse_special != parse) continue;
+            std::vector<int32_t> got = tok_->encode(c.text, false, parse != 0);
+            ++checked;
+            if (got != c.ids && ++failures <= 25) {
+                ADD_FAILURE() << "text \"" << escape(c.text) << "\" parse_special=" << parse
+                              << "\n  expected " << ids_str(c.ids) << "\n  got      "
+                              << ids_str(got);
+            }
+        }
+    }
+    EXPECT_EQ(failures, 0u) << "of " << checked << " encodings";
+}
+
+TEST_F(SmolLM2Tokenizer, DecodeRoundTrip) {
+    for (const FixtureCase &c : *cases_) {
+        if (!c.roundtrip) continue;
+        EXPECT_EQ(tok_->decode(c.ids), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, true)), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, false)), c.text) << escape(c.text);
+    }
+}
+
+TEST_F(SmolLM2Tokenizer, InvalidUtf8IsEncodedByteByByte) {
+    // Bytes whose symbols SmolLM2 has (it lacks 0xC0, 0xC1, 0xF5..0xFF and a few others).
+    const std::string text = "ok \x80 \xE2\x82 x\xC3(\xED\xA0\x80) end\xE2";
+    EXPECT_EQ(tok_->decode(tok_->encode(text, false, false)), text);
+}
+
+TEST_F(SmolLM2Tokenizer, SpecialTokensParsedOnlyWhenAsked) {
+    std::vector<int32_t> with = tok_->encode("<|im_start|>user\nhi<|im_end|>", false, true);
+    EXPECT_EQ(with.front(), 1);
+    EXPECT_EQ(with.back(), 2);
+    std::vector<int32_t> without = tok_->encode("<|im_start|>user\nhi<|im_end|>", false, false);
+    for (int32_t id : without) EXPECT_FALSE(tok_->is_special(id)) << id;
+}
+
+TEST_F(SmolLM2Tokenizer, EncodesTenThousandTokensQuickly) {
+    std::string text;
+    for (const FixtureCase &c : *cases_) {
+        if (c.parse_special == -1) text += c.text + "\n";
+    }
+    std::string big;
+    while (big.size() < 60000) big += text;
+    // Warm-up, then time the best of three.
+    size_t n_tokens = tok_->encode(big, false, true).size();
+    double best_ms = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<int32_t> ids = tok_->encode(big, false, true);
+        auto t1 = std::chrono::steady_clock::now();
+        best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+        EXPECT_EQ(ids.size(), n_tokens);
+    }
+    double per_10k = best_ms * 10000.0 / double(n_tokens);
+    std::printf("[ perf ] %zu tokens from %zu bytes in %.2f ms (%.2f ms per 10k tokens)\n",
+                n_tokens, big.size(), best_ms, per_10k);
+    EXPECT_GT(n_tokens, 10000u);
+    EXPECT_LT(per_10k, 250.0);  // a few ms in release builds; generous for sanitizers
+}
+
+// ---- a hand-built byte-level BPE vocabulary -------------------------------------------
+
+// Ids 0..255: the byte symbols (id = byte); then merges' results; then control tokens.
+TokenizerVocab small_bpe_vocab() {
+    TokenizerVocab v;
+    v.model = "gpt2";
+    v.pre = "gpt2";
+    for (int b = 0; b < 256; ++b) v.tokens.push_back(byte_symbol(b));
+    const char *merges[] = {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r",
+                            "\xC4\xA0w or", "l d", "1 2"};
+    for (const char *m : merges) {
+        std::string s = m;
+        size_t sp = s.find(' ');
+        v.merges.push_back(s);
+        v.tokens.push_back(s.substr(0, sp) + s.substr(sp + 1));  // ids 256..264
+    }
+    v.tokens.push_back("<|end|>");  // 265
+    v.tokens.push_back("<s>");      // 266
+    v.token_types.assign(v.tokens.size(), kTokenNormal);
+    v.token_types[265] = kTokenControl;
+    v.token_types[266] = kTokenControl;
+    v.bos = 266;
+    v.eos = 265;
+    return v;
+}
+
+TEST(ByteBpeTokenizer, MergesByRank) {
+    Tokenizer t(small_bpe_vocab());
+    EXPECT_EQ(t.encode("hello", false, false), (std::vector<int32_t>{259}));
+    EXPECT_EQ(t.encode("hello world", false, false), (std::vector<int32_t>{259, 262, 263}));
+    // "l l" applies leftmost first: "lll" -> "ll" "l".
+    EXPECT_EQ(t.encode("lll", false, false), (std::vector<int32_t>{257, 'l'}));
+    EXPECT_EQ(t.encode("12", false, false), (std::vector<int32_t>{264}));
+    EXPECT_EQ(t.encode("", false, false), (std::vector<int32_t>{}));
+    EXPECT_EQ(t.encode("", true, false), (std::vector<int32_t>{266}));
+    EXPECT_EQ(t.encode("hi", true, false), (std::vector<int32_t>{266, 'h', 'i'}));
+    // Spaces and newlines are byte symbols too: "a\n" -> 'a', '\n'.
+    EXPECT_EQ(t.encode("a\n", false, false), (std::vector<int32_t>{'a', '\n'}));
+    EXPECT_EQ(t.decode(t.encode("hello world\n\t\xC3\xA9", false, false)),
+              "hello world\n\t\xC3\xA9");
+    EXPECT_EQ(t.token_bytes(262), " wor");
+    EXPECT_EQ(t.token_text(262), "\xC4\xA0wor");
+}
+
+TEST(ByteBpeTokenizer, SmollmDigitsAreSeparate) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.pre = "smollm";
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.encode("12", false, false), (std::vector<int32_t>{'1', '2'}));
+    TokenizerVocab v2 = small_bpe_vocab();
+    v2.pre = "something-new";  // falls back to the GPT-2 pattern (with a warning)
+    EXPECT_EQ(Tokenizer(std::move(v2)).encode("12", false, false), (std::vector<int32_t>{264}));
+}
+
+TEST(ByteBpeTokenizer, SpecialTokens) {
+    Tokenizer t(small_bpe_vocab());
+    EXPECT_EQ(t.encode("hi<|end|>", false, true), (std::vector<int32_t>{'h', 'i', 265}));
+    EXPECT_EQ(t.encode("<s><|end|><|end", false, true),
+              (std::vector<int32_t>{266, 265, '<', '|', 'e', 'n', 'd'}));
+    std::vector<int32_t> plain = t.encode("hi<|end|>", false, false);
+    EXPECT_EQ(plain, (std::vector<int32_t>{'h', 'i', '<', '|', 'e', 'n', 'd', '|', '>'}));
+    EXPECT_EQ(t.decode(t.encode("a<|end|>b", false, true)), "a<|end|>b");
+    EXPECT_TRUE(t.is_end_of_generation(265));
+    EXPECT_TRUE(t.is_special(266));
+    EXPECT_FALSE(t.is_special('a'));
+    EXPECT_EQ(t.token_bytes(265), "<|end|>");
+}
+
+TEST(ByteBpeTokenizer, LongestSpecialMatchWins) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.tokens.push_back("<|end|>x");  // 267
+    v.token_types.push_back(kTokenUserDefined);
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.encode("<|end|>x<|end|>", false, true), (std::vector<int32_t>{267, 265}));
+}
+
+TEST(ByteBpeTokenizer, MissingByteSymbolIsDropped) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.tokens[0x1d] = "unused-symbol";  // the vocabulary no longer has byte 0x1d's symbol
+    v.tokens['x'] = "unused-x";        // nor 'x'
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.encode("a\x1d", false, false), (std::vector<int32_t>{'a'}));
+    // Left out before merging: its neighbours merge as if it were not there.
+    EXPECT_EQ(t.encode("hxello", false, false), (std::vector<int32_t>{259}));
+    EXPECT_EQ(t.encode("x", false, false), (std::vector<int32_t>{}));
+}
+
+TEST(ByteBpeTokenizer, Llama3IgnoresMergesForWholeWords) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.pre = "llama-bpe";
+    v.tokens.push_back("lll");  // 267, reachable by no merge
+    v.token_types.push_back(kTokenNormal);
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.encode("lll", false, false), (std::vector<int32_t>{267}));
+    EXPECT_EQ(t.encode("hello", false, false), (std::vector<int32_t>{259}));
+}
+
+TEST(ByteBpeTokenizer, DecodeRejectsBadIds) {
+    Tokenizer t(small_bpe_vocab());
+    int32_t bad[] = {'a', 9999};
+    EXPECT_EQ(status_of([&] { t.decode(bad, 2); }), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { t.token_text(-1); }), LLMKV_ERR_INVALID_ARGUMENT);
+}
+
+// ---- pre-tokenizer patterns -----------------------------------------------------------
+
+std::vector<std::string> split(PreTokenizer kind, std::string_view text) {
+    std::vector<std::string_view> words;
+    pretokenize(kind, text, words);
+    return std::vector<std::string>(words.begin(), words.end());
+}
+
+using Words = std::vector<std::string>;
+
+TEST(PreTokenizer, Gpt2) {
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "Hello world's  end\n\n"),
+              (Words{"Hello", " world", "'s", " ", " end", "\n\n"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "x \n y"), (Words{"x", " \n", " y"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "a 123 !?  \t"), (Words{"a", " 123", " !?", "  \t"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "IT'S ''s"), (Words{"IT", "'", "S", " ''", "s"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "caf\xC3\xA9 e\xCC\x81"),
+              (Words{"caf\xC3\xA9", " e", "\xCC\x81"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xFF" "b"), (Words{"a", "\xFF", "b"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, "\xE3\x80\x80x"), (Words{"\xE3\x80\x80", "x"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, ""), Words{});
+}
+
+TEST(PreTokenizer, Smollm) {
+    EXPECT_EQ(split(PreTokenizer::kSmollm, "abc 123 def"),
+              (Words{"abc", " ", "1", "2", "3", " def"}));
+    EXPECT_EQ(split(PreTokenizer::kSmollm, "x\xC2\xB2  4"), (Words{"x", "\xC2\xB2", "  ", "4"}));
+}
+
+TEST(PreTokenizer, Llama3) {
+    EXPECT_EQ(split(PreTokenizer::kLlama3, "Hello 12345 world!!\n\n  x"),
+              (Words{"Hello", " ", "123", "45", " world", "!!\n\n", " ", " x"}));
+    EXPECT_EQ(split(PreTokenizer::kLlama3, "IT'S 'Re"), (Words{"IT", "'S", " '", "Re"}));
+    EXPECT_EQ(split(PreTokenizer::kLlama3, "a\n\n \n  b"), (Words{"a", "\n\n \n", " ", " b"}));
+    EXPECT_EQ(split(PreTokenizer::kLlama3, "(x) \tend"), (Words{"(x", ")", " ", "\tend"}));
+}
+
+// ---- a hand-built SentencePiece vocabulary ----------------------------------------------
+
+TokenizerVocab small_spm_vocab() {
+    TokenizerVocab v;
+    v.model = "llama";
+    v.tokens = {"<unk>", "<s>", "</s>"};
+    v.token_types = {kTokenUnknown, kTokenControl, kTokenControl};
+    for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        v.tokens.push_back(name);  // id 3 + b
+        v.token_types.push_back(kTokenByte);
+    }
+    v.scores.assign(v.tokens.size(), 0.0f);
+    const std::pair<const char *, float> pieces[] = {
+        {"\xE2\x96\x81", -20},           {"h", -20},     {"e", -20},     {"l", -20},
+        {"o", -20},                      {"w", -20},     {"r", -20},     {"d", -20},
+        {"\xE2\x96\x81h", -1},           {"he", -2},     {"ll", -3},     {"\xE2\x96\x81he", -4},
+        {"llo", -5},                     {"\xE2\x96\x81hello", -6},      {"\xE2\x96\x81w", -7},
+        {"or", -8},                      {"\xE2\x96\x81wor", -9},        {"ld", -10},
+        {"\xE2\x96\x81world", -11},
+    };
+    for (const auto &p : pieces) {
+        v.tokens.push_back(p.first);
+        v.scores.push_back(p.second);
+        v.token_types.push_back(kTokenNormal);
+    }
+    v.unk = 0;
+    v.bos = 1;
+    v.eos = 2;
+    v.add_bos = true;
+    v.add_space_prefix = true;
+    return v;
+}
+
+TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
+    Tokenizer t(small_spm_vocab());
+    const int32_t kHello = t.find_token("\xE2\x96\x81hello");
+    const int32_t kWorld = t.find_token("\xE2\x96\x81world");
+    const int32_t kSpH = t.find_token("\xE2\x96\x81h");
+    const int32_t kLl = t.find_token("ll");
+    ASSERT_GE(kHello, 0);
+    EXPECT_TRUE(t.add_bos_default());
+    EXPECT_EQ(t.encode("hello world", true, false), (std::vector<int32_t>{1, kHello, kWorld}));
+    // "é" is not in the vocabulary: its two bytes as <0xC3> <0xA9>.
+    EXPECT_EQ(t.encode("h\xC3\xA9", false, false),
+              (std::vector<int32_t>{kSpH, 3 + 0xC3, 3 + 0xA9}));
+    // Equal scores: leftmost pair first.
+    EXPECT_EQ(t.encode("lll", false, false)[1], kLl);
+    EXPECT_EQ(t.encode("<s>h", false, true), (std::vector<int32_t>{1, kSpH}));
+    EXPECT_EQ(t.encode("<s>h", false, false)[0], t.find_token("\xE2\x96\x81"));
+    EXPECT_EQ(t.token_bytes(kHello), " hello");
+    EXPECT_EQ(t.token_bytes(3 + 0x41), "A");
+    EXPECT_EQ(t.token_bytes(1), "<s>");
+    // decode drops the space the encoder put in front.
+    EXPECT_EQ(t.decode(t.encode("hello world h\xC3\xA9!", false, false)), "hello world h\xC3\xA9!");
+    EXPECT_EQ(t.decode(t.encode("hello", true, false)), "<s>hello");
+    EXPECT_TRUE(t.is_end_of_generation(2));
+    EXPECT_TRUE(t.is_special(0));
+}
+
+// ---- malformed vocabularies -------------------------------------------------------------
+
+TEST(TokenizerValidation, RejectsMalformedVocabularies) {
+    auto status = [](TokenizerVocab v) { return status_of([&] { Tokenizer t(std::move(v)); }); };
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.merges.push_back("h zzz");  // names an unknown token
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.merges.push_back("w x");  // "wx" is not in the vocabulary
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.merges.push_back("hello");  // not two tokens
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.bos = int32_t(v.tokens.size());
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.eos = -7;
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.tokens.clear();
+        v.token_types.clear();
+        v.merges.clear();
+        v.bos = v.eos = -1;
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.token_types.pop_back();
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.token_types[3] = 9;
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_spm_vocab();
+        v.scores.pop_back();
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_MODEL_FORMAT);
+    }
+    {
+        TokenizerVocab v = small_bpe_vocab();
+        v.model = "bert";
+        EXPECT_EQ(status(std::move(v)), LLMKV_ERR_UNSUPPORTED);
+    }
+    EXPECT_EQ(status(small_bpe_vocab()), 0);
+    EXPECT_EQ(status(small_spm_vocab()), 0);
+}
+
+// ---- Utf8Stream --------------------------------------------------------------------------
+
+TEST(Utf8Stream, HoldsBackPartialCharacters) {
+    Utf8Stream s;
+    s.push("a\xE2\x82");
+    EXPECT_EQ(s.pending_complete(), 1u);
+    EXPECT_EQ(s.pending(), 3u);
+    EXPECT_EQ(s.take_complete(), "a");
+    EXPECT_EQ(s.take_complete(), "");
+    s.push("\xAC");
+    EXPECT_EQ(s.take_complete(), "\xE2\x82\xAC");  // €
+    // A 4-byte emoji one byte at a time.
+    const std::string emoji = "\xF0\x9F\x98\x80";
+    for (size_t i = 0; i < 3; ++i) {
+        s.push(emoji.substr(i, 1));
+        EXPECT_EQ(s.pending_complete(), 0u);
+    }
+    s.push(emoji.substr(3));
+    EXPECT_EQ(s.take_complete(), emoji);
+    EXPECT_EQ(s.pending(), 0u);
+}
+
+TEST(Utf8Stream, InvalidBytesDoNotStall) {
+    Utf8Stream s;
+    s.push("\xFF");
+    EXPECT_EQ(s.take_complete(), "\xFF");
+    s.push("\xE2(");  // a lead byte followed by a non-continuation byte
+    EXPECT_EQ(s.take_complete(), "\xE2(");
+    s.push("\xC3");
+    EXPECT_EQ(s.pending_complete(), 0u);
+    s.push("x");
+    EXPECT_EQ(s.take_complete(), "\xC3x");
+    s.push("\xED\xA0\x80");  // an encoded surrogate: three invalid bytes
+    EXPECT_EQ(s.pending_complete(), 3u);
+    s.push("\xC0\x80\x80");  // overlong NUL and a stray continuation byte
+    EXPECT_EQ(s.take_complete(), "\xED\xA0\x80\xC0\x80\x80");
+    s.push("ok\xF0\x9F");
+    EXPECT_EQ(s.take_complete(), "ok");
+    EXPECT_EQ(s.take_all(), "\xF0\x9F");  // end of stream: the rest as is
+    EXPECT_EQ(s.pending(), 0u);
+}
+
+TEST(Utf8Stream, MaxBytesNeverSplitsACharacter) {
+    Utf8Stream s;
+    s.push("a\xE2\x82\xAC" "b");
+    EXPECT_EQ(s.take_complete(2), "a");
+    EXPECT_EQ(s.take_complete(2), "");
+    EXPECT_EQ(s.take_complete(3), "\xE2\x82\xAC");
+    EXPECT_EQ(s.take_complete(0), "");
+    EXPECT_EQ(s.take_complete(10), "b");
+}
+
+TEST(Utf8Stream, RandomChunksReassembleExactly) {
+    std::mt19937 rng(1234);
+    const std::string pieces[] = {"a", " ", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+                                  "\xFF", "\x80", "\xE2", "\xF0\x9F", "\xED\xA0\x80", "\n"};
+    for (int round = 0; round < 200; ++round) {
+        std::string input;
+        for (int k = 0; k < 40; ++k) input += pieces[rng() % std::size(pieces)];
+        // Unit boundaries of the whole input: every piece handed out must end on one.
+        std::vector<bool> boundary(input.size() + 1, false);
+        const auto *p = reinterpret_cast<const unsigned char *>(input.data());
+        for (size_t i = 0; i < input.size();) {
+            boundary[i] = true;
+            size_t len = Utf8Stream::unit_length(p + i, input.size() - i);
+            i += len ? len : input.size() - i;  // an unfinished character at the very end
+        }
+        boundary[input.size()] = true;
+        Utf8Stream s;
+        std::string output;
+        size_t pos = 0;
+        while (pos < input.size()) {
+            size_t n = std::min<size_t>(input.size() - pos, rng() % 5);
+            s.push(std::string_view(input).substr(pos, n));
+            pos += n;
+            size_t limit = 1 + rng() % 8;
+            std::string got = s.take_complete(limit);
+            ASSERT_LE(got.size(), limit);
+            output += got;
+            ASSERT_TRUE(boundary[output.size()]) << "partial character handed out";
+        }
+        output += s.take_complete();
+        ASSERT_EQ(s.pending_complete(), 0u);
+        ASSERT_LE(s.pending(), 3u);
+        output += s.take_all();
+        ASSERT_EQ(output, input);
+    }
+}
+
+}  // namespace
+}  // namespace llmkv
