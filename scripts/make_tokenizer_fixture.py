@@ -11,6 +11,9 @@
 #   pre_tokenizer: Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False,
 #                  use_regex=True)]
 #   decoder: ByteLevel; added tokens: every token_type 3 (control) token, special=True.
+# Every text is also encoded with SmolLM2's vocabulary under two other pre-tokenizations,
+# recorded with "pre": "gpt2" (ByteLevel(use_regex=True) alone) and "pre": "llama-bpe"
+# (Split(Llama 3 pattern, isolated) + ByteLevel(use_regex=False), BPE ignore_merges=True).
 # Each text is encoded with add_special_tokens=False twice: with special-token parsing (HF's
 # default) and without it (Tokenizer.encode_special_tokens = True, which makes HF treat the
 # text of special tokens as ordinary text). Cases whose two results are equal are stored once
@@ -54,9 +57,12 @@ def field_scalar(reader, key, default=None):
     return v[0].item() if hasattr(v[0], "item") else v[0]
 
 
-def build_tokenizer(model_path):
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def read_vocab(model_path):
     import gguf
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     r = gguf.GGUFReader(model_path)
     tokens = field_strings(r, "tokenizer.ggml.tokens")
@@ -66,16 +72,35 @@ def build_tokenizer(model_path):
     pre = bytes(r.fields["tokenizer.ggml.pre"].parts[-1]).decode()
     if model != "gpt2" or pre != "smollm":
         sys.exit(f"expected a SmolLM2 file (gpt2/smollm), got model={model} pre={pre}")
+    return tokens, merges, types
 
+
+def build_tokenizer(model_path, pre="smollm", vocab_data=None):
+    """SmolLM2's tokenizer ("smollm"), or its vocabulary with the pre-tokenization of
+    "gpt2" (plain GPT-2 pattern) or "llama-bpe" (Llama 3 pattern, ignore_merges)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tokens, merges, types = vocab_data or read_vocab(model_path)
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     # No unk token, no continuing-subword prefix, no end-of-word suffix, no dropout.
-    bpe = models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False)
+    bpe = models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False,
+                     ignore_merges=(pre == "llama-bpe"))
     tok = Tokenizer(bpe)
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    if pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ])
+    elif pre == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif pre == "llama-bpe":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        raise ValueError(pre)
     tok.decoder = decoders.ByteLevel()
     specials = [tokens[i] for i, t in enumerate(types) if t == 3]
     tok.add_special_tokens(
@@ -205,6 +230,7 @@ def test_strings():
         "１２３ ＡＢＣ", "٠١٢٣٤٥٦٧٨٩", "०१२३", "𝟘𝟙𝟚", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
         "ǅ ǈ ǋ titlecase", "ʰʲʷ modifier", "ーー カタカナー",
         "\U0001f600\u0301",
+        "\U00042126\U00042126",  # lead byte 0xF1 has no symbol: dropped before merging
     ]
     # ---- CJK ---------------------------------------------------------------------------
     s += [
@@ -311,44 +337,50 @@ def main():
                                                   "tokenizer_smollm2.json"))
     args = ap.parse_args()
 
-    tok, n_vocab, missing_bytes = build_tokenizer(args.model)
+    vocab_data = read_vocab(args.model)
     texts = test_strings()
-    seen = set()
+    distinct = list(dict.fromkeys(texts))
     cases = []
     n_split = 0
-    for text in texts:
-        if text in seen:
-            continue
-        seen.add(text)
-        tok.encode_special_tokens = False
-        with_special = tok.encode(text, add_special_tokens=False).ids
-        tok.encode_special_tokens = True
-        plain = tok.encode(text, add_special_tokens=False).ids
-        tok.encode_special_tokens = False
-        # Decoding must give the text back (skip_special_tokens=False keeps special text),
-        # except where the text has a byte whose byte-level symbol is not in the vocabulary
-        # (SmolLM2 lacks 21 of them, e.g. 0x1d): BPE without an unk token drops those.
-        missing = [b for b in text.encode("utf-8") if b in missing_bytes]
-        roundtrip = not missing
-        for ids in (with_special, plain):
-            back = tok.decode(ids, skip_special_tokens=False)
-            if (back == text) != roundtrip:
-                sys.exit(f"unexpected round trip for {text!r}: {back!r}")
-        variants = [(None, with_special)]
-        if with_special != plain:
-            n_split += 1
-            variants = [(True, with_special), (False, plain)]
-        for parse, ids in variants:
-            case = {"text": text, "parse_special": parse, "ids": ids}
-            if not roundtrip:
-                case["roundtrip"] = False
-            cases.append(case)
+    n_vocab = len(vocab_data[0])
+    for pre in ("smollm", "gpt2", "llama-bpe"):
+        tok, n_vocab, missing_bytes = build_tokenizer(args.model, pre, vocab_data)
+        for text in distinct:
+            tok.encode_special_tokens = False
+            with_special = tok.encode(text, add_special_tokens=False).ids
+            tok.encode_special_tokens = True
+            plain = tok.encode(text, add_special_tokens=False).ids
+            tok.encode_special_tokens = False
+            # Decoding must give the text back (skip_special_tokens=False keeps special
+            # text), except where the text has a byte whose byte-level symbol is not in the
+            # vocabulary (SmolLM2 lacks 21 of them, e.g. 0x1d): BPE without an unk token
+            # drops those.
+            roundtrip = not any(b in missing_bytes for b in text.encode("utf-8"))
+            for ids in (with_special, plain):
+                back = tok.decode(ids, skip_special_tokens=False)
+                if (back == text) != roundtrip:
+                    sys.exit(f"unexpected round trip for {text!r}: {back!r}")
+            variants = [(None, with_special)]
+            if with_special != plain:
+                n_split += 1
+                variants = [(True, with_special), (False, plain)]
+            for parse, ids in variants:
+                case = {"text": text}
+                if pre != "smollm":
+                    case["pre"] = pre
+                case["parse_special"] = parse
+                case["ids"] = ids
+                if not roundtrip:
+                    case["roundtrip"] = False
+                cases.append(case)
 
     import tokenizers
     doc = {
         "description": "SmolLM2 tokenizer reference ids from HuggingFace tokenizers; made by "
                        "scripts/make_tokenizer_fixture.py. parse_special null = same ids "
-                       "with and without special-token parsing.",
+                       "with and without special-token parsing. Cases with \"pre\" use "
+                       "SmolLM2's vocabulary with another pre-tokenization: gpt2 (plain "
+                       "GPT-2 pattern) or llama-bpe (Llama 3 pattern, ignore_merges).",
         "generator": f"tokenizers {tokenizers.__version__}",
         "model_file": os.path.basename(args.model),
         "model_sha256": sha256_file(args.model),
@@ -369,8 +401,8 @@ def main():
                     + "\n")
         f.write("  ]\n}\n")
     size = os.path.getsize(args.out)
-    print(f"wrote {args.out}: {len(texts)} strings ({len(seen)} distinct), {len(cases)} cases "
-          f"({n_split} differ with special parsing), {size} bytes")
+    print(f"wrote {args.out}: {len(distinct)} distinct strings x 3 pre-tokenizers, "
+          f"{len(cases)} cases ({n_split} differ with special parsing), {size} bytes")
 
 
 if __name__ == "__main__":

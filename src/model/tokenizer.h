@@ -64,6 +64,8 @@ public:
     // Reads the tokenizer.ggml.* keys. Throws like the constructor (a missing model or
     // token list is LLMKV_ERR_MODEL_FORMAT).
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile &f);
+    // Just the reading part of from_gguf (no validation beyond the key types).
+    static TokenizerVocab vocab_from_gguf(const GgufFile &f);
 
     // Tokenizes UTF-8 text (invalid bytes are tokenized byte by byte). add_bos: prepend BOS
     // when the vocabulary has one (callers that honour the model's preference pass

@@ -23,6 +23,10 @@ int32_t read_id(const GgufFile &f, const char *key) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &f) {
+    return std::make_unique<Tokenizer>(vocab_from_gguf(f));
+}
+
+TokenizerVocab Tokenizer::vocab_from_gguf(const GgufFile &f) {
     TokenizerVocab v;
     std::optional<std::string> model = f.get_string("tokenizer.ggml.model");
     if (!model) fail(LLMKV_ERR_MODEL_FORMAT, "GGUF file has no tokenizer.ggml.model");
@@ -62,7 +66,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &f) {
     bool spm = v.model == "llama";
     v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
     v.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
-    return std::make_unique<Tokenizer>(std::move(v));
+    return v;
 }
 
 }  // namespace llmkv

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -96,6 +97,7 @@ std::string byte_symbol(int b) {
 
 struct FixtureCase {
     std::string text;
+    std::string pre;    // "smollm" (the file's own), "gpt2" or "llama-bpe"
     int parse_special;  // 1, 0, or -1 for "both"
     std::vector<int32_t> ids;
     bool roundtrip;
@@ -108,11 +110,20 @@ protected:
         if (path.empty()) return;
         file_ = GgufFile::open(path).release();
         tok_ = Tokenizer::from_gguf(*file_).release();
+        // The same vocabulary with the other pre-tokenizations the fixture covers.
+        for (const char *pre : {"gpt2", "llama-bpe"}) {
+            TokenizerVocab v = Tokenizer::vocab_from_gguf(*file_);
+            v.pre = pre;
+            (*variants_)[pre] = new Tokenizer(std::move(v));
+        }
+        (*variants_)["smollm"] = tok_;
         json_lite::Value doc =
             json_lite::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_smollm2.json"));
         for (const json_lite::Value &c : doc["cases"].array) {
             FixtureCase fc;
             fc.text = c["text"].string;
+            const json_lite::Value *pre = c.find("pre");
+            fc.pre = pre ? pre->string : "smollm";
             const json_lite::Value &ps = c["parse_special"];
             fc.parse_special = ps.is_null() ? -1 : (ps.boolean ? 1 : 0);
             for (const json_lite::Value &id : c["ids"].array) fc.ids.push_back(int32_t(id.number));
@@ -122,6 +133,10 @@ protected:
         }
     }
     static void TearDownTestSuite() {
+        for (auto &kv : *variants_) {
+            if (kv.second != tok_) delete kv.second;
+        }
+        variants_->clear();
         delete tok_;
         delete file_;
         tok_ = nullptr;
@@ -137,11 +152,14 @@ protected:
     static GgufFile *file_;
     static Tokenizer *tok_;
     static std::vector<FixtureCase> *cases_;
+    static std::map<std::string, Tokenizer *> *variants_;  // by pre; "smollm" is tok_
 };
 
 GgufFile *SmolLM2Tokenizer::file_ = nullptr;
 Tokenizer *SmolLM2Tokenizer::tok_ = nullptr;
 std::vector<FixtureCase> *SmolLM2Tokenizer::cases_ = new std::vector<FixtureCase>();
+std::map<std::string, Tokenizer *> *SmolLM2Tokenizer::variants_ =
+    new std::map<std::string, Tokenizer *>();
 
 TEST_F(SmolLM2Tokenizer, VocabularyFacts) {
     EXPECT_EQ(tok_->n_vocab(), 49152u);
@@ -164,15 +182,22 @@ TEST_F(SmolLM2Tokenizer, VocabularyFacts) {
 }
 
 TEST_F(SmolLM2Tokenizer, MatchesReferenceIds) {
-    ASSERT_GE(cases_->size(), 250u);
+    std::map<std::string, size_t> per_pre;
+    for (const FixtureCase &c : *cases_) ++per_pre[c.pre];
+    ASSERT_GE(per_pre["smollm"], 250u);
+    ASSERT_GE(per_pre["gpt2"], 250u);
+    ASSERT_GE(per_pre["llama-bpe"], 250u);
+    ASSERT_EQ(per_pre.size(), 3u);
     size_t checked = 0, failures = 0;
     for (const FixtureCase &c : *cases_) {
+        const Tokenizer &t = *variants_->at(c.pre);
         for (int parse = 0; parse < 2; ++parse) {
             if (c.parse_special != -1 && c.parse_special != parse) continue;
-            std::vector<int32_t> got = tok_->encode(c.text, false, parse != 0);
+            std::vector<int32_t> got = t.encode(c.text, false, parse != 0);
             ++checked;
             if (got != c.ids && ++failures <= 25) {
-                ADD_FAILURE() << "text \"" << escape(c.text) << "\" parse_special=" << parse
+                ADD_FAILURE() << "pre " << c.pre << " text \"" << escape(c.text)
+                              << "\" parse_special=" << parse
                               << "\n  expected " << ids_str(c.ids) << "\n  got      "
                               << ids_str(got);
             }
@@ -182,12 +207,16 @@ TEST_F(SmolLM2Tokenizer, MatchesReferenceIds) {
 }
 
 TEST_F(SmolLM2Tokenizer, DecodeRoundTrip) {
+    size_t n = 0;
     for (const FixtureCase &c : *cases_) {
         if (!c.roundtrip) continue;
-        EXPECT_EQ(tok_->decode(c.ids), c.text) << escape(c.text);
-        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, true)), c.text) << escape(c.text);
-        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, false)), c.text) << escape(c.text);
+        const Tokenizer &t = *variants_->at(c.pre);
+        ++n;
+        EXPECT_EQ(t.decode(c.ids), c.text) << escape(c.text);
+        EXPECT_EQ(t.decode(t.encode(c.text, false, true)), c.text) << escape(c.text);
+        EXPECT_EQ(t.decode(t.encode(c.text, false, false)), c.text) << escape(c.text);
     }
+    EXPECT_GT(n, 1000u);
 }
 
 TEST_F(SmolLM2Tokenizer, InvalidUtf8IsEncodedByteByByte) {
@@ -207,7 +236,7 @@ TEST_F(SmolLM2Tokenizer, SpecialTokensParsedOnlyWhenAsked) {
 TEST_F(SmolLM2Tokenizer, EncodesTenThousandTokensQuickly) {
     std::string text;
     for (const FixtureCase &c : *cases_) {
-        if (c.parse_special == -1) text += c.text + "\n";
+        if (c.parse_special == -1 && c.pre == "smollm") text += c.text + "\n";
     }
     std::string big;
     while (big.size() < 60000) big += text;

@@ -102,12 +102,12 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
             __m256 dw, mw = _mm256_setzero_ps();
             if constexpr (kType == TensorType::Q4_1) {
                 // [d, m] pairs broadcast, converted: even lanes d, odd lanes m.
-                const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(int(load_u32(blk))));
+                const __m256 dm = _mm256_cvtph_ps(_mm_castps_si128(_mm_broadcast_ss(reinterpret_cast<const float *>(blk))));
                 dw = _mm256_moveldup_ps(dm);
                 mw = _mm256_movehdup_ps(dm);
                 wq = unpack_nibbles(blk + 4);
             } else {
-                dw = _mm256_cvtph_ps(_mm_set1_epi16(short(load_u16(blk))));
+                dw = _mm256_cvtph_ps(_mm_broadcastw_epi16(_mm_loadu_si16(blk)));
                 if constexpr (kType == TensorType::Q8_0) {
                     wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2));
                 } else {
