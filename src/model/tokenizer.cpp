@@ -78,9 +78,8 @@ int parse_byte_token(const std::string &s) {
     return v;
 }
 
-const char *const kEogNames[] = {"<|im_end|>",      "<|endoftext|>", "<|eot_id|>",
-                                 "<|eom_id|>",      "<|end_of_text|>", "<end_of_turn>",
-                                 "<|end|>",         "</s>"};
+const char *const kEogNames[] = {"<|im_end|>",      "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
+                                 "<|end_of_text|>", "<end_of_turn>", "<|end|>",    "</s>"};
 
 constexpr const char *kSpmSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
 
@@ -118,8 +117,8 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
         fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer has %zu scores for %zu tokens", scores_.size(), n);
     }
     if (!types_.empty() && types_.size() != n) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer has %zu token types for %zu tokens",
-             types_.size(), n);
+        fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer has %zu token types for %zu tokens", types_.size(),
+             n);
     }
     struct NamedId {
         const char *name;
@@ -130,8 +129,8 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
     for (int32_t id : vocab.extra_eog) ids.push_back({"end-of-generation", id});
     for (const NamedId &s : ids) {
         if (s.id < -1 || (s.id >= 0 && size_t(s.id) >= n)) {
-            fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer %s token id %d is outside the vocabulary of %zu",
-                 s.name, s.id, n);
+            fail(LLMKV_ERR_MODEL_FORMAT,
+                 "tokenizer %s token id %d is outside the vocabulary of %zu", s.name, s.id, n);
         }
     }
     for (size_t i = 0; i < types_.size(); ++i) {
@@ -220,9 +219,10 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
             if (a < 0 || b < 0 || c < 0) {
                 fail(LLMKV_ERR_MODEL_FORMAT,
                      "tokenizer merge %zu \"%s\" names a token not in the vocabulary (\"%s\")", r,
-                     m.c_str(), a < 0 ? std::string(left).c_str()
-                                : b < 0 ? std::string(right).c_str()
-                                        : joined.c_str());
+                     m.c_str(),
+                     a < 0   ? std::string(left).c_str()
+                     : b < 0 ? std::string(right).c_str()
+                             : joined.c_str());
             }
             merges_.emplace((uint64_t(uint32_t(a)) << 32) | uint32_t(b), Merge{int32_t(r), c});
         }
@@ -250,8 +250,8 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
     }
     for (const char *name : kEogNames) {
         int32_t id = lookup_text(name);
-        if (id >= 0 && (types_[size_t(id)] == kTokenControl ||
-                        types_[size_t(id)] == kTokenUserDefined)) {
+        if (id >= 0 &&
+            (types_[size_t(id)] == kTokenControl || types_[size_t(id)] == kTokenUserDefined)) {
             eog_[size_t(id)] = 1;
         }
     }
@@ -278,7 +278,9 @@ int32_t Tokenizer::lookup_text(std::string_view text) const {
     return it == token_ids_.end() ? -1 : it->second;
 }
 
-int32_t Tokenizer::find_token(std::string_view text) const { return lookup_text(text); }
+int32_t Tokenizer::find_token(std::string_view text) const {
+    return lookup_text(text);
+}
 
 void Tokenizer::check_id(int32_t id) const {
     if (id < 0 || size_t(id) >= tokens_.size()) {
@@ -329,7 +331,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
         int32_t hit = -1;
         for (int32_t id : cands) {
             const std::string &s = tokens_[size_t(id)];
-            if (s.size() <= text.size() - p && std::memcmp(text.data() + p, s.data(), s.size()) == 0) {
+            if (s.size() <= text.size() - p &&
+                std::memcmp(text.data() + p, s.data(), s.size()) == 0) {
                 hit = id;
                 break;
             }

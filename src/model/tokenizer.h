@@ -35,7 +35,7 @@ struct TokenizerVocab {
     std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (TokenType); may be empty
     std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right"
     int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
-    std::vector<int32_t> extra_eog;    // more end-of-generation ids (e.g. eom_token_id)
+    std::vector<int32_t> extra_eog;  // more end-of-generation ids (e.g. eom_token_id)
     bool add_bos = false, add_space_prefix = false;
 };
 

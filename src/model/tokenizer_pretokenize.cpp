@@ -16,8 +16,8 @@ constexpr uint32_t kInvalid = 0xFFFFFFFFu;  // a byte that is not part of valid 
 // The Unicode White_Space property (what \s matches in the reference regex engine).
 bool is_white_space(uint32_t c) {
     if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || c == 0x20;
-    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 CharClass classify(uint32_t c) {
@@ -33,11 +33,14 @@ CharClass classify(uint32_t c) {
         case UTF8PROC_CATEGORY_LL:
         case UTF8PROC_CATEGORY_LT:
         case UTF8PROC_CATEGORY_LM:
-        case UTF8PROC_CATEGORY_LO: return kLetter;
+        case UTF8PROC_CATEGORY_LO:
+            return kLetter;
         case UTF8PROC_CATEGORY_ND:
         case UTF8PROC_CATEGORY_NL:
-        case UTF8PROC_CATEGORY_NO: return kNumber;
-        default: return kOther;
+        case UTF8PROC_CATEGORY_NO:
+            return kNumber;
+        default:
+            return kOther;
     }
 }
 
@@ -79,9 +82,9 @@ struct CodePoints {
 // HuggingFace's Digits pre-tokenizer (Rust's char::is_numeric) isolates them.
 bool is_recent_digit(uint32_t c) {
     static constexpr uint32_t kRanges[][2] = {
-        {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11DE0, 0x11DE9},
-        {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9},
-        {0x1E5F1, 0x1E5FA},
+        {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9},
+        {0x11DE0, 0x11DE9}, {0x16130, 0x16139}, {0x16D70, 0x16D79},
+        {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA},
     };
     if (c < 0x10D40 || c == kInvalid) return false;
     for (const auto &r : kRanges) {
@@ -90,9 +93,13 @@ bool is_recent_digit(uint32_t c) {
     return false;
 }
 
-bool is_cr_lf(uint32_t c) { return c == '\r' || c == '\n'; }
+bool is_cr_lf(uint32_t c) {
+    return c == '\r' || c == '\n';
+}
 
-uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+uint32_t ascii_lower(uint32_t c) {
+    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+}
 
 // 's|'t|'re|'ve|'m|'ll|'d, case-sensitive or not. Returns the match end or 0.
 size_t match_contraction(const CodePoints &t, size_t i, size_t end, bool fold) {
@@ -172,13 +179,15 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
     CodePoints t(text);
     size_t n = t.size();
     switch (kind) {
-        case PreTokenizer::kGpt2: split_range(t, text, 0, n, match_gpt2, out); break;
-        case PreTokenizer::kLlama3: split_range(t, text, 0, n, match_llama3, out); break;
+        case PreTokenizer::kGpt2:
+            split_range(t, text, 0, n, match_gpt2, out);
+            break;
+        case PreTokenizer::kLlama3:
+            split_range(t, text, 0, n, match_llama3, out);
+            break;
         case PreTokenizer::kSmollm: {
             size_t i = 0;
-            auto digit = [&t](size_t k) {
-                return t.cls[k] == kNumber || is_recent_digit(t.cp[k]);
-            };
+            auto digit = [&t](size_t k) { return t.cls[k] == kNumber || is_recent_digit(t.cp[k]); };
             while (i < n) {
                 if (digit(i)) {
                     out.push_back(text.substr(t.off[i], t.off[i + 1] - t.off[i]));

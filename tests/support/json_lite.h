@@ -121,8 +121,8 @@ private:
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             v.type = Value::Type::kNumber;
             size_t start = i_;
-            while (i_ < s_.size() && std::string_view("+-.eE0123456789").find(s_[i_]) !=
-                                         std::string_view::npos) {
+            while (i_ < s_.size() &&
+                   std::string_view("+-.eE0123456789").find(s_[i_]) != std::string_view::npos) {
                 ++i_;
             }
             std::string num(s_.substr(start, i_ - start));
@@ -186,14 +186,30 @@ private:
             if (i_ >= s_.size()) error("unterminated escape");
             char e = s_[i_++];
             switch (e) {
-                case '"': out += '"'; break;
-                case '\\': out += '\\'; break;
-                case '/': out += '/'; break;
-                case 'b': out += '\b'; break;
-                case 'f': out += '\f'; break;
-                case 'n': out += '\n'; break;
-                case 'r': out += '\r'; break;
-                case 't': out += '\t'; break;
+                case '"':
+                    out += '"';
+                    break;
+                case '\\':
+                    out += '\\';
+                    break;
+                case '/':
+                    out += '/';
+                    break;
+                case 'b':
+                    out += '\b';
+                    break;
+                case 'f':
+                    out += '\f';
+                    break;
+                case 'n':
+                    out += '\n';
+                    break;
+                case 'r':
+                    out += '\r';
+                    break;
+                case 't':
+                    out += '\t';
+                    break;
                 case 'u': {
                     uint32_t c1 = parse_hex4();
                     if (c1 >= 0xD800 && c1 <= 0xDBFF && s_.substr(i_, 2) == "\\u") {
@@ -209,7 +225,8 @@ private:
                     append_utf8(out, c1);
                     break;
                 }
-                default: error("bad escape");
+                default:
+                    error("bad escape");
             }
         }
         return out;
@@ -219,6 +236,8 @@ private:
     size_t i_ = 0;
 };
 
-inline Value parse(std::string_view text) { return Parser(text).parse_document(); }
+inline Value parse(std::string_view text) {
+    return Parser(text).parse_document();
+}
 
 }  // namespace json_lite

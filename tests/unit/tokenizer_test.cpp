@@ -1,6 +1,8 @@
 // Tokenizer tests: SmolLM2 ids against the HuggingFace reference fixture (needs the model),
 // decode round trips, hand-built byte-level BPE and SentencePiece vocabularies, the
 // pre-tokenizer patterns, Utf8Stream, and rejection of malformed vocabularies.
+#include "model/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,7 +17,6 @@
 #include "common/error.h"
 #include "json_lite.h"
 #include "model/gguf.h"
-#include "model/tokenizer.h"
 
 namespace llmkv {
 namespace {
@@ -197,9 +198,8 @@ TEST_F(SmolLM2Tokenizer, MatchesReferenceIds) {
             ++checked;
             if (got != c.ids && ++failures <= 25) {
                 ADD_FAILURE() << "pre " << c.pre << " text \"" << escape(c.text)
-                              << "\" parse_special=" << parse
-                              << "\n  expected " << ids_str(c.ids) << "\n  got      "
-                              << ids_str(got);
+                              << "\" parse_special=" << parse << "\n  expected " << ids_str(c.ids)
+                              << "\n  got      " << ids_str(got);
             }
         }
     }
@@ -265,8 +265,8 @@ TokenizerVocab small_bpe_vocab() {
     v.model = "gpt2";
     v.pre = "gpt2";
     for (int b = 0; b < 256; ++b) v.tokens.push_back(byte_symbol(b));
-    const char *merges[] = {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r",
-                            "\xC4\xA0w or", "l d", "1 2"};
+    const char *merges[] = {"h e", "l l",          "he ll", "hell o", "\xC4\xA0 w",
+                            "o r", "\xC4\xA0w or", "l d",   "1 2"};
     for (const char *m : merges) {
         std::string s = m;
         size_t sp = s.find(' ');
@@ -361,6 +361,28 @@ TEST(ByteBpeTokenizer, DecodeRejectsBadIds) {
     EXPECT_EQ(status_of([&] { t.token_text(-1); }), LLMKV_ERR_INVALID_ARGUMENT);
 }
 
+TEST(ByteBpeTokenizer, RandomBytesRoundTrip) {
+    std::mt19937 rng(99);
+    for (const char *pre : {"gpt2", "smollm", "llama-bpe"}) {
+        TokenizerVocab v = small_bpe_vocab();
+        v.pre = pre;
+        Tokenizer t(std::move(v));
+        for (int round = 0; round < 300; ++round) {
+            std::string text;
+            size_t len = rng() % 40;
+            for (size_t i = 0; i < len; ++i) {
+                // Mostly ASCII, some high bytes (often invalid UTF-8), some markup.
+                uint32_t r = rng() % 10;
+                text += r < 6   ? char(' ' + rng() % 95)
+                        : r < 9 ? char(rng() % 256)
+                                : std::string("<|end|>")[rng() % 7];
+            }
+            EXPECT_EQ(t.decode(t.encode(text, false, false)), text) << pre;
+            EXPECT_EQ(t.decode(t.encode(text, false, true)), text) << pre;
+        }
+    }
+}
+
 // ---- pre-tokenizer patterns -----------------------------------------------------------
 
 std::vector<std::string> split(PreTokenizer kind, std::string_view text) {
@@ -379,7 +401,7 @@ TEST(PreTokenizer, Gpt2) {
     EXPECT_EQ(split(PreTokenizer::kGpt2, "IT'S ''s"), (Words{"IT", "'", "S", " ''", "s"}));
     EXPECT_EQ(split(PreTokenizer::kGpt2, "caf\xC3\xA9 e\xCC\x81"),
               (Words{"caf\xC3\xA9", " e", "\xCC\x81"}));
-    EXPECT_EQ(split(PreTokenizer::kGpt2, "a\xFF" "b"), (Words{"a", "\xFF", "b"}));
+    EXPECT_EQ(split(PreTokenizer::kGpt2, std::string("a\xFF") + "b"), (Words{"a", "\xFF", "b"}));
     EXPECT_EQ(split(PreTokenizer::kGpt2, "\xE3\x80\x80x"), (Words{"\xE3\x80\x80", "x"}));
     EXPECT_EQ(split(PreTokenizer::kGpt2, ""), Words{});
 }
@@ -413,11 +435,24 @@ TokenizerVocab small_spm_vocab() {
     }
     v.scores.assign(v.tokens.size(), 0.0f);
     const std::pair<const char *, float> pieces[] = {
-        {"\xE2\x96\x81", -20},           {"h", -20},     {"e", -20},     {"l", -20},
-        {"o", -20},                      {"w", -20},     {"r", -20},     {"d", -20},
-        {"\xE2\x96\x81h", -1},           {"he", -2},     {"ll", -3},     {"\xE2\x96\x81he", -4},
-        {"llo", -5},                     {"\xE2\x96\x81hello", -6},      {"\xE2\x96\x81w", -7},
-        {"or", -8},                      {"\xE2\x96\x81wor", -9},        {"ld", -10},
+        {"\xE2\x96\x81", -20},
+        {"h", -20},
+        {"e", -20},
+        {"l", -20},
+        {"o", -20},
+        {"w", -20},
+        {"r", -20},
+        {"d", -20},
+        {"\xE2\x96\x81h", -1},
+        {"he", -2},
+        {"ll", -3},
+        {"\xE2\x96\x81he", -4},
+        {"llo", -5},
+        {"\xE2\x96\x81hello", -6},
+        {"\xE2\x96\x81w", -7},
+        {"or", -8},
+        {"\xE2\x96\x81wor", -9},
+        {"ld", -10},
         {"\xE2\x96\x81world", -11},
     };
     for (const auto &p : pieces) {
@@ -457,6 +492,21 @@ TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
     EXPECT_EQ(t.decode(t.encode("hello", true, false)), "<s>hello");
     EXPECT_TRUE(t.is_end_of_generation(2));
     EXPECT_TRUE(t.is_special(0));
+}
+
+TEST(SpmTokenizer, RandomTextRoundTrip) {
+    Tokenizer t(small_spm_vocab());
+    std::mt19937 rng(5);
+    const std::string pieces[] = {"h",  "e",     "l",        "o",    " ",
+                                  "  ", "world", "\xC3\xA9", "\xFF", "\xE4\xB8\xAD",
+                                  "\n", "<s>",   "x"};
+    for (int round = 0; round < 300; ++round) {
+        std::string text;
+        for (size_t i = 0, n = rng() % 12; i < n; ++i) text += pieces[rng() % std::size(pieces)];
+        std::vector<int32_t> ids = t.encode(text, false, false);
+        for (int32_t id : ids) EXPECT_NE(id, t.unk());  // every byte has a <0xNN> token
+        EXPECT_EQ(t.decode(ids), text);
+    }
 }
 
 // ---- malformed vocabularies -------------------------------------------------------------
@@ -564,7 +614,9 @@ TEST(Utf8Stream, InvalidBytesDoNotStall) {
 
 TEST(Utf8Stream, MaxBytesNeverSplitsACharacter) {
     Utf8Stream s;
-    s.push("a\xE2\x82\xAC" "b");
+    s.push(
+        "a\xE2\x82\xAC"
+        "b");
     EXPECT_EQ(s.take_complete(2), "a");
     EXPECT_EQ(s.take_complete(2), "");
     EXPECT_EQ(s.take_complete(3), "\xE2\x82\xAC");
@@ -574,8 +626,9 @@ TEST(Utf8Stream, MaxBytesNeverSplitsACharacter) {
 
 TEST(Utf8Stream, RandomChunksReassembleExactly) {
     std::mt19937 rng(1234);
-    const std::string pieces[] = {"a", " ", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
-                                  "\xFF", "\x80", "\xE2", "\xF0\x9F", "\xED\xA0\x80", "\n"};
+    const std::string pieces[] = {"a",    " ",    "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+                                  "\xFF", "\x80", "\xE2",     "\xF0\x9F",     "\xED\xA0\x80",
+                                  "\n"};
     for (int round = 0; round < 200; ++round) {
         std::string input;
         for (int k = 0; k < 40; ++k) input += pieces[rng() % std::size(pieces)];

@@ -15,11 +15,18 @@ namespace llmkv::cpu::detail {
 
 namespace {
 
-// Register tile: kRMax weight rows x kTMax tokens of accumulators per kernel call. Every
-// output element goes through the same per-lane operation sequence whatever the tile shape,
-// so results do not depend on n_tokens or on where a row falls in a tile.
-constexpr int kRMax = 4;
-constexpr int kTMax = 3;
+// Register tiles. Decode (n_tokens = 1) runs kRDecode weight rows per kernel call; batches run
+// kRBatch rows x kTBatch tokens. Every output element goes through the same per-lane operation
+// sequence whatever the tile shape, so results do not depend on n_tokens or on where a row or
+// token falls in a tile.
+#ifndef LLMKV_MM_RD
+#define LLMKV_MM_RD 4
+#define LLMKV_MM_RB 4
+#define LLMKV_MM_TB 2
+#endif
+constexpr int kRDecode = LLMKV_MM_RD;
+constexpr int kRBatch = LLMKV_MM_RB;
+constexpr int kTBatch = LLMKV_MM_TB;
 constexpr int64_t kTokenGroup = 64;  // activations kept in L2 per pass over the weights
 constexpr int64_t kRowBlock = 32;    // weight rows kept in L1 while the tokens loop
 
@@ -212,30 +219,47 @@ using QTileFn = void (*)(const uint8_t *, size_t, const uint8_t *, size_t, int64
 using FTileFn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, float *,
                          int64_t);
 
-template <TensorType kType, int... I>
-constexpr std::array<QTileFn, sizeof...(I)> make_qtiles(std::integer_sequence<int, I...>) {
-    return {&qtile<kType, I / kTMax + 1, I % kTMax + 1>...};
+// Tile function tables: decode[R - 1] has shape R x 1; batch[(R - 1) * kTBatch + T - 1] has R x T.
+template <typename Fn>
+struct TileTable {
+    std::array<Fn, kRDecode> decode;
+    std::array<Fn, kRBatch * kTBatch> batch;
+};
+
+template <TensorType kType, int... I, int... J>
+constexpr TileTable<QTileFn> make_qtiles(std::integer_sequence<int, I...>,
+                                         std::integer_sequence<int, J...>) {
+    return {{&qtile<kType, I + 1, 1>...}, {&qtile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
-template <TensorType kType, int... I>
-constexpr std::array<FTileFn, sizeof...(I)> make_ftiles(std::integer_sequence<int, I...>) {
-    return {&ftile<kType, I / kTMax + 1, I % kTMax + 1>...};
+template <TensorType kType, int... I, int... J>
+constexpr TileTable<FTileFn> make_ftiles(std::integer_sequence<int, I...>,
+                                         std::integer_sequence<int, J...>) {
+    return {{&ftile<kType, I + 1, 1>...}, {&ftile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
 
-using Seq = std::make_integer_sequence<int, kRMax * kTMax>;
+using DecodeSeq = std::make_integer_sequence<int, kRDecode>;
+using BatchSeq = std::make_integer_sequence<int, kRBatch * kTBatch>;
 
 // Walks [r0, r1) x tokens: token groups, then row blocks, then register tiles. The weight
 // rows of a block stay in L1 while every token of the group passes over them.
-template <typename Tile>
-void drive(const MatmulJob &job, int64_t r0, int64_t r1, Tile &&tile) {
+template <typename Fn, typename Call>
+void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &tiles, Call &&call) {
+    if (job.n_tokens == 1) {
+        for (int64_t r = r0; r < r1; r += kRDecode) {
+            const int nr = int(std::min<int64_t>(kRDecode, r1 - r));
+            call(tiles.decode[size_t(nr - 1)], r, 0);
+        }
+        return;
+    }
     for (int64_t tg = 0; tg < job.n_tokens; tg += kTokenGroup) {
         const int64_t tg_end = std::min(job.n_tokens, tg + kTokenGroup);
         for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
             const int64_t rb_end = std::min(r1, rb + kRowBlock);
-            for (int64_t t = tg; t < tg_end; t += kTMax) {
-                const int nt = int(std::min<int64_t>(kTMax, tg_end - t));
-                for (int64_t r = rb; r < rb_end; r += kRMax) {
-                    const int nr = int(std::min<int64_t>(kRMax, rb_end - r));
-                    tile((nr - 1) * kTMax + (nt - 1), r, t);
+            for (int64_t t = tg; t < tg_end; t += kTBatch) {
+                const int nt = int(std::min<int64_t>(kTBatch, tg_end - t));
+                for (int64_t r = rb; r < rb_end; r += kRBatch) {
+                    const int nr = int(std::min<int64_t>(kRBatch, rb_end - r));
+                    call(tiles.batch[size_t((nr - 1) * kTBatch + (nt - 1))], r, t);
                 }
             }
         }
@@ -244,21 +268,20 @@ void drive(const MatmulJob &job, int64_t r0, int64_t r1, Tile &&tile) {
 
 template <TensorType kType>
 void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
-    static constexpr auto kTiles = make_qtiles<kType>(Seq{});
+    static constexpr TileTable<QTileFn> kTiles = make_qtiles<kType>(DecodeSeq{}, BatchSeq{});
     const int64_t nb = job.cols / kQBlock;
-    drive(job, r0, r1, [&](int idx, int64_t r, int64_t t) {
-        kTiles[size_t(idx)](job.w + size_t(r) * job.row_bytes, job.row_bytes,
-                            job.act + size_t(t) * job.act_stride, job.act_stride, nb,
-                            job.y + t * job.ldy + r, job.ldy);
+    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t) {
+        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.act + size_t(t) * job.act_stride,
+           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy);
     });
 }
 
 template <TensorType kType>
 void f_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
-    static constexpr auto kTiles = make_ftiles<kType>(Seq{});
-    drive(job, r0, r1, [&](int idx, int64_t r, int64_t t) {
-        kTiles[size_t(idx)](job.w + size_t(r) * job.row_bytes, job.row_bytes, job.x + t * job.ldx,
-                            job.ldx, job.cols, job.y + t * job.ldy + r, job.ldy);
+    static constexpr TileTable<FTileFn> kTiles = make_ftiles<kType>(DecodeSeq{}, BatchSeq{});
+    drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t) {
+        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.x + t * job.ldx, job.ldx,
+           job.cols, job.y + t * job.ldy + r, job.ldy);
     });
 }
 
