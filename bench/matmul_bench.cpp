@@ -99,6 +99,34 @@ void set_rate(benchmark::State &state, double weight_bytes_per_iter) {
                                                 benchmark::Counter::kIsRate);
 }
 
+// ---- reference point: plain streaming read of 96 MB with the same pool ------------------
+// Args: threads. What "memory bandwidth" means on this machine right now.
+void BM_ReadBandwidth(benchmark::State &state) {
+    const int threads = int(state.range(0));
+    static std::vector<uint64_t> buf((96u << 20) / 8, 1);
+    ThreadPool &pool = pool_for(threads);
+    std::vector<uint64_t> partial(size_t(threads) * 8);
+    for (auto _ : state) {
+        pool.run([&](unsigned t, unsigned nt) {
+            const size_t per = (buf.size() + nt - 1) / nt;
+            const size_t b = std::min(buf.size(), size_t(t) * per);
+            const size_t e = std::min(buf.size(), b + per);
+            uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            for (size_t i = b; i + 4 <= e; i += 4) {
+                a0 += buf[i];
+                a1 += buf[i + 1];
+                a2 += buf[i + 2];
+                a3 += buf[i + 3];
+            }
+            partial[size_t(t) * 8] = a0 + a1 + a2 + a3;
+        });
+        benchmark::DoNotOptimize(partial.data());
+    }
+    set_rate(state, double(buf.size()) * 8.0);
+}
+BENCHMARK(BM_ReadBandwidth)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(
+    benchmark::kMillisecond);
+
 // ---- one type, ~96 MB of weights (well beyond L3): DRAM streaming rate ---------------------
 // Args: type id, threads, n_tokens.
 void BM_StreamType(benchmark::State &state) {

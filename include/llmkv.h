@@ -224,7 +224,8 @@ LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e);
 
 /* ---- Tokens and text -------------------------------------------------------------------- */
 
-#define LLMKV_TOKENIZE_ADD_BOS 0x1u       /* prepend BOS if the model uses one */
+#define LLMKV_TOKENIZE_ADD_BOS 0x1u       /* prepend BOS if the model's file asks for one
+                                             (tokenizer.ggml.add_bos_token) */
 #define LLMKV_TOKENIZE_PARSE_SPECIAL 0x2u /* "<|im_start|>" in text becomes its token */
 
 /* Tokenizes len bytes of UTF-8 text (invalid UTF-8 is encoded byte by byte). Writes at
@@ -324,7 +325,9 @@ LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s);
 
 /* Copies the text generated since the last read into buf: whole UTF-8 characters only (an
  * incomplete character waits for the next token). Reads at most capacity bytes; what does
- * not fit stays for the next read. *n_bytes receives the count. Not NUL-terminated. */
+ * not fit stays for the next read, and a character is never split, so a capacity below 4
+ * can return 0 bytes while text is waiting. *n_bytes receives the count. Not
+ * NUL-terminated. Bytes that can never form valid UTF-8 are passed through as they are. */
 LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity,
                                                size_t *n_bytes);
 

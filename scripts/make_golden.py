@@ -63,11 +63,17 @@ PROMPTS = [
     ),
     ("code_fibonacci", "def fibonacci(n):\n"),
     ("long_prose", LONG_PROSE),
-    # Extra prompts chosen for their robustness to activation-quantization noise: the
-    # counting continuation has a top1-top2 margin >= 1.9 at all 32 steps (exact-match
-    # test), and "def fibonacci(n):" has a large margin at the prompt (the one with the
-    # trailing newline is a near-tie at its first step).
+    # Extra prompts chosen for their robustness to activation-quantization noise. The
+    # robust_* continuations keep a top1-top2 margin well above the 8-bit noise at all 32
+    # steps, so free-running greedy output must match token for token (the one with the
+    # prose in front of it does so with ~350 tokens of KV); "def fibonacci(n):" has a large
+    # margin at the prompt, where the one with the trailing newline is a near-tie.
     ("robust_counting", "1, 2, 3, 4, 5, 6, 7, 8,"),
+    ("robust_counting_100", "100, 101, 102, 103, 104,"),
+    (
+        "robust_long_counting",
+        LONG_PROSE.rsplit(" and", 1)[0] + ".\n\nHere are the numbers from one to forty: 1, 2, 3, 4, 5, 6, 7, 8,",
+    ),
     ("code_fibonacci_no_newline", "def fibonacci(n):"),
 ]
 
@@ -77,7 +83,7 @@ SUGGESTED_TOLERANCES = {
     "robust_margin": 1.0,
     "final_top40_max_abs_diff": 1.0,
     "final_top40_centered_max_abs_diff": 0.75,
-    "final_max_abs_diff": 1.0,
+    "final_max_abs_diff": 0.6,
     "final_mean_abs_diff": 0.6,
     "final_std_abs_diff": 0.1,
 }

@@ -177,7 +177,8 @@ LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, s
     return guarded([&] {
         const Engine *engine = engine_of(e);
         std::vector<int32_t> ids = engine->tokenizer().encode(std::string_view(text ? text : "", len),
-                                                              flags & LLMKV_TOKENIZE_ADD_BOS,
+                                                              (flags & LLMKV_TOKENIZE_ADD_BOS) &&
+                                                                  engine->tokenizer().add_bos_default(),
                                                               flags & LLMKV_TOKENIZE_PARSE_SPECIAL);
         *n_tokens = ids.size();
         if (ids.size() > capacity) {

@@ -315,6 +315,53 @@ static void test_engine_info(void **state) {
     llmkv_engine_destroy(e);
 }
 
+typedef struct {
+    int n_messages;
+    int too_verbose;
+    int bad_message;
+    llmkv_log_level max_level;
+} log_ctx_t;
+
+static void log_fn(llmkv_log_level level, const char *message, void *user_data) {
+    log_ctx_t *c = (log_ctx_t *)user_data;
+    size_t len = message ? strlen(message) : 0;
+    ++c->n_messages;
+    if (level > c->max_level) c->too_verbose = 1;
+    if (!message || len == 0 || message[len - 1] == '\n') c->bad_message = 1;
+}
+
+/* llmkv_log_set: messages reach the callback with its user_data, no trailing newline, no
+ * level above the one asked for. */
+static void test_log_callback(void **state) {
+    log_ctx_t c;
+    llmkv_engine *e;
+    llmkv_engine_params p;
+    (void)state;
+    CAPI_REQUIRE_MODEL();
+    memset(&c, 0, sizeof(c));
+    c.max_level = LLMKV_LOG_DEBUG;
+    llmkv_log_set(log_fn, &c, LLMKV_LOG_DEBUG);
+    e = capi_engine_create();
+    llmkv_engine_destroy(e);
+    /* a warning: max_context above the model's trained context */
+    capi_engine_params(&p);
+    p.max_context = 0x7fffffffu;
+    e = NULL;
+    if (llmkv_engine_create(&p, &e) == LLMKV_OK) llmkv_engine_destroy(e);
+    assert_true(c.n_messages > 0);
+    assert_false(c.too_verbose);
+    assert_false(c.bad_message);
+
+    memset(&c, 0, sizeof(c));
+    c.max_level = LLMKV_LOG_ERROR;
+    llmkv_log_set(log_fn, &c, LLMKV_LOG_ERROR);
+    e = capi_engine_create();
+    llmkv_engine_destroy(e);
+    assert_false(c.too_verbose);
+    assert_false(c.bad_message);
+    llmkv_log_set(NULL, NULL, LLMKV_LOG_WARN);
+}
+
 static void test_engine_create_bad_values(void **state) {
     llmkv_engine_params p;
     llmkv_engine *e = NULL;
@@ -728,9 +775,22 @@ static void test_chat_format(void **state) {
         size_t nt = 0;
         int32_t im_start = -1;
         size_t k;
+        char text[64];
+        size_t nb = 0;
         capi_assert_ok(llmkv_tokenize(e, "<|im_start|>", 12, LLMKV_TOKENIZE_PARSE_SPECIAL, toks, 256, &nt));
         assert_int_equal(nt, 1);
         im_start = toks[0];
+        /* special tokens detokenize to their text */
+        capi_assert_ok(llmkv_detokenize(e, &im_start, 1, text, sizeof(text), &nb));
+        assert_int_equal(nb, 12);
+        assert_memory_equal(text, "<|im_start|>", 12);
+        /* without PARSE_SPECIAL the text is plain text */
+        capi_assert_ok(llmkv_tokenize(e, "<|im_start|>", 12, 0, toks, 256, &nt));
+        assert_true(nt > 1);
+        for (k = 0; k < nt; ++k) assert_int_not_equal(toks[k], im_start);
+        capi_assert_ok(llmkv_detokenize(e, toks, nt, text, sizeof(text), &nb));
+        assert_int_equal(nb, 12);
+        assert_memory_equal(text, "<|im_start|>", 12);
         capi_assert_ok(llmkv_chat_format(e, msgs, 1, 1, buf, sizeof(buf), &n));
         capi_assert_ok(llmkv_tokenize(e, buf, n, LLMKV_TOKENIZE_PARSE_SPECIAL, toks, 256, &nt));
         for (k = 0; k < nt && toks[k] != im_start; ++k) {
@@ -836,6 +896,14 @@ static void test_append_out_of_vocab(void **state) {
         assert_int_equal(n, 3);
         assert_memory_equal(toks, good, sizeof(good));
     }
+    {
+        /* a capacity below the count copies a prefix and reports the total */
+        int32_t two[2] = {-1, -1};
+        size_t n = 0;
+        capi_assert_ok(llmkv_session_get_tokens(s, two, 2, &n));
+        assert_int_equal(n, 3);
+        assert_memory_equal(two, good, sizeof(two));
+    }
     /* appending zero tokens is fine and changes nothing */
     capi_assert_ok(llmkv_session_append(s, good, 0));
     assert_int_equal(capi_session_info(s).n_tokens, n_before);
@@ -858,7 +926,6 @@ int main(void) {
         cmocka_unit_test(test_engine_create_not_gguf),
         cmocka_unit_test(test_null_handles),
         cmocka_unit_test(test_engine_info),
-        cmocka_unit_test(test_engine_create_bad_values),
         cmocka_unit_test(test_engine_create_cuda_backend),
         cmocka_unit_test(test_null_out_pointers),
         cmocka_unit_test(test_session_params_struct_size),
@@ -870,6 +937,10 @@ int main(void) {
         cmocka_unit_test(test_chat_format),
         cmocka_unit_test(test_session_create_bad_values),
         cmocka_unit_test(test_append_out_of_vocab),
+        cmocka_unit_test(test_log_callback),
+        /* last: values outside a C enum's enumerators are legal C; a library that loads them
+         * as a C++ enum trips UBSan, which ends the program */
+        cmocka_unit_test(test_engine_create_bad_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -525,6 +525,60 @@ static void test_destroy_session_discards_its_events(void **state) {
     llmkv_engine_destroy(e);
 }
 
+/* A session that can never get the KV blocks it needs gets an ERROR event with
+ * LLMKV_ERR_KV_CAPACITY instead of hanging; the engine stays consistent. */
+static void test_error_event_when_pool_exhausted(void **state) {
+    llmkv_engine_params p;
+    llmkv_engine *e = NULL;
+    llmkv_engine_info info;
+    llmkv_session *s;
+    llmkv_event ev[8];
+    int32_t toks[200];
+    size_t n, i, n_error = 0, n_done = 0;
+    int steps;
+    int tag = 5;
+    (void)state;
+    CAPI_REQUIRE_MODEL();
+    e = capi_engine_create();
+    info = capi_engine_info(e);
+    llmkv_engine_destroy(e);
+
+    /* room for 4 sealed blocks */
+    capi_engine_params(&p);
+    p.kv_device_bytes = 4 * info.kv_bytes_per_token_device * info.kv_block_tokens;
+    e = NULL;
+    capi_assert_ok(llmkv_engine_create(&p, &e));
+    info = capi_engine_info(e);
+    assert_int_equal(info.kv_blocks_total, 4);
+
+    s = capi_session_create(e, &tag, 0);
+    for (i = 0; i < 200; ++i) toks[i] = (int32_t)(300 + i);
+    capi_assert_ok(llmkv_session_append(s, toks, 200)); /* needs 12 blocks */
+    capi_assert_ok(llmkv_session_generate(s, 4));
+    for (steps = 0; steps < 20 && n_error + n_done == 0; ++steps) {
+        capi_assert_ok(llmkv_step(e, ev, 8, &n));
+        for (i = 0; i < n; ++i) {
+            assert_ptr_equal(ev[i].session, s);
+            assert_ptr_equal(ev[i].user_data, &tag);
+            if (ev[i].kind == LLMKV_EVENT_ERROR) {
+                ++n_error;
+                assert_int_equal(ev[i].status, LLMKV_ERR_KV_CAPACITY);
+            } else if (ev[i].kind == LLMKV_EVENT_DONE) {
+                ++n_done;
+            }
+        }
+    }
+    assert_int_equal(n_error, 1);
+    assert_int_equal(n_done, 0);
+    /* nothing keeps running */
+    capi_drain(e, 20);
+    assert_int_equal(capi_session_info(s).state == LLMKV_SESSION_GENERATING, 0);
+    capi_assert_ok(llmkv_engine_validate(e));
+    llmkv_session_destroy(s);
+    capi_assert_pool_clean(e);
+    llmkv_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_step_without_work),
@@ -534,6 +588,7 @@ int main(void) {
         cmocka_unit_test(test_batching_does_not_change_greedy_output),
         cmocka_unit_test(test_read_text_utf8_chunks),
         cmocka_unit_test(test_destroy_session_discards_its_events),
+        cmocka_unit_test(test_error_event_when_pool_exhausted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

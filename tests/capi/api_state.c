@@ -534,6 +534,34 @@ static void test_stop_token(void **state) {
     llmkv_engine_destroy(e);
 }
 
+/* max_sessions live sessions at once: one more is KV_CAPACITY until one is destroyed. */
+static void test_max_sessions(void **state) {
+    llmkv_engine_params p;
+    llmkv_engine *e = NULL;
+    llmkv_session_params sp;
+    llmkv_session *s[3] = {NULL, NULL, NULL};
+    llmkv_session *extra = NULL;
+    (void)state;
+    CAPI_REQUIRE_MODEL();
+    capi_engine_params(&p);
+    p.max_sessions = 2;
+    capi_assert_ok(llmkv_engine_create(&p, &e));
+    llmkv_session_params_init(&sp);
+    sp.priority = 7;
+    capi_assert_ok(llmkv_session_create(e, &sp, &s[0]));
+    capi_assert_ok(llmkv_session_create(e, &sp, &s[1]));
+    assert_int_equal(capi_session_info(s[0]).priority, 7);
+    capi_assert_error(llmkv_session_create(e, &sp, &extra), LLMKV_ERR_KV_CAPACITY, NULL);
+    assert_null(extra);
+    assert_int_equal(capi_stats(e).sessions_total, 2);
+    llmkv_session_destroy(s[0]);
+    capi_assert_ok(llmkv_session_create(e, &sp, &s[2]));
+    llmkv_session_destroy(s[1]);
+    llmkv_session_destroy(s[2]);
+    capi_assert_pool_clean(e);
+    llmkv_engine_destroy(e);
+}
+
 /* Destroying an engine with live sessions in every state and undelivered events is clean
  * (ASan builds check for leaks and use-after-free). */
 static void test_destroy_engine_with_live_sessions(void **state) {
@@ -586,6 +614,7 @@ int main(void) {
         cmocka_unit_test(test_state_transitions),
         cmocka_unit_test(test_max_new_tokens_default),
         cmocka_unit_test(test_stop_token),
+        cmocka_unit_test(test_max_sessions),
         cmocka_unit_test(test_destroy_engine_with_live_sessions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,7 +37,7 @@ static inline int capi_file_exists(const char *path) {
 /* $LLMKV_MODEL when set and readable, else the model under <repo>/models; NULL if none. */
 static inline const char *capi_model_path(void) {
     const char *env = getenv("LLMKV_MODEL");
-    if (env && *env) return capi_file_exists(env) ? env : NULL;
+    if (env && *env && capi_file_exists(env)) return env;
     return capi_file_exists(CAPI_DEFAULT_MODEL) ? CAPI_DEFAULT_MODEL : NULL;
 }
 

@@ -254,6 +254,50 @@ TEST(Matmul, MatchesReferenceWithinBound) {
     });
 }
 
+// With the activations replaced by their q8 values x^ (computed here from the documented rule:
+// d = max|x| / 127 in float, q = nearbyint(x * (1 / d))), only float rounding is left: the
+// kernels must match sum_i W_i x^_i within the float part of the bound alone.
+TEST(Matmul, MatchesQuantizedActivationReferenceTightly) {
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    KernelFamilies families;
+    families.each([&] {
+        for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1}) {
+            for (int64_t cols : {int64_t(32), int64_t(576), int64_t(1536)}) {
+                const int64_t rows = 37, n = 5;
+                Matrix m = random_matrix(t, rows, cols, uint32_t(cols) + 17);
+                std::vector<float> x = random_x(n, cols, cols, uint32_t(cols) + 18);
+                std::vector<float> y = run(m, x, cols, n, rows, pool, scratch);
+                std::vector<double> xq(x.size());
+                for (size_t b = 0; b < x.size(); b += 32) {
+                    float amax = 0.0f;
+                    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+                    const float d = amax / 127.0f;
+                    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                    for (size_t i = b; i < b + 32; ++i) {
+                        xq[i] = double(std::nearbyint(x[i] * id)) * double(d);
+                    }
+                }
+                for (int64_t r = 0; r < rows; ++r) {
+                    std::vector<float> wr = dequantize_reference(t, m.row(r), cols);
+                    std::vector<double> mag = weight_magnitudes(t, m.row(r), cols);
+                    for (int64_t tok = 0; tok < n; ++tok) {
+                        double want = 0;
+                        for (int64_t i = 0; i < cols; ++i) {
+                            want += double(wr[size_t(i)]) * xq[size_t(tok * cols + i)];
+                        }
+                        const Bound bd = error_bound(t, mag, &x[size_t(tok * cols)], cols);
+                        const double got = y[size_t(tok * rows + r)];
+                        ASSERT_LE(std::fabs(got - want), bd.fp)
+                            << label(t, rows, cols, n) << " token " << tok << " row " << r
+                            << ": got " << got << " want " << want;
+                    }
+                }
+            }
+        }
+    });
+}
+
 // Y[t][r] must not depend on n_tokens, on the other rows of X, on the thread count or split,
 // or on the position of r inside a register tile / row chunk.
 TEST(Matmul, DeterministicAcrossBatchingAndThreads) {
@@ -420,6 +464,38 @@ TEST(Matmul, DequantizeRowExact) {
             std::vector<float> out(13);
             dequantize_row(t, m.data.data(), out.data(), 13);
             for (int i = 0; i < 13; ++i) ASSERT_TRUE(bitwise_equal(out[size_t(i)], ref[size_t(i)]));
+        }
+    });
+}
+
+// Every fp16 and bf16 bit pattern decodes to the same bits as the scalar conversions in
+// common/half.h, on both kernel families: subnormals and Inf included. NaNs only need to stay
+// NaN (the F16C instruction quietens signalling NaNs, the scalar code keeps them).
+TEST(Matmul, DequantizeAllHalfBitPatterns) {
+    std::vector<uint16_t> all(65536);
+    for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
+    KernelFamilies families;
+    families.each([&] {
+        std::vector<float> out(65536);
+        dequantize_row(TensorType::F16, all.data(), out.data(), 65536);
+        for (uint32_t i = 0; i < 65536; ++i) {
+            const float want = fp16_to_fp32(uint16_t(i));
+            if (std::isnan(want)) {
+                ASSERT_TRUE(std::isnan(out[i])) << "fp16 0x" << std::hex << i;
+                continue;
+            }
+            ASSERT_TRUE(bitwise_equal(out[i], want))
+                << "fp16 0x" << std::hex << i << " (" << matmul_kernel_name() << ")";
+        }
+        dequantize_row(TensorType::BF16, all.data(), out.data(), 65536);
+        for (uint32_t i = 0; i < 65536; ++i) {
+            const float want = bf16_to_fp32(uint16_t(i));
+            if (std::isnan(want)) {
+                ASSERT_TRUE(std::isnan(out[i])) << "bf16 0x" << std::hex << i;
+                continue;
+            }
+            ASSERT_TRUE(bitwise_equal(out[i], want))
+                << "bf16 0x" << std::hex << i << " (" << matmul_kernel_name() << ")";
         }
     });
 }

@@ -21,6 +21,7 @@ void usage() {
                  "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
                  "            [--kv-dtype f16|bf16] [--max-context N] [-v]\n"
                  "  llmkv inspect [MODEL]\n"
+                 "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
                  "  llmkv version\n"
                  "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
 }
@@ -199,6 +200,7 @@ int main(int argc, char **argv) {
     std::string cmd = argv[1];
     if (cmd == "run") return cmd_run(argc - 2, argv + 2);
     if (cmd == "inspect") return llmkv_cli::cmd_inspect(argc - 2, argv + 2);
+    if (cmd == "bench") return llmkv_cli::cmd_bench(argc - 2, argv + 2);
     if (cmd == "version" || cmd == "--version") {
         std::printf("llmkv %s\n", llmkv_version_string());
         return 0;

@@ -93,7 +93,24 @@ inline uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
-inline float load_f16(const uint8_t *p) { return fp16_to_fp32(load_u16(p)); }
+// fp16 -> fp32 without branches: the 15 exponent+mantissa bits placed at the top of an f32
+// mantissa give the value scaled by 2^-112 (subnormals included, exactly), so one multiply
+// by 2^112 restores it; Inf/NaN (exponent 31) are rebuilt directly. Same bits as
+// fp16_to_fp32 for all 65536 inputs.
+inline float f16_to_f32_fast(uint16_t h) {
+    const uint32_t em = h & 0x7fffu;
+    uint32_t bits = em << 13;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    f *= 0x1p112f;
+    std::memcpy(&bits, &f, 4);
+    if (em >= 0x7c00u) bits = 0x7f800000u | ((em & 0x3ffu) << 13);
+    bits |= uint32_t(h & 0x8000u) << 16;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+inline float load_f16(const uint8_t *p) { return f16_to_f32_fast(load_u16(p)); }
 
 bool is_quantized(TensorType t) {
     return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
@@ -111,7 +128,9 @@ __attribute__((noinline)) float dot_q8_0(const uint8_t *w, const uint8_t *act, i
         const int8_t *q = reinterpret_cast<const int8_t *>(blk + 2);
         const int8_t *x = xq + b * kQBlock;
         int32_t isum = 0;
-        for (int i = 0; i < 32; ++i) isum += int32_t(q[i]) * int32_t(x[i]);
+        // Products fit in int16 (|q x| <= 128 * 127); saying so lets compilers vectorize.
+#pragma GCC unroll 1
+        for (int i = 0; i < 32; ++i) isum += int16_t(q[i] * x[i]);
         acc += (load_f16(blk) * xd[b]) * float(isum);
     }
     return acc;
@@ -125,11 +144,13 @@ __attribute__((noinline)) float dot_q4_0(const uint8_t *w, const uint8_t *act, i
         const uint8_t *blk = w + b * 18;
         const uint8_t *q = blk + 2;
         const int8_t *x = xq + b * kQBlock;
-        int32_t isum = 0;
-        for (int i = 0; i < 16; ++i) {
-            isum += (int32_t(q[i] & 15) - 8) * int32_t(x[i]);
-            isum += (int32_t(q[i] >> 4) - 8) * int32_t(x[i + 16]);
-        }
+        // (n - 8) . x = n . x - 8 * sum(x), in exact integers; each pair of nibble products
+        // fits in int16 (2 * 15 * 128), which lets compilers vectorize.
+        int32_t isum = 0, xsum = 0;
+#pragma GCC unroll 1
+        for (int i = 0; i < 16; ++i) isum += int16_t((q[i] & 15) * x[i] + (q[i] >> 4) * x[i + 16]);
+        for (int i = 0; i < 32; ++i) xsum += x[i];
+        isum -= 8 * xsum;
         acc += (load_f16(blk) * xd[b]) * float(isum);
     }
     return acc;
@@ -144,11 +165,9 @@ __attribute__((noinline)) float dot_q4_1(const uint8_t *w, const uint8_t *act, i
         const uint8_t *blk = w + b * 20;
         const uint8_t *q = blk + 4;
         const int8_t *x = xq + b * kQBlock;
-        int32_t isum = 0;
-        for (int i = 0; i < 16; ++i) {
-            isum += int32_t(q[i] & 15) * int32_t(x[i]);
-            isum += int32_t(q[i] >> 4) * int32_t(x[i + 16]);
-        }
+        int32_t isum = 0;  // pairs of nibble products fit in int16 (see dot_q4_0)
+#pragma GCC unroll 1
+        for (int i = 0; i < 16; ++i) isum += int16_t((q[i] & 15) * x[i] + (q[i] >> 4) * x[i + 16]);
         acc += (load_f16(blk) * xd[b]) * float(isum);
         acc += load_f16(blk + 2) * xs[b];
     }
@@ -162,7 +181,7 @@ inline float load_weight(const uint8_t *w, int64_t i) {
         std::memcpy(&v, w + i * 4, 4);
         return v;
     } else if constexpr (kType == TensorType::F16) {
-        return fp16_to_fp32(load_u16(w + i * 2));
+        return f16_to_f32_fast(load_u16(w + i * 2));
     } else {
         return bf16_to_fp32(load_u16(w + i * 2));
     }
@@ -261,7 +280,7 @@ void dequantize_row_portable(TensorType type, const void *src, float *dst, int64
     switch (type) {
         case TensorType::F32: std::memcpy(dst, p, size_t(n) * 4); return;
         case TensorType::F16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(load_u16(p + i * 2));
+            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32_fast(load_u16(p + i * 2));
             return;
         case TensorType::BF16:
             for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(p + i * 2));
@@ -318,7 +337,8 @@ using detail::is_quantized;
 using RowsFn = void (*)(const MatmulJob &, int64_t, int64_t);
 using QuantFn = void (*)(const float *, int64_t, bool, uint8_t *);
 
-constexpr int64_t kRowGrain = 16;                  // thread split granularity (output rows)
+constexpr int64_t kRowGrain = 16;                  // row chunks are multiples of this
+constexpr int64_t kChunksPerThread = 8;            // dynamic load balancing granularity
 constexpr size_t kMinParallelBytes = 48 * 1024;    // smaller calls run on the caller alone
 constexpr int64_t kMinParallelQuantElems = 16384;  // activation elements worth a dispatch
 
@@ -423,15 +443,27 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
         rows_fn(job, 0, w.rows);
         return;
     }
-    struct RowsCtx {
+    // Dynamic split: workers take chunks of rows from a shared counter, so a thread that is
+    // descheduled or slower does not hold up the call. Which thread computes a row never
+    // changes its value (each element is computed whole by one kernel call).
+    int64_t chunk = (w.rows + int64_t(nt) * kChunksPerThread - 1) / (int64_t(nt) * kChunksPerThread);
+    chunk = std::max(kRowGrain, (chunk + kRowGrain - 1) / kRowGrain * kRowGrain);
+    struct alignas(64) RowsCtx {
+        std::atomic<int64_t> next{0};
         RowsFn fn;
         const MatmulJob *job;
-        int64_t rows;
-    } rc{rows_fn, &job, w.rows};
-    pool.run([&rc](unsigned t, unsigned n_threads) {
-        int64_t b, e;
-        split(rc.rows, kRowGrain, t, n_threads, &b, &e);
-        if (b < e) rc.fn(*rc.job, b, e);
+        int64_t rows, chunk;
+    } rc;
+    rc.fn = rows_fn;
+    rc.job = &job;
+    rc.rows = w.rows;
+    rc.chunk = chunk;
+    pool.run([&rc](unsigned, unsigned) {
+        for (;;) {
+            const int64_t b = rc.next.fetch_add(rc.chunk, std::memory_order_relaxed);
+            if (b >= rc.rows) break;
+            rc.fn(*rc.job, b, std::min(rc.rows, b + rc.chunk));
+        }
     });
 }
 

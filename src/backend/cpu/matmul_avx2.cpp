@@ -19,14 +19,9 @@ namespace {
 // kRBatch rows x kTBatch tokens. Every output element goes through the same per-lane operation
 // sequence whatever the tile shape, so results do not depend on n_tokens or on where a row or
 // token falls in a tile.
-#ifndef LLMKV_MM_RD
-#define LLMKV_MM_RD 4
-#define LLMKV_MM_RB 4
-#define LLMKV_MM_TB 2
-#endif
-constexpr int kRDecode = LLMKV_MM_RD;
-constexpr int kRBatch = LLMKV_MM_RB;
-constexpr int kTBatch = LLMKV_MM_TB;
+constexpr int kRDecode = 4;
+constexpr int kRBatch = 4;
+constexpr int kTBatch = 3;
 constexpr int64_t kTokenGroup = 64;  // activations kept in L2 per pass over the weights
 constexpr int64_t kRowBlock = 32;    // weight rows kept in L1 while the tokens loop
 
@@ -382,11 +377,10 @@ void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n
                 const __m256 m = _mm256_set1_ps(q41 ? f16(blk + 2) : 0.0f);
                 __m256i q = unpack_nibbles(blk + (q41 ? 4 : 2));
                 if (!q41) q = _mm256_sub_epi8(q, _mm256_set1_epi8(8));
-                alignas(32) int8_t tmp[32];
-                _mm256_store_si256(reinterpret_cast<__m256i *>(tmp), q);
+                const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+                const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
                 for (int j = 0; j < 4; ++j) {
-                    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(tmp + 8 * j));
-                    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+                    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[j]));
                     __m256 o = _mm256_mul_ps(v, d);
                     if (q41) o = _mm256_add_ps(opaque(o), m);
                     _mm256_storeu_ps(dst + b * kQBlock + 8 * j, o);

@@ -1,0 +1,190 @@
+// `llmkv bench`: prefill and decode speed of one session on the CPU backend, the machine's
+// memory read bandwidth, and the decode roofline (bandwidth / bytes read per token).
+// Numbers only; nothing is asserted.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_common.h"
+#include "llmkv.h"
+
+namespace llmkv_cli {
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Read bandwidth in GB/s: each thread sums its own slice of a buffer much larger than the
+// caches; the best of several passes.
+double read_bandwidth(unsigned threads) {
+    const size_t bytes = size_t(512) << 20;
+    std::vector<uint64_t> buf(bytes / 8);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+    double best = 0;
+    for (int pass = 0; pass < 5; ++pass) {
+        std::vector<uint64_t> sums(threads);
+        double t0 = now();
+        std::vector<std::thread> pool;
+        for (unsigned t = 0; t < threads; ++t) {
+            pool.emplace_back([&, t] {
+                size_t n = buf.size() / threads, b = t * n;
+                uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                for (size_t i = b; i + 4 <= b + n; i += 4) {
+                    s0 += buf[i];
+                    s1 += buf[i + 1];
+                    s2 += buf[i + 2];
+                    s3 += buf[i + 3];
+                }
+                sums[t] = s0 + s1 + s2 + s3;
+            });
+        }
+        for (auto &th : pool) th.join();
+        double dt = now() - t0;
+        volatile uint64_t sink = 0;
+        for (auto s : sums) sink = sink + s;
+        best = std::max(best, bytes / dt / 1e9);
+    }
+    return best;
+}
+
+struct RunResult {
+    double prefill_tps = 0;
+    double decode_tps = 0;
+};
+
+// Prefills n_prompt tokens, then decodes n_gen tokens (greedy, no stop) and times both.
+RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
+    RunResult r;
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    llmkv_session *s = nullptr;
+    if (llmkv_session_create(e, &sp, &s) != LLMKV_OK) return r;
+    // Deterministic filler: the ids of ordinary text tokens, repeated.
+    const char *text = " the quick brown fox jumps over the lazy dog while the river runs to the sea";
+    std::vector<int32_t> unit(64);
+    size_t n = 0;
+    llmkv_tokenize(e, text, std::strlen(text), 0, unit.data(), unit.size(), &n);
+    unit.resize(n);
+    std::vector<int32_t> prompt;
+    while (prompt.size() < n_prompt) prompt.push_back(unit[prompt.size() % unit.size()]);
+    llmkv_session_append(s, prompt.data(), prompt.size() - 1);
+    double t0 = now();
+    llmkv_event ev[8];
+    while (llmkv_step(e, ev, 8, &n) == LLMKV_OK && n == 0 && llmkv_pending_events(e) == 0) {
+        llmkv_session_info info;
+        info.struct_size = sizeof(info);
+        llmkv_session_get_info(s, &info);
+        if (info.n_cached + 1 >= info.n_tokens) break;
+    }
+    // The last prompt token and the first sampled token come with generate().
+    llmkv_session_append(s, prompt.data() + prompt.size() - 1, 1);
+    llmkv_session_generate(s, 1);
+    llmkv_run(e, nullptr, nullptr);
+    double t1 = now();
+    r.prefill_tps = n_prompt / (t1 - t0);
+    llmkv_session_generate(s, n_gen);
+    uint32_t got = 0;
+    double t2 = now();
+    bool done = false;
+    while (!done) {
+        if (llmkv_step(e, ev, 8, &n) != LLMKV_OK) break;
+        for (size_t i = 0; i < n; ++i) {
+            if (ev[i].kind == LLMKV_EVENT_TOKEN) ++got;
+            if (ev[i].kind != LLMKV_EVENT_TOKEN) done = true;
+        }
+    }
+    double t3 = now();
+    r.decode_tps = got / (t3 - t2);
+    llmkv_session_destroy(s);
+    return r;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char **argv) {
+    std::string model = default_model_path();
+    std::vector<uint32_t> threads_list;
+    uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;
+    llmkv_kv_dtype dtype = LLMKV_KV_F16;
+    for (int i = 0; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> const char * {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "llmkv bench: %s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-m") model = value();
+        else if (a == "-t") threads_list.push_back(uint32_t(parse_uint(value(), "-t")));
+        else if (a == "--prompt-tokens") n_prompt = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--gen-tokens") n_gen = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--context") context = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--reps") reps = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--kv-dtype") dtype = parse_kv_dtype(value());
+        else {
+            std::fprintf(stderr, "usage: llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N]\n"
+                                 "                   [--context N] [--reps N] [--kv-dtype f16|bf16]\n");
+            return 2;
+        }
+    }
+    if (threads_list.empty()) threads_list = {1, 2};
+    if (n_prompt < 2 || n_gen < 2 || reps < 1) {
+        std::fprintf(stderr, "llmkv bench: --prompt-tokens and --gen-tokens must be >= 2\n");
+        return 2;
+    }
+
+    std::printf("llmkv bench: %s\n", model.c_str());
+    std::printf("memory read bandwidth: ");
+    std::fflush(stdout);
+    std::vector<double> bw;
+    for (uint32_t t : threads_list) {
+        bw.push_back(read_bandwidth(t));
+        std::printf("%u thread%s %.1f GB/s  ", t, t > 1 ? "s" : "", bw.back());
+    }
+    std::printf("\n\n");
+    std::printf("| threads | prefill %u tok/s | decode tok/s (ctx %u) | decode tok/s (ctx %u) | roofline tok/s (short) | %% of roofline |\n",
+                n_prompt, n_prompt, context);
+    std::printf("|---|---|---|---|---|---|\n");
+    for (size_t ti = 0; ti < threads_list.size(); ++ti) {
+        llmkv_engine_params ep;
+        llmkv_engine_params_init(&ep);
+        ep.model_path = model.c_str();
+        ep.backend = LLMKV_BACKEND_CPU;
+        ep.n_threads = threads_list[ti];
+        ep.kv_dtype_k = dtype;
+        ep.kv_dtype_v = dtype;
+        ep.max_context = std::max(context + n_gen + 8, n_prompt + n_gen + 8);
+        llmkv_engine *e = nullptr;
+        if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
+            std::fprintf(stderr, "llmkv bench: %s\n", llmkv_last_error());
+            return 1;
+        }
+        llmkv_engine_info info;
+        info.struct_size = sizeof(info);
+        llmkv_engine_get_info(e, &info);
+        RunResult best_short, best_long;
+        for (uint32_t r = 0; r < reps; ++r) {
+            RunResult a = run_once(e, n_prompt, n_gen);
+            best_short.prefill_tps = std::max(best_short.prefill_tps, a.prefill_tps);
+            best_short.decode_tps = std::max(best_short.decode_tps, a.decode_tps);
+        }
+        RunResult b = run_once(e, context, n_gen);
+        best_long = b;
+        // Bytes read per decoded token at short context: all weights plus the session's KV.
+        double bytes = double(info.weight_bytes) + double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
+        double roofline = bw[ti] * 1e9 / bytes;
+        std::printf("| %u | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", threads_list[ti], best_short.prefill_tps,
+                    best_short.decode_tps, best_long.decode_tps, roofline, 100.0 * best_short.decode_tps / roofline);
+        std::fflush(stdout);
+        llmkv_engine_destroy(e);
+    }
+    std::printf("\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV bytes of the context)\n");
+    return 0;
+}
+
+}  // namespace llmkv_cli
