@@ -13,7 +13,9 @@
  *    llmkv_*_params_init() and then change fields. Fields are only ever appended; a
  *    struct_size the library does not know is LLMKV_ERR_INVALID_ARGUMENT.
  *  - Query structs (llmkv_engine_info, llmkv_stats, llmkv_session_info) also begin with
- *    struct_size, which the caller sets to sizeof(the struct) before the call.
+ *    struct_size, which the caller sets to sizeof(the struct) before the call. Any size that
+ *    is not the size of a version of the struct this library knows is
+ *    LLMKV_ERR_INVALID_ARGUMENT (a later library also accepts the older sizes).
  *  - Handles are opaque. Every _destroy / _release accepts NULL.
  *  - Threads: an engine and its sessions may be called from any thread; calls on one
  *    engine serialize internally. Different engines are independent. Callbacks run on
@@ -280,7 +282,7 @@ typedef struct llmkv_session_params {
 } llmkv_session_params;
 
 typedef enum llmkv_session_state {
-    LLMKV_SESSION_IDLE = 0,       /* nothing to do; KV holds all its tokens */
+    LLMKV_SESSION_IDLE = 0,       /* nothing to do; KV holds all its tokens but the last */
     LLMKV_SESSION_QUEUED = 1,     /* has input or a generate request, not started */
     LLMKV_SESSION_PREFILLING = 2, /* its queued input is being run through the model */
     LLMKV_SESSION_GENERATING = 3,
@@ -304,10 +306,11 @@ LLMKV_API void llmkv_session_params_init(llmkv_session_params *p);
 LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session_params *p,
                                             llmkv_session **out);
 
-/* Queues input tokens; they are run through the model by the next llmkv_step (or by the
- * prefill of a later generate). Errors: INVALID_ARGUMENT (bad token id, NULL with n > 0),
- * STATE (the session is generating), KV_CAPACITY (would exceed max_context; nothing is
- * queued). */
+/* Queues input tokens; the following llmkv_step calls run them through the model (chunked
+ * under the step's token budget), all but the session's last token: that one is run by the
+ * step that starts generation, so its logits are fresh (session_info.n_cached is then
+ * n_tokens - 1). Errors: INVALID_ARGUMENT (bad token id, NULL with n > 0), STATE (the
+ * session is generating), KV_CAPACITY (would exceed max_context; nothing is queued). */
 LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tokens, size_t n);
 
 /* Tokenizes text (special-token text is parsed; BOS is added when the session is empty and
@@ -315,8 +318,12 @@ LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tok
 LLMKV_API llmkv_status llmkv_session_append_text(llmkv_session *s, const char *text, size_t len);
 
 /* Asks for up to max_new_tokens new tokens (0 = the params default; if that is 0 too, until
- * a stop token or the context end). Tokens arrive as events from llmkv_step / llmkv_run.
- * Errors: STATE (already generating, or nothing in the context to continue from). */
+ * a stop token or the context end). Tokens arrive as TOKEN events from llmkv_step /
+ * llmkv_run, then one DONE event. A stop token (the model's end-of-generation tokens or
+ * params.stop_tokens) ends generation with LLMKV_FINISH_STOP: it is added to the context
+ * (so a following turn sees it) but gets no TOKEN event, no text, and is not counted in
+ * n_generated. Errors: STATE (already generating, or nothing in the context to continue
+ * from), KV_CAPACITY (the context already holds max_context tokens). */
 LLMKV_API llmkv_status llmkv_session_generate(llmkv_session *s, uint32_t max_new_tokens);
 
 /* Stops generating; the KV of every token so far is kept. A DONE event with

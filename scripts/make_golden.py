@@ -82,7 +82,8 @@ PROMPTS = [
 SUGGESTED_TOLERANCES = {
     "robust_margin": 1.0,
     "final_top40_max_abs_diff": 1.0,
-    "final_top40_centered_max_abs_diff": 0.75,
+    "final_top40_mean_abs_diff": 0.6,
+    "final_top40_centered_max_abs_diff": 1.0,
     "final_max_abs_diff": 0.6,
     "final_mean_abs_diff": 0.6,
     "final_std_abs_diff": 0.1,
@@ -232,7 +233,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default=os.path.join(root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--out", default=os.path.join(root, "tests", "golden", "smollm2_golden.json"))
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: reproducible, and no thrashing on a shared 2-core box; 0 = torch default)")
     ap.add_argument("--no-q8-sim", action="store_true", help="skip the 8-bit activation simulation")
     args = ap.parse_args()
 
@@ -387,6 +388,7 @@ def main() -> int:
                 "final_logits_max_abs_diff": float(diff.max()),
                 "final_logits_mean_abs_diff": float(diff.mean()),
                 "final_top40_max_abs_diff": float(diff[top_ids].max()),
+                "final_top40_mean_abs_diff": float(diff[top_ids].mean()),
                 # Same after subtracting each vector's mean: the 8-bit noise is largely a
                 # uniform shift of all logits, which changes no probability.
                 "final_top40_centered_max_abs_diff": float(
@@ -448,6 +450,7 @@ def main() -> int:
             "dtype": "float32",
             "device": "cpu",
             "attn_implementation": "eager",
+            "torch_threads": torch.get_num_threads(),
             "weights_verified": weight_check,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },

@@ -52,10 +52,11 @@ const Session *session_of(const llmkv_session *s) { return reinterpret_cast<cons
         if (!(cond)) return set_error(LLMKV_ERR_INVALID_ARGUMENT, llmkv::strprintf(__VA_ARGS__)); \
     } while (0)
 
-// Output structs: the caller states its size; the library fills what both know.
+// Output structs: the caller states its size, which must be the size of a version of the
+// struct this library knows (only one version exists so far).
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size >= 2 * sizeof(uint32_t) && out->struct_size <= sizeof(T);
+    return out->struct_size == sizeof(T);
 }
 
 template <typename T>
@@ -98,7 +99,11 @@ LLMKV_API const char *llmkv_status_string(llmkv_status status) {
 LLMKV_API const char *llmkv_last_error(void) { return t_last_error.c_str(); }
 
 LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level) {
-    llmkv::set_log_sink(fn, user_data, max_level);
+    int32_t level;  // read the raw bits: a C host may pass any int
+    std::memcpy(&level, &max_level, sizeof(level));
+    if (level < LLMKV_LOG_ERROR) level = LLMKV_LOG_ERROR;
+    if (level > LLMKV_LOG_DEBUG) level = LLMKV_LOG_DEBUG;
+    llmkv::set_log_sink(fn, user_data, llmkv_log_level(level));
 }
 
 LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) {

@@ -26,18 +26,29 @@ void copy_string(char *dst, size_t cap, const std::string &src) {
 
 bool known_dtype(uint32_t d) { return d <= LLMKV_KV_INT4; }
 
+// A C host may store any int in an enum field; reading it as the C++ enum type would be
+// undefined for values outside the enumerators, so the raw bits are read instead.
+template <typename Enum>
+uint32_t raw_enum(const Enum &field) {
+    static_assert(sizeof(Enum) == sizeof(uint32_t), "enums are 32-bit in the C ABI");
+    uint32_t v;
+    std::memcpy(&v, &field, sizeof(v));
+    return v;
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
-    if (p.backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %d is unknown", int(p.backend));
-    if (p.backend == LLMKV_BACKEND_CUDA) {
+    const uint32_t backend = raw_enum(p.backend), dtype_k = raw_enum(p.kv_dtype_k), dtype_v = raw_enum(p.kv_dtype_v);
+    if (backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %u is unknown", backend);
+    if (backend == LLMKV_BACKEND_CUDA) {
         fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available in this build; use LLMKV_BACKEND_CPU or AUTO");
     }
     if (p.n_devices > 1) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism (n_devices = %u) is not available yet", p.n_devices);
     if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
-    if (!known_dtype(p.kv_dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %d is unknown", int(p.kv_dtype_k));
-    if (!known_dtype(p.kv_dtype_v)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_v = %d is unknown", int(p.kv_dtype_v));
+    if (!known_dtype(dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %u is unknown", dtype_k);
+    if (!known_dtype(dtype_v)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_v = %u is unknown", dtype_v);
     if (p.kv_block_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_block_tokens = %u exceeds 1024", p.kv_block_tokens);
     if (p.n_threads > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
     if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);

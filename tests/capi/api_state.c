@@ -470,6 +470,39 @@ static void test_state_transitions(void **state) {
     llmkv_engine_destroy(e);
 }
 
+/* llmkv_session_append: "they are run through the model by the next llmkv_step"; an IDLE
+ * session is one whose "KV holds all its tokens". */
+static void test_append_then_step_computes_kv(void **state) {
+    llmkv_engine *e;
+    llmkv_session *s;
+    llmkv_session_info info;
+    llmkv_event ev[4];
+    size_t n;
+    int steps;
+    (void)state;
+    CAPI_REQUIRE_MODEL();
+    e = capi_engine_create();
+    s = capi_session_create(e, NULL, 0);
+    capi_append_text(s, PROMPT);
+    for (steps = 0; steps < 5; ++steps) {
+        capi_assert_ok(llmkv_step(e, ev, 4, &n));
+        assert_int_equal(n, 0);
+    }
+    info = capi_session_info(s);
+    /* The header: every appended token but the last is computed; the last waits for the
+     * step that starts generation. */
+    assert_int_equal(info.state, LLMKV_SESSION_IDLE);
+    assert_int_equal(info.n_cached, info.n_tokens - 1);
+    capi_assert_ok(llmkv_session_generate(s, 1));
+    capi_assert_ok(llmkv_run(e, NULL, NULL));
+    info = capi_session_info(s);
+    assert_int_equal(info.n_cached, info.n_tokens - 1);
+    assert_int_equal(info.n_generated, 1);
+    llmkv_session_destroy(s);
+    capi_assert_pool_clean(e);
+    llmkv_engine_destroy(e);
+}
+
 /* generate(0) uses the session's max_new_tokens; an explicit count overrides it. */
 static void test_max_new_tokens_default(void **state) {
     llmkv_engine *e;
@@ -613,6 +646,7 @@ int main(void) {
         cmocka_unit_test(test_generate_to_max_context),
         cmocka_unit_test(test_state_transitions),
         cmocka_unit_test(test_max_new_tokens_default),
+        cmocka_unit_test(test_append_then_step_computes_kv),
         cmocka_unit_test(test_stop_token),
         cmocka_unit_test(test_max_sessions),
         cmocka_unit_test(test_destroy_engine_with_live_sessions),

@@ -122,7 +122,9 @@ TEST_F(Golden, FinalPromptLogitsAgreeWithTransformers) {
                     p["name"].string.c_str(), max_err, sum_err / top_ids.size(), argmax, top_ids[0]);
         EXPECT_LE(max_err, kTopLogitTolerance);
         EXPECT_LE(sum_err / top_ids.size(), kMeanLogitTolerance);
-        if (numbers(p["steps"]["top1_top2_margin"])[0] >= kConfidentMargin) EXPECT_EQ(argmax, top_ids[0]);
+        if (numbers(p["steps"]["top1_top2_margin"])[0] >= kConfidentMargin) {
+            EXPECT_EQ(argmax, top_ids[0]);
+        }
     }
 }
 
