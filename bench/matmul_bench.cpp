@@ -60,18 +60,24 @@ OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
                 break;
             }
             case TensorType::F16: {
-                const uint16_t h = llmkv::fp32_to_fp16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
+                const uint16_t h =
+                    llmkv::fp32_to_fp16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
                 std::memcpy(p, &h, 2);
                 break;
             }
             case TensorType::BF16: {
-                const uint16_t h = llmkv::fp32_to_bf16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
+                const uint16_t h =
+                    llmkv::fp32_to_bf16(float(int(next_u64() % 2001) - 1000) * 1e-3f);
                 std::memcpy(p, &h, 2);
                 break;
             }
-            case TensorType::Q4_1: std::memcpy(p + 2, &minv, 2); [[fallthrough]];
+            case TensorType::Q4_1:
+                std::memcpy(p + 2, &minv, 2);
+                [[fallthrough]];
             case TensorType::Q4_0:
-            case TensorType::Q8_0: std::memcpy(p, &scale, 2); break;
+            case TensorType::Q8_0:
+                std::memcpy(p, &scale, 2);
+                break;
         }
     }
     m.w = WeightMatrix{t, m.bytes.data(), rows, cols, row_bytes};
@@ -95,8 +101,8 @@ bool select_family(benchmark::State &state, int64_t portable) {
 }
 
 void set_rate(benchmark::State &state, double weight_bytes_per_iter) {
-    state.counters["GB/s"] = benchmark::Counter(weight_bytes_per_iter * 1e-9 * double(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+    state.counters["GB/s"] = benchmark::Counter(
+        weight_bytes_per_iter * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // ---- reference point: plain streaming read of 96 MB with the same pool ------------------
@@ -124,8 +130,12 @@ void BM_ReadBandwidth(benchmark::State &state) {
     }
     set_rate(state, double(buf.size()) * 8.0);
 }
-BENCHMARK(BM_ReadBandwidth)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(
-    benchmark::kMillisecond);
+BENCHMARK(BM_ReadBandwidth)
+    ->ArgNames({"threads"})
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---- one type, ~96 MB of weights (well beyond L3): DRAM streaming rate ---------------------
 // Args: type id, threads, n_tokens.
@@ -161,8 +171,11 @@ void stream_args(benchmark::internal::Benchmark *b) {
         for (int threads : {1, 2}) b->Args({t, threads, 64});
     }
 }
-BENCHMARK(BM_StreamType)->Apply(stream_args)->ArgNames({"type", "threads", "n_tokens"})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamType)
+    ->Apply(stream_args)
+    ->ArgNames({"type", "threads", "n_tokens"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---- the SmolLM2-135M weight set: 30 layers of Q4_1 + the tied Q8_0 output head ----------
 struct SmolLM2 {
@@ -171,7 +184,8 @@ struct SmolLM2 {
     SmolLM2() {
         const int64_t E = 576, KV = 192, FF = 1536;
         for (int l = 0; l < 30; ++l) {
-            for (auto [r, c] : {std::pair{E, E}, {KV, E}, {KV, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}}) {
+            for (auto [r, c] :
+                 {std::pair{E, E}, {KV, E}, {KV, E}, {E, E}, {FF, E}, {FF, E}, {E, FF}}) {
                 mats.push_back(make_matrix(TensorType::Q4_1, r, c));
             }
         }
@@ -202,16 +216,21 @@ void BM_SmolLM2(benchmark::State &state) {
     }
     set_rate(state, m.bytes);
     state.counters["MB"] = m.bytes * 1e-6;
-    state.counters["ms/token"] = benchmark::Counter(
-        double(state.iterations()) * double(n) * 1e-3,
-        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    state.counters["ms/token"] =
+        benchmark::Counter(double(state.iterations()) * double(n) * 1e-3,
+                           benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
     llmkv::cpu::set_matmul_kernel(MatmulKernel::kAuto);
 }
 BENCHMARK(BM_SmolLM2)
     ->ArgNames({"threads", "n_tokens", "portable"})
-    ->Args({1, 1, 0})->Args({2, 1, 0})->Args({1, 64, 0})->Args({2, 64, 0})
-    ->Args({2, 1, 1})->Args({2, 64, 1})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Args({1, 1, 0})
+    ->Args({2, 1, 0})
+    ->Args({1, 64, 0})
+    ->Args({2, 64, 0})
+    ->Args({2, 1, 1})
+    ->Args({2, 64, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---- per-call cost of one small, cache-resident matrix (decode k/v projections) -----------
 // Args: rows, cols, type, threads.
@@ -232,11 +251,16 @@ void BM_SmallCall(benchmark::State &state) {
 }
 BENCHMARK(BM_SmallCall)
     ->ArgNames({"rows", "cols", "type", "threads"})
-    ->Args({192, 576, 3, 1})->Args({192, 576, 3, 2})
-    ->Args({576, 576, 3, 1})->Args({576, 576, 3, 2})
-    ->Args({1536, 576, 3, 1})->Args({1536, 576, 3, 2})
-    ->Args({576, 1536, 3, 1})->Args({576, 1536, 3, 2})
-    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Args({192, 576, 3, 1})
+    ->Args({192, 576, 3, 2})
+    ->Args({576, 576, 3, 1})
+    ->Args({576, 576, 3, 2})
+    ->Args({1536, 576, 3, 1})
+    ->Args({1536, 576, 3, 2})
+    ->Args({576, 1536, 3, 1})
+    ->Args({576, 1536, 3, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -21,11 +21,13 @@ namespace {
 // Tolerances (see tests/golden/README.md). The runtime multiplies Q4_1/Q8_0 weights by
 // activations quantized to 8 bits per 32 values and stores K/V in fp16; transformers runs
 // everything in float32. Simulating only the 8-bit activations in transformers moves the
-// final logits by up to ~0.8 (mean ~0.2); measured here: max 0.35, mean <= 0.16. So:
-constexpr double kTopLogitTolerance = 0.6;   // max |ours - ref| over the reference top-40
-constexpr double kMeanLogitTolerance = 0.3;  // mean |ours - ref| over the reference top-40
-constexpr double kConfidentMargin = 0.5;     // a greedy step whose top1-top2 gap is at least this
-                                             // must pick the same token
+// top-40 final logits by up to ~0.65 (mean ~0.28) and a step's top1-top2 margin by up to
+// ~0.63; the runtime measured max 0.41, mean 0.20. So:
+constexpr double kTopLogitTolerance = 0.8;   // max |ours - ref| over the reference top-40
+constexpr double kMeanLogitTolerance = 0.4;  // mean |ours - ref| over the reference top-40
+constexpr double kConfidentMargin = 1.0;     // a step whose reference top1-top2 gap is at least
+                                             // this must pick the reference token; below it,
+                                             // the reference's top-1 or top-2 is accepted
 
 std::string model_path() {
     const char *env = std::getenv("LLMKV_MODEL");
@@ -144,6 +146,11 @@ TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
             if (margins[s] >= kConfidentMargin) {
                 ++confident;
                 EXPECT_EQ(argmax, generated[s]) << "step " << s << " (reference margin " << margins[s] << ")";
+            } else {
+                int32_t second = int32_t(p["steps"]["top2_ids"].array[s].number);
+                EXPECT_TRUE(argmax == generated[s] || argmax == second)
+                    << "step " << s << ": " << argmax << " is neither the reference top-1 " << generated[s]
+                    << " nor top-2 " << second;
             }
             agreed += argmax == generated[s];
         }
@@ -152,9 +159,9 @@ TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
     }
 }
 
-// Free-running greedy generation through the C API equals the reference for every prompt
-// whose reference steps are all confident (up to an end-of-generation token, where the
-// engine stops).
+// Free-running greedy generation through the C API equals the reference token for token
+// over each prompt's confident prefix (robust_prefix_len: the steps before the first
+// near-tie), and over all 32 tokens for the prompts that have no near-tie (at least 3).
 TEST_F(Golden, GreedyContinuationsEqualTransformers) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
@@ -169,24 +176,20 @@ TEST_F(Golden, GreedyContinuationsEqualTransformers) {
         std::vector<int32_t> prompt = ints(p["prompt_ids"]);
         std::vector<int32_t> expected = ints(p["generated_ids"]);
         std::vector<double> margins = numbers(p["steps"]["top1_top2_margin"]);
-        size_t n_expected = expected.size();
-        for (size_t s = 0; s < expected.size(); ++s) {
-            if (expected[s] == 2 || expected[s] == 0) {  // <|im_end|> / <|endoftext|>: the engine stops here
-                n_expected = s + 1;
-                break;
-            }
+        size_t n_expected = 0;  // confident prefix, cut at an end-of-generation token (the engine stops there)
+        while (n_expected < expected.size() && margins[n_expected] >= kConfidentMargin) {
+            ++n_expected;
+            if (expected[n_expected - 1] == 2 || expected[n_expected - 1] == 0) break;  // <|im_end|>, <|endoftext|>
         }
-        bool robust = std::all_of(margins.begin(), margins.begin() + n_expected,
-                                  [](double m) { return m >= kConfidentMargin; });
-        if (!robust) continue;
+        if (n_expected == 0) continue;
         SCOPED_TRACE(p["name"].string);
-        ++compared;
+        compared += n_expected == expected.size() ? 1 : 0;
         llmkv_session_params sp;
         llmkv_session_params_init(&sp);
         llmkv_session *s = nullptr;
         ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
         ASSERT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
-        ASSERT_EQ(llmkv_session_generate(s, uint32_t(expected.size())), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_generate(s, uint32_t(n_expected)), LLMKV_OK);
         ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
         std::vector<int32_t> all(prompt.size() + expected.size() + 1);
         size_t n = 0;
@@ -197,8 +200,8 @@ TEST_F(Golden, GreedyContinuationsEqualTransformers) {
         llmkv_session_destroy(s);
     }
     llmkv_engine_destroy(e);
-    std::printf("[golden] %d prompts compared token for token\n", compared);
-    EXPECT_GE(compared, 3) << "the golden file needs at least 3 prompts with confident steps";
+    std::printf("[golden] %d prompts matched over all their generated tokens\n", compared);
+    EXPECT_GE(compared, 3) << "the golden file needs at least 3 prompts without near-ties";
 }
 
 }  // namespace

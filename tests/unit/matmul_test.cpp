@@ -151,8 +151,8 @@ const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::
 
 std::string label(TensorType t, int64_t rows, int64_t cols, int64_t n) {
     return std::string(tensor_type_name(t)) + " rows=" + std::to_string(rows) +
-           " cols=" + std::to_string(cols) + " n_tokens=" + std::to_string(n) + " kernel=" +
-           matmul_kernel_name();
+           " cols=" + std::to_string(cols) + " n_tokens=" + std::to_string(n) +
+           " kernel=" + matmul_kernel_name();
 }
 
 // Runs the body once per available kernel family, restoring kAuto afterwards.
@@ -172,7 +172,9 @@ public:
     }
 };
 
-bool bitwise_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+bool bitwise_equal(float a, float b) {
+    return std::memcmp(&a, &b, sizeof(float)) == 0;
+}
 
 // Padding written by nobody: checks that matmul() stays inside Y's rows.
 constexpr float kSentinel = -12345.678f;
@@ -233,9 +235,10 @@ TEST(Matmul, MatchesReferenceWithinBound) {
                                 const double err = std::fabs(got - want);
                                 worst = std::max(worst, err / (bd.quant + bd.fp));
                                 if (!(err <= bd.quant + bd.fp)) {
-                                    ADD_FAILURE() << label(t, rows, cols, n) << " Y[" << tok << "]["
-                                                  << r << "]=" << got << " ref=" << want
-                                                  << " err=" << err << " bound=" << bd.quant + bd.fp;
+                                    ADD_FAILURE()
+                                        << label(t, rows, cols, n) << " Y[" << tok << "][" << r
+                                        << "]=" << got << " ref=" << want << " err=" << err
+                                        << " bound=" << bd.quant + bd.fp;
                                     ++bad;
                                 }
                             }
@@ -248,8 +251,8 @@ TEST(Matmul, MatchesReferenceWithinBound) {
                     }
                 }
             }
-            std::printf("[ info ] %-4s %-8s worst |Y - ref| / bound = %.3f\n",
-                        tensor_type_name(t), matmul_kernel_name(), worst);
+            std::printf("[ info ] %-4s %-8s worst |Y - ref| / bound = %.3f\n", tensor_type_name(t),
+                        matmul_kernel_name(), worst);
         }
     });
 }
@@ -400,8 +403,8 @@ TEST(Matmul, Avx2AndPortableAgree) {
                                                  &x[size_t(tok * cols)], cols);
                     const double diff = std::fabs(double(yp[size_t(tok * rows + r)]) -
                                                   double(ya[size_t(tok * rows + r)]));
-                    ASSERT_LE(diff, 2 * bd.fp) << label(t, rows, cols, n) << " token " << tok
-                                               << " row " << r;
+                    ASSERT_LE(diff, 2 * bd.fp)
+                        << label(t, rows, cols, n) << " token " << tok << " row " << r;
                 }
             }
         }

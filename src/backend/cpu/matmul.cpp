@@ -56,9 +56,12 @@ std::atomic<int> g_kernel{int(MatmulKernel::kAuto)};
 bool use_avx2_kernels() {
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
     switch (MatmulKernel(g_kernel.load(std::memory_order_relaxed))) {
-        case MatmulKernel::kPortable: return false;
-        case MatmulKernel::kAvx2: return true;  // only settable when available
-        case MatmulKernel::kAuto: return cpu_has_avx2();
+        case MatmulKernel::kPortable:
+            return false;
+        case MatmulKernel::kAvx2:
+            return true;  // only settable when available
+        case MatmulKernel::kAuto:
+            return cpu_has_avx2();
     }
 #endif
     return false;
@@ -79,7 +82,9 @@ bool set_matmul_kernel(MatmulKernel kernel) {
     return true;
 }
 
-const char *matmul_kernel_name() { return use_avx2_kernels() ? "avx2" : "portable"; }
+const char *matmul_kernel_name() {
+    return use_avx2_kernels() ? "avx2" : "portable";
+}
 
 // ---- portable kernels --------------------------------------------------------------------------
 
@@ -110,7 +115,9 @@ inline float f16_to_f32_fast(uint16_t h) {
     return f;
 }
 
-inline float load_f16(const uint8_t *p) { return f16_to_f32_fast(load_u16(p)); }
+inline float load_f16(const uint8_t *p) {
+    return f16_to_f32_fast(load_u16(p));
+}
 
 bool is_quantized(TensorType t) {
     return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
@@ -195,7 +202,8 @@ __attribute__((noinline)) float dot_float(const uint8_t *w, const float *x, int6
     for (int64_t i = 0; i < n8; i += 8) {
         for (int j = 0; j < 8; ++j) part[j] += load_weight<kType>(w, i + j) * x[i + j];
     }
-    float acc = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+    float acc =
+        ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     for (int64_t i = n8; i < n; ++i) acc += load_weight<kType>(w, i) * x[i];
     return acc;
 }
@@ -227,13 +235,16 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
     switch (job.type) {
         case TensorType::Q8_0:
-            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q8_0(w, act(t), nb); });
+            rows_loop(job, r0, r1,
+                      [&](const uint8_t *w, int64_t t) { return dot_q8_0(w, act(t), nb); });
             return;
         case TensorType::Q4_0:
-            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q4_0(w, act(t), nb); });
+            rows_loop(job, r0, r1,
+                      [&](const uint8_t *w, int64_t t) { return dot_q4_0(w, act(t), nb); });
             return;
         case TensorType::Q4_1:
-            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) { return dot_q4_1(w, act(t), nb); });
+            rows_loop(job, r0, r1,
+                      [&](const uint8_t *w, int64_t t) { return dot_q4_1(w, act(t), nb); });
             return;
         case TensorType::F32:
             rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
@@ -278,7 +289,9 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
 void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n) {
     const uint8_t *p = static_cast<const uint8_t *>(src);
     switch (type) {
-        case TensorType::F32: std::memcpy(dst, p, size_t(n) * 4); return;
+        case TensorType::F32:
+            std::memcpy(dst, p, size_t(n) * 4);
+            return;
         case TensorType::F16:
             for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32_fast(load_u16(p + i * 2));
             return;
@@ -322,13 +335,13 @@ void dequantize_row_portable(TensorType type, const void *src, float *dst, int64
             }
             return;
     }
-    fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported",
-         tensor_type_name(type));
+    fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported", tensor_type_name(type));
 }
 
 }  // namespace detail
 
-// ---- dispatch ------------------------------------------------------------------------------------
+// ---- dispatch
+// ------------------------------------------------------------------------------------
 
 namespace {
 
@@ -345,8 +358,7 @@ constexpr int64_t kMinParallelQuantElems = 16384;  // activation elements worth 
 void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,
                 const float *y, int64_t ldy, const char *what) {
     if (!tensor_type_supported(uint32_t(w.type))) {
-        fail(LLMKV_ERR_UNSUPPORTED, "%s: weight type %u is not supported", what,
-             unsigned(w.type));
+        fail(LLMKV_ERR_UNSUPPORTED, "%s: weight type %u is not supported", what, unsigned(w.type));
     }
     if (w.rows < 0 || w.cols <= 0 || n_tokens < 0) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: bad shape rows=%lld cols=%lld n_tokens=%lld", what,
@@ -359,8 +371,8 @@ void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_to
     }
     const size_t need = size_t(w.cols / blk) * tensor_type_block_bytes(w.type);
     if (w.row_bytes < need) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: row_bytes %zu < %zu needed for %lld %s values",
-             what, w.row_bytes, need, (long long)w.cols, tensor_type_name(w.type));
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: row_bytes %zu < %zu needed for %lld %s values", what,
+             w.row_bytes, need, (long long)w.cols, tensor_type_name(w.type));
     }
     if (w.rows == 0 || n_tokens == 0) return;
     if (!w.data || !x || !y) fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: null pointer", what);
@@ -446,7 +458,8 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     // Dynamic split: workers take chunks of rows from a shared counter, so a thread that is
     // descheduled or slower does not hold up the call. Which thread computes a row never
     // changes its value (each element is computed whole by one kernel call).
-    int64_t chunk = (w.rows + int64_t(nt) * kChunksPerThread - 1) / (int64_t(nt) * kChunksPerThread);
+    int64_t chunk =
+        (w.rows + int64_t(nt) * kChunksPerThread - 1) / (int64_t(nt) * kChunksPerThread);
     chunk = std::max(kRowGrain, (chunk + kRowGrain - 1) / kRowGrain * kRowGrain);
     struct alignas(64) RowsCtx {
         std::atomic<int64_t> next{0};

@@ -78,8 +78,8 @@ namespace detail {
 inline constexpr int64_t kQBlock = 32;
 
 // Quantized activations of one X row with nb blocks, at `base`:
-//   int8  qs[nb * 32]   q = round(x / d)  (ties to even), |q| <= 127
-//   float d[nb]         d = max|x| / 127 over the block
+//   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), |q| <= 127
+//   float d[nb]         d = max|x| / 127 over the block (f32 division)
 //   float s[nb * 8]     AVX2: s[b * 8 + j] = d[b] * sum(qs[b * 32 + 4j .. 4j + 3])
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
 // s is only filled for Q4_1 weights. Rows are act_row_bytes(nb) apart.
@@ -87,11 +87,15 @@ inline size_t act_row_bytes(int64_t nb) {
     size_t bytes = size_t(nb) * (kQBlock + 4 + 8 * 4);
     return (bytes + 63) & ~size_t(63);
 }
-inline const int8_t *act_qs(const uint8_t *row) { return reinterpret_cast<const int8_t *>(row); }
+inline const int8_t *act_qs(const uint8_t *row) {
+    return reinterpret_cast<const int8_t *>(row);
+}
 inline const float *act_d(const uint8_t *row, int64_t nb) {
     return reinterpret_cast<const float *>(row + nb * kQBlock);
 }
-inline const float *act_s(const uint8_t *row, int64_t nb) { return act_d(row, nb) + nb; }
+inline const float *act_s(const uint8_t *row, int64_t nb) {
+    return act_d(row, nb) + nb;
+}
 
 // Everything a row-range kernel needs for one call.
 struct MatmulJob {
@@ -100,7 +104,7 @@ struct MatmulJob {
     size_t row_bytes;
     int64_t cols;
     int64_t n_tokens;
-    const float *x;      // float weight types: X itself
+    const float *x;  // float weight types: X itself
     int64_t ldx;
     const uint8_t *act;  // quantized types: activation row 0
     size_t act_stride;   // bytes between activation rows

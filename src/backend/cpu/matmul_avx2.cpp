@@ -31,7 +31,9 @@ inline uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
-inline float f16(const uint8_t *p) { return _cvtsh_ss(load_u16(p)); }
+inline float f16(const uint8_t *p) {
+    return _cvtsh_ss(load_u16(p));
+}
 
 // Fixed-order horizontal sum: (l0+l4)+(l2+l6) + (l1+l5)+(l3+l7).
 inline float hsum(__m256 v) {
@@ -43,21 +45,17 @@ inline float hsum(__m256 v) {
 
 // 16 bytes of packed nibbles -> 32 bytes 0..15 in element order (low nibbles, then high).
 inline __m256i unpack_nibbles(const uint8_t *q) {
-    const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)));
+    const __m256i raw =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)));
     const __m256i shifted = _mm256_srlv_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
 }
 
-// ---- quantized weights x q8 activations ----------------------------------------------------------
+// ---- quantized weights x q8 activations
+// ----------------------------------------------------------
 
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
-
-inline uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
 
 // Per output element (r, t) and block b the kernels perform, lane-wise and in this order:
 //   p    = int32x8 block dot product of the weight and activation codes   (exact)
@@ -104,7 +102,8 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
             __m256 dw, mw = _mm256_setzero_ps();
             if constexpr (kType == TensorType::Q4_1) {
                 // [d, m] pairs broadcast, converted: even lanes d, odd lanes m.
-                const __m256 dm = _mm256_cvtph_ps(_mm_castps_si128(_mm_broadcast_ss(reinterpret_cast<const float *>(blk))));
+                const __m256 dm = _mm256_cvtph_ps(
+                    _mm_castps_si128(_mm_broadcast_ss(reinterpret_cast<const float *>(blk))));
                 dw = _mm256_moveldup_ps(dm);
                 mw = _mm256_movehdup_ps(dm);
                 wq = unpack_nibbles(blk + 4);
@@ -144,7 +143,8 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
     }
 }
 
-// ---- float weights x f32 activations -------------------------------------------------------------
+// ---- float weights x f32 activations
+// -------------------------------------------------------------
 
 template <TensorType kType>
 inline __m256 load8(const uint8_t *w, int64_t k) {
@@ -153,7 +153,8 @@ inline __m256 load8(const uint8_t *w, int64_t k) {
     } else if constexpr (kType == TensorType::F16) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + k * 2)));
     } else {
-        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + k * 2)));
+        const __m256i v =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w + k * 2)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
 }
@@ -207,7 +208,8 @@ void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int6
     }
 }
 
-// ---- tile tables and the row-range driver --------------------------------------------------------
+// ---- tile tables and the row-range driver
+// --------------------------------------------------------
 
 using QTileFn = void (*)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *,
                          int64_t);
@@ -275,8 +277,8 @@ template <TensorType kType>
 void f_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<FTileFn> kTiles = make_ftiles<kType>(DecodeSeq{}, BatchSeq{});
     drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t) {
-        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.x + t * job.ldx, job.ldx,
-           job.cols, job.y + t * job.ldy + r, job.ldy);
+        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.x + t * job.ldx, job.ldx, job.cols,
+           job.y + t * job.ldy + r, job.ldy);
     });
 }
 
@@ -290,12 +292,24 @@ inline __m256 opaque(__m256 v) {
 
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
     switch (job.type) {
-        case TensorType::Q8_0: q_rows<TensorType::Q8_0>(job, r0, r1); return;
-        case TensorType::Q4_0: q_rows<TensorType::Q4_0>(job, r0, r1); return;
-        case TensorType::Q4_1: q_rows<TensorType::Q4_1>(job, r0, r1); return;
-        case TensorType::F32: f_rows<TensorType::F32>(job, r0, r1); return;
-        case TensorType::F16: f_rows<TensorType::F16>(job, r0, r1); return;
-        case TensorType::BF16: f_rows<TensorType::BF16>(job, r0, r1); return;
+        case TensorType::Q8_0:
+            q_rows<TensorType::Q8_0>(job, r0, r1);
+            return;
+        case TensorType::Q4_0:
+            q_rows<TensorType::Q4_0>(job, r0, r1);
+            return;
+        case TensorType::Q4_1:
+            q_rows<TensorType::Q4_1>(job, r0, r1);
+            return;
+        case TensorType::F32:
+            f_rows<TensorType::F32>(job, r0, r1);
+            return;
+        case TensorType::F16:
+            f_rows<TensorType::F16>(job, r0, r1);
+            return;
+        case TensorType::BF16:
+            f_rows<TensorType::BF16>(job, r0, r1);
+            return;
     }
 }
 
@@ -312,9 +326,9 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
         const __m256 v1 = _mm256_loadu_ps(xb + 8);
         const __m256 v2 = _mm256_loadu_ps(xb + 16);
         const __m256 v3 = _mm256_loadu_ps(xb + 24);
-        const __m256 m = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
-            _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
+        const __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
+                          _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -328,14 +342,16 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
         const __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, idv), kRound));
         const __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, idv), kRound));
         // packs interleave the 128-bit halves; the permute restores element order.
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        const __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         const __m256i q = _mm256_permutevar8x32_epi32(p, order);
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs + b * kQBlock), q);
         d[b] = db;
         if (with_sums) {
             const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
                                                    _mm256_set1_epi16(1));
-            _mm256_storeu_ps(s + b * 8, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(db)));
+            _mm256_storeu_ps(s + b * 8,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(db)));
         }
     }
 }
@@ -343,15 +359,19 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n) {
     const uint8_t *p = static_cast<const uint8_t *>(src);
     switch (type) {
-        case TensorType::F32: std::memcpy(dst, p, size_t(n) * 4); return;
+        case TensorType::F32:
+            std::memcpy(dst, p, size_t(n) * 4);
+            return;
         case TensorType::F16:
         case TensorType::BF16: {
             const int64_t n8 = n & ~int64_t(7);
             if (type == TensorType::F16) {
-                for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(dst + i, load8<TensorType::F16>(p, i));
+                for (int64_t i = 0; i < n8; i += 8)
+                    _mm256_storeu_ps(dst + i, load8<TensorType::F16>(p, i));
                 for (int64_t i = n8; i < n; ++i) dst[i] = load1<TensorType::F16>(p, i);
             } else {
-                for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(dst + i, load8<TensorType::BF16>(p, i));
+                for (int64_t i = 0; i < n8; i += 8)
+                    _mm256_storeu_ps(dst + i, load8<TensorType::BF16>(p, i));
                 for (int64_t i = n8; i < n; ++i) dst[i] = load1<TensorType::BF16>(p, i);
             }
             return;
@@ -361,7 +381,8 @@ void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n
                 const uint8_t *blk = p + b * 34;
                 const __m256 d = _mm256_set1_ps(f16(blk));
                 for (int j = 0; j < 4; ++j) {
-                    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + 2 + 8 * j));
+                    const __m128i q8 =
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + 2 + 8 * j));
                     const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
                     _mm256_storeu_ps(dst + b * kQBlock + 8 * j, _mm256_mul_ps(v, d));
                 }
