@@ -138,6 +138,9 @@ typedef struct llmkv_engine_params {
     uint32_t max_context;      /* per-session token limit; 0 = the model's */
     uint32_t flags;            /* LLMKV_ENGINE_* */
     uint32_t max_sessions;     /* live sessions at once (each owns one tail block); 0 = 256 */
+    uint32_t kv_residual_tokens; /* newest tokens of a session always kept in full precision
+                                    besides its partial block (0..4096); sealing waits until a
+                                    full block is older than this */
 } llmkv_engine_params;
 
 /* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
@@ -181,6 +184,7 @@ typedef struct llmkv_engine_info {
     uint64_t kv_device_bytes;   /* device-tier budget in effect */
     uint32_t kv_blocks_total;   /* sealed blocks in the device tier */
     uint32_t kv_tail_blocks_total;
+    uint32_t kv_residual_tokens;
     int32_t bos_token;          /* -1 if none */
     int32_t eos_token;          /* -1 if none */
     int32_t eot_token;          /* -1 if none */

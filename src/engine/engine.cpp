@@ -53,6 +53,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (p.n_threads > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
     if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);
     if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
+    if (p.kv_residual_tokens > 4096) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_residual_tokens = %u exceeds 4096", p.kv_residual_tokens);
     if (p.kv_host_bytes != 0) fail(LLMKV_ERR_UNSUPPORTED, "the host KV tier (kv_host_bytes) is not available yet");
     if (p.flags & ~LLMKV_ENGINE_PREFIX_CACHE) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
 
@@ -75,6 +76,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     g.block_tokens = p.kv_block_tokens ? p.kv_block_tokens : kDefaultBlockTokens;
     g.dtype_k = p.kv_dtype_k;
     g.dtype_v = p.kv_dtype_v;
+    g.residual_tokens = p.kv_residual_tokens;
     if (!codec_supported(g.dtype_k, g.head_dim)) {
         fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for K is not supported (head_dim %u)", codec_name(g.dtype_k), g.head_dim);
     }
@@ -154,10 +156,11 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.n_params = model_->n_params();
     out.weight_bytes = model_->weight_bytes();
     out.kv_bytes_per_token_device = g.sealed_block_bytes() / g.block_tokens;
-    out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.block_tokens;
+    out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.tail_capacity();
     out.kv_device_bytes = kv_device_bytes_;
     out.kv_blocks_total = cache_->sealed_pool().n_total();
     out.kv_tail_blocks_total = cache_->tail_pool().n_total();
+    out.kv_residual_tokens = g.residual_tokens;
     out.bos_token = tokenizer_->bos();
     out.eos_token = tokenizer_->eos();
     out.eot_token = tokenizer_->eot();
@@ -431,7 +434,7 @@ void Engine::check_invariants() const {
     std::vector<uint32_t> refs(cache_->sealed_pool().n_total(), 0);
     std::vector<uint32_t> tail_refs(cache_->tail_pool().n_total(), 0);
     for (const Session *s : sessions_) {
-        if (s->kv.blocks.size() != s->kv.n_tokens / cache_->geometry().block_tokens) {
+        if (s->kv.blocks.size() != cache_->geometry().sealed_blocks(s->kv.n_tokens)) {
             fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(), s->kv.n_tokens);
         }
         for (uint32_t id : s->kv.blocks) ++refs[id];

@@ -62,8 +62,9 @@ void Forward::write_kv_window(uint32_t layer, const ForwardSpan &span, uint32_t 
                               uint16_t *win_k, uint16_t *win_v, uint32_t win_cap) {
     const KvGeometry &g = cache_.geometry();
     const uint32_t B = g.block_tokens, D = g.head_dim, H = g.n_kv_heads;
-    const uint32_t ws = pos0 / B * B;
+    const uint32_t ws = g.sealed_blocks(pos0) * B;
     const uint32_t end = pos0 + span.n;
+    const uint32_t sealed_end = g.sealed_blocks(end);
     uint8_t *tail = cache_.tail_data(span.kv->tail);
     for (uint32_t h = 0; h < H; ++h) {
         uint16_t *wk = win_k + size_t(h) * win_cap * D;
@@ -83,15 +84,15 @@ void Forward::write_kv_window(uint32_t layer, const ForwardSpan &span, uint32_t 
                 dv[d] = fp32_to_fp16(vr[d]);
             }
         }
-        // Seal the blocks completed by this span.
-        for (uint32_t b = ws / B; b < end / B; ++b) {
+        // Seal the blocks that leave the full-precision window with this span.
+        for (uint32_t b = ws / B; b < sealed_end; ++b) {
             uint8_t *blk = cache_.sealed_data(span.kv->blocks[b]);
             size_t row = size_t(b * B - ws);
             codec_encode_head(g.dtype_k, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
             codec_encode_head(g.dtype_v, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
         }
-        // The partial block (if any) goes back to the tail slot.
-        uint32_t tail_start = end / B * B;
+        // What stays unsealed goes back to the tail slot, from row 0.
+        uint32_t tail_start = sealed_end * B;
         if (end > tail_start) {
             size_t row = tail_start - ws;
             std::memcpy(tail + g.tail_k_offset(layer, h), wk + row * D, size_t(end - tail_start) * D * 2);
@@ -111,7 +112,7 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
     for (const ForwardSpan &s : spans) {
         if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
         if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "forward: span without a tail slot");
-        if (s.kv->blocks.size() < (s.kv->n_tokens + s.n) / B) {
+        if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
             fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
         }
         for (uint32_t i = 0; i < s.n; ++i) {
@@ -122,7 +123,7 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
         }
         T += s.n;
         n_logits += s.want_logits ? 1 : 0;
-        window_rows += s.kv->n_tokens % B + s.n;
+        window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
     }
     if (T > max_tokens_) fail(LLMKV_ERR_INTERNAL, "forward: %u tokens exceed the batch limit %u", T, max_tokens_);
     if (window_.size() < window_rows * 2 * KVD) window_.resize(window_rows * 2 * KVD);
@@ -148,12 +149,12 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
         for (size_t i = 0; i < spans.size(); ++i) {
             const ForwardSpan &s = spans[i];
             uint32_t pos0 = s.kv->n_tokens;
-            uint32_t cap = pos0 % B + s.n;
+            uint32_t cap = pos0 - g.sealed_blocks(pos0) * B + s.n;
             cpu::AttentionSpan &a = att[i];
             a.kv = s.kv;
             a.window_k = window_.data() + win_off;
             a.window_v = window_.data() + win_off + size_t(cap) * KVD;
-            a.window_start = pos0 / B * B;
+            a.window_start = g.sealed_blocks(pos0) * B;
             a.window_capacity = cap;
             a.pos0 = pos0;
             a.n = s.n;

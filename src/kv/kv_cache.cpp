@@ -11,7 +11,7 @@ KvCache::KvCache(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t 
       tails_(n_tail_slots, geometry.tail_block_bytes(), "tail") {}
 
 uint32_t KvCache::blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) const {
-    uint32_t full = new_n_tokens / geometry_.block_tokens;
+    uint32_t full = geometry_.sealed_blocks(new_n_tokens);
     return full > kv.blocks.size() ? full - uint32_t(kv.blocks.size()) : 0;
 }
 
@@ -29,7 +29,7 @@ bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
 }
 
 void KvCache::trim(SessionKv &kv) {
-    size_t keep = kv.n_tokens / geometry_.block_tokens;
+    size_t keep = geometry_.sealed_blocks(kv.n_tokens);
     while (kv.blocks.size() > keep) {
         sealed_.release(kv.blocks.back());
         kv.blocks.pop_back();

@@ -4,9 +4,12 @@
 // Block layouts (per block id; B = block_tokens, D = head_dim, H = n_kv_heads):
 //   sealed block: for each layer l: K heads [H][head_bytes_k], then V heads [H][head_bytes_v]
 //                 where a head holds B tokens x D dims in the codec (kv/codec.h).
-//   tail slot:    for each layer l: K [H][B][D] fp16, then V [H][B][D] fp16.
-// A session's token at position p lives in sealed block blocks[p / B] when p / B < number
-// of sealed blocks, else in its tail slot at row p % B.
+//   tail slot:    for each layer l: K [H][C][D] fp16, then V [H][C][D] fp16, where the
+//                 capacity C = B + R and R = residual_tokens.
+// With n tokens computed, the first sealed_blocks(n) = max(0, n - R) / B blocks are sealed
+// and the tail holds positions [sealed_blocks(n) * B, n) from row 0: at least the R newest
+// tokens always stay in full precision. A query at position p reads sealed_blocks(p)
+// sealed blocks and the rest of its context in fp16, whatever the chunking.
 //
 // NOTE a sealed block is written once, layer by layer, during the forward pass that
 // completes it, and never again; its id is reserved (allocated) before that pass.
@@ -30,6 +33,13 @@ struct KvGeometry {
     uint32_t block_tokens = 16;
     llmkv_kv_dtype dtype_k = LLMKV_KV_F16;
     llmkv_kv_dtype dtype_v = LLMKV_KV_F16;
+    uint32_t residual_tokens = 0;  // newest tokens always kept in fp16 (besides the partial block)
+
+    // Sealed blocks of a session whose first n_tokens positions hold KV.
+    uint32_t sealed_blocks(uint32_t n_tokens) const {
+        return n_tokens > residual_tokens ? (n_tokens - residual_tokens) / block_tokens : 0;
+    }
+    uint32_t tail_capacity() const { return block_tokens + residual_tokens; }
 
     size_t head_bytes_k() const { return codec_head_bytes(dtype_k, block_tokens, head_dim); }
     size_t head_bytes_v() const { return codec_head_bytes(dtype_v, block_tokens, head_dim); }
@@ -41,7 +51,7 @@ struct KvGeometry {
     size_t sealed_v_offset(uint32_t layer, uint32_t head) const {
         return layer * sealed_layer_bytes() + n_kv_heads * head_bytes_k() + head * head_bytes_v();
     }
-    size_t tail_head_bytes() const { return size_t(block_tokens) * head_dim * 2; }
+    size_t tail_head_bytes() const { return size_t(tail_capacity()) * head_dim * 2; }
     size_t tail_layer_bytes() const { return 2 * n_kv_heads * tail_head_bytes(); }
     size_t tail_block_bytes() const { return n_layers * tail_layer_bytes(); }
     size_t tail_k_offset(uint32_t layer, uint32_t head) const {

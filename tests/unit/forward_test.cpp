@@ -26,7 +26,7 @@ struct Harness {
     std::unique_ptr<Forward> forward;
 
     Harness(const TinyModelSpec &spec, unsigned threads = 2, uint32_t block_tokens = 4,
-            llmkv_kv_dtype dtype = LLMKV_KV_F16) {
+            llmkv_kv_dtype dtype = LLMKV_KV_F16, uint32_t residual = 0) {
         bytes = testing::build_tiny_model(spec);
         file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
         model = LlamaModel::load(file);
@@ -38,6 +38,7 @@ struct Harness {
         g.block_tokens = block_tokens;
         g.dtype_k = dtype;
         g.dtype_v = dtype;
+        g.residual_tokens = residual;
         cache = std::make_unique<KvCache>(g, 256, 8);
         pool = std::make_unique<ThreadPool>(threads);
         forward = std::make_unique<Forward>(*model, *cache, *pool, 128);
@@ -215,6 +216,34 @@ TEST(Forward, Bf16SealedBlocksStayCloseToF16) {
     EXPECT_LE(max_err, 0.02 * max_ref);
     a.cache->release(ka);
     b.cache->release(kb);
+}
+
+TEST(Forward, ResidualWindowDelaysSealingAndKeepsChunkingInvariance) {
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    std::vector<int32_t> tokens = some_tokens(29);
+    // bf16 sealed blocks, so sealing changes the numbers and the window rule is visible.
+    Harness with(spec, 2, 4, LLMKV_KV_BF16, 6);
+    std::vector<std::vector<float>> results;
+    std::vector<SessionKv> kvs(3);
+    const uint32_t chunks[] = {29, 1, 5};
+    for (size_t c = 0; c < 3; ++c) results.push_back(with.run_chunked(kvs[c], tokens, chunks[c]));
+    for (size_t c = 1; c < 3; ++c) {
+        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+            << "chunk size " << chunks[c];
+    }
+    // 29 tokens, 6 residual: (29 - 6) / 4 = 5 sealed blocks; positions 20..28 stay fp16.
+    EXPECT_EQ(kvs[0].blocks.size(), 5u);
+    EXPECT_EQ(with.cache->geometry().tail_capacity(), 10u);
+    // With no residual window, 7 blocks are sealed and the logits differ (bf16 vs fp16 rows).
+    Harness without(spec, 2, 4, LLMKV_KV_BF16, 0);
+    SessionKv kv;
+    std::vector<float> plain = without.run_chunked(kv, tokens, 29);
+    EXPECT_EQ(kv.blocks.size(), 7u);
+    EXPECT_NE(0, std::memcmp(plain.data(), results[0].data(), plain.size() * sizeof(float)));
+    for (auto &k : kvs) with.cache->release(k);
+    without.cache->release(kv);
 }
 
 TEST(Forward, RejectsTokenIdsOutsideTheVocabularyBeforeWritingKv) {

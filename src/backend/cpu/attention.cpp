@@ -146,7 +146,7 @@ void paged_attention(KvCache &cache, const AttentionParams &params, const Attent
             uint32_t h = local % params.n_heads;
             uint32_t kvh = h / group;
             uint32_t p = sp.pos0 + i;
-            uint32_t n_sealed = p / B;  // blocks fully before the query's own block
+            uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
             const float *q = sp.q + size_t(i) * params.q_stride + size_t(h) * D;
             float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
 
@@ -202,7 +202,7 @@ void paged_attention_reference(KvCache &cache, const AttentionParams &params,
             for (uint32_t h = 0; h < params.n_heads; ++h) {
                 uint32_t kvh = h / group;
                 std::vector<float> keys(size_t(p + 1) * D), values(size_t(p + 1) * D);
-                uint32_t n_sealed = p / B;
+                uint32_t n_sealed = g.sealed_blocks(p);
                 for (uint32_t j = 0; j < n_sealed; ++j) {
                     const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
                     codec_decode_head(g.dtype_k, blk + g.sealed_k_offset(params.layer, kvh), B, D,

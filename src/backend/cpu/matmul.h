@@ -80,7 +80,8 @@ inline constexpr int64_t kQBlock = 32;
 // Quantized activations of one X row with nb blocks, at `base`:
 //   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), |q| <= 127
 //   float d[nb]         d = max|x| / 127 over the block (f32 division)
-//   float s[nb * 8]     AVX2: s[b * 8 + j] = d[b] * sum(qs[b * 32 + 4j .. 4j + 3])
+//   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
+//                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
 // s is only filled for Q4_1 weights. Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
@@ -102,6 +103,7 @@ struct MatmulJob {
     TensorType type;
     const uint8_t *w;  // weight row 0
     size_t row_bytes;
+    int64_t rows;
     int64_t cols;
     int64_t n_tokens;
     const float *x;  // float weight types: X itself

@@ -22,8 +22,18 @@ namespace {
 constexpr int kRDecode = 4;
 constexpr int kRBatch = 4;
 constexpr int kTBatch = 3;
-constexpr int64_t kTokenGroup = 64;  // activations kept in L2 per pass over the weights
-constexpr int64_t kRowBlock = 32;    // weight rows kept in L1 while the tokens loop
+constexpr int64_t kTokenGroup = 64;         // activations kept in L2 per pass over the weights
+constexpr int64_t kRowBlock = 32;           // weight rows kept in L1 while the tokens loop
+constexpr size_t kPrefetchDistance = 8192;  // decode: bytes of weights prefetched ahead
+
+// Prefetches the kBytes bytes at p (one step of a linear sweep), one cache line at a time.
+template <size_t kBytes>
+inline void prefetch_step(const uint8_t *p) {
+#pragma GCC unroll 16
+    for (size_t o = 0; o < kBytes; o += 64) {
+        _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+    }
+}
 
 inline uint16_t load_u16(const uint8_t *p) {
     uint16_t v;
@@ -61,11 +71,11 @@ inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
 //   p    = int32x8 block dot product of the weight and activation codes   (exact)
 //   sc   = d_w * d_x                                                       (one rounding)
 //   acc  = fma(sc, float(p), acc)
-//   acc  = fma(m_w, s_x[8 lanes], acc)                                     (Q4_1 only)
+//   acc  = fma([d_w, m_w, ...], s_x[8 lanes], acc)  s_x: 0 in even lanes   (Q4_1 only)
 // and finally Y = hsum(acc). Loads, broadcasts and tile shapes vary; these values do not.
 template <TensorType kType, int R, int T>
 void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
-           float *y, int64_t ldy) {
+           float *y, int64_t ldy, const uint8_t *pf) {
     constexpr size_t kBB = kBlockBytes<kType>;
     const int8_t *xq[T];
     const float *xd[T];
@@ -84,6 +94,7 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b) {
+        if (pf) prefetch_step<R * kBB>(pf + size_t(b) * (R * kBB));
         __m256i xv[T];
         __m256 dx[T];
         __m256i corr[T];  // Q4_0: 8 * (x_2i + x_2i+1), so that (n - 8) . x = n . x - corr
@@ -99,13 +110,13 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
         for (int r = 0; r < R; ++r) {
             const uint8_t *blk = w + size_t(r) * row_bytes + size_t(b) * kBB;
             __m256i wq;
-            __m256 dw, mw = _mm256_setzero_ps();
+            __m256 dw, dm = _mm256_setzero_ps();
             if constexpr (kType == TensorType::Q4_1) {
-                // [d, m] pairs broadcast, converted: even lanes d, odd lanes m.
-                const __m256 dm = _mm256_cvtph_ps(
+                // [d, m] pairs broadcast, converted: even lanes d, odd lanes m. The activation
+                // sums s_x are zero in the even lanes, so fma(dm, s_x, acc) adds m * s_x only.
+                dm = _mm256_cvtph_ps(
                     _mm_castps_si128(_mm_broadcast_ss(reinterpret_cast<const float *>(blk))));
                 dw = _mm256_moveldup_ps(dm);
-                mw = _mm256_movehdup_ps(dm);
                 wq = unpack_nibbles(blk + 4);
             } else {
                 dw = _mm256_cvtph_ps(_mm_broadcastw_epi16(_mm_loadu_si16(blk)));
@@ -131,7 +142,7 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
                 const __m256 sc = _mm256_mul_ps(dw, dx[t]);
                 acc[r][t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[r][t]);
                 if constexpr (kType == TensorType::Q4_1) {
-                    acc[r][t] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xs[t] + b * 8), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(dm, _mm256_loadu_ps(xs[t] + b * 8), acc[r][t]);
                 }
             }
         }
@@ -177,7 +188,8 @@ inline float load1(const uint8_t *w, int64_t k) {
 
 template <TensorType kType, int R, int T>
 void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int64_t cols, float *y,
-           int64_t ldy) {
+           int64_t ldy, const uint8_t *pf) {
+    constexpr size_t kStep = size_t(R) * 8 * (kType == TensorType::F32 ? 4 : 2);
     __m256 acc[R][T];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -186,6 +198,7 @@ void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int6
     }
     const int64_t n8 = cols & ~int64_t(7);
     for (int64_t k = 0; k < n8; k += 8) {
+        if (pf) prefetch_step<kStep>(pf + size_t(k / 8) * kStep);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             const __m256 wv = load8<kType>(w + size_t(r) * row_bytes, k);
@@ -212,9 +225,9 @@ void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int6
 // --------------------------------------------------------
 
 using QTileFn = void (*)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *,
-                         int64_t);
-using FTileFn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, float *,
-                         int64_t);
+                         int64_t, const uint8_t *);
+using FTileFn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, float *, int64_t,
+                         const uint8_t *);
 
 // Tile function tables: decode[R - 1] has shape R x 1; batch[(R - 1) * kTBatch + T - 1] has R x T.
 template <typename Fn>
@@ -242,9 +255,22 @@ using BatchSeq = std::make_integer_sequence<int, kRBatch * kTBatch>;
 template <typename Fn, typename Call>
 void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &tiles, Call &&call) {
     if (job.n_tokens == 1) {
+        // Decode streams each weight once; rows are short (a few hundred bytes), too short for
+        // the hardware prefetchers to ramp up per row, so the tiles prefetch the weight bytes
+        // kPrefetchDistance ahead of the ones they read, sweeping linearly through the range.
+        // The sweep stops at the end of the matrix (not of this range: the next rows are
+        // another chunk, usually read soon). The first kPrefetchDistance bytes of the range
+        // have no earlier tile to prefetch them, so they are requested up front.
+        const uint8_t *end = job.w + size_t(job.rows) * job.row_bytes;
+        const uint8_t *p0 = job.w + size_t(r0) * job.row_bytes;
+        const uint8_t *p1 = std::min(p0 + kPrefetchDistance, end);
+        for (const uint8_t *p = p0; p < p1; p += 64) {
+            _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
+        }
         for (int64_t r = r0; r < r1; r += kRDecode) {
             const int nr = int(std::min<int64_t>(kRDecode, r1 - r));
-            call(tiles.decode[size_t(nr - 1)], r, 0);
+            const uint8_t *pf = job.w + size_t(r) * job.row_bytes + kPrefetchDistance;
+            call(tiles.decode[size_t(nr - 1)], r, 0, pf < end ? pf : nullptr);
         }
         return;
     }
@@ -256,7 +282,7 @@ void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &ti
                 const int nt = int(std::min<int64_t>(kTBatch, tg_end - t));
                 for (int64_t r = rb; r < rb_end; r += kRBatch) {
                     const int nr = int(std::min<int64_t>(kRBatch, rb_end - r));
-                    call(tiles.batch[size_t((nr - 1) * kTBatch + (nt - 1))], r, t);
+                    call(tiles.batch[size_t((nr - 1) * kTBatch + (nt - 1))], r, t, nullptr);
                 }
             }
         }
@@ -267,18 +293,18 @@ template <TensorType kType>
 void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<QTileFn> kTiles = make_qtiles<kType>(DecodeSeq{}, BatchSeq{});
     const int64_t nb = job.cols / kQBlock;
-    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t) {
+    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
         fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.act + size_t(t) * job.act_stride,
-           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy);
+           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy, pf);
     });
 }
 
 template <TensorType kType>
 void f_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<FTileFn> kTiles = make_ftiles<kType>(DecodeSeq{}, BatchSeq{});
-    drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t) {
+    drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
         fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.x + t * job.ldx, job.ldx, job.cols,
-           job.y + t * job.ldy + r, job.ldy);
+           job.y + t * job.ldy + r, job.ldy, pf);
     });
 }
 
@@ -348,10 +374,12 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs + b * kQBlock), q);
         d[b] = db;
         if (with_sums) {
-            const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-                                                   _mm256_set1_epi16(1));
-            _mm256_storeu_ps(s + b * 8,
-                             _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(db)));
+            // Sums of 4 codes per lane, then lane 2k+1 += lane 2k; even lanes cleared.
+            const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+                                                 _mm256_set1_epi16(1));
+            const __m256i s8 = _mm256_add_epi32(s4, _mm256_slli_epi64(s4, 32));
+            const __m256i odd = _mm256_blend_epi32(_mm256_setzero_si256(), s8, 0xAA);
+            _mm256_storeu_ps(s + b * 8, _mm256_mul_ps(_mm256_cvtepi32_ps(odd), _mm256_set1_ps(db)));
         }
     }
 }
