@@ -232,33 +232,45 @@ BENCHMARK(BM_SmolLM2)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// ---- per-call cost of one small, cache-resident matrix (decode k/v projections) -----------
-// Args: rows, cols, type, threads.
+// ---- per-call cost of one decode-sized matrix --------------------------------------------
+// hot: the same matrix every call (L2-resident: pure call + kernel cost). cold: a different
+// copy each call, cycling through > 64 MB, so the weights come from DRAM as in real decode.
+// Args: rows, cols, type, threads, cold.
 void BM_SmallCall(benchmark::State &state) {
     const int64_t rows = state.range(0), cols = state.range(1);
     const TensorType t = TensorType(state.range(2));
     const int threads = int(state.range(3));
+    const bool cold = state.range(4) != 0;
     if (!select_family(state, 0)) return;
-    OwnedMatrix m = make_matrix(t, rows, cols);
+    std::vector<OwnedMatrix> copies;
+    copies.push_back(make_matrix(t, rows, cols));
+    if (cold) {
+        while (double(copies.size()) * double(copies[0].bytes.size()) < 64e6) {
+            copies.push_back(make_matrix(t, rows, cols));
+        }
+    }
     std::vector<float> x = make_x(1, cols), y(static_cast<size_t>(rows));
     MatmulScratch scratch;
     ThreadPool &pool = pool_for(threads);
+    size_t i = 0;
     for (auto _ : state) {
-        llmkv::cpu::matmul(m.w, x.data(), cols, 1, y.data(), rows, pool, scratch);
+        llmkv::cpu::matmul(copies[i].w, x.data(), cols, 1, y.data(), rows, pool, scratch);
         benchmark::DoNotOptimize(y.data());
+        if (++i == copies.size()) i = 0;
     }
-    set_rate(state, double(m.bytes.size()));
+    set_rate(state, double(copies[0].bytes.size()));
+}
+void small_call_args(benchmark::internal::Benchmark *b) {
+    const std::pair<int, int> shapes[] = {{192, 576}, {576, 576}, {1536, 576}, {576, 1536}};
+    for (int cold : {0, 1}) {
+        for (auto [rows, cols] : shapes) {
+            for (int threads : {1, 2}) b->Args({rows, cols, 3, threads, cold});
+        }
+    }
 }
 BENCHMARK(BM_SmallCall)
-    ->ArgNames({"rows", "cols", "type", "threads"})
-    ->Args({192, 576, 3, 1})
-    ->Args({192, 576, 3, 2})
-    ->Args({576, 576, 3, 1})
-    ->Args({576, 576, 3, 2})
-    ->Args({1536, 576, 3, 1})
-    ->Args({1536, 576, 3, 2})
-    ->Args({576, 1536, 3, 1})
-    ->Args({576, 1536, 3, 2})
+    ->ArgNames({"rows", "cols", "type", "threads", "cold"})
+    ->Apply(small_call_args)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

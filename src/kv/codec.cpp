@@ -1,19 +1,272 @@
-// KV codecs: encode (seal) and reference decode of sealed block heads.
+// KV codecs: support checks, sizes, encode (seal) and reference decode of sealed block heads
+// for f16 / bf16 / fp8 e4m3 / int8 / int4, with the optional Hadamard rotation. Layouts are
+// documented in kv/codec.h.
 #include "kv/codec.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
 #include "common/half.h"
+#include "kv/hadamard.h"
 
 namespace llmkv {
 
-bool codec_supported(llmkv_kv_dtype dtype, uint32_t head_dim) {
+namespace {
+
+constexpr float kFp16Max = 65504.0f;
+
+bool known_dtype(llmkv_kv_dtype dtype) {
     switch (dtype) {
         case LLMKV_KV_F16:
-        case LLMKV_KV_BF16: return head_dim > 0;
-        default: return false;
+        case LLMKV_KV_BF16:
+        case LLMKV_KV_FP8_E4M3:
+        case LLMKV_KV_INT8:
+        case LLMKV_KV_INT4: return true;
     }
+    return false;
+}
+
+bool quantized(llmkv_kv_dtype dtype) {
+    return dtype == LLMKV_KV_FP8_E4M3 || dtype == LLMKV_KV_INT8 || dtype == LLMKV_KV_INT4;
+}
+
+[[noreturn]] void unsupported(CodecSpec spec, KvRole role, uint32_t head_dim) {
+    fail(LLMKV_ERR_UNSUPPORTED, "KV codec %s%s for %s is not supported (head_dim %u)",
+         codec_name(spec.dtype), spec.rotate ? "+rotation" : "", role == KvRole::K ? "K" : "V",
+         head_dim);
+}
+
+// Per-thread f32 workspace for the rows being encoded / decoded (grown, never shrunk).
+float *workspace(size_t n) {
+    thread_local std::vector<float> w;
+    if (w.size() < n) w.resize(n);
+    return w.data();
+}
+
+inline float sanitize(float x) {
+    if (std::isnan(x)) return 0.0f;
+    return std::clamp(x, -kFp16Max, kFp16Max);
+}
+
+inline void store_fp16(uint8_t *p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+// The smallest fp16 >= x, for 0 <= x <= 65504.
+uint16_t fp16_round_up(float x) {
+    uint16_t h = fp32_to_fp16(x);
+    if (fp16_to_fp32(h) < x) ++h;  // positive: the next encoding is the next value up
+    return h;
+}
+
+// The largest fp16 <= x, for |x| <= 65504.
+uint16_t fp16_round_down(float x) {
+    uint16_t h = fp32_to_fp16(x);
+    if (fp16_to_fp32(h) > x) {
+        if (h == 0x0000u || h == 0x8000u) return 0x8001u;  // -smallest subnormal
+        h = (h & 0x8000u) ? uint16_t(h + 1) : uint16_t(h - 1);
+    }
+    return h;
+}
+
+// src fp16 [n][D] -> dst f32 [n][D]: each row rotated when asked, then sanitized.
+void prepare_rows(const uint16_t *src, uint32_t n, uint32_t D, bool rotate, float *dst) {
+    for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = fp16_to_fp32(src[i]);
+    if (rotate) {
+        for (uint32_t t = 0; t < n; ++t) hadamard_transform(dst + size_t(t) * D, D);
+    }
+    for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = sanitize(dst[i]);
+}
+
+// ---- fp8 / int8: per (token, head) symmetric scale -----------------------------------
+
+// x: f32 [n][D] (sanitized) -> dst: values [n][D] bytes, then fp16 scales [n].
+template <bool Fp8>
+void encode_scaled(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
+    const float qmax = Fp8 ? 448.0f : 127.0f;
+    uint8_t *scales = dst + size_t(n) * D;
+    for (uint32_t t = 0; t < n; ++t) {
+        const float *r = x + size_t(t) * D;
+        uint8_t *v = dst + size_t(t) * D;
+        float amax = 0.0f;
+        for (uint32_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(r[d]));
+        const uint16_t sh = amax > 0.0f ? fp16_round_up(amax / qmax) : uint16_t(0);
+        store_fp16(scales + size_t(t) * 2, sh);
+        const float s = fp16_to_fp32(sh);
+        for (uint32_t d = 0; d < D; ++d) {
+            if (s == 0.0f) {
+                v[d] = 0;
+            } else if (Fp8) {
+                v[d] = fp32_to_fp8_e4m3(r[d] / s);
+            } else {
+                long q = std::lrint(r[d] / s);
+                v[d] = uint8_t(int8_t(std::clamp(q, -127L, 127L)));
+            }
+        }
+    }
+}
+
+template <bool Fp8>
+void decode_scaled(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
+    const uint8_t *scales = src + size_t(n) * D;
+    const float *table = fp8_e4m3_table();
+    for (uint32_t t = 0; t < n; ++t) {
+        const float s = load_fp16(scales + size_t(t) * 2);
+        for (uint32_t d = 0; d < D; ++d) {
+            const uint8_t b = src[size_t(t) * D + d];
+            dst[size_t(t) * D + d] = s * (Fp8 ? table[b] : float(int8_t(b)));
+        }
+    }
+}
+
+// ---- int4: asymmetric (scale, min) per group ------------------------------------------
+
+// Quantization parameters of one group whose values span [lo, hi].
+struct Int4Params {
+    uint16_t scale_h, min_h;
+    float scale, min;
+};
+
+Int4Params int4_params(float lo, float hi) {
+    Int4Params p;
+    p.min_h = fp16_round_down(lo);
+    p.min = fp16_to_fp32(p.min_h);
+    const float range = hi - p.min;
+    p.scale_h = range > 0.0f ? fp16_round_up(range / 15.0f) : uint16_t(0);
+    p.scale = fp16_to_fp32(p.scale_h);
+    return p;
+}
+
+inline uint8_t int4_quantize(float x, const Int4Params &p) {
+    if (p.scale == 0.0f) return 0;
+    long q = std::lrint((x - p.min) / p.scale);
+    return uint8_t(std::clamp(q, 0L, 15L));
+}
+
+inline void put_nibble(uint8_t *row, uint32_t d, uint8_t q) {
+    uint8_t &b = row[d / 2];
+    b = (d & 1u) ? uint8_t((b & 0x0Fu) | (q << 4)) : uint8_t((b & 0xF0u) | q);
+}
+
+inline uint8_t get_nibble(const uint8_t *row, uint32_t d) {
+    return (d & 1u) ? uint8_t(row[d / 2] >> 4) : uint8_t(row[d / 2] & 0x0Fu);
+}
+
+// x: f32 [n][D] -> int4 K layout (per-channel scale / min over the n tokens).
+void encode_int4_k(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
+    uint8_t *scales = dst + codec_scales_offset(LLMKV_KV_INT4, n, D);
+    uint8_t *mins = dst + int4_k_mins_offset(n, D);
+    std::memset(dst, 0, size_t(n) * D / 2);
+    for (uint32_t d = 0; d < D; ++d) {
+        float lo = x[d], hi = x[d];
+        for (uint32_t t = 1; t < n; ++t) {
+            lo = std::min(lo, x[size_t(t) * D + d]);
+            hi = std::max(hi, x[size_t(t) * D + d]);
+        }
+        const Int4Params p = int4_params(lo, hi);
+        store_fp16(scales + size_t(d) * 2, p.scale_h);
+        store_fp16(mins + size_t(d) * 2, p.min_h);
+        for (uint32_t t = 0; t < n; ++t) {
+            put_nibble(dst + size_t(t) * D / 2, d, int4_quantize(x[size_t(t) * D + d], p));
+        }
+    }
+}
+
+void decode_int4_k(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
+    const uint8_t *scales = src + codec_scales_offset(LLMKV_KV_INT4, n, D);
+    const uint8_t *mins = src + int4_k_mins_offset(n, D);
+    for (uint32_t t = 0; t < n; ++t) {
+        for (uint32_t d = 0; d < D; ++d) {
+            const float s = load_fp16(scales + size_t(d) * 2), z = load_fp16(mins + size_t(d) * 2);
+            dst[size_t(t) * D + d] = z + s * float(get_nibble(src + size_t(t) * D / 2, d));
+        }
+    }
+}
+
+// x: f32 [n][D] -> int4 V layout (per-token scale / min over groups of G channels).
+void encode_int4_v(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
+    const uint32_t G = int4_v_group(D), ng = D / G;
+    uint8_t *scales = dst + codec_scales_offset(LLMKV_KV_INT4, n, D);
+    uint8_t *mins = dst + int4_v_mins_offset(n, D);
+    std::memset(dst, 0, size_t(n) * D / 2);
+    for (uint32_t t = 0; t < n; ++t) {
+        for (uint32_t g = 0; g < ng; ++g) {
+            const float *r = x + size_t(t) * D + size_t(g) * G;
+            float lo = r[0], hi = r[0];
+            for (uint32_t i = 1; i < G; ++i) {
+                lo = std::min(lo, r[i]);
+                hi = std::max(hi, r[i]);
+            }
+            const Int4Params p = int4_params(lo, hi);
+            store_fp16(scales + (size_t(t) * ng + g) * 2, p.scale_h);
+            store_fp16(mins + (size_t(t) * ng + g) * 2, p.min_h);
+            for (uint32_t i = 0; i < G; ++i) {
+                put_nibble(dst + size_t(t) * D / 2, g * G + i, int4_quantize(r[i], p));
+            }
+        }
+    }
+}
+
+void decode_int4_v(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
+    const uint32_t G = int4_v_group(D), ng = D / G;
+    const uint8_t *scales = src + codec_scales_offset(LLMKV_KV_INT4, n, D);
+    const uint8_t *mins = src + int4_v_mins_offset(n, D);
+    for (uint32_t t = 0; t < n; ++t) {
+        for (uint32_t d = 0; d < D; ++d) {
+            const size_t gi = size_t(t) * ng + d / G;
+            const float s = load_fp16(scales + gi * 2), z = load_fp16(mins + gi * 2);
+            dst[size_t(t) * D + d] = z + s * float(get_nibble(src + size_t(t) * D / 2, d));
+        }
+    }
+}
+
+}  // namespace
+
+// ---- fp8 conversion ---------------------------------------------------------------------
+
+uint8_t fp32_to_fp8_e4m3(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint8_t sign = uint8_t((x >> 24) & 0x80u);
+    const uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0;                  // NaN
+    if (a >= 0x43e00000u) return uint8_t(sign | 0x7Eu);  // >= 448 (or inf): saturate
+    if (a < 0x3c800000u) {  // below 2^-6: subnormal, in units of 2^-9 (8 = the smallest normal)
+        float af;
+        std::memcpy(&af, &a, 4);
+        return uint8_t(sign | uint8_t(std::lrint(af * 512.0f)));
+    }
+    // Normal: round the fp32 mantissa to 3 bits (nearest even; a carry bumps the exponent),
+    // then rebias the exponent from 127 to 7.
+    const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+    uint32_t e = (r >> 20) - ((127u - 7u) << 3);
+    if (e > 0x7Eu) e = 0x7Eu;  // 448 < |f| rounded up to 480: saturate
+    return uint8_t(sign | e);
+}
+
+const float *fp8_e4m3_table() {
+    static const struct Table {
+        float v[256];
+        Table() {
+            for (int i = 0; i < 256; ++i) v[i] = fp8_e4m3_to_fp32(uint8_t(i));
+        }
+    } table;
+    return table.v;
+}
+
+// ---- the codec interface --------------------------------------------------------------
+
+bool codec_supported(CodecSpec spec, KvRole role, uint32_t block_tokens, uint32_t head_dim) {
+    if (!known_dtype(spec.dtype) || head_dim == 0 || block_tokens == 0) return false;
+    if (spec.rotate && (!quantized(spec.dtype) || !hadamard_supported(head_dim))) return false;
+    if (spec.dtype == LLMKV_KV_INT4) return head_dim % 16 == 0;
+    (void)role;
+    return true;
+}
+
+bool codec_supported(llmkv_kv_dtype dtype, uint32_t head_dim) {
+    return dtype != LLMKV_KV_INT4 && codec_supported(CodecSpec{dtype, false}, KvRole::K, 1, head_dim);
 }
 
 const char *codec_name(llmkv_kv_dtype dtype) {
@@ -27,42 +280,89 @@ const char *codec_name(llmkv_kv_dtype dtype) {
     return "unknown";
 }
 
-size_t codec_head_bytes(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim) {
+size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens, uint32_t head_dim) {
+    const size_t B = block_tokens, D = head_dim;
     switch (dtype) {
         case LLMKV_KV_F16:
-        case LLMKV_KV_BF16: return size_t(block_tokens) * head_dim * 2;
-        default: fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s is not supported", codec_name(dtype));
+        case LLMKV_KV_BF16: return B * D * 2;
+        case LLMKV_KV_FP8_E4M3:
+        case LLMKV_KV_INT8: return B * D + B * 2;
+        case LLMKV_KV_INT4:
+            if (role == KvRole::K) return B * D / 2 + D * 4;
+            return B * D / 2 + B * (D / int4_v_group(head_dim)) * 4;
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %d is not supported", int(dtype));
+}
+
+size_t codec_head_bytes(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim) {
+    return std::max(codec_head_bytes(dtype, KvRole::K, block_tokens, head_dim),
+                    codec_head_bytes(dtype, KvRole::V, block_tokens, head_dim));
+}
+
+void codec_encode_head(CodecSpec spec, KvRole role, const uint16_t *src, uint32_t n_tokens,
+                       uint32_t head_dim, uint8_t *dst) {
+    if (!codec_supported(spec, role, n_tokens, head_dim)) unsupported(spec, role, head_dim);
+    const size_t n = size_t(n_tokens) * head_dim;
+    switch (spec.dtype) {
+        case LLMKV_KV_F16: std::memcpy(dst, src, n * 2); return;
+        case LLMKV_KV_BF16: {
+            uint16_t *out = reinterpret_cast<uint16_t *>(dst);  // bf16 [n_tokens][head_dim]
+            for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(fp16_to_fp32(src[i]));
+            return;
+        }
+        default: break;
+    }
+    float *x = workspace(n);  // f32 [n_tokens][head_dim], rotated and sanitized
+    prepare_rows(src, n_tokens, head_dim, spec.rotate, x);
+    switch (spec.dtype) {
+        case LLMKV_KV_FP8_E4M3: encode_scaled<true>(x, n_tokens, head_dim, dst); return;
+        case LLMKV_KV_INT8: encode_scaled<false>(x, n_tokens, head_dim, dst); return;
+        case LLMKV_KV_INT4:
+            role == KvRole::K ? encode_int4_k(x, n_tokens, head_dim, dst)
+                              : encode_int4_v(x, n_tokens, head_dim, dst);
+            return;
+        default: unsupported(spec, role, head_dim);
+    }
+}
+
+void codec_decode_head(CodecSpec spec, KvRole role, const uint8_t *src, uint32_t n_tokens,
+                       uint32_t head_dim, float *dst) {
+    if (!codec_supported(spec, role, n_tokens, head_dim)) unsupported(spec, role, head_dim);
+    const size_t n = size_t(n_tokens) * head_dim;
+    const uint16_t *in = reinterpret_cast<const uint16_t *>(src);  // f16 / bf16 [n_tokens][head_dim]
+    switch (spec.dtype) {
+        case LLMKV_KV_F16:
+            for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(in[i]);
+            return;
+        case LLMKV_KV_BF16:
+            for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(in[i]);
+            return;
+        case LLMKV_KV_FP8_E4M3: decode_scaled<true>(src, n_tokens, head_dim, dst); break;
+        case LLMKV_KV_INT8: decode_scaled<false>(src, n_tokens, head_dim, dst); break;
+        case LLMKV_KV_INT4:
+            role == KvRole::K ? decode_int4_k(src, n_tokens, head_dim, dst)
+                              : decode_int4_v(src, n_tokens, head_dim, dst);
+            break;
+    }
+    if (spec.rotate) {
+        for (uint32_t t = 0; t < n_tokens; ++t) hadamard_transform(dst + size_t(t) * head_dim, head_dim);
     }
 }
 
 void codec_encode_head(llmkv_kv_dtype dtype, const uint16_t *src, uint32_t n_tokens,
                        uint32_t head_dim, uint8_t *dst) {
-    size_t n = size_t(n_tokens) * head_dim;
-    if (dtype == LLMKV_KV_F16) {
-        std::memcpy(dst, src, n * 2);
-        return;
+    if (dtype == LLMKV_KV_INT4) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype int4 needs the K/V role (codec_encode_head with KvRole)");
     }
-    if (dtype == LLMKV_KV_BF16) {
-        uint16_t *out = reinterpret_cast<uint16_t *>(dst);
-        for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(fp16_to_fp32(src[i]));
-        return;
-    }
-    fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s is not supported", codec_name(dtype));
+    codec_encode_head(CodecSpec{dtype, false}, KvRole::K, src, n_tokens, head_dim, dst);
 }
 
 void codec_decode_head(llmkv_kv_dtype dtype, const uint8_t *src, uint32_t n_tokens,
                        uint32_t head_dim, float *dst) {
-    size_t n = size_t(n_tokens) * head_dim;
-    const uint16_t *in = reinterpret_cast<const uint16_t *>(src);
-    if (dtype == LLMKV_KV_F16) {
-        for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(in[i]);
-        return;
+    if (dtype == LLMKV_KV_INT4) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype int4 needs the K/V role (codec_decode_head with KvRole)");
     }
-    if (dtype == LLMKV_KV_BF16) {
-        for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(in[i]);
-        return;
-    }
-    fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s is not supported", codec_name(dtype));
+    codec_decode_head(CodecSpec{dtype, false}, KvRole::K, src, n_tokens, head_dim, dst);
 }
 
 }  // namespace llmkv

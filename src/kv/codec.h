@@ -1,30 +1,153 @@
-// KV codecs: how one head of one sealed block (block_tokens x head_dim values) is stored.
+// KV codecs: how one head of one sealed block (block_tokens x head_dim values) is stored,
+// with an optional orthonormal Hadamard rotation along head_dim (kv/hadamard.h).
 // The tail block is always fp16; sealing encodes it into the session's K or V codec.
 //
-// Layouts of one head ([B tokens][D dims] in the logical view):
-//   LLMKV_KV_F16:  uint16 fp16 [B][D]
-//   LLMKV_KV_BF16: uint16 bf16 [B][D]
-// (fp8 / int8 / int4 layouts arrive with the quantized-KV work.)
+// Layouts of one head ([B tokens][D dims] in the logical view; offsets in bytes from the
+// start of the head; every fp16 scale / min is IEEE binary16 stored little-endian):
+//
+//   LLMKV_KV_F16:  uint16 fp16 [B][D]                              bytes 2*B*D
+//   LLMKV_KV_BF16: uint16 bf16 [B][D]                              bytes 2*B*D
+//
+//   LLMKV_KV_FP8_E4M3 (K and V alike), per (token, head) dynamic scale:
+//     [0, B*D)        uint8 e4m3fn [B][D]   sign | 4-bit exponent (bias 7) | 3-bit mantissa,
+//                                          no infinities; 0x7F/0xFF (NaN) are never written
+//     [B*D, +2*B)     fp16 scale [B]        s_t = amax_t / 448 rounded UP to fp16
+//                                          (so |x / s_t| <= 448 never saturates)
+//     value = s_t * e4m3(byte)                                     bytes B*D + 2*B
+//
+//   LLMKV_KV_INT8 (K and V alike), symmetric, per (token, head) scale:
+//     [0, B*D)        int8 [B][D]           in [-127, 127]
+//     [B*D, +2*B)     fp16 scale [B]        s_t = amax_t / 127 rounded UP to fp16
+//     value = s_t * int8                                           bytes B*D + 2*B
+//
+//   LLMKV_KV_INT4, role K (KIVI: per CHANNEL, the block's B tokens are the group):
+//     [0, B*D/2)      uint8 [B][D/2]        byte i of row t: channel 2i in bits 0-3,
+//                                          channel 2i+1 in bits 4-7 (unsigned nibbles)
+//     [B*D/2, +2*D)   fp16 scale [D]        s_d = (max_d - min_d) / 15, rounded up
+//     [.. , +2*D)     fp16 min [D]          z_d = min_d rounded down
+//     value = z_d + s_d * nibble                                   bytes B*D/2 + 4*D
+//
+//   LLMKV_KV_INT4, role V (per TOKEN, groups of G = 32 channels along head_dim, G = 16
+//   when D % 32 != 0):
+//     [0, B*D/2)      uint8 [B][D/2]        nibbles packed as for K
+//     [B*D/2, +2*B*D/G)  fp16 scale [B][D/G]  s_tg = (max_tg - min_tg) / 15, rounded up
+//     [.. , +2*B*D/G)    fp16 min [B][D/G]    z_tg = min_tg rounded down
+//     value = z_tg + s_tg * nibble                                 bytes B*D/2 + 4*B*D/G
+//
+// Every part starts at an even offset (D is even for all quantized codecs that need it),
+// so fp16 arrays are 2-byte aligned when the head is; kernels load them unaligned anyway.
+// A zero range (all-zero or constant row / channel / group) stores scale 0 and decodes to
+// the min exactly (0 for zeros): no 0/0. Inputs are sanitized before quantizing: NaN -> 0,
+// |x| > 65504 (inf, or a rotated outlier) -> +-65504, so no NaN / inf is ever stored.
+//
+// Rotation (CodecSpec::rotate; fp8/int8/int4 with D a power of two): the codec stores
+// H x per token row, H the orthonormal Walsh-Hadamard matrix (H = H^T = H^-1). Attention
+// rotates q once before the sealed K rows (dot products are unchanged since H is orthogonal)
+// and applies H to the sum of the sealed V rows once at the end. codec_decode_head returns
+// the UNrotated values (it applies H again), so references need not know about rotation.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "common/half.h"
 #include "llmkv.h"
 
 namespace llmkv {
 
-// True when the codec is implemented for this head_dim.
-bool codec_supported(llmkv_kv_dtype dtype, uint32_t head_dim);
+// Which tensor a head holds: the int4 layouts of K and V differ.
+enum class KvRole : uint8_t { K = 0, V = 1 };
+
+// How sealed K or V heads are stored: the codec plus the Hadamard rotation flag.
+struct CodecSpec {
+    llmkv_kv_dtype dtype = LLMKV_KV_F16;
+    bool rotate = false;
+};
+
+// The K and V specs of a KvGeometry. Reads geometry.rotate_k / rotate_v when the struct
+// has them and assumes no rotation otherwise, so callers compile before and after those
+// fields are added (a template: kv_cache.h includes this header).
+template <class Geometry>
+CodecSpec codec_spec_k(const Geometry &g) {
+    if constexpr (requires { bool(g.rotate_k); }) {
+        return CodecSpec{g.dtype_k, bool(g.rotate_k)};
+    } else {
+        return CodecSpec{g.dtype_k, false};
+    }
+}
+template <class Geometry>
+CodecSpec codec_spec_v(const Geometry &g) {
+    if constexpr (requires { bool(g.rotate_v); }) {
+        return CodecSpec{g.dtype_v, bool(g.rotate_v)};
+    } else {
+        return CodecSpec{g.dtype_v, false};
+    }
+}
+
+// True when the codec (and rotation, if asked) is implemented for this role and shape:
+//   f16 / bf16: any D > 0, no rotation;  fp8 / int8: any D > 0;  int4: D % 16 == 0;
+//   rotate: fp8 / int8 / int4 only, D a power of two. block_tokens must be > 0.
+// Unknown dtype values are false.
+bool codec_supported(CodecSpec spec, KvRole role, uint32_t block_tokens, uint32_t head_dim);
 const char *codec_name(llmkv_kv_dtype dtype);
 // Bytes of one head of one sealed block, scales included.
-size_t codec_head_bytes(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim);
+size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens, uint32_t head_dim);
 // Encodes n_tokens fp16 rows (src: [n_tokens][head_dim], row stride head_dim) into dst,
-// which holds one head in the codec's layout.
+// which holds one head of n_tokens tokens (= block_tokens) in the codec's layout.
+void codec_encode_head(CodecSpec spec, KvRole role, const uint16_t *src, uint32_t n_tokens,
+                       uint32_t head_dim, uint8_t *dst);
+// Decodes one head back to f32 ([n_tokens][head_dim]), inverse rotation applied; for
+// tests and references (attention reads the codec directly).
+void codec_decode_head(CodecSpec spec, KvRole role, const uint8_t *src, uint32_t n_tokens,
+                       uint32_t head_dim, float *dst);
+
+// Role-less forms of the calls above (rotate = false), kept for callers that predate
+// roles. int4 needs the role, so codec_supported(INT4, D) is false here, encode / decode
+// of INT4 fail, and codec_head_bytes(INT4, ...) returns the larger of the K and V sizes
+// (a slot that fits either).
+bool codec_supported(llmkv_kv_dtype dtype, uint32_t head_dim);
+size_t codec_head_bytes(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim);
 void codec_encode_head(llmkv_kv_dtype dtype, const uint16_t *src, uint32_t n_tokens,
                        uint32_t head_dim, uint8_t *dst);
-// Decodes one head back to f32 ([n_tokens][head_dim]); for tests and references.
 void codec_decode_head(llmkv_kv_dtype dtype, const uint8_t *src, uint32_t n_tokens,
                        uint32_t head_dim, float *dst);
+
+// ---- Layout helpers shared by the codecs and the attention kernels -------------------
+
+// Channels per int4 V group along head_dim.
+inline uint32_t int4_v_group(uint32_t head_dim) { return head_dim % 32 == 0 ? 32 : 16; }
+
+// Byte offsets of the scale and min arrays inside one head (see the layouts above).
+inline size_t codec_scales_offset(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim) {
+    return dtype == LLMKV_KV_INT4 ? size_t(block_tokens) * head_dim / 2
+                                  : size_t(block_tokens) * head_dim;
+}
+inline size_t int4_k_mins_offset(uint32_t block_tokens, uint32_t head_dim) {
+    return size_t(block_tokens) * head_dim / 2 + size_t(2) * head_dim;
+}
+inline size_t int4_v_mins_offset(uint32_t block_tokens, uint32_t head_dim) {
+    return size_t(block_tokens) * head_dim / 2 +
+           size_t(2) * block_tokens * (head_dim / int4_v_group(head_dim));
+}
+
+// fp16 at any byte address.
+inline float load_fp16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return fp16_to_fp32(h);
+}
+
+// e4m3fn -> f32, exact. Shifting the 7 magnitude bits into an fp16 gives value * 2^-8 for
+// normals and subnormals alike (the AVX2 kernels use the same trick with F16C).
+// 0x7F / 0xFF (NaN in e4m3fn) are never written and decode to +-480.
+inline float fp8_e4m3_to_fp32(uint8_t b) {
+    uint16_t h = uint16_t(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7));
+    return fp16_to_fp32(h) * 256.0f;
+}
+// f32 -> e4m3fn, round to nearest even, saturating at +-448; NaN -> 0.
+uint8_t fp32_to_fp8_e4m3(float f);
+// The 256 decoded e4m3fn values (table for the portable kernels).
+const float *fp8_e4m3_table();
 
 }  // namespace llmkv

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -199,6 +200,22 @@ TEST(Matmul, KernelSelection) {
     }
     set_matmul_kernel(MatmulKernel::kAuto);
     EXPECT_EQ(std::string(matmul_kernel_name()), cpu_has_avx2() ? "avx2" : "portable");
+}
+
+TEST(CpuFeatures, DetectionAgreesWithCompilerBuiltins) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    EXPECT_EQ(cpu_features().avx2, bool(__builtin_cpu_supports("avx2")));
+    EXPECT_EQ(cpu_features().fma, bool(__builtin_cpu_supports("fma")));
+    const char *env = std::getenv("LLMKV_CPU_FEATURES");
+    EXPECT_EQ(cpu_features().forced_portable, env && std::string(env) == "portable");
+    if (cpu_features().forced_portable) {
+        EXPECT_FALSE(cpu_has_avx2());
+        EXPECT_STREQ(matmul_kernel_name(), "portable");
+    }
+#else
+    EXPECT_FALSE(cpu_has_avx2());
+#endif
 }
 
 TEST(Matmul, MatchesReferenceWithinBound) {

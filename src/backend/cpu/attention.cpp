@@ -1,5 +1,6 @@
 // Paged attention on the CPU: per (span, query, head) a two-pass softmax over the visible
-// positions: sealed blocks through the block table, then the session's fp16 window.
+// positions: sealed blocks through the block table (read in their codec, rotated codecs via
+// H q and H applied once to the sealed V sum), then the session's fp16 window.
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
@@ -10,12 +11,14 @@
 #include "backend/cpu/cpu_features.h"
 #include "common/error.h"
 #include "common/half.h"
+#include "kv/hadamard.h"
 
 namespace llmkv::cpu {
 
 namespace kernels {
 
 void dot_rows_f16_portable(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
+    // rows: fp16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         float acc = 0.0f;
         for (uint32_t i = 0; i < d; ++i) acc += q[i] * fp16_to_fp32(rows[size_t(t) * d + i]);
@@ -23,20 +26,111 @@ void dot_rows_f16_portable(const float *q, const uint16_t *rows, uint32_t n, uin
     }
 }
 void dot_rows_bf16_portable(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
+    // rows: bf16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         float acc = 0.0f;
         for (uint32_t i = 0; i < d; ++i) acc += q[i] * bf16_to_fp32(rows[size_t(t) * d + i]);
         scores[t] = acc;
     }
 }
+void dot_rows_i8_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+    // head: int8 [n][d], fp16 scale [n]
+    const uint8_t *scales = head + size_t(n) * d;
+    for (uint32_t t = 0; t < n; ++t) {
+        const int8_t *r = reinterpret_cast<const int8_t *>(head) + size_t(t) * d;
+        float acc = 0.0f;
+        for (uint32_t i = 0; i < d; ++i) acc += q[i] * float(r[i]);
+        scores[t] = acc * load_fp16(scales + size_t(t) * 2);
+    }
+}
+void dot_rows_fp8_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+    // head: e4m3fn [n][d], fp16 scale [n]
+    const uint8_t *scales = head + size_t(n) * d;
+    const float *table = fp8_e4m3_table();
+    for (uint32_t t = 0; t < n; ++t) {
+        const uint8_t *r = head + size_t(t) * d;
+        float acc = 0.0f;
+        for (uint32_t i = 0; i < d; ++i) acc += q[i] * table[r[i]];
+        scores[t] = acc * load_fp16(scales + size_t(t) * 2);
+    }
+}
+void dot_rows_i4k_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
+    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
+    const uint8_t *mins = head + int4_k_mins_offset(n, d);
+    constexpr uint32_t kChunk = 256;  // channels per pass: q * scale lives on the stack
+    float qs[kChunk];                 // f32 [chunk]: q_d * s_d
+    float qz = 0.0f;
+    for (uint32_t t = 0; t < n; ++t) scores[t] = 0.0f;
+    for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
+        const uint32_t len = std::min(d - c0, kChunk);
+        for (uint32_t i = 0; i < len; ++i) {
+            qs[i] = q[c0 + i] * load_fp16(scales + size_t(c0 + i) * 2);
+            qz += q[c0 + i] * load_fp16(mins + size_t(c0 + i) * 2);
+        }
+        for (uint32_t t = 0; t < n; ++t) {
+            const uint8_t *r = head + (size_t(t) * d + c0) / 2;
+            float acc = 0.0f;
+            for (uint32_t i = 0; i < len; i += 2) {
+                acc += qs[i] * float(r[i / 2] & 0x0Fu);
+                acc += qs[i + 1] * float(r[i / 2] >> 4);
+            }
+            scores[t] += acc;
+        }
+    }
+    for (uint32_t t = 0; t < n; ++t) scores[t] += qz;
+}
+
 void axpy_rows_f16_portable(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+    // rows: fp16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         for (uint32_t i = 0; i < d; ++i) out[i] += w[t] * fp16_to_fp32(rows[size_t(t) * d + i]);
     }
 }
 void axpy_rows_bf16_portable(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+    // rows: bf16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         for (uint32_t i = 0; i < d; ++i) out[i] += w[t] * bf16_to_fp32(rows[size_t(t) * d + i]);
+    }
+}
+void axpy_rows_i8_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+    // head: int8 [n][d], fp16 scale [n]
+    const uint8_t *scales = head + size_t(n) * d;
+    for (uint32_t t = 0; t < n; ++t) {
+        const int8_t *r = reinterpret_cast<const int8_t *>(head) + size_t(t) * d;
+        const float ws = w[t] * load_fp16(scales + size_t(t) * 2);
+        for (uint32_t i = 0; i < d; ++i) out[i] += ws * float(r[i]);
+    }
+}
+void axpy_rows_fp8_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+    // head: e4m3fn [n][d], fp16 scale [n]
+    const uint8_t *scales = head + size_t(n) * d;
+    const float *table = fp8_e4m3_table();
+    for (uint32_t t = 0; t < n; ++t) {
+        const uint8_t *r = head + size_t(t) * d;
+        const float ws = w[t] * load_fp16(scales + size_t(t) * 2);
+        for (uint32_t i = 0; i < d; ++i) out[i] += ws * table[r[i]];
+    }
+}
+void axpy_rows_i4v_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
+    const uint32_t G = int4_v_group(d), ng = d / G;
+    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
+    const uint8_t *mins = head + int4_v_mins_offset(n, d);
+    for (uint32_t g = 0; g < ng; ++g) {
+        float bias = 0.0f;
+        float *o = out + size_t(g) * G;
+        for (uint32_t t = 0; t < n; ++t) {
+            const size_t gi = size_t(t) * ng + g;
+            const float ws = w[t] * load_fp16(scales + gi * 2);
+            bias += w[t] * load_fp16(mins + gi * 2);
+            const uint8_t *r = head + (size_t(t) * d + size_t(g) * G) / 2;
+            for (uint32_t i = 0; i < G; i += 2) {
+                o[i] += ws * float(r[i / 2] & 0x0Fu);
+                o[i + 1] += ws * float(r[i / 2] >> 4);
+            }
+        }
+        for (uint32_t i = 0; i < G; ++i) o[i] += bias;
     }
 }
 
@@ -81,6 +175,74 @@ void axpy_rows(bool fp16, bool avx2, const float *w, const uint16_t *rows, uint3
          : kernels::axpy_rows_bf16_portable(w, rows, n, d, out);
 }
 
+// Sealed-head kernels of one codec, picked once per call.
+using ScoreFn = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
+using AccumulateFn = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
+
+template <void (*F)(const float *, const uint16_t *, uint32_t, uint32_t, float *)>
+void as_bytes(const float *x, const uint8_t *head, uint32_t n, uint32_t d, float *y) {
+    F(x, reinterpret_cast<const uint16_t *>(head), n, d, y);  // head: 16-bit [n][d]
+}
+
+ScoreFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
+#if defined(__x86_64__)
+    if (avx2) {
+        switch (dtype) {
+            case LLMKV_KV_F16: return as_bytes<kernels::dot_rows_f16_avx2>;
+            case LLMKV_KV_BF16: return as_bytes<kernels::dot_rows_bf16_avx2>;
+            case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_avx2;
+            case LLMKV_KV_INT8: return kernels::dot_rows_i8_avx2;
+            case LLMKV_KV_INT4: return kernels::dot_rows_i4k_avx2;
+        }
+    }
+#endif
+    (void)avx2;
+    switch (dtype) {
+        case LLMKV_KV_F16: return as_bytes<kernels::dot_rows_f16_portable>;
+        case LLMKV_KV_BF16: return as_bytes<kernels::dot_rows_bf16_portable>;
+        case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_portable;
+        case LLMKV_KV_INT8: return kernels::dot_rows_i8_portable;
+        case LLMKV_KV_INT4: return kernels::dot_rows_i4k_portable;
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
+}
+
+AccumulateFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
+#if defined(__x86_64__)
+    if (avx2) {
+        switch (dtype) {
+            case LLMKV_KV_F16: return as_bytes<kernels::axpy_rows_f16_avx2>;
+            case LLMKV_KV_BF16: return as_bytes<kernels::axpy_rows_bf16_avx2>;
+            case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_avx2;
+            case LLMKV_KV_INT8: return kernels::axpy_rows_i8_avx2;
+            case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_avx2;
+        }
+    }
+#endif
+    (void)avx2;
+    switch (dtype) {
+        case LLMKV_KV_F16: return as_bytes<kernels::axpy_rows_f16_portable>;
+        case LLMKV_KV_BF16: return as_bytes<kernels::axpy_rows_bf16_portable>;
+        case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_portable;
+        case LLMKV_KV_INT8: return kernels::axpy_rows_i8_portable;
+        case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_portable;
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
+}
+
+void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
+    if (c.k.dtype != g.dtype_k || c.v.dtype != g.dtype_v) {
+        fail(LLMKV_ERR_INTERNAL, "attention codecs %s/%s differ from the cache's %s/%s",
+             codec_name(c.k.dtype), codec_name(c.v.dtype), codec_name(g.dtype_k), codec_name(g.dtype_v));
+    }
+    if (!codec_supported(c.k, KvRole::K, g.block_tokens, g.head_dim) ||
+        !codec_supported(c.v, KvRole::V, g.block_tokens, g.head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV codecs %s%s/%s%s with head_dim %u",
+             codec_name(c.k.dtype), c.k.rotate ? "+rot" : "", codec_name(c.v.dtype),
+             c.v.rotate ? "+rot" : "", g.head_dim);
+    }
+}
+
 // Index of the span holding flattened item `item`, given prefix sums of items per span.
 size_t find_span(const std::vector<size_t> &offsets, size_t item) {
     return size_t(std::upper_bound(offsets.begin(), offsets.end(), item) - offsets.begin()) - 1;
@@ -90,54 +252,73 @@ size_t find_span(const std::vector<size_t> &offsets, size_t item) {
 
 float *AttentionScratch::scores(unsigned thread, size_t n) {
     if (per_thread_.size() <= thread) per_thread_.resize(thread + 1);
-    auto &v = per_thread_[thread];
+    auto &v = per_thread_[thread].scores;
     if (v.size() < n) v.resize(std::max(n, size_t(4096)));
+    return v.data();
+}
+
+float *AttentionScratch::work(unsigned thread, size_t n) {
+    if (per_thread_.size() <= thread) per_thread_.resize(thread + 1);
+    auto &v = per_thread_[thread].work;
+    if (v.size() < n) v.resize(n);
     return v.data();
 }
 
 void head_scores(llmkv_kv_dtype dtype, const float *q, const uint8_t *k_head, uint32_t n,
                  uint32_t head_dim, float *scores) {
-    const uint16_t *rows = reinterpret_cast<const uint16_t *>(k_head);
-    switch (dtype) {
-        case LLMKV_KV_F16: dot_rows(true, use_avx2(head_dim), q, rows, n, head_dim, scores); return;
-        case LLMKV_KV_BF16: dot_rows(false, use_avx2(head_dim), q, rows, n, head_dim, scores); return;
-        default: fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
+    if (!codec_supported(CodecSpec{dtype, false}, KvRole::K, n, head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
     }
+    score_kernel(dtype, use_avx2(head_dim))(q, k_head, n, head_dim, scores);
 }
 
 void head_accumulate(llmkv_kv_dtype dtype, const float *w, const uint8_t *v_head, uint32_t n,
                      uint32_t head_dim, float *out) {
-    const uint16_t *rows = reinterpret_cast<const uint16_t *>(v_head);
-    switch (dtype) {
-        case LLMKV_KV_F16: axpy_rows(true, use_avx2(head_dim), w, rows, n, head_dim, out); return;
-        case LLMKV_KV_BF16: axpy_rows(false, use_avx2(head_dim), w, rows, n, head_dim, out); return;
-        default: fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
+    if (!codec_supported(CodecSpec{dtype, false}, KvRole::V, n, head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
     }
+    accumulate_kernel(dtype, use_avx2(head_dim))(w, v_head, n, head_dim, out);
 }
 
 void paged_attention(KvCache &cache, const AttentionParams &params, const AttentionSpan *spans,
                      size_t n_spans, ThreadPool &pool, AttentionScratch &scratch) {
+    paged_attention(cache, attention_codecs(cache.geometry()), params, spans, n_spans, pool, scratch);
+}
+
+void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const AttentionParams &params,
+                     const AttentionSpan *spans, size_t n_spans, ThreadPool &pool,
+                     AttentionScratch &scratch) {
     const KvGeometry &g = cache.geometry();
+    check_codecs(g, codecs);
     const uint32_t D = g.head_dim;
     const uint32_t B = g.block_tokens;
     const uint32_t group = params.n_heads / g.n_kv_heads;
     const bool avx2 = use_avx2(D);
+    const ScoreFn score_k = score_kernel(codecs.k.dtype, avx2);
+    const AccumulateFn accumulate_v = accumulate_kernel(codecs.v.dtype, avx2);
+    const bool rotate_k = codecs.k.rotate, rotate_v = codecs.v.rotate;
 
-    std::vector<size_t> offsets(n_spans + 1, 0);
+    std::vector<size_t> &offsets = scratch.span_offsets();
+    offsets.assign(n_spans + 1, 0);
     size_t max_context = 0;
     for (size_t s = 0; s < n_spans; ++s) {
         offsets[s + 1] = offsets[s] + size_t(spans[s].n) * params.n_heads;
         max_context = std::max<size_t>(max_context, spans[s].pos0 + spans[s].n);
     }
     const size_t total = offsets[n_spans];
-    // Score buffers are sized before the threads start (resizing is not thread-safe).
-    for (unsigned t = 0; t < pool.size(); ++t) scratch.scores(t, max_context);
+    // Buffers are sized before the threads start (resizing is not thread-safe).
+    for (unsigned t = 0; t < pool.size(); ++t) {
+        scratch.scores(t, max_context);
+        scratch.work(t, 2 * size_t(D));
+    }
 
     pool.run([&](unsigned thread, unsigned n_threads) {
         size_t per = (total + n_threads - 1) / n_threads;
         size_t begin = std::min(total, size_t(thread) * per);
         size_t end = std::min(total, begin + per);
-        float *scores = scratch.scores(thread, max_context);
+        float *scores = scratch.scores(thread, max_context);  // f32 [max_context]
+        float *q_rot = scratch.work(thread, 2 * size_t(D));   // f32 [D]: H q
+        float *v_rot = q_rot + D;                             // f32 [D]: sum of sealed H v
         for (size_t item = begin; item < end; ++item) {
             size_t s = find_span(offsets, item);
             const AttentionSpan &sp = spans[s];
@@ -150,10 +331,16 @@ void paged_attention(KvCache &cache, const AttentionParams &params, const Attent
             const float *q = sp.q + size_t(i) * params.q_stride + size_t(h) * D;
             float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
 
+            const float *q_sealed = q;  // q in the sealed K domain
+            if (rotate_k && n_sealed > 0) {
+                std::memcpy(q_rot, q, D * sizeof(float));
+                hadamard_transform(q_rot, D);
+                q_sealed = q_rot;
+            }
             for (uint32_t j = 0; j < n_sealed; ++j) {
                 const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                head_scores(g.dtype_k, q, blk + g.sealed_k_offset(params.layer, kvh), B, D,
-                            scores + size_t(j) * B);
+                score_k(q_sealed, blk + g.sealed_k_offset(params.layer, kvh), B, D,
+                        scores + size_t(j) * B);
             }
             uint32_t first = n_sealed * B;  // first position read from the window
             const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity +
@@ -177,11 +364,17 @@ void paged_attention(KvCache &cache, const AttentionParams &params, const Attent
             float inv = 1.0f / sum;
             for (uint32_t t = 0; t < n_ctx; ++t) scores[t] *= inv;
 
-            std::memset(out, 0, D * sizeof(float));
+            // Sealed V: straight into out, or into the rotated sum that H maps back.
+            float *acc = rotate_v && n_sealed > 0 ? v_rot : out;
+            std::memset(acc, 0, D * sizeof(float));
             for (uint32_t j = 0; j < n_sealed; ++j) {
                 const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                head_accumulate(g.dtype_v, scores + size_t(j) * B,
-                                blk + g.sealed_v_offset(params.layer, kvh), B, D, out);
+                accumulate_v(scores + size_t(j) * B, blk + g.sealed_v_offset(params.layer, kvh), B,
+                             D, acc);
+            }
+            if (acc != out) {
+                hadamard_transform(acc, D);  // H^T = H
+                std::memcpy(out, acc, D * sizeof(float));
             }
             axpy_rows(true, avx2, scores + first, wv, n_window, D, out);
         }
@@ -190,11 +383,17 @@ void paged_attention(KvCache &cache, const AttentionParams &params, const Attent
 
 void paged_attention_reference(KvCache &cache, const AttentionParams &params,
                                const AttentionSpan *spans, size_t n_spans) {
+    paged_attention_reference(cache, attention_codecs(cache.geometry()), params, spans, n_spans);
+}
+
+void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
+                               const AttentionParams &params, const AttentionSpan *spans,
+                               size_t n_spans) {
     const KvGeometry &g = cache.geometry();
+    check_codecs(g, codecs);
     const uint32_t D = g.head_dim;
     const uint32_t B = g.block_tokens;
     const uint32_t group = params.n_heads / g.n_kv_heads;
-    std::vector<float> row(size_t(B) * D);
     for (size_t s = 0; s < n_spans; ++s) {
         const AttentionSpan &sp = spans[s];
         for (uint32_t i = 0; i < sp.n; ++i) {
@@ -205,10 +404,10 @@ void paged_attention_reference(KvCache &cache, const AttentionParams &params,
                 uint32_t n_sealed = g.sealed_blocks(p);
                 for (uint32_t j = 0; j < n_sealed; ++j) {
                     const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                    codec_decode_head(g.dtype_k, blk + g.sealed_k_offset(params.layer, kvh), B, D,
-                                      keys.data() + size_t(j) * B * D);
-                    codec_decode_head(g.dtype_v, blk + g.sealed_v_offset(params.layer, kvh), B, D,
-                                      values.data() + size_t(j) * B * D);
+                    codec_decode_head(codecs.k, KvRole::K, blk + g.sealed_k_offset(params.layer, kvh),
+                                      B, D, keys.data() + size_t(j) * B * D);
+                    codec_decode_head(codecs.v, KvRole::V, blk + g.sealed_v_offset(params.layer, kvh),
+                                      B, D, values.data() + size_t(j) * B * D);
                 }
                 for (uint32_t t = n_sealed * B; t <= p; ++t) {
                     size_t w = size_t(kvh) * sp.window_capacity + (t - sp.window_start);

@@ -1,5 +1,6 @@
 // Paged attention on the CPU backend: queries attend over a session's sealed blocks (read
-// in their codec directly, dequantized in registers) and its fp16 window of recent rows.
+// in their codec directly, dequantized in registers, Hadamard-rotated codecs handled by
+// rotating q and the V sum once) and its fp16 window of recent rows.
 #pragma once
 
 #include <cstdint>
@@ -31,27 +32,55 @@ struct AttentionParams {
     uint32_t out_stride;
 };
 
-// Reusable per-thread score buffers (grown only when a longer context appears).
+// How the sealed K and V heads are stored (codec and rotation of each).
+struct AttentionCodecs {
+    CodecSpec k;
+    CodecSpec v;
+};
+// The codecs of a cache: dtype_k / dtype_v and, once KvGeometry has them, rotate_k / rotate_v.
+inline AttentionCodecs attention_codecs(const KvGeometry &g) { return {codec_spec_k(g), codec_spec_v(g)}; }
+
+// Reusable per-thread buffers (grown only when a longer context or head_dim appears), so
+// paged_attention allocates nothing once warm.
 class AttentionScratch {
 public:
-    float *scores(unsigned thread, size_t n);
+    float *scores(unsigned thread, size_t n);  // f32 [n]: one score per visible position
+    float *work(unsigned thread, size_t n);    // f32 [n]: rotated q, rotated V sum
+    std::vector<size_t> &span_offsets() { return offsets_; }
 
 private:
-    std::vector<std::vector<float>> per_thread_;
+    struct PerThread {
+        std::vector<float> scores;
+        std::vector<float> work;
+    };
+    std::vector<PerThread> per_thread_;
+    std::vector<size_t> offsets_;
 };
 
-// Causal attention for every (span, query, head). Each output row is computed by one
-// thread in a fixed order, so results do not depend on batching or thread count.
+// Causal attention for every (span, query, head) over sealed blocks in the cache's codecs
+// (attention_codecs(cache.geometry())). Each output row is computed by one thread in a
+// fixed order, so results do not depend on batching or thread count.
 void paged_attention(KvCache &cache, const AttentionParams &params, const AttentionSpan *spans,
                      size_t n_spans, ThreadPool &pool, AttentionScratch &scratch);
+// Same with the codecs given explicitly (their dtypes must be the geometry's; the rotation
+// flags say how the sealed heads were encoded).
+void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const AttentionParams &params,
+                     const AttentionSpan *spans, size_t n_spans, ThreadPool &pool,
+                     AttentionScratch &scratch);
 
-// Obvious reference: dequantizes every visible row to f32 and computes softmax(qK^T)V in
-// double precision. For tests.
+// Obvious reference: decodes every visible row to f32 with codec_decode_head (which undoes
+// the rotation) and computes softmax(qK^T)V in double precision. For tests.
 void paged_attention_reference(KvCache &cache, const AttentionParams &params,
                                const AttentionSpan *spans, size_t n_spans);
+void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
+                               const AttentionParams &params, const AttentionSpan *spans,
+                               size_t n_spans);
 
-// Row kernels over one block head (exposed for tests and the CUDA parity checks).
+// Row kernels over one sealed block head in its stored domain (exposed for tests and the
+// CUDA parity checks); n is the block's token count (the int4 layouts depend on it).
+// For a rotated head, q must be rotated (H q) and out receives H-rotated values.
 // scores[t] = dot(q, K[t]) for t < n;   out += sum_t w[t] * V[t]
+// q, out: f32 [head_dim]; scores, w: f32 [n]; k_head / v_head: one head (kv/codec.h).
 void head_scores(llmkv_kv_dtype dtype, const float *q, const uint8_t *k_head, uint32_t n,
                  uint32_t head_dim, float *scores);
 void head_accumulate(llmkv_kv_dtype dtype, const float *w, const uint8_t *v_head, uint32_t n,

@@ -1,9 +1,14 @@
-// CPU feature detection (GCC/Clang __builtin_cpu_supports, which also checks that the OS
-// saves the YMM registers) plus the LLMKV_CPU_FEATURES override.
+// CPU feature detection with CPUID (plus XGETBV: the OS must save the YMM registers for AVX
+// code to be usable) and the LLMKV_CPU_FEATURES override.
 #include "backend/cpu/cpu_features.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace llmkv::cpu {
 
@@ -19,10 +24,23 @@ bool env_forces_portable() {
 CpuFeatures detect() {
     CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2");
-    f.fma = __builtin_cpu_supports("fma");
-    f.f16c = __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u;
+        bool ymm_saved = false;  // XCR0 bits 1 (SSE state) and 2 (AVX state)
+        if (osxsave) {
+            uint32_t lo, hi;
+            asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+            ymm_saved = (lo & 6u) == 6u;
+        }
+        const bool usable = avx && ymm_saved;
+        f.fma = usable && ((c >> 12) & 1u);
+        f.f16c = usable && ((c >> 29) & 1u);
+        if (usable && __get_cpuid_max(0, nullptr) >= 7) {
+            __cpuid_count(7, 0, a, b, c, d);
+            f.avx2 = (b >> 5) & 1u;
+        }
+    }
 #endif
     f.forced_portable = env_forces_portable();
     return f;

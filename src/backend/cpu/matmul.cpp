@@ -340,8 +340,7 @@ void dequantize_row_portable(TensorType type, const void *src, float *dst, int64
 
 }  // namespace detail
 
-// ---- dispatch
-// ------------------------------------------------------------------------------------
+// ---- dispatch -----------------------------------------------------------------------------------
 
 namespace {
 

@@ -61,8 +61,7 @@ inline __m256i unpack_nibbles(const uint8_t *q) {
     return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
 }
 
-// ---- quantized weights x q8 activations
-// ----------------------------------------------------------
+// ---- quantized weights x q8 activations ---------------------------------------------------------
 
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
@@ -154,8 +153,7 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
     }
 }
 
-// ---- float weights x f32 activations
-// -------------------------------------------------------------
+// ---- float weights x f32 activations ------------------------------------------------------------
 
 template <TensorType kType>
 inline __m256 load8(const uint8_t *w, int64_t k) {
@@ -221,8 +219,7 @@ void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int6
     }
 }
 
-// ---- tile tables and the row-range driver
-// --------------------------------------------------------
+// ---- tile tables and the row-range driver -------------------------------------------------------
 
 using QTileFn = void (*)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *,
                          int64_t, const uint8_t *);
