@@ -70,13 +70,14 @@ uint16_t fp16_round_down(float x) {
     return h;
 }
 
-// src fp16 [n][D] -> dst f32 [n][D]: each row rotated when asked, then sanitized.
+// src fp16 [n][D] -> dst f32 [n][D]: sanitized, and when asked each row rotated and
+// clamped again (a rotated row can exceed the fp16 range only by sqrt(D)).
 void prepare_rows(const uint16_t *src, uint32_t n, uint32_t D, bool rotate, float *dst) {
-    for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = fp16_to_fp32(src[i]);
+    for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = sanitize(fp16_to_fp32(src[i]));
     if (rotate) {
         for (uint32_t t = 0; t < n; ++t) hadamard_transform(dst + size_t(t) * D, D);
+        for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = sanitize(dst[i]);
     }
-    for (size_t i = 0; i < size_t(n) * D; ++i) dst[i] = sanitize(dst[i]);
 }
 
 // ---- fp8 / int8: per (token, head) symmetric scale -----------------------------------

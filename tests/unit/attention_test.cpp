@@ -1,11 +1,15 @@
-// Paged attention: the SIMD path against the double-precision reference, over sealed
-// blocks and fp16 windows at every fill level, for both f16 and bf16 sealed blocks.
+// Paged attention: the SIMD path against the double-precision reference (which decodes the
+// sealed blocks, undoing rotation) over sealed blocks and fp16 windows at every fill level,
+// for every K/V codec pair with and without Hadamard rotation; AVX2 vs portable kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/cpu_features.h"
 #include "common/half.h"
 #include "kv/codec.h"
 
@@ -13,9 +17,27 @@ namespace llmkv {
 namespace {
 
 struct AttentionCase {
-    llmkv_kv_dtype dtype;
+    CodecSpec k, v;
     uint32_t head_dim;
+    uint32_t block_tokens = 4;
+    uint32_t residual = 0;
 };
+
+std::ostream &operator<<(std::ostream &os, const AttentionCase &c) {
+    return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
+              << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R" << c.residual;
+}
+
+// K-like rows: normal values plus two outlier channels with an offset.
+void fill_rows(std::vector<uint16_t> &rows, uint32_t D, std::mt19937 &rng, bool outliers) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (size_t i = 0; i < rows.size(); ++i) {
+        float x = dist(rng);
+        if (outliers && i % D == 3) x = 6.0f * x + 10.0f;
+        if (outliers && i % D == D / 2 + 1) x = -4.0f + 0.3f * x;
+        rows[i] = fp32_to_fp16(x);
+    }
+}
 
 class PagedAttention : public ::testing::TestWithParam<AttentionCase> {};
 
@@ -25,44 +47,49 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
     g.n_layers = 2;
     g.n_kv_heads = 2;
     g.head_dim = ac.head_dim;
-    g.block_tokens = 4;
-    g.dtype_k = ac.dtype;
-    g.dtype_v = ac.dtype;
+    g.block_tokens = ac.block_tokens;
+    g.dtype_k = ac.k.dtype;
+    g.dtype_v = ac.v.dtype;
+    g.residual_tokens = ac.residual;
+    const cpu::AttentionCodecs codecs{ac.k, ac.v};
     KvCache cache(g, 32, 2);
     ThreadPool pool(2);
     cpu::AttentionScratch scratch;
     std::mt19937 rng(11);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    const uint32_t n_heads = 6, D = ac.head_dim, B = 4;
+    const uint32_t n_heads = 6, D = ac.head_dim, B = ac.block_tokens;
 
-    for (uint32_t pos0 = 0; pos0 < 14; ++pos0) {
+    for (uint32_t pos0 = 0; pos0 < 3 * B + 2 + ac.residual; ++pos0) {
         for (uint32_t n : {1u, 3u, 6u}) {
             SessionKv kv;
             ASSERT_TRUE(cache.reserve(kv, pos0 + n));
             // Sealed blocks before the window hold random encoded values.
-            const uint32_t ws = pos0 / B * B;
+            const uint32_t ws = g.sealed_blocks(pos0) * B;
             std::vector<uint16_t> rows(size_t(B) * D);
-            for (uint32_t b = 0; b < ws / B; ++b) {
+            for (uint32_t b = 0; b < g.sealed_blocks(pos0 + n); ++b) {
                 for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
-                    for (auto &x : rows) x = fp32_to_fp16(dist(rng));
-                    codec_encode_head(g.dtype_k, rows.data(), B, D, cache.sealed_data(kv.blocks[b]) + g.sealed_k_offset(1, h));
-                    for (auto &x : rows) x = fp32_to_fp16(dist(rng));
-                    codec_encode_head(g.dtype_v, rows.data(), B, D, cache.sealed_data(kv.blocks[b]) + g.sealed_v_offset(1, h));
+                    fill_rows(rows, D, rng, true);
+                    codec_encode_head(ac.k, KvRole::K, rows.data(), B, D,
+                                      cache.sealed_data(kv.blocks[b]) + g.sealed_k_offset(1, h));
+                    fill_rows(rows, D, rng, false);
+                    codec_encode_head(ac.v, KvRole::V, rows.data(), B, D,
+                                      cache.sealed_data(kv.blocks[b]) + g.sealed_v_offset(1, h));
                 }
             }
             const uint32_t cap = pos0 - ws + n;
             std::vector<uint16_t> wk(size_t(g.n_kv_heads) * cap * D), wv(wk.size());
-            for (auto &x : wk) x = fp32_to_fp16(dist(rng));
-            for (auto &x : wv) x = fp32_to_fp16(dist(rng));
+            fill_rows(wk, D, rng, true);
+            fill_rows(wv, D, rng, false);
             std::vector<float> q(size_t(n) * n_heads * D);
             for (auto &x : q) x = dist(rng);
             std::vector<float> out(q.size()), ref(q.size());
             cpu::AttentionSpan span{&kv, wk.data(), wv.data(), ws, cap, pos0, n, q.data(), out.data()};
             cpu::AttentionParams params{1, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D, n_heads * D};
-            cpu::paged_attention(cache, params, &span, 1, pool, scratch);
+            cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
             span.out = ref.data();
-            cpu::paged_attention_reference(cache, params, &span, 1);
+            cpu::paged_attention_reference(cache, codecs, params, &span, 1);
             for (size_t i = 0; i < out.size(); ++i) {
+                ASSERT_TRUE(std::isfinite(out[i]));
                 ASSERT_NEAR(out[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i]))) << "pos0 " << pos0 << " n " << n << " i " << i;
             }
             cache.release(kv);
@@ -70,9 +97,199 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, PagedAttention,
-                         ::testing::Values(AttentionCase{LLMKV_KV_F16, 64}, AttentionCase{LLMKV_KV_BF16, 64},
-                                           AttentionCase{LLMKV_KV_F16, 20}, AttentionCase{LLMKV_KV_BF16, 8}));
+constexpr CodecSpec F16{LLMKV_KV_F16, false}, BF16{LLMKV_KV_BF16, false};
+constexpr CodecSpec FP8{LLMKV_KV_FP8_E4M3, false}, FP8R{LLMKV_KV_FP8_E4M3, true};
+constexpr CodecSpec I8{LLMKV_KV_INT8, false}, I8R{LLMKV_KV_INT8, true};
+constexpr CodecSpec I4{LLMKV_KV_INT4, false}, I4R{LLMKV_KV_INT4, true};
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, PagedAttention,
+    ::testing::Values(AttentionCase{F16, F16, 64}, AttentionCase{BF16, BF16, 64}, AttentionCase{F16, F16, 20},
+                      AttentionCase{BF16, BF16, 8},
+                      AttentionCase{FP8, FP8, 64}, AttentionCase{FP8R, FP8R, 64},
+                      AttentionCase{I8, I8, 64}, AttentionCase{I8R, I8R, 64},
+                      AttentionCase{I8, I4, 64}, AttentionCase{I8R, I4R, 64}, AttentionCase{I8R, I4, 64},
+                      AttentionCase{I4, I4, 64}, AttentionCase{I4R, I4R, 64}, AttentionCase{I4, I4R, 64},
+                      // portable paths (D % 8 != 0), int4 V groups of 16, larger heads and blocks
+                      AttentionCase{I8, FP8, 20}, AttentionCase{FP8, I8, 12}, AttentionCase{I4, I4, 48},
+                      AttentionCase{FP8R, I4R, 128, 16}, AttentionCase{I4R, I8R, 32, 5},
+                      AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5}));
+
+TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic) {
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 3;
+    g.head_dim = 64;
+    g.block_tokens = 16;
+    g.dtype_k = LLMKV_KV_INT8;
+    g.dtype_v = LLMKV_KV_INT4;
+    const cpu::AttentionCodecs c = cpu::attention_codecs(g);
+    EXPECT_EQ(c.k.dtype, LLMKV_KV_INT8);
+    EXPECT_EQ(c.v.dtype, LLMKV_KV_INT4);
+    KvCache cache(g, 8, 1);
+    SessionKv kv;
+    const uint32_t pos0 = 70, n = 5, D = 64, n_heads = 9;
+    ASSERT_TRUE(cache.reserve(kv, pos0 + n));
+    std::mt19937 rng(4);
+    std::vector<uint16_t> rows(16 * D);
+    for (uint32_t b = 0; b < g.sealed_blocks(pos0 + n); ++b) {
+        for (uint32_t h = 0; h < 3; ++h) {
+            fill_rows(rows, D, rng, true);
+            codec_encode_head(c.k, KvRole::K, rows.data(), 16, D, cache.sealed_data(kv.blocks[b]) + g.sealed_k_offset(0, h));
+            fill_rows(rows, D, rng, false);
+            codec_encode_head(c.v, KvRole::V, rows.data(), 16, D, cache.sealed_data(kv.blocks[b]) + g.sealed_v_offset(0, h));
+        }
+    }
+    const uint32_t ws = g.sealed_blocks(pos0) * 16, cap = pos0 - ws + n;
+    std::vector<uint16_t> wk(3 * cap * D), wv(wk.size());
+    fill_rows(wk, D, rng, true);
+    fill_rows(wv, D, rng, false);
+    std::vector<float> q(n * n_heads * D);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (auto &x : q) x = dist(rng);
+    cpu::AttentionParams params{0, n_heads, 0.125f, n_heads * D, n_heads * D};
+    std::vector<float> a(q.size()), b(q.size());
+    cpu::AttentionSpan span{&kv, wk.data(), wv.data(), ws, cap, pos0, n, q.data(), a.data()};
+    cpu::AttentionScratch scratch;
+    ThreadPool one(1), three(3);
+    cpu::paged_attention(cache, params, &span, 1, one, scratch);
+    span.out = b.data();
+    cpu::paged_attention(cache, c, params, &span, 1, three, scratch);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;  // bitwise
+    // Specs that disagree with the cache's dtypes are an internal error.
+    EXPECT_ANY_THROW(cpu::paged_attention(cache, cpu::AttentionCodecs{I8, I8}, params, &span, 1, one, scratch));
+}
+
+// ---- row kernels: AVX2 against portable, and against the decoded values ----------------------
+
+struct KernelCase {
+    llmkv_kv_dtype dtype;
+    uint32_t n, d;
+};
+
+class RowKernels : public ::testing::TestWithParam<KernelCase> {};
+
+using ByteKernel = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
+
+struct KernelSet {
+    ByteKernel dot_portable, axpy_portable;
+#if defined(__x86_64__)
+    ByteKernel dot_avx2, axpy_avx2;
+#endif
+};
+
+template <void (*F)(const float *, const uint16_t *, uint32_t, uint32_t, float *)>
+void bytes_to_u16(const float *x, const uint8_t *head, uint32_t n, uint32_t d, float *y) {
+    F(x, reinterpret_cast<const uint16_t *>(head), n, d, y);
+}
+
+KernelSet kernels_for(llmkv_kv_dtype dtype) {
+    namespace k = cpu::kernels;
+    switch (dtype) {
+        case LLMKV_KV_F16:
+            return {bytes_to_u16<k::dot_rows_f16_portable>, bytes_to_u16<k::axpy_rows_f16_portable>
+#if defined(__x86_64__)
+                    , bytes_to_u16<k::dot_rows_f16_avx2>, bytes_to_u16<k::axpy_rows_f16_avx2>
+#endif
+            };
+        case LLMKV_KV_BF16:
+            return {bytes_to_u16<k::dot_rows_bf16_portable>, bytes_to_u16<k::axpy_rows_bf16_portable>
+#if defined(__x86_64__)
+                    , bytes_to_u16<k::dot_rows_bf16_avx2>, bytes_to_u16<k::axpy_rows_bf16_avx2>
+#endif
+            };
+        case LLMKV_KV_FP8_E4M3:
+            return {k::dot_rows_fp8_portable, k::axpy_rows_fp8_portable
+#if defined(__x86_64__)
+                    , k::dot_rows_fp8_avx2, k::axpy_rows_fp8_avx2
+#endif
+            };
+        case LLMKV_KV_INT8:
+            return {k::dot_rows_i8_portable, k::axpy_rows_i8_portable
+#if defined(__x86_64__)
+                    , k::dot_rows_i8_avx2, k::axpy_rows_i8_avx2
+#endif
+            };
+        default:
+            return {k::dot_rows_i4k_portable, k::axpy_rows_i4v_portable
+#if defined(__x86_64__)
+                    , k::dot_rows_i4k_avx2, k::axpy_rows_i4v_avx2
+#endif
+            };
+    }
+}
+
+TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRows) {
+    const KernelCase kc = GetParam();
+    const uint32_t n = kc.n, d = kc.d;
+    std::mt19937 rng(kc.n * 131 + kc.d);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> rows(size_t(n) * d);
+    fill_rows(rows, d, rng, true);
+    std::vector<float> q(d), w(n), out0(d);
+    for (auto &x : q) x = dist(rng);
+    for (auto &x : w) x = std::fabs(dist(rng));
+    for (auto &x : out0) x = dist(rng);
+
+    std::vector<uint8_t> k_head(codec_head_bytes(kc.dtype, KvRole::K, n, d)), v_head(codec_head_bytes(kc.dtype, KvRole::V, n, d));
+    codec_encode_head(CodecSpec{kc.dtype, false}, KvRole::K, rows.data(), n, d, k_head.data());
+    codec_encode_head(CodecSpec{kc.dtype, false}, KvRole::V, rows.data(), n, d, v_head.data());
+    std::vector<float> kd(rows.size()), vd(rows.size());
+    codec_decode_head(CodecSpec{kc.dtype, false}, KvRole::K, k_head.data(), n, d, kd.data());
+    codec_decode_head(CodecSpec{kc.dtype, false}, KvRole::V, v_head.data(), n, d, vd.data());
+
+    // Double-precision references over the decoded values, with magnitudes for tolerances.
+    std::vector<double> s_ref(n), s_mag(n), o_ref(d), o_mag(d);
+    for (uint32_t t = 0; t < n; ++t) {
+        for (uint32_t i = 0; i < d; ++i) {
+            s_ref[t] += double(q[i]) * kd[size_t(t) * d + i];
+            s_mag[t] += std::fabs(double(q[i]) * kd[size_t(t) * d + i]);
+        }
+    }
+    for (uint32_t i = 0; i < d; ++i) {
+        o_ref[i] = out0[i];
+        o_mag[i] = std::fabs(out0[i]);
+        for (uint32_t t = 0; t < n; ++t) {
+            o_ref[i] += double(w[t]) * vd[size_t(t) * d + i];
+            o_mag[i] += std::fabs(double(w[t]) * vd[size_t(t) * d + i]);
+        }
+    }
+    const KernelSet ks = kernels_for(kc.dtype);
+    auto check = [&](ByteKernel dot, ByteKernel axpy, const char *which, std::vector<float> &s, std::vector<float> &o) {
+        s.assign(n, NAN);
+        o = out0;
+        dot(q.data(), k_head.data(), n, d, s.data());
+        axpy(w.data(), v_head.data(), n, d, o.data());
+        for (uint32_t t = 0; t < n; ++t) ASSERT_NEAR(s[t], s_ref[t], 4e-6 * (1 + s_mag[t])) << which << " score " << t;
+        for (uint32_t i = 0; i < d; ++i) ASSERT_NEAR(o[i], o_ref[i], 4e-6 * (1 + o_mag[i])) << which << " out " << i;
+    };
+    std::vector<float> s_portable, o_portable;
+    check(ks.dot_portable, ks.axpy_portable, "portable", s_portable, o_portable);
+#if defined(__x86_64__)
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or LLMKV_CPU_FEATURES=portable): portable path only";
+    std::vector<float> s_avx2, o_avx2;
+    check(ks.dot_avx2, ks.axpy_avx2, "avx2", s_avx2, o_avx2);
+    for (uint32_t t = 0; t < n; ++t) ASSERT_NEAR(s_avx2[t], s_portable[t], 8e-6 * (1 + s_mag[t]));
+    for (uint32_t i = 0; i < d; ++i) ASSERT_NEAR(o_avx2[i], o_portable[i], 8e-6 * (1 + o_mag[i]));
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, RowKernels,
+    ::testing::Values(KernelCase{LLMKV_KV_F16, 16, 64}, KernelCase{LLMKV_KV_BF16, 5, 24},
+                      KernelCase{LLMKV_KV_FP8_E4M3, 16, 64}, KernelCase{LLMKV_KV_FP8_E4M3, 13, 40},
+                      KernelCase{LLMKV_KV_INT8, 16, 64}, KernelCase{LLMKV_KV_INT8, 3, 128},
+                      KernelCase{LLMKV_KV_INT8, 16, 72}, KernelCase{LLMKV_KV_INT4, 16, 64},
+                      KernelCase{LLMKV_KV_INT4, 16, 48}, KernelCase{LLMKV_KV_INT4, 9, 16},
+                      KernelCase{LLMKV_KV_INT4, 16, 96}, KernelCase{LLMKV_KV_INT4, 16, 512},
+                      KernelCase{LLMKV_KV_INT4, 32, 128}));
+
+TEST(RowKernels, HeadScoresRejectUnsupportedShapes) {
+    std::vector<uint8_t> head(1024);
+    std::vector<float> q(24), s(16);
+    EXPECT_ANY_THROW(cpu::head_scores(LLMKV_KV_INT4, q.data(), head.data(), 16, 24, s.data()));
+    EXPECT_ANY_THROW(cpu::head_accumulate(llmkv_kv_dtype(6), s.data(), head.data(), 16, 24, q.data()));
+}
 
 TEST(KvCodec, F16RoundTripIsExactAndBf16KeepsEightBitsOfMantissa) {
     std::mt19937 rng(5);

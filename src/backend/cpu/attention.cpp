@@ -243,6 +243,14 @@ void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
     }
 }
 
+// Software prefetch of one sealed head (the blocks of a session are scattered over the
+// pool, so the hardware prefetchers cannot run ahead across them).
+constexpr uint32_t kPrefetchBlocks = 8;  // how many blocks ahead
+inline void prefetch_head(const uint8_t *p, size_t bytes) {  // p: one head, `bytes` long
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+    __builtin_prefetch(p + bytes - 1, 0, 3);
+}
+
 // Index of the span holding flattened item `item`, given prefix sums of items per span.
 size_t find_span(const std::vector<size_t> &offsets, size_t item) {
     return size_t(std::upper_bound(offsets.begin(), offsets.end(), item) - offsets.begin()) - 1;
@@ -297,6 +305,8 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
     const ScoreFn score_k = score_kernel(codecs.k.dtype, avx2);
     const AccumulateFn accumulate_v = accumulate_kernel(codecs.v.dtype, avx2);
     const bool rotate_k = codecs.k.rotate, rotate_v = codecs.v.rotate;
+    const size_t k_bytes = codec_head_bytes(codecs.k.dtype, KvRole::K, B, D);
+    const size_t v_bytes = codec_head_bytes(codecs.v.dtype, KvRole::V, B, D);
 
     std::vector<size_t> &offsets = scratch.span_offsets();
     offsets.assign(n_spans + 1, 0);
@@ -337,9 +347,17 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 hadamard_transform(q_rot, D);
                 q_sealed = q_rot;
             }
+            const size_t k_off = g.sealed_k_offset(params.layer, kvh);
+            const size_t v_off = g.sealed_v_offset(params.layer, kvh);
+            for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
+                prefetch_head(cache.sealed_data(sp.kv->blocks[j]) + k_off, k_bytes);
+            }
             for (uint32_t j = 0; j < n_sealed; ++j) {
+                if (j + kPrefetchBlocks < n_sealed) {
+                    prefetch_head(cache.sealed_data(sp.kv->blocks[j + kPrefetchBlocks]) + k_off, k_bytes);
+                }
                 const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                score_k(q_sealed, blk + g.sealed_k_offset(params.layer, kvh), B, D,
+                score_k(q_sealed, blk + k_off, B, D,
                         scores + size_t(j) * B);
             }
             uint32_t first = n_sealed * B;  // first position read from the window
@@ -367,10 +385,15 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             // Sealed V: straight into out, or into the rotated sum that H maps back.
             float *acc = rotate_v && n_sealed > 0 ? v_rot : out;
             std::memset(acc, 0, D * sizeof(float));
+            for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
+                prefetch_head(cache.sealed_data(sp.kv->blocks[j]) + v_off, v_bytes);
+            }
             for (uint32_t j = 0; j < n_sealed; ++j) {
+                if (j + kPrefetchBlocks < n_sealed) {
+                    prefetch_head(cache.sealed_data(sp.kv->blocks[j + kPrefetchBlocks]) + v_off, v_bytes);
+                }
                 const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                accumulate_v(scores + size_t(j) * B, blk + g.sealed_v_offset(params.layer, kvh), B,
-                             D, acc);
+                accumulate_v(scores + size_t(j) * B, blk + v_off, B, D, acc);
             }
             if (acc != out) {
                 hadamard_transform(acc, D);  // H^T = H

@@ -48,6 +48,12 @@ inline __m256 nibbles_hi8(__m128i v) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
 }
 
+inline float fp16_at(const uint8_t *p) {  // p: one fp16, any alignment
+    uint16_t h;
+    __builtin_memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
 inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v);
     __m128 hi = _mm256_extractf128_ps(v, 1);
@@ -91,15 +97,26 @@ inline void store_n(float *dst, __m256 v, uint32_t n) {  // dst: f32 [n], n <= 8
 
 // ---- K scores ----------------------------------------------------------------------------
 
-// raw[t] = dot(q, row_t) for 8 tokens starting at t0 (tokens past n contribute 0).
-// Dot(q, t, i) returns the fma of 8 values of token t at column i into acc.
-template <class Fma>
-inline __m256 dot8(uint32_t t0, uint32_t n, uint32_t d, Fma fma) {
+#define LLMKV_INLINE inline __attribute__((always_inline))
+
+// Row pointers of the 8 tokens from t0; tokens past n repeat the last row (their sums are
+// computed and dropped), so every token's sum is the same arithmetic wherever it falls.
+template <class T>
+LLMKV_INLINE void rows8(const T *base, size_t stride, uint32_t t0, uint32_t n, const T *r[8]) {
+    for (uint32_t j = 0; j < 8; ++j) r[j] = base + size_t(t0 + j < n ? t0 + j : n - 1) * stride;
+}
+
+// dot(q, row_t) for 8 tokens at once: 8 independent FMA chains, then one transposing
+// reduction. r: 8 rows of d values (element type T); Load converts 8 values to f32.
+template <class T, __m256 (*Load)(const T *)>
+LLMKV_INLINE __m256 dot8(const float *q, const T *const r[8], uint32_t d) {
     __m256 acc[8];
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    const uint32_t m = n - t0 < 8 ? n - t0 : 8;
-    for (uint32_t j = 0; j < m; ++j) {
-        for (uint32_t i = 0; i < d; i += 8) acc[j] = fma(t0 + j, i, acc[j]);
+    for (uint32_t i = 0; i < d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, Load(r[j] + i), acc[j]);
     }
     return hsum8(acc);
 }
@@ -108,10 +125,9 @@ template <__m256 (*Load)(const uint16_t *)>
 void dot_rows_16bit(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
     // rows: fp16 / bf16 [n][d]
     for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-        __m256 s = dot8(t0, n, d, [&](uint32_t t, uint32_t i, __m256 acc) {
-            return _mm256_fmadd_ps(_mm256_loadu_ps(q + i), Load(rows + size_t(t) * d + i), acc);
-        });
-        store_n(scores + t0, s, n - t0);
+        const uint16_t *r[8];
+        rows8(rows, d, t0, n, r);
+        store_n(scores + t0, dot8<uint16_t, Load>(q, r, d), n - t0);
     }
 }
 
@@ -122,9 +138,9 @@ void dot_rows_scaled(const float *q, const uint8_t *head, uint32_t n, uint32_t d
     const uint8_t *scales = head + size_t(n) * d;
     const __m256 u = _mm256_set1_ps(unscale);
     for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-        __m256 s = dot8(t0, n, d, [&](uint32_t t, uint32_t i, __m256 acc) {
-            return _mm256_fmadd_ps(_mm256_loadu_ps(q + i), Load(head + size_t(t) * d + i), acc);
-        });
+        const uint8_t *r[8];
+        rows8(head, d, t0, n, r);
+        __m256 s = dot8<uint8_t, Load>(q, r, d);
         s = _mm256_mul_ps(s, _mm256_mul_ps(load_scales8(scales + size_t(t0) * 2, n - t0), u));
         store_n(scores + t0, s, n - t0);
     }
@@ -170,8 +186,8 @@ void axpy_i4v_groups(const float *w, const uint8_t *head, uint32_t n, uint32_t d
         const uint8_t *row = head + size_t(t) * d / 2 + c0 / 2;
         for (uint32_t g = 0; g < NG; ++g) {
             const size_t gi = size_t(t) * ng + g0 + g;
-            const __m256 ws = _mm256_set1_ps(w[t] * load_fp16(scales + gi * 2));
-            bias[g] += w[t] * load_fp16(mins + gi * 2);
+            const __m256 ws = _mm256_set1_ps(w[t] * fp16_at(scales + gi * 2));
+            bias[g] += w[t] * fp16_at(mins + gi * 2);
             for (uint32_t k = 0; k < NA; k += 2) {  // 16 values per 8 bytes
                 __m128i v = unpack_nibbles16(row + (g * G + 8 * k) / 2);
                 acc[g * NA + k] = _mm256_fmadd_ps(ws, nibbles_lo8(v), acc[g * NA + k]);
@@ -219,30 +235,31 @@ void dot_rows_i4k_avx2(const float *q, const uint8_t *head, uint32_t n, uint32_t
             qz = _mm256_fmadd_ps(qv, load_f16(z), qz);
         }
         for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-            const uint8_t *rows = head + size_t(c0) / 2;
-            __m256 s = dot8(t0, n, len / 2, [&](uint32_t t, uint32_t i2, __m256 acc) {
-                // i2 steps by 8 bytes = 16 channels of token t
-                __m128i v = unpack_nibbles16(rows + size_t(t) * d / 2 + i2);
-                acc = _mm256_fmadd_ps(_mm256_load_ps(qs + 2 * i2), nibbles_lo8(v), acc);
-                return _mm256_fmadd_ps(_mm256_load_ps(qs + 2 * i2 + 8), nibbles_hi8(v), acc);
-            });
-            if (c0 == 0) {
-                store_n(scores + t0, s, n - t0);
-            } else {
-                __m256 prev = _mm256_setzero_ps();
-                alignas(32) float tmp[8] = {};
-                for (uint32_t j = 0; j < 8 && t0 + j < n; ++j) tmp[j] = scores[t0 + j];
-                prev = _mm256_load_ps(tmp);
-                store_n(scores + t0, _mm256_add_ps(prev, s), n - t0);
+            const uint8_t *r[8];  // nibble rows of 8 tokens, from channel c0
+            rows8(head + c0 / 2, d / 2, t0, n, r);
+            __m256 acc[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+            for (uint32_t i = 0; i < len; i += 16) {  // 16 channels = 8 bytes per token
+                const __m256 q_lo = _mm256_load_ps(qs + i), q_hi = _mm256_load_ps(qs + i + 8);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; ++j) {
+                    const __m128i v = unpack_nibbles16(r[j] + i / 2);
+                    acc[j] = _mm256_fmadd_ps(q_lo, nibbles_lo8(v), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(q_hi, nibbles_hi8(v), acc[j]);
+                }
             }
+            __m256 s = hsum8(acc);
+            if (c0 > 0) {  // later chunks add to the partial sums
+                alignas(32) float prev[8] = {};
+                for (uint32_t j = 0; j < 8 && t0 + j < n; ++j) prev[j] = scores[t0 + j];
+                s = _mm256_add_ps(_mm256_load_ps(prev), s);
+            }
+            store_n(scores + t0, s, n - t0);
         }
     }
-    const __m256 bias = _mm256_set1_ps(hsum(qz));
-    for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-        alignas(32) float tmp[8] = {};
-        for (uint32_t j = 0; j < 8 && t0 + j < n; ++j) tmp[j] = scores[t0 + j];
-        store_n(scores + t0, _mm256_add_ps(_mm256_load_ps(tmp), bias), n - t0);
-    }
+    const float bias = hsum(qz);
+    for (uint32_t t = 0; t < n; ++t) scores[t] += bias;
 }
 
 void axpy_rows_f16_avx2(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
@@ -258,14 +275,14 @@ void axpy_rows_bf16_avx2(const float *w, const uint16_t *rows, uint32_t n, uint3
 void axpy_rows_i8_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_all(n, d, out, [&](uint32_t t) { return w[t] * load_fp16(scales + size_t(t) * 2); },
+    axpy_all(n, d, out, [&](uint32_t t) { return w[t] * fp16_at(scales + size_t(t) * 2); },
              [&](uint32_t t, uint32_t c) { return load_i8(head + size_t(t) * d + c); });
 }
 void axpy_rows_fp8_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
     // head: e4m3fn [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
     axpy_all(n, d, out,
-             [&](uint32_t t) { return w[t] * (load_fp16(scales + size_t(t) * 2) * kFp8Unscale); },
+             [&](uint32_t t) { return w[t] * (fp16_at(scales + size_t(t) * 2) * kFp8Unscale); },
              [&](uint32_t t, uint32_t c) { return load_fp8(head + size_t(t) * d + c); });
 }
 void axpy_rows_i4v_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
