@@ -119,6 +119,18 @@ typedef enum llmkv_kv_dtype {
     LLMKV_KV_INT4 = 4
 } llmkv_kv_dtype;
 
+/* engine_params.kv_rotation: orthogonal (Hadamard) rotation of sealed K/V along head_dim
+ * before quantization; attention results are unchanged up to quantization error, which
+ * rotation spreads evenly across channels. Only for fp8/int8/int4 and power-of-two
+ * head_dim. */
+typedef enum llmkv_kv_rotation {
+    LLMKV_KV_ROTATION_AUTO = 0, /* on for int4 codecs, off otherwise */
+    LLMKV_KV_ROTATION_NONE = 1,
+    LLMKV_KV_ROTATION_K = 2,
+    LLMKV_KV_ROTATION_V = 3,
+    LLMKV_KV_ROTATION_KV = 4
+} llmkv_kv_rotation;
+
 /* engine_params.flags */
 #define LLMKV_ENGINE_PREFIX_CACHE 0x1u /* automatic prefix cache (default on) */
 
@@ -141,6 +153,7 @@ typedef struct llmkv_engine_params {
     uint32_t kv_residual_tokens; /* newest tokens of a session always kept in full precision
                                     besides its partial block (0..4096); sealing waits until a
                                     full block is older than this */
+    llmkv_kv_rotation kv_rotation;
 } llmkv_engine_params;
 
 /* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
@@ -185,6 +198,8 @@ typedef struct llmkv_engine_info {
     uint32_t kv_blocks_total;   /* sealed blocks in the device tier */
     uint32_t kv_tail_blocks_total;
     uint32_t kv_residual_tokens;
+    uint32_t kv_rotate_k;       /* 1 when sealed K blocks are rotated */
+    uint32_t kv_rotate_v;
     int32_t bos_token;          /* -1 if none */
     int32_t eos_token;          /* -1 if none */
     int32_t eot_token;          /* -1 if none */

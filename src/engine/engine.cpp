@@ -77,6 +77,15 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     g.dtype_k = p.kv_dtype_k;
     g.dtype_v = p.kv_dtype_v;
     g.residual_tokens = p.kv_residual_tokens;
+    const uint32_t rotation = raw_enum(p.kv_rotation);
+    if (rotation > LLMKV_KV_ROTATION_KV) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_rotation = %u is unknown", rotation);
+    if (rotation == LLMKV_KV_ROTATION_AUTO) {
+        g.rotate_k = g.dtype_k == LLMKV_KV_INT4;
+        g.rotate_v = g.dtype_v == LLMKV_KV_INT4;
+    } else {
+        g.rotate_k = rotation == LLMKV_KV_ROTATION_K || rotation == LLMKV_KV_ROTATION_KV;
+        g.rotate_v = rotation == LLMKV_KV_ROTATION_V || rotation == LLMKV_KV_ROTATION_KV;
+    }
     if (!codec_supported(g.dtype_k, g.head_dim)) {
         fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for K is not supported (head_dim %u)", codec_name(g.dtype_k), g.head_dim);
     }
@@ -161,6 +170,8 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.kv_blocks_total = cache_->sealed_pool().n_total();
     out.kv_tail_blocks_total = cache_->tail_pool().n_total();
     out.kv_residual_tokens = g.residual_tokens;
+    out.kv_rotate_k = g.rotate_k;
+    out.kv_rotate_v = g.rotate_v;
     out.bos_token = tokenizer_->bos();
     out.eos_token = tokenizer_->eos();
     out.eot_token = tokenizer_->eot();

@@ -122,7 +122,7 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
             }
         }
         T += s.n;
-        n_logits += s.want_logits ? 1 : 0;
+        n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
         window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
     }
     if (T > max_tokens_) fail(LLMKV_ERR_INTERNAL, "forward: %u tokens exceed the batch limit %u", T, max_tokens_);
@@ -225,9 +225,11 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
     uint32_t k = 0;
     for (size_t i = 0; i < spans.size(); ++i) {
         if (!spans[i].want_logits) continue;
-        uint32_t row = row0[i] + spans[i].n - 1;
-        rms_norm(&x_[size_t(row) * E], model_.output_norm(), E, cfg_.rms_eps, &last_rows_[size_t(k) * E]);
-        ++k;
+        uint32_t first = spans[i].all_logits ? 0 : spans[i].n - 1;
+        for (uint32_t t = first; t < spans[i].n; ++t, ++k) {
+            uint32_t row = row0[i] + t;
+            rms_norm(&x_[size_t(row) * E], model_.output_norm(), E, cfg_.rms_eps, &last_rows_[size_t(k) * E]);
+        }
     }
     cpu::matmul(model_.output(), last_rows_.data(), E, n_logits, logits.data(), cfg_.n_vocab, pool_,
                 matmul_scratch_);

@@ -20,6 +20,7 @@ struct ForwardSpan {
     const int32_t *tokens;  // n token ids
     uint32_t n;
     bool want_logits;       // produce logits for the span's last token
+    bool all_logits = false;  // with want_logits: logits for every token of the span
 };
 
 class Forward {
@@ -27,7 +28,8 @@ public:
     Forward(const LlamaModel &model, KvCache &cache, ThreadPool &pool, uint32_t max_tokens);
 
     // Runs the batch. On return each span's kv->n_tokens has advanced by n, and logits
-    // holds one n_vocab row per span with want_logits, in span order. Throws on bad input
+    // holds one n_vocab row per span with want_logits (n rows with all_logits), in span
+    // order. Throws on bad input
     // (a token id outside the vocabulary) before touching any KV.
     void run(const std::vector<ForwardSpan> &spans, std::vector<float> &logits);
 

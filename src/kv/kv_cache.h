@@ -34,6 +34,8 @@ struct KvGeometry {
     llmkv_kv_dtype dtype_k = LLMKV_KV_F16;
     llmkv_kv_dtype dtype_v = LLMKV_KV_F16;
     uint32_t residual_tokens = 0;  // newest tokens always kept in fp16 (besides the partial block)
+    bool rotate_k = false;         // sealed K stored Hadamard-rotated along head_dim
+    bool rotate_v = false;         // sealed V stored Hadamard-rotated along head_dim
 
     // Sealed blocks of a session whose first n_tokens positions hold KV.
     uint32_t sealed_blocks(uint32_t n_tokens) const {

@@ -156,6 +156,13 @@ TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic
     span.out = b.data();
     cpu::paged_attention(cache, c, params, &span, 1, three, scratch);
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;  // bitwise
+    // One query on more threads than K/V heads: the query heads of a group are split over
+    // items, which must not change a bit either.
+    ThreadPool five(5);
+    cpu::AttentionSpan last{&kv, wk.data(), wv.data(), ws, cap, pos0 + n - 1, 1,
+                            q.data() + (n - 1) * n_heads * D, b.data()};
+    cpu::paged_attention(cache, params, &last, 1, five, scratch);
+    for (size_t i = 0; i < n_heads * D; ++i) ASSERT_EQ(a[(n - 1) * n_heads * D + i], b[i]) << i;
     // Specs that disagree with the cache's dtypes are an internal error.
     EXPECT_ANY_THROW(cpu::paged_attention(cache, cpu::AttentionCodecs{I8, I8}, params, &span, 1, one, scratch));
 }
@@ -169,7 +176,7 @@ struct KernelCase {
 
 class RowKernels : public ::testing::TestWithParam<KernelCase> {};
 
-using ByteKernel = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
+using ByteKernel = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_t, uint32_t, float *const *);
 
 struct KernelSet {
     ByteKernel dot_portable, axpy_portable;
@@ -178,9 +185,9 @@ struct KernelSet {
 #endif
 };
 
-template <void (*F)(const float *, const uint16_t *, uint32_t, uint32_t, float *)>
-void bytes_to_u16(const float *x, const uint8_t *head, uint32_t n, uint32_t d, float *y) {
-    F(x, reinterpret_cast<const uint16_t *>(head), n, d, y);
+template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t, float *const *)>
+void bytes_to_u16(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d, float *const *y) {
+    F(nh, x, reinterpret_cast<const uint16_t *>(head), n, d, y);
 }
 
 KernelSet kernels_for(llmkv_kv_dtype dtype) {
@@ -219,14 +226,18 @@ KernelSet kernels_for(llmkv_kv_dtype dtype) {
     }
 }
 
-TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRows) {
+// For nh query heads (1..kHeads) against one encoded K and V head: each path matches the
+// double-precision sums over the decoded values; AVX2 matches portable; and each head's
+// result is bitwise the same whichever heads are batched with it.
+TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRowsForEveryHeadCount) {
     const KernelCase kc = GetParam();
     const uint32_t n = kc.n, d = kc.d;
+    constexpr uint32_t kHeads = 7;
     std::mt19937 rng(kc.n * 131 + kc.d);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<uint16_t> rows(size_t(n) * d);
     fill_rows(rows, d, rng, true);
-    std::vector<float> q(d), w(n), out0(d);
+    std::vector<float> q(kHeads * d), w(kHeads * n), out0(kHeads * d);
     for (auto &x : q) x = dist(rng);
     for (auto &x : w) x = std::fabs(dist(rng));
     for (auto &x : out0) x = dist(rng);
@@ -239,39 +250,84 @@ TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRows) {
     codec_decode_head(CodecSpec{kc.dtype, false}, KvRole::V, v_head.data(), n, d, vd.data());
 
     // Double-precision references over the decoded values, with magnitudes for tolerances.
-    std::vector<double> s_ref(n), s_mag(n), o_ref(d), o_mag(d);
-    for (uint32_t t = 0; t < n; ++t) {
-        for (uint32_t i = 0; i < d; ++i) {
-            s_ref[t] += double(q[i]) * kd[size_t(t) * d + i];
-            s_mag[t] += std::fabs(double(q[i]) * kd[size_t(t) * d + i]);
-        }
-    }
-    for (uint32_t i = 0; i < d; ++i) {
-        o_ref[i] = out0[i];
-        o_mag[i] = std::fabs(out0[i]);
+    std::vector<double> s_ref(kHeads * n), s_mag(kHeads * n), o_ref(kHeads * d), o_mag(kHeads * d);
+    for (uint32_t h = 0; h < kHeads; ++h) {
         for (uint32_t t = 0; t < n; ++t) {
-            o_ref[i] += double(w[t]) * vd[size_t(t) * d + i];
-            o_mag[i] += std::fabs(double(w[t]) * vd[size_t(t) * d + i]);
+            for (uint32_t i = 0; i < d; ++i) {
+                s_ref[h * n + t] += double(q[h * d + i]) * kd[size_t(t) * d + i];
+                s_mag[h * n + t] += std::fabs(double(q[h * d + i]) * kd[size_t(t) * d + i]);
+            }
+        }
+        for (uint32_t i = 0; i < d; ++i) {
+            o_ref[h * d + i] = out0[h * d + i];
+            o_mag[h * d + i] = std::fabs(out0[h * d + i]);
+            for (uint32_t t = 0; t < n; ++t) {
+                o_ref[h * d + i] += double(w[h * n + t]) * vd[size_t(t) * d + i];
+                o_mag[h * d + i] += std::fabs(double(w[h * n + t]) * vd[size_t(t) * d + i]);
+            }
         }
     }
-    const KernelSet ks = kernels_for(kc.dtype);
+    // Runs a kernel pair for heads [h0, h0 + nh) into s / o (all kHeads slots).
+    auto run = [&](ByteKernel dot, ByteKernel axpy, uint32_t h0, uint32_t nh, std::vector<float> &s, std::vector<float> &o) {
+        const float *qp[kHeads], *wp[kHeads];
+        float *sp[kHeads], *op[kHeads];
+        for (uint32_t h = 0; h < nh; ++h) {
+            qp[h] = q.data() + (h0 + h) * d;
+            wp[h] = w.data() + (h0 + h) * n;
+            sp[h] = s.data() + (h0 + h) * n;
+            op[h] = o.data() + (h0 + h) * d;
+        }
+        dot(nh, qp, k_head.data(), n, d, sp);
+        axpy(nh, wp, v_head.data(), n, d, op);
+    };
     auto check = [&](ByteKernel dot, ByteKernel axpy, const char *which, std::vector<float> &s, std::vector<float> &o) {
-        s.assign(n, NAN);
+        s.assign(kHeads * n, NAN);
         o = out0;
-        dot(q.data(), k_head.data(), n, d, s.data());
-        axpy(w.data(), v_head.data(), n, d, o.data());
-        for (uint32_t t = 0; t < n; ++t) ASSERT_NEAR(s[t], s_ref[t], 4e-6 * (1 + s_mag[t])) << which << " score " << t;
-        for (uint32_t i = 0; i < d; ++i) ASSERT_NEAR(o[i], o_ref[i], 4e-6 * (1 + o_mag[i])) << which << " out " << i;
+        run(dot, axpy, 0, kHeads, s, o);
+        for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_NEAR(s[k], s_ref[k], 4e-6 * (1 + s_mag[k])) << which << " score " << k;
+        for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_NEAR(o[k], o_ref[k], 4e-6 * (1 + o_mag[k])) << which << " out " << k;
+        for (uint32_t nh = 1; nh < kHeads; ++nh) {  // other batchings give the same bits
+            std::vector<float> s2(kHeads * n, NAN), o2 = out0;
+            for (uint32_t h0 = 0; h0 < kHeads; h0 += nh) run(dot, axpy, h0, std::min(nh, kHeads - h0), s2, o2);
+            for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_EQ(s2[k], s[k]) << which << " nh " << nh << " score " << k;
+            for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_EQ(o2[k], o[k]) << which << " nh " << nh << " out " << k;
+        }
     };
     std::vector<float> s_portable, o_portable;
+    const KernelSet ks = kernels_for(kc.dtype);
     check(ks.dot_portable, ks.axpy_portable, "portable", s_portable, o_portable);
 #if defined(__x86_64__)
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or LLMKV_CPU_FEATURES=portable): portable path only";
     std::vector<float> s_avx2, o_avx2;
     check(ks.dot_avx2, ks.axpy_avx2, "avx2", s_avx2, o_avx2);
-    for (uint32_t t = 0; t < n; ++t) ASSERT_NEAR(s_avx2[t], s_portable[t], 8e-6 * (1 + s_mag[t]));
-    for (uint32_t i = 0; i < d; ++i) ASSERT_NEAR(o_avx2[i], o_portable[i], 8e-6 * (1 + o_mag[i]));
+    for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_NEAR(s_avx2[k], s_portable[k], 8e-6 * (1 + s_mag[k]));
+    for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_NEAR(o_avx2[k], o_portable[k], 8e-6 * (1 + o_mag[k]));
 #endif
+}
+
+TEST(RowKernels, SoftmaxPathsAgree) {
+    std::mt19937 rng(8);
+    std::normal_distribution<float> dist(0.0f, 6.0f);
+    for (uint32_t n : {1u, 5u, 8u, 13u, 64u, 1000u}) {
+        std::vector<float> x(n);
+        for (auto &v : x) v = dist(rng);
+        x[n / 2] = -200.0f;  // underflows
+        std::vector<double> ref(n);
+        double mx = -INFINITY, sum = 0;
+        for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, 0.5 * x[i]);
+        for (uint32_t i = 0; i < n; ++i) sum += (ref[i] = std::exp(0.5 * x[i] - mx));
+        // float rounding of scale * x - max (half an ulp of the argument) bounds the error
+        auto tol = [&](uint32_t i) { return (1e-6 + 1.2e-7 * std::fabs(0.5 * x[i] - mx)) * (ref[i] / sum) + 1e-30; };
+        auto a = x;
+        cpu::kernels::softmax_portable(a.data(), n, 0.5f);
+        for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], ref[i] / sum, tol(i)) << n << " " << i;
+#if defined(__x86_64__)
+        if (!cpu::cpu_has_avx2()) continue;
+        auto b = x;
+        cpu::kernels::softmax_avx2(b.data(), n, 0.5f);
+        for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(b[i], ref[i] / sum, tol(i)) << n << " " << i;
+#endif
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

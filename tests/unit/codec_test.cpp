@@ -472,5 +472,94 @@ TEST(KvCodec, Int4RotationMeasurementOnOutlierChannelData) {
     }
 }
 
+// Attention output error (relative L2 over 32 queries x 1024 positions) of each codec pair
+// on K with outlier channels and offsets and V with a few outlier tokens, with and without
+// rotation: the measurement behind the rotation defaults. Bounds are loose sanity limits.
+TEST(KvCodec, AttentionErrorPerCodecOnKLikeData) {
+    const uint32_t B = 16, D = 64, n_blocks = 64, N = B * n_blocks, n_q = 32;
+    std::mt19937 rng(77);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> K(size_t(N) * D), V(size_t(N) * D);
+    std::vector<float> chan_scale(D, 1.0f), chan_mean(D, 0.0f);
+    for (uint32_t d = 0; d < D; ++d) {  // a few large channels with offsets, as in real K
+        if (d % 13 == 5) {
+            chan_scale[d] = 8.0f + float(d % 5);
+            chan_mean[d] = (d % 2 ? -1.0f : 1.0f) * 6.0f;
+        }
+    }
+    for (uint32_t t = 0; t < N; ++t) {
+        for (uint32_t d = 0; d < D; ++d) {
+            K[size_t(t) * D + d] = fp32_to_fp16(chan_mean[d] + chan_scale[d] * dist(rng));
+            V[size_t(t) * D + d] = fp32_to_fp16((t % 97 == 0 ? 10.0f : 1.0f) * dist(rng));
+        }
+    }
+    std::vector<float> Q(size_t(n_q) * D);
+    for (auto &x : Q) x = 0.5f * dist(rng);
+    auto attend = [&](const std::vector<float> &k, const std::vector<float> &v, std::vector<double> &out) {
+        out.assign(size_t(n_q) * D, 0.0);
+        std::vector<double> sc(N);
+        for (uint32_t i = 0; i < n_q; ++i) {
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t t = 0; t < N; ++t) {
+                double a = 0;
+                for (uint32_t d = 0; d < D; ++d) a += double(Q[size_t(i) * D + d]) * k[size_t(t) * D + d];
+                sc[t] = a / 8.0;
+                mx = std::max(mx, sc[t]);
+            }
+            for (uint32_t t = 0; t < N; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+            for (uint32_t t = 0; t < N; ++t) {
+                for (uint32_t d = 0; d < D; ++d) out[size_t(i) * D + d] += sc[t] / sum * v[size_t(t) * D + d];
+            }
+        }
+    };
+    auto round_trip = [&](const std::vector<uint16_t> &src, CodecSpec spec, KvRole role) {
+        std::vector<float> dec(src.size());
+        std::vector<uint8_t> enc(codec_head_bytes(spec.dtype, role, B, D));
+        for (uint32_t b = 0; b < n_blocks; ++b) {
+            codec_encode_head(spec, role, src.data() + size_t(b) * B * D, B, D, enc.data());
+            codec_decode_head(spec, role, enc.data(), B, D, dec.data() + size_t(b) * B * D);
+        }
+        return dec;
+    };
+    std::vector<float> k0(K.size()), v0(V.size());
+    for (size_t i = 0; i < K.size(); ++i) {
+        k0[i] = fp16_to_fp32(K[i]);
+        v0[i] = fp16_to_fp32(V[i]);
+    }
+    std::vector<double> ref, got;
+    attend(k0, v0, ref);
+    double ref_norm = 0;
+    for (double x : ref) ref_norm += x * x;
+    struct Pair {
+        CodecSpec k, v;
+        double limit;
+    } pairs[] = {{{LLMKV_KV_FP8_E4M3, false}, {LLMKV_KV_FP8_E4M3, false}, 0.08},
+                 {{LLMKV_KV_FP8_E4M3, true}, {LLMKV_KV_FP8_E4M3, true}, 0.08},
+                 {{LLMKV_KV_INT8, false}, {LLMKV_KV_INT8, false}, 0.04},
+                 {{LLMKV_KV_INT8, true}, {LLMKV_KV_INT8, true}, 0.04},
+                 {{LLMKV_KV_INT8, false}, {LLMKV_KV_INT4, false}, 0.15},
+                 {{LLMKV_KV_INT8, false}, {LLMKV_KV_INT4, true}, 0.15},
+                 {{LLMKV_KV_INT4, false}, {LLMKV_KV_INT4, false}, 0.2},
+                 {{LLMKV_KV_INT4, false}, {LLMKV_KV_INT4, true}, 0.2},
+                 {{LLMKV_KV_INT4, true}, {LLMKV_KV_INT4, false}, 0.2},
+                 {{LLMKV_KV_INT4, true}, {LLMKV_KV_INT4, true}, 0.2}};
+    for (const Pair &p : pairs) {
+        const auto k = round_trip(K, p.k, KvRole::K), v = round_trip(V, p.v, KvRole::V);
+        double k_err = 0, k_norm = 0;
+        for (size_t i = 0; i < k.size(); ++i) {
+            k_err += double(k[i] - k0[i]) * (k[i] - k0[i]);
+            k_norm += double(k0[i]) * k0[i];
+        }
+        attend(k, v, got);
+        double err = 0;
+        for (size_t i = 0; i < got.size(); ++i) err += (got[i] - ref[i]) * (got[i] - ref[i]);
+        const double rel = std::sqrt(err / ref_norm);
+        std::printf("[ attention error %-8s%s / %-8s%s ] K rel err %.4f  output rel err %.4f\n", codec_name(p.k.dtype),
+                    p.k.rotate ? "+rot" : "    ", codec_name(p.v.dtype), p.v.rotate ? "+rot" : "    ",
+                    std::sqrt(k_err / k_norm), rel);
+        EXPECT_LT(rel, p.limit);
+    }
+}
+
 }  // namespace
 }  // namespace llmkv

@@ -106,6 +106,7 @@ RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
 }  // namespace
 
 int cmd_bench(int argc, char **argv) {
+    if (argc > 0 && std::strcmp(argv[0], "quality") == 0) return cmd_bench_quality(argc - 1, argv + 1);
     std::string model = default_model_path();
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;
@@ -128,6 +129,7 @@ int cmd_bench(int argc, char **argv) {
         else if (a == "--kv-dtype") dtype = parse_kv_dtype(value());
         else {
             std::fprintf(stderr, "usage: llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N]\n"
+                                 "       llmkv bench quality --help\n"
                                  "                   [--context N] [--reps N] [--kv-dtype f16|bf16]\n");
             return 2;
         }

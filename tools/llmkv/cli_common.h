@@ -14,5 +14,6 @@ double parse_float(const char *s, const char *name);
 llmkv_kv_dtype parse_kv_dtype(const char *s);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_quality(int argc, char **argv);
 
 }  // namespace llmkv_cli

@@ -22,6 +22,7 @@ void usage() {
                  "            [--kv-dtype f16|bf16] [--max-context N] [-v]\n"
                  "  llmkv inspect [MODEL]\n"
                  "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
+                 "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
                  "  llmkv version\n"
                  "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
 }

@@ -17,7 +17,11 @@ namespace llmkv::cpu {
 
 namespace kernels {
 
-void dot_rows_f16_portable(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
+namespace {
+
+// Single-head portable kernels; the exported forms loop over the heads.
+
+void dot_f16(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
     // rows: fp16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         float acc = 0.0f;
@@ -25,7 +29,7 @@ void dot_rows_f16_portable(const float *q, const uint16_t *rows, uint32_t n, uin
         scores[t] = acc;
     }
 }
-void dot_rows_bf16_portable(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
+void dot_bf16(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
     // rows: bf16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         float acc = 0.0f;
@@ -33,7 +37,7 @@ void dot_rows_bf16_portable(const float *q, const uint16_t *rows, uint32_t n, ui
         scores[t] = acc;
     }
 }
-void dot_rows_i8_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+void dot_i8(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
     for (uint32_t t = 0; t < n; ++t) {
@@ -43,7 +47,7 @@ void dot_rows_i8_portable(const float *q, const uint8_t *head, uint32_t n, uint3
         scores[t] = acc * load_fp16(scales + size_t(t) * 2);
     }
 }
-void dot_rows_fp8_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+void dot_fp8(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
     // head: e4m3fn [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
     const float *table = fp8_e4m3_table();
@@ -54,7 +58,7 @@ void dot_rows_fp8_portable(const float *q, const uint8_t *head, uint32_t n, uint
         scores[t] = acc * load_fp16(scales + size_t(t) * 2);
     }
 }
-void dot_rows_i4k_portable(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
+void dot_i4k(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
     // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
     const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
     const uint8_t *mins = head + int4_k_mins_offset(n, d);
@@ -81,19 +85,19 @@ void dot_rows_i4k_portable(const float *q, const uint8_t *head, uint32_t n, uint
     for (uint32_t t = 0; t < n; ++t) scores[t] += qz;
 }
 
-void axpy_rows_f16_portable(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+void axpy_f16(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
     // rows: fp16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         for (uint32_t i = 0; i < d; ++i) out[i] += w[t] * fp16_to_fp32(rows[size_t(t) * d + i]);
     }
 }
-void axpy_rows_bf16_portable(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+void axpy_bf16(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
     // rows: bf16 [n][d]
     for (uint32_t t = 0; t < n; ++t) {
         for (uint32_t i = 0; i < d; ++i) out[i] += w[t] * bf16_to_fp32(rows[size_t(t) * d + i]);
     }
 }
-void axpy_rows_i8_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_i8(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
     for (uint32_t t = 0; t < n; ++t) {
@@ -102,7 +106,7 @@ void axpy_rows_i8_portable(const float *w, const uint8_t *head, uint32_t n, uint
         for (uint32_t i = 0; i < d; ++i) out[i] += ws * float(r[i]);
     }
 }
-void axpy_rows_fp8_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_fp8(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
     // head: e4m3fn [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
     const float *table = fp8_e4m3_table();
@@ -112,7 +116,7 @@ void axpy_rows_fp8_portable(const float *w, const uint8_t *head, uint32_t n, uin
         for (uint32_t i = 0; i < d; ++i) out[i] += ws * table[r[i]];
     }
 }
-void axpy_rows_i4v_portable(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_i4v(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
     // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
     const uint32_t G = int4_v_group(d), ng = d / G;
     const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
@@ -134,6 +138,40 @@ void axpy_rows_i4v_portable(const float *w, const uint8_t *head, uint32_t n, uin
     }
 }
 
+}  // namespace
+
+#define LLMKV_PORTABLE_HEADS(name, kernel, Row)                                                 \
+    void name(uint32_t nh, const float *const *x, const Row *rows, uint32_t n, uint32_t d,     \
+              float *const *y) {                                                                \
+        for (uint32_t h = 0; h < nh; ++h) kernel(x[h], rows, n, d, y[h]);                       \
+    }
+LLMKV_PORTABLE_HEADS(dot_rows_f16_portable, dot_f16, uint16_t)
+LLMKV_PORTABLE_HEADS(dot_rows_bf16_portable, dot_bf16, uint16_t)
+LLMKV_PORTABLE_HEADS(dot_rows_i8_portable, dot_i8, uint8_t)
+LLMKV_PORTABLE_HEADS(dot_rows_fp8_portable, dot_fp8, uint8_t)
+LLMKV_PORTABLE_HEADS(dot_rows_i4k_portable, dot_i4k, uint8_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_f16_portable, axpy_f16, uint16_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_bf16_portable, axpy_bf16, uint16_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_i8_portable, axpy_i8, uint8_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_fp8_portable, axpy_fp8, uint8_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_i4v_portable, axpy_i4v, uint8_t)
+#undef LLMKV_PORTABLE_HEADS
+
+void softmax_portable(float *x, uint32_t n, float scale) {  // x: f32 [n]
+    float max_score = -INFINITY;
+    for (uint32_t t = 0; t < n; ++t) {
+        x[t] *= scale;
+        max_score = std::max(max_score, x[t]);
+    }
+    float sum = 0.0f;
+    for (uint32_t t = 0; t < n; ++t) {
+        x[t] = std::exp(x[t] - max_score);
+        sum += x[t];
+    }
+    const float inv = 1.0f / sum;
+    for (uint32_t t = 0; t < n; ++t) x[t] *= inv;
+}
+
 }  // namespace kernels
 
 namespace {
@@ -147,44 +185,18 @@ bool use_avx2(uint32_t head_dim) {
 #endif
 }
 
-void dot_rows(bool fp16, bool avx2, const float *q, const uint16_t *rows, uint32_t n, uint32_t d,
-              float *scores) {
-#if defined(__x86_64__)
-    if (avx2) {
-        fp16 ? kernels::dot_rows_f16_avx2(q, rows, n, d, scores)
-             : kernels::dot_rows_bf16_avx2(q, rows, n, d, scores);
-        return;
-    }
-#endif
-    (void)avx2;
-    fp16 ? kernels::dot_rows_f16_portable(q, rows, n, d, scores)
-         : kernels::dot_rows_bf16_portable(q, rows, n, d, scores);
+// Kernels over nh heads sharing one K/V head, with the head given as bytes.
+using RowsFn = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_t, uint32_t,
+                        float *const *);
+using SoftmaxFn = void (*)(float *, uint32_t, float);
+
+template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t, float *const *)>
+void as_bytes(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d,
+              float *const *y) {
+    F(nh, x, reinterpret_cast<const uint16_t *>(head), n, d, y);  // head: 16-bit [n][d]
 }
 
-void axpy_rows(bool fp16, bool avx2, const float *w, const uint16_t *rows, uint32_t n, uint32_t d,
-               float *out) {
-#if defined(__x86_64__)
-    if (avx2) {
-        fp16 ? kernels::axpy_rows_f16_avx2(w, rows, n, d, out)
-             : kernels::axpy_rows_bf16_avx2(w, rows, n, d, out);
-        return;
-    }
-#endif
-    (void)avx2;
-    fp16 ? kernels::axpy_rows_f16_portable(w, rows, n, d, out)
-         : kernels::axpy_rows_bf16_portable(w, rows, n, d, out);
-}
-
-// Sealed-head kernels of one codec, picked once per call.
-using ScoreFn = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
-using AccumulateFn = void (*)(const float *, const uint8_t *, uint32_t, uint32_t, float *);
-
-template <void (*F)(const float *, const uint16_t *, uint32_t, uint32_t, float *)>
-void as_bytes(const float *x, const uint8_t *head, uint32_t n, uint32_t d, float *y) {
-    F(x, reinterpret_cast<const uint16_t *>(head), n, d, y);  // head: 16-bit [n][d]
-}
-
-ScoreFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
+RowsFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
 #if defined(__x86_64__)
     if (avx2) {
         switch (dtype) {
@@ -207,7 +219,7 @@ ScoreFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }
 
-AccumulateFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
+RowsFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
 #if defined(__x86_64__)
     if (avx2) {
         switch (dtype) {
@@ -230,6 +242,14 @@ AccumulateFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }
 
+SoftmaxFn softmax_kernel(bool avx2) {
+#if defined(__x86_64__)
+    if (avx2) return kernels::softmax_avx2;
+#endif
+    (void)avx2;
+    return kernels::softmax_portable;
+}
+
 void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
     if (c.k.dtype != g.dtype_k || c.v.dtype != g.dtype_v) {
         fail(LLMKV_ERR_INTERNAL, "attention codecs %s/%s differ from the cache's %s/%s",
@@ -245,11 +265,14 @@ void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
 
 // Software prefetch of one sealed head (the blocks of a session are scattered over the
 // pool, so the hardware prefetchers cannot run ahead across them).
-constexpr uint32_t kPrefetchBlocks = 8;  // how many blocks ahead
+constexpr uint32_t kPrefetchBlocks = 4;  // how many blocks ahead
 inline void prefetch_head(const uint8_t *p, size_t bytes) {  // p: one head, `bytes` long
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
     __builtin_prefetch(p + bytes - 1, 0, 3);
 }
+
+// Query heads one work item computes together (they share a K/V head).
+constexpr uint32_t kMaxItemHeads = 16;
 
 // Index of the span holding flattened item `item`, given prefix sums of items per span.
 size_t find_span(const std::vector<size_t> &offsets, size_t item) {
@@ -277,7 +300,7 @@ void head_scores(llmkv_kv_dtype dtype, const float *q, const uint8_t *k_head, ui
     if (!codec_supported(CodecSpec{dtype, false}, KvRole::K, n, head_dim)) {
         fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
     }
-    score_kernel(dtype, use_avx2(head_dim))(q, k_head, n, head_dim, scores);
+    score_kernel(dtype, use_avx2(head_dim))(1, &q, k_head, n, head_dim, &scores);
 }
 
 void head_accumulate(llmkv_kv_dtype dtype, const float *w, const uint8_t *v_head, uint32_t n,
@@ -285,7 +308,7 @@ void head_accumulate(llmkv_kv_dtype dtype, const float *w, const uint8_t *v_head
     if (!codec_supported(CodecSpec{dtype, false}, KvRole::V, n, head_dim)) {
         fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
     }
-    accumulate_kernel(dtype, use_avx2(head_dim))(w, v_head, n, head_dim, out);
+    accumulate_kernel(dtype, use_avx2(head_dim))(1, &w, v_head, n, head_dim, &out);
 }
 
 void paged_attention(KvCache &cache, const AttentionParams &params, const AttentionSpan *spans,
@@ -302,12 +325,20 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
     const uint32_t B = g.block_tokens;
     const uint32_t group = params.n_heads / g.n_kv_heads;
     const bool avx2 = use_avx2(D);
-    const ScoreFn score_k = score_kernel(codecs.k.dtype, avx2);
-    const AccumulateFn accumulate_v = accumulate_kernel(codecs.v.dtype, avx2);
+    const RowsFn score_k = score_kernel(codecs.k.dtype, avx2);
+    const RowsFn accumulate_v = accumulate_kernel(codecs.v.dtype, avx2);
+    const RowsFn score_window = score_kernel(LLMKV_KV_F16, avx2);
+    const RowsFn accumulate_window = accumulate_kernel(LLMKV_KV_F16, avx2);
+    const SoftmaxFn softmax = softmax_kernel(avx2);
     const bool rotate_k = codecs.k.rotate, rotate_v = codecs.v.rotate;
     const size_t k_bytes = codec_head_bytes(codecs.k.dtype, KvRole::K, B, D);
     const size_t v_bytes = codec_head_bytes(codecs.v.dtype, KvRole::V, B, D);
 
+    // The output rows (span, query, head) are split evenly over the threads, as contiguous
+    // ranges; inside its range a thread computes the heads that share a K/V head together,
+    // so each sealed row is read and converted once for all of them. Kernels compute each
+    // head exactly the same way whatever heads come along, so neither the thread count nor
+    // the grouping changes a bit of the result.
     std::vector<size_t> &offsets = scratch.span_offsets();
     offsets.assign(n_spans + 1, 0);
     size_t max_context = 0;
@@ -316,39 +347,54 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
         max_context = std::max<size_t>(max_context, spans[s].pos0 + spans[s].n);
     }
     const size_t total = offsets[n_spans];
+    const uint32_t item_heads = std::min(group, kMaxItemHeads);  // most heads computed together
     // Buffers are sized before the threads start (resizing is not thread-safe).
     for (unsigned t = 0; t < pool.size(); ++t) {
-        scratch.scores(t, max_context);
-        scratch.work(t, 2 * size_t(D));
+        scratch.scores(t, item_heads * max_context);
+        scratch.work(t, 2 * size_t(item_heads) * D);
     }
 
     pool.run([&](unsigned thread, unsigned n_threads) {
         size_t per = (total + n_threads - 1) / n_threads;
         size_t begin = std::min(total, size_t(thread) * per);
         size_t end = std::min(total, begin + per);
-        float *scores = scratch.scores(thread, max_context);  // f32 [max_context]
-        float *q_rot = scratch.work(thread, 2 * size_t(D));   // f32 [D]: H q
-        float *v_rot = q_rot + D;                             // f32 [D]: sum of sealed H v
-        for (size_t item = begin; item < end; ++item) {
-            size_t s = find_span(offsets, item);
+        float *scores = scratch.scores(thread, item_heads * max_context);  // f32 [heads][max_context]
+        float *q_rot = scratch.work(thread, 2 * size_t(item_heads) * D);   // f32 [heads][D]: H q
+        float *v_rot = q_rot + size_t(item_heads) * D;                     // f32 [heads][D]: sum of H v
+        const float *q[kMaxItemHeads];    // per head: q (unrotated)
+        const float *q_k[kMaxItemHeads];  // per head: q in the sealed K domain
+        const float *w[kMaxItemHeads];    // per head: softmax weights of the rows being read
+        float *sc[kMaxItemHeads];         // per head: scores of the rows being read
+        float *acc[kMaxItemHeads];        // per head: where the sealed V sum goes
+        float *out[kMaxItemHeads];        // per head: the output row
+        for (size_t row = begin; row < end;) {
+            size_t s = find_span(offsets, row);
             const AttentionSpan &sp = spans[s];
-            uint32_t local = uint32_t(item - offsets[s]);
+            uint32_t local = uint32_t(row - offsets[s]);
             uint32_t i = local / params.n_heads;
-            uint32_t h = local % params.n_heads;
-            uint32_t kvh = h / group;
+            uint32_t h0 = local % params.n_heads;
+            uint32_t kvh = h0 / group;
+            // heads [h0, h0 + nh): same K/V head, inside this thread's range
+            uint32_t nh = uint32_t(std::min<size_t>({end - row, (kvh + 1) * group - h0, item_heads}));
+            row += nh;
             uint32_t p = sp.pos0 + i;
             uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
-            const float *q = sp.q + size_t(i) * params.q_stride + size_t(h) * D;
-            float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
-
-            const float *q_sealed = q;  // q in the sealed K domain
-            if (rotate_k && n_sealed > 0) {
-                std::memcpy(q_rot, q, D * sizeof(float));
-                hadamard_transform(q_rot, D);
-                q_sealed = q_rot;
+            uint32_t n_ctx = p + 1;
+            for (uint32_t h = 0; h < nh; ++h) {
+                q[h] = sp.q + size_t(i) * params.q_stride + size_t(h0 + h) * D;
+                out[h] = sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D;
+                q_k[h] = q[h];
+                if (rotate_k && n_sealed > 0) {
+                    float *r = q_rot + size_t(h) * D;
+                    std::memcpy(r, q[h], D * sizeof(float));
+                    hadamard_transform(r, D);
+                    q_k[h] = r;
+                }
             }
             const size_t k_off = g.sealed_k_offset(params.layer, kvh);
             const size_t v_off = g.sealed_v_offset(params.layer, kvh);
+
+            // Scores: sealed blocks in their codec, then the fp16 window.
             for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
                 prefetch_head(cache.sealed_data(sp.kv->blocks[j]) + k_off, k_bytes);
             }
@@ -356,9 +402,8 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 if (j + kPrefetchBlocks < n_sealed) {
                     prefetch_head(cache.sealed_data(sp.kv->blocks[j + kPrefetchBlocks]) + k_off, k_bytes);
                 }
-                const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                score_k(q_sealed, blk + k_off, B, D,
-                        scores + size_t(j) * B);
+                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + size_t(j) * B;
+                score_k(nh, q_k, cache.sealed_data(sp.kv->blocks[j]) + k_off, B, D, sc);
             }
             uint32_t first = n_sealed * B;  // first position read from the window
             const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity +
@@ -366,25 +411,17 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             const uint16_t *wv = sp.window_v + (size_t(kvh) * sp.window_capacity +
                                                 (first - sp.window_start)) * D;
             uint32_t n_window = p - first + 1;
-            dot_rows(true, avx2, q, wk, n_window, D, scores + first);
+            for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + first;
+            score_window(nh, q, reinterpret_cast<const uint8_t *>(wk), n_window, D, sc);
 
-            uint32_t n_ctx = p + 1;
-            float max_score = -INFINITY;
-            for (uint32_t t = 0; t < n_ctx; ++t) {
-                scores[t] *= params.scale;
-                max_score = std::max(max_score, scores[t]);
-            }
-            float sum = 0.0f;
-            for (uint32_t t = 0; t < n_ctx; ++t) {
-                scores[t] = std::exp(scores[t] - max_score);
-                sum += scores[t];
-            }
-            float inv = 1.0f / sum;
-            for (uint32_t t = 0; t < n_ctx; ++t) scores[t] *= inv;
+            for (uint32_t h = 0; h < nh; ++h) softmax(scores + size_t(h) * max_context, n_ctx, params.scale);
 
-            // Sealed V: straight into out, or into the rotated sum that H maps back.
-            float *acc = rotate_v && n_sealed > 0 ? v_rot : out;
-            std::memset(acc, 0, D * sizeof(float));
+            // Sealed V: straight into out, or into the rotated sums that H maps back.
+            const bool rotated = rotate_v && n_sealed > 0;
+            for (uint32_t h = 0; h < nh; ++h) {
+                acc[h] = rotated ? v_rot + size_t(h) * D : out[h];
+                std::memset(acc[h], 0, D * sizeof(float));
+            }
             for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
                 prefetch_head(cache.sealed_data(sp.kv->blocks[j]) + v_off, v_bytes);
             }
@@ -392,14 +429,17 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 if (j + kPrefetchBlocks < n_sealed) {
                     prefetch_head(cache.sealed_data(sp.kv->blocks[j + kPrefetchBlocks]) + v_off, v_bytes);
                 }
-                const uint8_t *blk = cache.sealed_data(sp.kv->blocks[j]);
-                accumulate_v(scores + size_t(j) * B, blk + v_off, B, D, acc);
+                for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * max_context + size_t(j) * B;
+                accumulate_v(nh, w, cache.sealed_data(sp.kv->blocks[j]) + v_off, B, D, acc);
             }
-            if (acc != out) {
-                hadamard_transform(acc, D);  // H^T = H
-                std::memcpy(out, acc, D * sizeof(float));
+            if (rotated) {
+                for (uint32_t h = 0; h < nh; ++h) {
+                    hadamard_transform(acc[h], D);  // H^T = H
+                    std::memcpy(out[h], acc[h], D * sizeof(float));
+                }
             }
-            axpy_rows(true, avx2, scores + first, wv, n_window, D, out);
+            for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * max_context + first;
+            accumulate_window(nh, w, reinterpret_cast<const uint8_t *>(wv), n_window, D, out);
         }
     });
 }

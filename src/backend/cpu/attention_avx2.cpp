@@ -1,7 +1,9 @@
-// AVX2/FMA/F16C row kernels for CPU attention: fp16 / bf16 rows and sealed heads in the
-// fp8 e4m3, int8 and int4 codecs (kv/codec.h), dequantized in registers 8 values at a time.
-// K kernels score 8 tokens at once and reduce them with one transposing horizontal add.
+// AVX2/FMA/F16C kernels for CPU attention: fp16 / bf16 rows and sealed heads in the fp8
+// e4m3, int8 and int4 codecs (kv/codec.h), dequantized in registers 8 values at a time, for
+// several query heads per pass (GQA), plus a vectorized softmax.
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "backend/cpu/attention_kernels.h"
 #include "kv/codec.h"
@@ -10,25 +12,27 @@ namespace llmkv::cpu::kernels {
 
 namespace {
 
+#define LLMKV_INLINE inline __attribute__((always_inline))
+
 // ---- loaders: 8 consecutive values of a row as f32 (before any scale) ------------------
 
-inline __m256 load_f16(const uint16_t *p) {  // p: fp16 [8]
+LLMKV_INLINE __m256 load_f16(const uint16_t *p) {  // p: fp16 [8]
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
 
-inline __m256 load_bf16(const uint16_t *p) {  // p: bf16 [8]
+LLMKV_INLINE __m256 load_bf16(const uint16_t *p) {  // p: bf16 [8]
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-inline __m256 load_i8(const uint8_t *p) {  // p: int8 [8]
+LLMKV_INLINE __m256 load_i8(const uint8_t *p) {  // p: int8 [8]
     __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
 
 // p: e4m3fn [8]. Returns value * 2^-8 exactly: sign-extend to 16 bits, shift the 7
 // magnitude bits into fp16 exponent/mantissa position, clear the duplicated sign bit.
-inline __m256 load_fp8(const uint8_t *p) {
+LLMKV_INLINE __m256 load_fp8(const uint8_t *p) {
     __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
     __m128i h = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(int16_t(0xBF80)));
     return _mm256_cvtph_ps(h);
@@ -36,25 +40,25 @@ inline __m256 load_fp8(const uint8_t *p) {
 constexpr float kFp8Unscale = 256.0f;  // load_fp8 returns value / 256
 
 // p: 8 bytes of packed nibbles = 16 values (byte i: value 2i low, 2i+1 high), in order.
-inline __m128i unpack_nibbles16(const uint8_t *p) {
+LLMKV_INLINE __m128i unpack_nibbles16(const uint8_t *p) {
     const __m128i mask = _mm_set1_epi8(0x0F);
     __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
     __m128i lo = _mm_and_si128(b, mask);
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
     return _mm_unpacklo_epi8(lo, hi);
 }
-inline __m256 nibbles_lo8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
-inline __m256 nibbles_hi8(__m128i v) {
+LLMKV_INLINE __m256 nibbles_lo8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+LLMKV_INLINE __m256 nibbles_hi8(__m128i v) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
 }
 
-inline float fp16_at(const uint8_t *p) {  // p: one fp16, any alignment
+LLMKV_INLINE float fp16_at(const uint8_t *p) {  // p: one fp16, any alignment
     uint16_t h;
     __builtin_memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
 
-inline float hsum(__m256 v) {
+LLMKV_INLINE float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v);
     __m128 hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);
@@ -65,8 +69,9 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(sums);
 }
 
-// The 8 horizontal sums of a[0..7] as one vector (lane i = sum of a[i]).
-inline __m256 hsum8(const __m256 *a) {
+// The 8 horizontal sums of a[0..7] as one vector (lane i = sum of a[i]). Every lane gets
+// the same addition tree, so a sum does not depend on the slot it was reduced in.
+LLMKV_INLINE __m256 hsum8(const __m256 *a) {
     __m256 s01 = _mm256_hadd_ps(a[0], a[1]);
     __m256 s23 = _mm256_hadd_ps(a[2], a[3]);
     __m256 s45 = _mm256_hadd_ps(a[4], a[5]);
@@ -77,224 +82,372 @@ inline __m256 hsum8(const __m256 *a) {
                          _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// 8 fp16 scales (fewer when n < 8: the rest read as 0).
-inline __m256 load_scales8(const uint8_t *p, uint32_t n) {  // p: fp16 [n]
-    if (n >= 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-    alignas(16) uint16_t tmp[8] = {};
-    for (uint32_t i = 0; i < n; ++i) __builtin_memcpy(&tmp[i], p + 2 * i, 2);
-    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+// sums[k] = horizontal sum of acc[k] for k < K. sums: f32 [K rounded up to 8].
+template <int K>
+LLMKV_INLINE void reduce_store(const __m256 *acc, float *sums) {
+#pragma GCC unroll 2
+    for (int k = 0; k < K; k += 8) {
+        __m256 t[8];
+#pragma GCC unroll 8
+        for (int m = 0; m < 8; ++m) t[m] = k + m < K ? acc[k + m] : _mm256_setzero_ps();
+        _mm256_storeu_ps(sums + k, hsum8(t));
+    }
 }
 
-inline void store_n(float *dst, __m256 v, uint32_t n) {  // dst: f32 [n], n <= 8
-    if (n >= 8) {
-        _mm256_storeu_ps(dst, v);
-        return;
+// Query heads per pass are at most 4; per head count, the tokens per K tile (TT) and the
+// column vectors per V tile (C) keep NH x TT (NH x C) accumulators in the 16 YMM registers.
+template <int NH>
+constexpr int kTileTokens = NH == 1 ? 8 : NH == 4 ? 2 : 4;
+template <int NH>
+constexpr int kTileCols = NH == 1 ? 8 : NH == 4 ? 2 : 4;
+
+// Calls pass.operator()<NH>(h0) over heads [0, nh) in chunks of at most 4.
+template <class Pass>
+LLMKV_INLINE void by_head_chunks(uint32_t nh, Pass &&pass) {
+    uint32_t h0 = 0;
+    for (; h0 + 4 <= nh; h0 += 4) pass.template operator()<4>(h0);
+    switch (nh - h0) {
+        case 3: pass.template operator()<3>(h0); break;
+        case 2: pass.template operator()<2>(h0); break;
+        case 1: pass.template operator()<1>(h0); break;
+        default: break;
     }
-    alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, v);
-    for (uint32_t i = 0; i < n; ++i) dst[i] = tmp[i];
 }
 
 // ---- K scores ----------------------------------------------------------------------------
 
-#define LLMKV_INLINE inline __attribute__((always_inline))
-
-// Row pointers of the 8 tokens from t0; tokens past n repeat the last row (their sums are
-// computed and dropped), so every token's sum is the same arithmetic wherever it falls.
-template <class T>
-LLMKV_INLINE void rows8(const T *base, size_t stride, uint32_t t0, uint32_t n, const T *r[8]) {
-    for (uint32_t j = 0; j < 8; ++j) r[j] = base + size_t(t0 + j < n ? t0 + j : n - 1) * stride;
+// sums[h * TT + j] = dot(q[h], r[j]) for NH heads and TT rows of d values (type T).
+template <int NH, int TT, class T, __m256 (*Load)(const T *)>
+LLMKV_INLINE void dot_tile(const float *const *q, const T *const *r, uint32_t d, float *sums) {
+    constexpr int K = NH * TT;
+    __m256 acc[K];
+#pragma GCC unroll 16
+    for (int k = 0; k < K; ++k) acc[k] = _mm256_setzero_ps();
+    for (uint32_t i = 0; i < d; i += 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; ++j) {
+            const __m256 v = Load(r[j] + i);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) {
+                acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), v, acc[h * TT + j]);
+            }
+        }
+    }
+    reduce_store<K>(acc, sums);
 }
 
-// dot(q, row_t) for 8 tokens at once: 8 independent FMA chains, then one transposing
-// reduction. r: 8 rows of d values (element type T); Load converts 8 values to f32.
-template <class T, __m256 (*Load)(const T *)>
-LLMKV_INLINE __m256 dot8(const float *q, const T *const r[8], uint32_t d) {
-    __m256 acc[8];
+// Raw dot products of NH heads with n rows (base: T [n][stride]); finish(h, t, sum) stores.
+// Tiles past n repeat the last row and drop its sums.
+template <int NH, class T, __m256 (*Load)(const T *), class Finish>
+LLMKV_INLINE void dot_heads(const float *const *q, const T *base, size_t stride, uint32_t n,
+                            uint32_t d, Finish &&finish) {
+    constexpr int TT = kTileTokens<NH>;
+    alignas(32) float sums[16];
+    for (uint32_t t0 = 0; t0 < n; t0 += TT) {
+        const T *r[TT];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (uint32_t i = 0; i < d; i += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, Load(r[j] + i), acc[j]);
+        for (int j = 0; j < TT; ++j) r[j] = base + size_t(t0 + j < n ? t0 + j : n - 1) * stride;
+        dot_tile<NH, TT, T, Load>(q, r, d, sums);
+        for (int h = 0; h < NH; ++h) {
+            for (int j = 0; j < TT && t0 + j < n; ++j) finish(h, t0 + j, sums[h * TT + j]);
+        }
     }
-    return hsum8(acc);
 }
 
 template <__m256 (*Load)(const uint16_t *)>
-void dot_rows_16bit(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
+void dot_rows_16bit(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n, uint32_t d,
+                    float *const *scores) {
     // rows: fp16 / bf16 [n][d]
-    for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-        const uint16_t *r[8];
-        rows8(rows, d, t0, n, r);
-        store_n(scores + t0, dot8<uint16_t, Load>(q, r, d), n - t0);
-    }
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
+        dot_heads<NH, uint16_t, Load>(q + h0, rows, d, n, d,
+                                      [&](int h, uint32_t t, float s) { scores[h0 + h][t] = s; });
+    });
 }
 
-// head: values [n][d] (1 byte each), fp16 scale [n]; scores = scale_t * unscale * dot.
+// head: values [n][d] (1 byte each), fp16 scale [n]; scores = dot * (scale_t * unscale).
 template <__m256 (*Load)(const uint8_t *)>
-void dot_rows_scaled(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float unscale,
-                     float *scores) {
+void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
+                     float unscale, float *const *scores) {
     const uint8_t *scales = head + size_t(n) * d;
-    const __m256 u = _mm256_set1_ps(unscale);
-    for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-        const uint8_t *r[8];
-        rows8(head, d, t0, n, r);
-        __m256 s = dot8<uint8_t, Load>(q, r, d);
-        s = _mm256_mul_ps(s, _mm256_mul_ps(load_scales8(scales + size_t(t0) * 2, n - t0), u));
-        store_n(scores + t0, s, n - t0);
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
+        dot_heads<NH, uint8_t, Load>(q + h0, head, d, n, d, [&](int h, uint32_t t, float s) {
+            scores[h0 + h][t] = s * (fp16_at(scales + size_t(t) * 2) * unscale);
+        });
+    });
+}
+
+// int4 K for NH heads: per chunk of channels, qs = q * scale on the stack, nibble dots,
+// then + sum_d q_d z_d.
+template <int NH>
+LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
+                                float *const *scores) {
+    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
+    constexpr int TT = kTileTokens<NH>;
+    constexpr uint32_t kChunk = 256;  // channels per pass
+    const uint16_t *scales = reinterpret_cast<const uint16_t *>(head + codec_scales_offset(LLMKV_KV_INT4, n, d));
+    const uint16_t *mins = reinterpret_cast<const uint16_t *>(head + int4_k_mins_offset(n, d));
+    alignas(32) float qs[NH][kChunk];  // f32 [NH][chunk]: q_d * s_d
+    alignas(32) float sums[16];
+    __m256 qz[NH];
+    for (int h = 0; h < NH; ++h) qz[h] = _mm256_setzero_ps();
+    for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
+        const uint32_t len = d - c0 < kChunk ? d - c0 : kChunk;
+        for (uint32_t i = 0; i < len; i += 8) {
+            const __m256 s = load_f16(scales + c0 + i), z = load_f16(mins + c0 + i);
+            for (int h = 0; h < NH; ++h) {
+                const __m256 qv = _mm256_loadu_ps(q[h] + c0 + i);
+                _mm256_store_ps(qs[h] + i, _mm256_mul_ps(qv, s));
+                qz[h] = _mm256_fmadd_ps(qv, z, qz[h]);
+            }
+        }
+        for (uint32_t t0 = 0; t0 < n; t0 += TT) {
+            const uint8_t *r[TT];  // nibble rows of TT tokens, from channel c0
+#pragma GCC unroll 8
+            for (int j = 0; j < TT; ++j) {
+                r[j] = head + (size_t(t0 + j < n ? t0 + j : n - 1) * d + c0) / 2;
+            }
+            __m256 acc[NH * TT];
+#pragma GCC unroll 16
+            for (int k = 0; k < NH * TT; ++k) acc[k] = _mm256_setzero_ps();
+            for (uint32_t i = 0; i < len; i += 16) {  // 16 channels = 8 bytes per token
+#pragma GCC unroll 8
+                for (int j = 0; j < TT; ++j) {
+                    const __m128i v = unpack_nibbles16(r[j] + i / 2);
+                    const __m256 lo = nibbles_lo8(v), hi = nibbles_hi8(v);
+#pragma GCC unroll 4
+                    for (int h = 0; h < NH; ++h) {
+                        acc[h * TT + j] = _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i), lo, acc[h * TT + j]);
+                        acc[h * TT + j] = _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i + 8), hi, acc[h * TT + j]);
+                    }
+                }
+            }
+            reduce_store<NH * TT>(acc, sums);
+            for (int h = 0; h < NH; ++h) {
+                for (int j = 0; j < TT && t0 + j < n; ++j) {
+                    float &dst = scores[h][t0 + j];
+                    dst = c0 == 0 ? sums[h * TT + j] : dst + sums[h * TT + j];
+                }
+            }
+        }
+    }
+    for (int h = 0; h < NH; ++h) {
+        const float bias = hsum(qz[h]);
+        for (uint32_t t = 0; t < n; ++t) scores[h][t] += bias;
     }
 }
 
 // ---- V accumulation ----------------------------------------------------------------------
 
-// out[c0, c0 + 8*NC) += sum_t ws(t) * row_t[c0 ..]: NC accumulators stay in registers
-// while the tokens stream by. Load(t, c) returns 8 values of token t at column c.
-template <int NC, class Weight, class Load>
-inline void axpy_chunk(uint32_t n, uint32_t c0, float *out, Weight ws, Load load) {
-    __m256 acc[NC];
-    for (int j = 0; j < NC; ++j) acc[j] = _mm256_loadu_ps(out + c0 + 8 * j);
-    for (uint32_t t = 0; t < n; ++t) {
-        const __m256 w = _mm256_set1_ps(ws(t));
-        for (int j = 0; j < NC; ++j) acc[j] = _mm256_fmadd_ps(w, load(t, c0 + 8 * j), acc[j]);
+// out[h][c0, c0 + 8C) += sum_t w[h][t] * scale(t) * row_t[...] for NH heads: the NH x C
+// accumulators stay in registers while the tokens stream by. load(t, c): 8 values at c.
+template <int NH, int C, class Scale, class Load>
+LLMKV_INLINE void axpy_tile(const float *const *w, uint32_t n, uint32_t c0, float *const *out,
+                            Scale &&scale, Load &&load) {
+    __m256 acc[NH * C];
+    for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[h * C + c] = _mm256_loadu_ps(out[h] + c0 + 8 * c);
     }
-    for (int j = 0; j < NC; ++j) _mm256_storeu_ps(out + c0 + 8 * j, acc[j]);
+    for (uint32_t t = 0; t < n; ++t) {
+        const float s = scale(t);
+        __m256 ws[NH];
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) ws[h] = _mm256_set1_ps(w[h][t] * s);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            const __m256 v = load(t, c0 + 8 * c);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) acc[h * C + c] = _mm256_fmadd_ps(ws[h], v, acc[h * C + c]);
+        }
+    }
+    for (int h = 0; h < NH; ++h) {
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out[h] + c0 + 8 * c, acc[h * C + c]);
+    }
 }
 
-template <class Weight, class Load>
-void axpy_all(uint32_t n, uint32_t d, float *out, Weight ws, Load load) {
-    uint32_t c = 0;
-    for (; c + 64 <= d; c += 64) axpy_chunk<8>(n, c, out, ws, load);
-    for (; c + 32 <= d; c += 32) axpy_chunk<4>(n, c, out, ws, load);
-    for (; c < d; c += 8) axpy_chunk<1>(n, c, out, ws, load);
+template <class Scale, class Load>
+LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, uint32_t n, uint32_t d, float *const *out,
+                            Scale &&scale, Load &&load) {
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
+        constexpr int C = kTileCols<NH>;
+        uint32_t c = 0;
+        for (; c + 8 * C <= d; c += 8 * C) axpy_tile<NH, C>(w + h0, n, c, out + h0, scale, load);
+        for (; c < d; c += 8) axpy_tile<NH, 1>(w + h0, n, c, out + h0, scale, load);
+    });
 }
 
-// int4 V: NG groups of G columns (NG * G / 8 accumulators) from column c0. Nibbles give
-// sum_t (w_t s_tg) nib; the mins add sum_t w_t z_tg per group at the end.
-template <uint32_t G, uint32_t NG>
-void axpy_i4v_groups(const float *w, const uint8_t *head, uint32_t n, uint32_t d, uint32_t c0,
-                     float *out) {
+// int4 V, NH heads, columns [c0, c0 + 8C) inside group g (G channels): sum_t (w_t s_tg) nib
+// in registers, then + sum_t w_t z_tg. C is even (16 columns = 8 bytes per step).
+template <int NH, int C>
+LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
+                                uint32_t G, uint32_t c0, float *const *out) {
     // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
-    constexpr uint32_t NA = G / 8;  // accumulators per group
-    const uint32_t ng = d / G, g0 = c0 / G;
+    const uint32_t ng = d / G, g = c0 / G;
     const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
     const uint8_t *mins = head + int4_v_mins_offset(n, d);
-    __m256 acc[NG * NA];
-    float bias[NG] = {};
-    for (uint32_t j = 0; j < NG * NA; ++j) acc[j] = _mm256_loadu_ps(out + c0 + 8 * j);
+    __m256 acc[NH * C];
+    float bias[NH];
+    for (int h = 0; h < NH; ++h) {
+        bias[h] = 0.0f;
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[h * C + c] = _mm256_loadu_ps(out[h] + c0 + 8 * c);
+    }
     for (uint32_t t = 0; t < n; ++t) {
-        const uint8_t *row = head + size_t(t) * d / 2 + c0 / 2;
-        for (uint32_t g = 0; g < NG; ++g) {
-            const size_t gi = size_t(t) * ng + g0 + g;
-            const __m256 ws = _mm256_set1_ps(w[t] * fp16_at(scales + gi * 2));
-            bias[g] += w[t] * fp16_at(mins + gi * 2);
-            for (uint32_t k = 0; k < NA; k += 2) {  // 16 values per 8 bytes
-                __m128i v = unpack_nibbles16(row + (g * G + 8 * k) / 2);
-                acc[g * NA + k] = _mm256_fmadd_ps(ws, nibbles_lo8(v), acc[g * NA + k]);
-                acc[g * NA + k + 1] = _mm256_fmadd_ps(ws, nibbles_hi8(v), acc[g * NA + k + 1]);
+        const size_t gi = size_t(t) * ng + g;
+        const float s = fp16_at(scales + gi * 2), z = fp16_at(mins + gi * 2);
+        __m256 ws[NH];
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) {
+            ws[h] = _mm256_set1_ps(w[h][t] * s);
+            bias[h] += w[h][t] * z;
+        }
+        const uint8_t *row = head + (size_t(t) * d + c0) / 2;
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c += 2) {
+            const __m128i v = unpack_nibbles16(row + 4 * c);
+            const __m256 lo = nibbles_lo8(v), hi = nibbles_hi8(v);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) {
+                acc[h * C + c] = _mm256_fmadd_ps(ws[h], lo, acc[h * C + c]);
+                acc[h * C + c + 1] = _mm256_fmadd_ps(ws[h], hi, acc[h * C + c + 1]);
             }
         }
     }
-    for (uint32_t g = 0; g < NG; ++g) {
-        const __m256 b = _mm256_set1_ps(bias[g]);
-        for (uint32_t k = 0; k < NA; ++k) {
-            _mm256_storeu_ps(out + c0 + g * G + 8 * k, _mm256_add_ps(acc[g * NA + k], b));
-        }
+    for (int h = 0; h < NH; ++h) {
+        const __m256 b = _mm256_set1_ps(bias[h]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out[h] + c0 + 8 * c, _mm256_add_ps(acc[h * C + c], b));
     }
+}
+
+// ---- softmax -------------------------------------------------------------------------------
+
+// e^x for x <= 88: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact k ln2_hi),
+// e^r by its Taylor polynomial to degree 7 (error < 1e-8 relative), times 2^k. Arguments
+// below -87 are raised to -87 so 2^k stays normal.
+LLMKV_INLINE __m256 exp_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440054690583e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 }  // namespace
 
-void dot_rows_f16_avx2(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
-    dot_rows_16bit<load_f16>(q, rows, n, d, scores);
+void dot_rows_f16_avx2(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n,
+                       uint32_t d, float *const *scores) {
+    dot_rows_16bit<load_f16>(nh, q, rows, n, d, scores);
 }
-void dot_rows_bf16_avx2(const float *q, const uint16_t *rows, uint32_t n, uint32_t d, float *scores) {
-    dot_rows_16bit<load_bf16>(q, rows, n, d, scores);
+void dot_rows_bf16_avx2(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n,
+                        uint32_t d, float *const *scores) {
+    dot_rows_16bit<load_bf16>(nh, q, rows, n, d, scores);
 }
-void dot_rows_i8_avx2(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
-    dot_rows_scaled<load_i8>(q, head, n, d, 1.0f, scores);
+void dot_rows_i8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                      uint32_t d, float *const *scores) {
+    dot_rows_scaled<load_i8>(nh, q, head, n, d, 1.0f, scores);
 }
-void dot_rows_fp8_avx2(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
-    dot_rows_scaled<load_fp8>(q, head, n, d, kFp8Unscale, scores);
+void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                       uint32_t d, float *const *scores) {
+    dot_rows_scaled<load_fp8>(nh, q, head, n, d, kFp8Unscale, scores);
 }
-
-void dot_rows_i4k_avx2(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
-    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
-    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
-    const uint8_t *mins = head + int4_k_mins_offset(n, d);
-    constexpr uint32_t kChunk = 256;  // channels per pass: q * scale lives on the stack
-    alignas(32) float qs[kChunk];     // f32 [chunk]: q_d * s_d
-    __m256 qz = _mm256_setzero_ps();
-    for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
-        const uint32_t len = d - c0 < kChunk ? d - c0 : kChunk;
-        for (uint32_t i = 0; i < len; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + c0 + i);
-            const auto *s = reinterpret_cast<const uint16_t *>(scales) + c0 + i;
-            const auto *z = reinterpret_cast<const uint16_t *>(mins) + c0 + i;
-            _mm256_store_ps(qs + i, _mm256_mul_ps(qv, load_f16(s)));
-            qz = _mm256_fmadd_ps(qv, load_f16(z), qz);
-        }
-        for (uint32_t t0 = 0; t0 < n; t0 += 8) {
-            const uint8_t *r[8];  // nibble rows of 8 tokens, from channel c0
-            rows8(head + c0 / 2, d / 2, t0, n, r);
-            __m256 acc[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-            for (uint32_t i = 0; i < len; i += 16) {  // 16 channels = 8 bytes per token
-                const __m256 q_lo = _mm256_load_ps(qs + i), q_hi = _mm256_load_ps(qs + i + 8);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; ++j) {
-                    const __m128i v = unpack_nibbles16(r[j] + i / 2);
-                    acc[j] = _mm256_fmadd_ps(q_lo, nibbles_lo8(v), acc[j]);
-                    acc[j] = _mm256_fmadd_ps(q_hi, nibbles_hi8(v), acc[j]);
-                }
-            }
-            __m256 s = hsum8(acc);
-            if (c0 > 0) {  // later chunks add to the partial sums
-                alignas(32) float prev[8] = {};
-                for (uint32_t j = 0; j < 8 && t0 + j < n; ++j) prev[j] = scores[t0 + j];
-                s = _mm256_add_ps(_mm256_load_ps(prev), s);
-            }
-            store_n(scores + t0, s, n - t0);
-        }
-    }
-    const float bias = hsum(qz);
-    for (uint32_t t = 0; t < n; ++t) scores[t] += bias;
+void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                       uint32_t d, float *const *scores) {
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH>(q + h0, head, n, d, scores + h0); });
 }
 
-void axpy_rows_f16_avx2(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+void axpy_rows_f16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
+                        uint32_t d, float *const *out) {
     // rows: fp16 [n][d]
-    axpy_all(n, d, out, [&](uint32_t t) { return w[t]; },
-             [&](uint32_t t, uint32_t c) { return load_f16(rows + size_t(t) * d + c); });
+    axpy_rows(nh, w, n, d, out, [](uint32_t) { return 1.0f; },
+              [&](uint32_t t, uint32_t c) { return load_f16(rows + size_t(t) * d + c); });
 }
-void axpy_rows_bf16_avx2(const float *w, const uint16_t *rows, uint32_t n, uint32_t d, float *out) {
+void axpy_rows_bf16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
+                         uint32_t d, float *const *out) {
     // rows: bf16 [n][d]
-    axpy_all(n, d, out, [&](uint32_t t) { return w[t]; },
-             [&](uint32_t t, uint32_t c) { return load_bf16(rows + size_t(t) * d + c); });
+    axpy_rows(nh, w, n, d, out, [](uint32_t) { return 1.0f; },
+              [&](uint32_t t, uint32_t c) { return load_bf16(rows + size_t(t) * d + c); });
 }
-void axpy_rows_i8_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_rows_i8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                       uint32_t d, float *const *out) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_all(n, d, out, [&](uint32_t t) { return w[t] * fp16_at(scales + size_t(t) * 2); },
-             [&](uint32_t t, uint32_t c) { return load_i8(head + size_t(t) * d + c); });
+    axpy_rows(nh, w, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2); },
+              [&](uint32_t t, uint32_t c) { return load_i8(head + size_t(t) * d + c); });
 }
-void axpy_rows_fp8_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *out) {
     // head: e4m3fn [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_all(n, d, out,
-             [&](uint32_t t) { return w[t] * (fp16_at(scales + size_t(t) * 2) * kFp8Unscale); },
-             [&](uint32_t t, uint32_t c) { return load_fp8(head + size_t(t) * d + c); });
+    axpy_rows(nh, w, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2) * kFp8Unscale; },
+              [&](uint32_t t, uint32_t c) { return load_fp8(head + size_t(t) * d + c); });
 }
-void axpy_rows_i4v_avx2(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
+void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *out) {
     // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
-    uint32_t c = 0;
-    if (int4_v_group(d) == 32) {
-        for (; c + 64 <= d; c += 64) axpy_i4v_groups<32, 2>(w, head, n, d, c, out);
-        for (; c < d; c += 32) axpy_i4v_groups<32, 1>(w, head, n, d, c, out);
-    } else {
-        for (; c + 64 <= d; c += 64) axpy_i4v_groups<16, 4>(w, head, n, d, c, out);
-        for (; c < d; c += 16) axpy_i4v_groups<16, 1>(w, head, n, d, c, out);
+    const uint32_t G = int4_v_group(d);
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
+        // 32 columns per tile (16 for 4 heads or 16-channel groups): inside one group.
+        constexpr int C = NH == 4 ? 2 : 4;
+        const uint32_t cols = G == 32 ? 8 * C : 16;
+        for (uint32_t c = 0; c < d; c += cols) {
+            if (cols == 32) {
+                axpy_i4v_tile<NH, 4>(w + h0, head, n, d, G, c, out + h0);
+            } else {
+                axpy_i4v_tile<NH, 2>(w + h0, head, n, d, G, c, out + h0);
+            }
+        }
+    });
+}
+
+void softmax_avx2(float *x, uint32_t n, float scale) {  // x: f32 [n]
+    const __m256 sc = _mm256_set1_ps(scale);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sc);
+        _mm256_storeu_ps(x + i, v);
+        mx = _mm256_max_ps(mx, v);
     }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, mx);
+    float m = lanes[0];
+    for (int k = 1; k < 8; ++k) m = lanes[k] > m ? lanes[k] : m;
+    for (; i < n; ++i) {
+        x[i] *= scale;
+        m = x[i] > m ? x[i] : m;
+    }
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    if (i < n) {  // the tail through the same exp, one padded vector
+        alignas(32) float tail[8] = {};
+        for (uint32_t k = i; k < n; ++k) tail[k - i] = x[k];
+        _mm256_store_ps(tail, exp_ps(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+        for (uint32_t k = i; k < n; ++k) {
+            x[k] = tail[k - i];
+            total += x[k];
+        }
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= 1.0f / total;
 }
 
 void f32_to_f16_avx2(const float *src, uint16_t *dst, uint32_t n) {

@@ -1,0 +1,352 @@
+// `llmkv bench quality`: what each KV codec costs in model quality. For every K/V codec
+// pair: perplexity on a fixed English corpus at two context lengths, mean KL divergence of
+// the next-token distribution against f16/f16 and top-1 agreement (computed position by
+// position in lockstep with the f16 run), and a passkey-retrieval probe at several depths
+// of long filler text. Prints a markdown table and writes a CSV.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "common/error.h"
+#include "common/thread_pool.h"
+#include "engine/forward.h"
+#include "kv/codec.h"
+#include "kv/kv_cache.h"
+#include "model/gguf.h"
+#include "model/llama_model.h"
+#include "model/tokenizer.h"
+
+namespace llmkv_cli {
+
+namespace {
+
+using llmkv::KvGeometry;
+
+struct CodecPair {
+    const char *label;
+    llmkv_kv_dtype k, v;
+    llmkv_kv_rotation rotation;
+};
+
+// The pairs the quality report covers; the first is the reference.
+const CodecPair kPairs[] = {
+    {"f16/f16", LLMKV_KV_F16, LLMKV_KV_F16, LLMKV_KV_ROTATION_NONE},
+    {"bf16/bf16", LLMKV_KV_BF16, LLMKV_KV_BF16, LLMKV_KV_ROTATION_NONE},
+    {"fp8/fp8", LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, LLMKV_KV_ROTATION_NONE},
+    {"int8/int8", LLMKV_KV_INT8, LLMKV_KV_INT8, LLMKV_KV_ROTATION_NONE},
+    {"int8/int4", LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_ROTATION_NONE},
+    {"int8/int4 rot", LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV},
+    {"int4/int4", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_NONE},
+    {"int4/int4 rot", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV},
+};
+
+// The default corpus: license texts that every Debian system carries (package base-files),
+// concatenated in a fixed order. Plain English prose, about 55,000 SmolLM2 tokens.
+const char *kCorpusFiles[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3",
+                              "MPL-1.1", "Artistic", "CC0-1.0", "GPL-1", "LGPL-3"};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string read_file(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return "";
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+bool pair_supported(const CodecPair &p, uint32_t head_dim) {
+    bool rk = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
+    bool rv = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
+    (void)rk;
+    (void)rv;
+    return llmkv::codec_supported(p.k, head_dim) && llmkv::codec_supported(p.v, head_dim);
+}
+
+KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p) {
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.block_tokens = 16;
+    g.dtype_k = p.k;
+    g.dtype_v = p.v;
+    g.rotate_k = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
+    g.rotate_v = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
+    return g;
+}
+
+// log-softmax of one logits row into out (double for the KL sums).
+void log_softmax(const float *logits, size_t n, std::vector<double> &out) {
+    out.resize(n);
+    double mx = -INFINITY;
+    for (size_t i = 0; i < n; ++i) mx = std::max(mx, double(logits[i]));
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+    double lse = mx + std::log(sum);
+    for (size_t i = 0; i < n; ++i) out[i] = double(logits[i]) - lse;
+}
+
+struct Accum {
+    double nll = 0;
+    double kl = 0;
+    uint64_t top1_agree = 0;
+    uint64_t count = 0;
+};
+
+struct Runner {
+    std::unique_ptr<llmkv::KvCache> cache;
+    std::unique_ptr<llmkv::Forward> forward;
+    llmkv::SessionKv kv;
+};
+
+}  // namespace
+
+int cmd_bench_quality(int argc, char **argv) {
+    std::string model_path = default_model_path();
+    std::string corpus_path, csv_path = "kv_quality.csv";
+    std::vector<uint32_t> contexts = {512, 2048};
+    uint32_t n_tokens = 20480, threads = 0, chunk = 256;
+    std::vector<uint32_t> passkey_lengths = {2000, 6000};
+    bool skip_passkey = false;
+    for (int i = 0; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> const char * {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "llmkv bench quality: %s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-m") model_path = value();
+        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
+        else if (a == "--corpus") corpus_path = value();
+        else if (a == "--tokens") n_tokens = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--csv") csv_path = value();
+        else if (a == "--no-passkey") skip_passkey = true;
+        else if (a == "--contexts") {
+            contexts.clear();
+            std::stringstream ss(value());
+            std::string item;
+            while (std::getline(ss, item, ',')) contexts.push_back(uint32_t(parse_uint(item.c_str(), "--contexts")));
+        } else if (a == "--passkey-lengths") {
+            passkey_lengths.clear();
+            std::stringstream ss(value());
+            std::string item;
+            while (std::getline(ss, item, ',')) passkey_lengths.push_back(uint32_t(parse_uint(item.c_str(), a.c_str())));
+        } else {
+            std::fprintf(stderr,
+                         "usage: llmkv bench quality [-m MODEL] [-t THREADS] [--corpus FILE] [--tokens N]\n"
+                         "                           [--contexts 512,2048] [--passkey-lengths 2000,6000]\n"
+                         "                           [--no-passkey] [--csv FILE]\n");
+            return 2;
+        }
+    }
+
+    try {
+        std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(model_path));
+        auto model = llmkv::LlamaModel::load(file);
+        auto tokenizer = llmkv::Tokenizer::from_gguf(*file);
+        const llmkv::LlamaConfig &c = model->config();
+
+        std::string text;
+        std::string corpus_name;
+        if (!corpus_path.empty()) {
+            text = read_file(corpus_path);
+            corpus_name = corpus_path;
+        } else {
+            for (const char *name : kCorpusFiles) text += read_file(std::string("/usr/share/common-licenses/") + name) + "\n";
+            corpus_name = "/usr/share/common-licenses (Debian base-files)";
+        }
+        std::vector<int32_t> corpus = tokenizer->encode(text, false, false);
+        if (corpus.size() < n_tokens) {
+            std::fprintf(stderr, "llmkv bench quality: corpus has %zu tokens, fewer than --tokens %u\n", corpus.size(),
+                         n_tokens);
+            return 1;
+        }
+        corpus.resize(n_tokens);
+        std::printf("llmkv bench quality: %s\ncorpus: %s, %u tokens\n", model_path.c_str(), corpus_name.c_str(),
+                    n_tokens);
+
+        llmkv::ThreadPool pool(threads ? threads : llmkv::ThreadPool::hardware_threads());
+        std::vector<CodecPair> pairs;
+        for (const CodecPair &p : kPairs) {
+            if (pair_supported(p, c.head_dim)) {
+                pairs.push_back(p);
+            } else {
+                std::printf("(skipping %s: not supported by this build)\n", p.label);
+            }
+        }
+        const size_t V = c.n_vocab;
+        // results[context][pair]
+        std::vector<std::vector<Accum>> results(contexts.size(), std::vector<Accum>(pairs.size()));
+        std::vector<double> ref_lp, lp;
+        for (size_t ci = 0; ci < contexts.size(); ++ci) {
+            const uint32_t L = contexts[ci];
+            const uint32_t step = std::min(chunk, L);
+            std::vector<Runner> runners(pairs.size());
+            for (size_t pi = 0; pi < pairs.size(); ++pi) {
+                KvGeometry g = geometry_for(c, pairs[pi]);
+                runners[pi].cache = std::make_unique<llmkv::KvCache>(g, L / g.block_tokens + 2, 1);
+                runners[pi].forward = std::make_unique<llmkv::Forward>(*model, *runners[pi].cache, pool, step);
+            }
+            double t0 = now();
+            std::vector<float> ref_logits, logits;
+            for (size_t w = 0; w + L <= corpus.size(); w += L) {
+                for (uint32_t off = 0; off < L; off += step) {
+                    uint32_t n = std::min(step, L - off);
+                    const int32_t *toks = corpus.data() + w + off;
+                    for (size_t pi = 0; pi < pairs.size(); ++pi) {
+                        Runner &r = runners[pi];
+                        if (!r.cache->reserve(r.kv, r.kv.n_tokens + n)) llmkv::fail(LLMKV_ERR_INTERNAL, "bench: pool too small");
+                        llmkv::ForwardSpan span{&r.kv, toks, n, true, true};
+                        r.forward->run({span}, pi == 0 ? ref_logits : logits);
+                        const std::vector<float> &out = pi == 0 ? ref_logits : logits;
+                        Accum &acc = results[ci][pi];
+                        for (uint32_t t = 0; t < n; ++t) {
+                            size_t pos = w + off + t;  // logits predict corpus[pos + 1]
+                            if (off + t + 1 >= L) break;
+                            const float *row = out.data() + size_t(t) * V;
+                            const float *ref_row = ref_logits.data() + size_t(t) * V;
+                            log_softmax(row, V, lp);
+                            acc.nll -= lp[size_t(corpus[pos + 1])];
+                            if (pi != 0) {
+                                log_softmax(ref_row, V, ref_lp);
+                                double kl = 0;
+                                for (size_t i = 0; i < V; ++i) kl += std::exp(ref_lp[i]) * (ref_lp[i] - lp[i]);
+                                acc.kl += kl;
+                            }
+                            size_t a = size_t(std::max_element(row, row + V) - row);
+                            size_t b = size_t(std::max_element(ref_row, ref_row + V) - ref_row);
+                            acc.top1_agree += a == b;
+                            ++acc.count;
+                        }
+                    }
+                }
+                for (Runner &r : runners) r.cache->release(r.kv);
+            }
+            std::printf("context %u: %zu windows, %.0f s\n", L, corpus.size() / L, now() - t0);
+            std::fflush(stdout);
+        }
+
+        // Passkey retrieval through the C API: a number hidden at several depths of filler.
+        std::vector<std::vector<int>> passkey_hits(pairs.size());
+        std::vector<int> passkey_total(pairs.size(), 0);
+        if (!skip_passkey) {
+            const uint32_t keys[] = {48213, 70595, 31862};
+            const double depths[] = {0.1, 0.5, 0.9};
+            std::vector<int32_t> filler = tokenizer->encode(text, false, false);
+            for (size_t pi = 0; pi < pairs.size(); ++pi) {
+                llmkv_engine_params ep;
+                llmkv_engine_params_init(&ep);
+                ep.model_path = model_path.c_str();
+                ep.backend = LLMKV_BACKEND_CPU;
+                ep.n_threads = pool.size();
+                ep.kv_dtype_k = pairs[pi].k;
+                ep.kv_dtype_v = pairs[pi].v;
+                ep.kv_rotation = pairs[pi].rotation;
+                llmkv_engine *e = nullptr;
+                if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
+                    std::fprintf(stderr, "passkey: %s\n", llmkv_last_error());
+                    continue;
+                }
+                int hits = 0, total = 0, k = 0;
+                for (uint32_t len : passkey_lengths) {
+                    for (double depth : depths) {
+                        uint32_t key = keys[k++ % 3];
+                        std::string intro = "There is a pass key hidden inside a lot of irrelevant text. Find it and remember it.\n";
+                        std::string needle = " The pass key is " + std::to_string(key) + ". Remember it. " +
+                                             std::to_string(key) + " is the pass key. ";
+                        std::string question = "\nWhat is the pass key? The pass key is";
+                        std::vector<int32_t> a = tokenizer->encode(intro, false, false);
+                        std::vector<int32_t> nd = tokenizer->encode(needle, false, false);
+                        std::vector<int32_t> q = tokenizer->encode(question, false, false);
+                        size_t fill = len > a.size() + nd.size() + q.size() ? len - a.size() - nd.size() - q.size() : 0;
+                        size_t before = size_t(double(fill) * depth);
+                        std::vector<int32_t> prompt = a;
+                        prompt.insert(prompt.end(), filler.begin(), filler.begin() + long(before));
+                        prompt.insert(prompt.end(), nd.begin(), nd.end());
+                        prompt.insert(prompt.end(), filler.begin() + long(before), filler.begin() + long(fill));
+                        prompt.insert(prompt.end(), q.begin(), q.end());
+                        llmkv_session_params sp;
+                        llmkv_session_params_init(&sp);
+                        llmkv_session *s = nullptr;
+                        llmkv_session_create(e, &sp, &s);
+                        llmkv_session_append(s, prompt.data(), prompt.size());
+                        llmkv_session_generate(s, 8);
+                        llmkv_run(e, nullptr, nullptr);
+                        char out[256];
+                        size_t n = 0;
+                        llmkv_session_read_text(s, out, sizeof(out) - 1, &n);
+                        out[n] = '\0';
+                        bool hit = std::strstr(out, std::to_string(key).c_str()) != nullptr;
+                        hits += hit;
+                        ++total;
+                        passkey_hits[pi].push_back(hit);
+                        llmkv_session_destroy(s);
+                    }
+                }
+                passkey_total[pi] = total;
+                (void)hits;
+                llmkv_engine_destroy(e);
+            }
+        }
+
+        // Report.
+        std::FILE *csv = std::fopen(csv_path.c_str(), "w");
+        if (csv) std::fprintf(csv, "pair,k_bytes_per_token,ratio_vs_f16,context,perplexity,ppl_change_pct,mean_kl,top1_agreement,passkey_hits,passkey_trials\n");
+        std::printf("\n| K/V codec | bytes/token | vs f16 |");
+        for (uint32_t L : contexts) std::printf(" ppl@%u | Δppl@%u | KL@%u | top-1@%u |", L, L, L, L);
+        std::printf(" passkey |\n|---|---|---|");
+        for (size_t i = 0; i < contexts.size(); ++i) std::printf("---|---|---|---|");
+        std::printf("---|\n");
+        KvGeometry g0 = geometry_for(c, pairs[0]);
+        const double f16_bpt = g0.sealed_bytes_per_token();
+        for (size_t pi = 0; pi < pairs.size(); ++pi) {
+            KvGeometry g = geometry_for(c, pairs[pi]);
+            double bpt = g.sealed_bytes_per_token();
+            std::printf("| %s | %.0f | %.3fx |", pairs[pi].label, bpt, bpt / f16_bpt);
+            int hits = 0;
+            for (int h : passkey_hits[pi]) hits += h;
+            for (size_t ci = 0; ci < contexts.size(); ++ci) {
+                const Accum &a = results[ci][pi];
+                const Accum &r = results[ci][0];
+                double ppl = std::exp(a.nll / double(a.count));
+                double ppl_ref = std::exp(r.nll / double(r.count));
+                double change = 100.0 * (ppl / ppl_ref - 1.0);
+                double kl = pi == 0 ? 0.0 : a.kl / double(a.count);
+                double top1 = double(a.top1_agree) / double(a.count);
+                std::printf(" %.3f | %+.2f%% | %.5f | %.4f |", ppl, change, kl, top1);
+                if (csv) {
+                    std::fprintf(csv, "%s,%.1f,%.4f,%u,%.4f,%.3f,%.6f,%.5f,%d,%d\n", pairs[pi].label, bpt, bpt / f16_bpt,
+                                 contexts[ci], ppl, change, kl, top1, hits, passkey_total[pi]);
+                }
+            }
+            if (skip_passkey) {
+                std::printf(" - |\n");
+            } else {
+                std::printf(" %d/%d |\n", hits, passkey_total[pi]);
+            }
+        }
+        if (csv) std::fclose(csv);
+        std::printf("\nbytes/token: sealed blocks, scales included. Δppl against f16/f16 at the same context;\n"
+                    "KL = mean KL(f16 || codec) of the next-token distribution; top-1 = argmax agreement with f16.\n"
+                    "passkey: hits over lengths {");
+        for (size_t i = 0; i < passkey_lengths.size(); ++i) std::printf("%s%u", i ? "," : "", passkey_lengths[i]);
+        std::printf("} x depths {0.1,0.5,0.9}. CSV: %s\n", csv_path.c_str());
+        return 0;
+    } catch (const llmkv::Error &e) {
+        std::fprintf(stderr, "llmkv bench quality: %s: %s\n", llmkv_status_string(e.status()), e.what());
+        return 1;
+    }
+}
+
+}  // namespace llmkv_cli
