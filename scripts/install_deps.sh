@@ -2,7 +2,7 @@
 # Installs the Debian packages llmkv builds and tests with (skips what is present).
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config python3 python3-pip
-      libutf8proc-dev libgtest-dev libgmock-dev libcmocka-dev libbenchmark-dev
+      libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev libcmocka-dev libbenchmark-dev
       libmimalloc-dev libflatbuffers-dev flatbuffers-compiler)
 missing=()
 for p in "${PKGS[@]}"; do
