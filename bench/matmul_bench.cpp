@@ -168,7 +168,9 @@ void stream_args(benchmark::internal::Benchmark *b) {
         for (int threads : {1, 2}) b->Args({t, threads, 1});
     }
     for (int t : {8, 3}) {
-        for (int threads : {1, 2}) b->Args({t, threads, 64});
+        for (int n : {4, 64}) {
+            for (int threads : {1, 2}) b->Args({t, threads, n});
+        }
     }
 }
 BENCHMARK(BM_StreamType)
@@ -225,6 +227,8 @@ BENCHMARK(BM_SmolLM2)
     ->ArgNames({"threads", "n_tokens", "portable"})
     ->Args({1, 1, 0})
     ->Args({2, 1, 0})
+    ->Args({1, 4, 0})
+    ->Args({2, 4, 0})
     ->Args({1, 64, 0})
     ->Args({2, 64, 0})
     ->Args({2, 1, 1})

@@ -86,13 +86,15 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         g.rotate_k = rotation == LLMKV_KV_ROTATION_K || rotation == LLMKV_KV_ROTATION_KV;
         g.rotate_v = rotation == LLMKV_KV_ROTATION_V || rotation == LLMKV_KV_ROTATION_KV;
     }
-    if (!codec_supported(g.dtype_k, g.head_dim)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for K is not supported (head_dim %u)", codec_name(g.dtype_k), g.head_dim);
-    }
-    if (!codec_supported(g.dtype_v, g.head_dim)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s for V is not supported (head_dim %u)", codec_name(g.dtype_v), g.head_dim);
-    }
 
+    if (!codec_supported(codec_spec_k(g), KvRole::K, g.block_tokens, g.head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s%s for K is not supported (head_dim %u, %u-token blocks)",
+             codec_name(g.dtype_k), g.rotate_k ? " with rotation" : "", g.head_dim, g.block_tokens);
+    }
+    if (!codec_supported(codec_spec_v(g), KvRole::V, g.block_tokens, g.head_dim)) {
+        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s%s for V is not supported (head_dim %u, %u-token blocks)",
+             codec_name(g.dtype_v), g.rotate_v ? " with rotation" : "", g.head_dim, g.block_tokens);
+    }
     e->max_context_ = p.max_context ? std::min(p.max_context, c.n_ctx_train) : c.n_ctx_train;
     if (p.max_context > c.n_ctx_train) {
         LLMKV_LOG_WARN_F("max_context %u exceeds the model's trained context %u; using %u", p.max_context,

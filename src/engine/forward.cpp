@@ -88,8 +88,8 @@ void Forward::write_kv_window(uint32_t layer, const ForwardSpan &span, uint32_t 
         for (uint32_t b = ws / B; b < sealed_end; ++b) {
             uint8_t *blk = cache_.sealed_data(span.kv->blocks[b]);
             size_t row = size_t(b * B - ws);
-            codec_encode_head(g.dtype_k, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
-            codec_encode_head(g.dtype_v, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
+            codec_encode_head(codec_spec_k(g), KvRole::K, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
+            codec_encode_head(codec_spec_v(g), KvRole::V, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
         }
         // What stays unsealed goes back to the tail slot, from row 0.
         uint32_t tail_start = sealed_end * B;

@@ -51,7 +51,7 @@ inline float sanitize(float x) {
     return std::clamp(x, -kFp16Max, kFp16Max);
 }
 
-inline void store_fp16(uint8_t *p, uint16_t h) { std::memcpy(p, &h, 2); }
+inline void store_fp16(uint8_t *p, uint16_t h) { std::memcpy(p, &h, 2); }  // p: one fp16, any alignment
 
 // The smallest fp16 >= x, for 0 <= x <= 65504.
 uint16_t fp16_round_up(float x) {
@@ -108,6 +108,7 @@ void encode_scaled(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
     }
 }
 
+// src: values [n][D] bytes, then fp16 scales [n] -> dst: f32 [n][D].
 template <bool Fp8>
 void decode_scaled(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
     const uint8_t *scales = src + size_t(n) * D;
@@ -145,6 +146,7 @@ inline uint8_t int4_quantize(float x, const Int4Params &p) {
     return uint8_t(std::clamp(q, 0L, 15L));
 }
 
+// row: nibbles [D/2] of one token; channel d is byte d/2, low nibble when d is even.
 inline void put_nibble(uint8_t *row, uint32_t d, uint8_t q) {
     uint8_t &b = row[d / 2];
     b = (d & 1u) ? uint8_t((b & 0x0Fu) | (q << 4)) : uint8_t((b & 0xF0u) | q);
@@ -174,6 +176,7 @@ void encode_int4_k(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
     }
 }
 
+// src: int4 K layout -> dst: f32 [n][D].
 void decode_int4_k(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
     const uint8_t *scales = src + codec_scales_offset(LLMKV_KV_INT4, n, D);
     const uint8_t *mins = src + int4_k_mins_offset(n, D);
@@ -209,6 +212,7 @@ void encode_int4_v(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
     }
 }
 
+// src: int4 V layout -> dst: f32 [n][D].
 void decode_int4_v(const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
     const uint32_t G = int4_v_group(D), ng = D / G;
     const uint8_t *scales = src + codec_scales_offset(LLMKV_KV_INT4, n, D);

@@ -1,5 +1,6 @@
-// Orthonormal fast Walsh-Hadamard transform along head_dim, used to rotate K / V rows
-// before quantization (spreads outlier channels over all channels of a token).
+// Orthonormal fast Walsh-Hadamard transform along head_dim, used to rotate K / V rows before
+// quantization (spreads outlier channels over all channels of a token).
+//
 // H is the Sylvester-ordered Hadamard matrix scaled by 1/sqrt(n): symmetric and orthogonal,
 // so H = H^T = H^-1 and applying the transform twice gives the input back.
 #pragma once

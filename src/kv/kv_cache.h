@@ -43,8 +43,8 @@ struct KvGeometry {
     }
     uint32_t tail_capacity() const { return block_tokens + residual_tokens; }
 
-    size_t head_bytes_k() const { return codec_head_bytes(dtype_k, block_tokens, head_dim); }
-    size_t head_bytes_v() const { return codec_head_bytes(dtype_v, block_tokens, head_dim); }
+    size_t head_bytes_k() const { return codec_head_bytes(dtype_k, KvRole::K, block_tokens, head_dim); }
+    size_t head_bytes_v() const { return codec_head_bytes(dtype_v, KvRole::V, block_tokens, head_dim); }
     size_t sealed_layer_bytes() const { return n_kv_heads * (head_bytes_k() + head_bytes_v()); }
     size_t sealed_block_bytes() const { return n_layers * sealed_layer_bytes(); }
     size_t sealed_k_offset(uint32_t layer, uint32_t head) const {

@@ -1,7 +1,6 @@
-// KV codecs: fp8 e4m3 / int8 / int4 round trips within their analytic error bounds (random
-// data with outlier channels and tokens, all-zero rows, tiny and huge values), the Hadamard
-// rotation, the fp8 conversion, support checks and layout sizes, and the int4 rotate-or-not
-// measurement on K-like data.
+// KV codecs: fp8 / int8 / int4 round trips within their analytic error bounds (outliers,
+// zero rows, tiny / huge / non-finite inputs), Hadamard rotation, fp8 conversion, support
+// checks, layout sizes, and the rotate-or-not error measurements on K-like data.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -332,10 +332,14 @@ TEST_F(EngineTest, UnsupportedKvDtypeIsRejectedAtCreation) {
     llmkv_engine_params p;
     llmkv_engine_params_init(&p);
     p.model_path = path_->c_str();
-    p.kv_dtype_k = LLMKV_KV_INT4;
+    p.kv_rotation = LLMKV_KV_ROTATION_K;  // rotation is only for the 8- and 4-bit codecs
     llmkv_engine *e = nullptr;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
     EXPECT_EQ(e, nullptr);
+    EXPECT_NE(std::string(llmkv_last_error()).find("rotation"), std::string::npos) << llmkv_last_error();
+    p.kv_rotation = llmkv_kv_rotation(9);
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    p.kv_rotation = LLMKV_KV_ROTATION_AUTO;
     p.kv_dtype_k = llmkv_kv_dtype(77);
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
 }

@@ -66,9 +66,8 @@ std::string read_file(const std::string &path) {
 bool pair_supported(const CodecPair &p, uint32_t head_dim) {
     bool rk = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
     bool rv = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
-    (void)rk;
-    (void)rv;
-    return llmkv::codec_supported(p.k, head_dim) && llmkv::codec_supported(p.v, head_dim);
+    return llmkv::codec_supported(llmkv::CodecSpec{p.k, rk}, llmkv::KvRole::K, 16, head_dim) &&
+           llmkv::codec_supported(llmkv::CodecSpec{p.v, rv}, llmkv::KvRole::V, 16, head_dim);
 }
 
 KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p) {

@@ -63,7 +63,8 @@ int cmd_inspect(int argc, char **argv) {
         for (const auto &pair : pairs) {
             g.dtype_k = pair[0];
             g.dtype_v = pair[1];
-            if (!llmkv::codec_supported(pair[0], c.head_dim) || !llmkv::codec_supported(pair[1], c.head_dim)) {
+            if (!llmkv::codec_supported(llmkv::CodecSpec{pair[0], false}, llmkv::KvRole::K, 16, c.head_dim) ||
+                !llmkv::codec_supported(llmkv::CodecSpec{pair[1], false}, llmkv::KvRole::V, 16, c.head_dim)) {
                 std::printf("  %-10s %-10s %12s %10s %16s\n", llmkv::codec_name(pair[0]), llmkv::codec_name(pair[1]),
                             "n/a", "", "(not in this build)");
                 continue;

@@ -39,6 +39,38 @@ LLMKV_INLINE __m256 load_fp8(const uint8_t *p) {
 }
 constexpr float kFp8Unscale = 256.0f;  // load_fp8 returns value / 256
 
+// p: e4m3fn [16] -> two vectors of value * 2^-8 (one widening for 16 values).
+LLMKV_INLINE void load2_fp8(const uint8_t *p, __m256 &lo, __m256 &hi) {
+    __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(int16_t(0xBF80)));
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+// Row element types: load converts 8 values, load2 16 (to f32, before any scale). kPairs:
+// the tiles step 16 columns at a time through load2 (worth it only when one widening serves
+// 16 values; otherwise the extra live vectors cost more in register spills).
+#define LLMKV_ROWS(Name, Elem, Load8)                                                   \
+    struct Name {                                                                       \
+        using T = Elem;                                                                 \
+        static constexpr bool kPairs = false;                                           \
+        static LLMKV_INLINE __m256 load(const T *p) { return Load8(p); }                \
+        static LLMKV_INLINE void load2(const T *p, __m256 &lo, __m256 &hi) {            \
+            lo = Load8(p);                                                              \
+            hi = Load8(p + 8);                                                          \
+        }                                                                               \
+    };
+LLMKV_ROWS(F16Rows, uint16_t, load_f16)   // fp16 [.][d]
+LLMKV_ROWS(Bf16Rows, uint16_t, load_bf16)  // bf16 [.][d]
+LLMKV_ROWS(I8Rows, uint8_t, load_i8)       // int8 [.][d]
+#undef LLMKV_ROWS
+struct Fp8Rows {  // e4m3fn [.][d]
+    using T = uint8_t;
+    static constexpr bool kPairs = true;
+    static LLMKV_INLINE __m256 load(const T *p) { return load_fp8(p); }
+    static LLMKV_INLINE void load2(const T *p, __m256 &lo, __m256 &hi) { load2_fp8(p, lo, hi); }
+};
+
 // p: 8 bytes of packed nibbles = 16 values (byte i: value 2i low, 2i+1 high), in order.
 LLMKV_INLINE __m128i unpack_nibbles16(const uint8_t *p) {
     const __m128i mask = _mm_set1_epi8(0x0F);
@@ -116,17 +148,32 @@ LLMKV_INLINE void by_head_chunks(uint32_t nh, Pass &&pass) {
 
 // ---- K scores ----------------------------------------------------------------------------
 
-// sums[h * TT + j] = dot(q[h], r[j]) for NH heads and TT rows of d values (type T).
-template <int NH, int TT, class T, __m256 (*Load)(const T *)>
-LLMKV_INLINE void dot_tile(const float *const *q, const T *const *r, uint32_t d, float *sums) {
+// sums[h * TT + j] = dot(q[h], r[j]) for NH heads and TT rows of d values. Columns go in
+// order (16 at a time for kPairs rows, else 8), so each sum is the same FMA sequence for any
+// NH / TT. q: NH pointers to f32 [d]; r: TT pointers to rows [d]; sums: f32 [NH*TT, to 8].
+template <int NH, int TT, class R>
+LLMKV_INLINE void dot_tile(const float *const *q, const typename R::T *const *r, uint32_t d, float *sums) {
     constexpr int K = NH * TT;
     __m256 acc[K];
 #pragma GCC unroll 16
     for (int k = 0; k < K; ++k) acc[k] = _mm256_setzero_ps();
-    for (uint32_t i = 0; i < d; i += 8) {
+    uint32_t i = 0;
+    for (; R::kPairs && i + 16 <= d; i += 16) {
 #pragma GCC unroll 8
         for (int j = 0; j < TT; ++j) {
-            const __m256 v = Load(r[j] + i);
+            __m256 v0, v1;
+            R::load2(r[j] + i, v0, v1);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) {
+                acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), v0, acc[h * TT + j]);
+                acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i + 8), v1, acc[h * TT + j]);
+            }
+        }
+    }
+    for (; i < d; i += 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; ++j) {
+            const __m256 v = R::load(r[j] + i);
 #pragma GCC unroll 4
             for (int h = 0; h < NH; ++h) {
                 acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), v, acc[h * TT + j]);
@@ -136,41 +183,40 @@ LLMKV_INLINE void dot_tile(const float *const *q, const T *const *r, uint32_t d,
     reduce_store<K>(acc, sums);
 }
 
-// Raw dot products of NH heads with n rows (base: T [n][stride]); finish(h, t, sum) stores.
+// Raw dot products of NH heads with n rows (base: [n][stride]); finish(h, t, sum) stores.
 // Tiles past n repeat the last row and drop its sums.
-template <int NH, class T, __m256 (*Load)(const T *), class Finish>
-LLMKV_INLINE void dot_heads(const float *const *q, const T *base, size_t stride, uint32_t n,
+template <int NH, class R, class Finish>
+LLMKV_INLINE void dot_heads(const float *const *q, const typename R::T *base, size_t stride, uint32_t n,
                             uint32_t d, Finish &&finish) {
     constexpr int TT = kTileTokens<NH>;
     alignas(32) float sums[16];
     for (uint32_t t0 = 0; t0 < n; t0 += TT) {
-        const T *r[TT];
+        const typename R::T *r[TT];
 #pragma GCC unroll 8
         for (int j = 0; j < TT; ++j) r[j] = base + size_t(t0 + j < n ? t0 + j : n - 1) * stride;
-        dot_tile<NH, TT, T, Load>(q, r, d, sums);
+        dot_tile<NH, TT, R>(q, r, d, sums);
         for (int h = 0; h < NH; ++h) {
             for (int j = 0; j < TT && t0 + j < n; ++j) finish(h, t0 + j, sums[h * TT + j]);
         }
     }
 }
 
-template <__m256 (*Load)(const uint16_t *)>
+template <class R>
 void dot_rows_16bit(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n, uint32_t d,
                     float *const *scores) {
     // rows: fp16 / bf16 [n][d]
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
-        dot_heads<NH, uint16_t, Load>(q + h0, rows, d, n, d,
-                                      [&](int h, uint32_t t, float s) { scores[h0 + h][t] = s; });
+        dot_heads<NH, R>(q + h0, rows, d, n, d, [&](int h, uint32_t t, float s) { scores[h0 + h][t] = s; });
     });
 }
 
 // head: values [n][d] (1 byte each), fp16 scale [n]; scores = dot * (scale_t * unscale).
-template <__m256 (*Load)(const uint8_t *)>
+template <class R>
 void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
                      float unscale, float *const *scores) {
     const uint8_t *scales = head + size_t(n) * d;
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
-        dot_heads<NH, uint8_t, Load>(q + h0, head, d, n, d, [&](int h, uint32_t t, float s) {
+        dot_heads<NH, R>(q + h0, head, d, n, d, [&](int h, uint32_t t, float s) {
             scores[h0 + h][t] = s * (fp16_at(scales + size_t(t) * 2) * unscale);
         });
     });
@@ -238,11 +284,12 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
 
 // ---- V accumulation ----------------------------------------------------------------------
 
-// out[h][c0, c0 + 8C) += sum_t w[h][t] * scale(t) * row_t[...] for NH heads: the NH x C
-// accumulators stay in registers while the tokens stream by. load(t, c): 8 values at c.
-template <int NH, int C, class Scale, class Load>
-LLMKV_INLINE void axpy_tile(const float *const *w, uint32_t n, uint32_t c0, float *const *out,
-                            Scale &&scale, Load &&load) {
+// out[h][c0, c0 + 8C) += sum_t w[h][t] * scale(t) * row_t[c0, ..) for NH heads: the NH x C
+// accumulators stay in registers while the tokens stream by. rows: [n][d]; w: NH pointers
+// to f32 [n]; out: NH pointers to f32 [d].
+template <int NH, int C, class R, class Scale>
+LLMKV_INLINE void axpy_tile(const float *const *w, const typename R::T *rows, uint32_t n, uint32_t d,
+                            uint32_t c0, float *const *out, Scale &&scale) {
     __m256 acc[NH * C];
     for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
@@ -250,12 +297,24 @@ LLMKV_INLINE void axpy_tile(const float *const *w, uint32_t n, uint32_t c0, floa
     }
     for (uint32_t t = 0; t < n; ++t) {
         const float s = scale(t);
+        const typename R::T *row = rows + size_t(t) * d + c0;
         __m256 ws[NH];
 #pragma GCC unroll 4
         for (int h = 0; h < NH; ++h) ws[h] = _mm256_set1_ps(w[h][t] * s);
+        constexpr int C2 = R::kPairs ? C / 2 * 2 : 0;  // columns loaded in pairs
+#pragma GCC unroll 4
+        for (int c = 0; c < C2; c += 2) {
+            __m256 v0, v1;
+            R::load2(row + 8 * c, v0, v1);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) {
+                acc[h * C + c] = _mm256_fmadd_ps(ws[h], v0, acc[h * C + c]);
+                acc[h * C + c + 1] = _mm256_fmadd_ps(ws[h], v1, acc[h * C + c + 1]);
+            }
+        }
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) {
-            const __m256 v = load(t, c0 + 8 * c);
+        for (int c = C2; c < C; ++c) {
+            const __m256 v = R::load(row + 8 * c);
 #pragma GCC unroll 4
             for (int h = 0; h < NH; ++h) acc[h * C + c] = _mm256_fmadd_ps(ws[h], v, acc[h * C + c]);
         }
@@ -266,19 +325,20 @@ LLMKV_INLINE void axpy_tile(const float *const *w, uint32_t n, uint32_t c0, floa
     }
 }
 
-template <class Scale, class Load>
-LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, uint32_t n, uint32_t d, float *const *out,
-                            Scale &&scale, Load &&load) {
+template <class R, class Scale>
+LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, const typename R::T *rows, uint32_t n,
+                            uint32_t d, float *const *out, Scale &&scale) {
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
         constexpr int C = kTileCols<NH>;
         uint32_t c = 0;
-        for (; c + 8 * C <= d; c += 8 * C) axpy_tile<NH, C>(w + h0, n, c, out + h0, scale, load);
-        for (; c < d; c += 8) axpy_tile<NH, 1>(w + h0, n, c, out + h0, scale, load);
+        for (; c + 8 * C <= d; c += 8 * C) axpy_tile<NH, C, R>(w + h0, rows, n, d, c, out + h0, scale);
+        for (; c < d; c += 8) axpy_tile<NH, 1, R>(w + h0, rows, n, d, c, out + h0, scale);
     });
 }
 
 // int4 V, NH heads, columns [c0, c0 + 8C) inside group g (G channels): sum_t (w_t s_tg) nib
 // in registers, then + sum_t w_t z_tg. C is even (16 columns = 8 bytes per step).
+// w: NH pointers to f32 [n]; out: NH pointers to f32 [d].
 template <int NH, int C>
 LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
                                 uint32_t G, uint32_t c0, float *const *out) {
@@ -348,19 +408,19 @@ LLMKV_INLINE __m256 exp_ps(__m256 x) {
 
 void dot_rows_f16_avx2(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n,
                        uint32_t d, float *const *scores) {
-    dot_rows_16bit<load_f16>(nh, q, rows, n, d, scores);
+    dot_rows_16bit<F16Rows>(nh, q, rows, n, d, scores);
 }
 void dot_rows_bf16_avx2(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n,
                         uint32_t d, float *const *scores) {
-    dot_rows_16bit<load_bf16>(nh, q, rows, n, d, scores);
+    dot_rows_16bit<Bf16Rows>(nh, q, rows, n, d, scores);
 }
 void dot_rows_i8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                       uint32_t d, float *const *scores) {
-    dot_rows_scaled<load_i8>(nh, q, head, n, d, 1.0f, scores);
+    dot_rows_scaled<I8Rows>(nh, q, head, n, d, 1.0f, scores);
 }
 void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores) {
-    dot_rows_scaled<load_fp8>(nh, q, head, n, d, kFp8Unscale, scores);
+    dot_rows_scaled<Fp8Rows>(nh, q, head, n, d, kFp8Unscale, scores);
 }
 void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores) {
@@ -370,28 +430,25 @@ void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, 
 void axpy_rows_f16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
                         uint32_t d, float *const *out) {
     // rows: fp16 [n][d]
-    axpy_rows(nh, w, n, d, out, [](uint32_t) { return 1.0f; },
-              [&](uint32_t t, uint32_t c) { return load_f16(rows + size_t(t) * d + c); });
+    axpy_rows<F16Rows>(nh, w, rows, n, d, out, [](uint32_t) { return 1.0f; });
 }
 void axpy_rows_bf16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
                          uint32_t d, float *const *out) {
     // rows: bf16 [n][d]
-    axpy_rows(nh, w, n, d, out, [](uint32_t) { return 1.0f; },
-              [&](uint32_t t, uint32_t c) { return load_bf16(rows + size_t(t) * d + c); });
+    axpy_rows<Bf16Rows>(nh, w, rows, n, d, out, [](uint32_t) { return 1.0f; });
 }
 void axpy_rows_i8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *out) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_rows(nh, w, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2); },
-              [&](uint32_t t, uint32_t c) { return load_i8(head + size_t(t) * d + c); });
+    axpy_rows<I8Rows>(nh, w, head, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2); });
 }
 void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                         uint32_t d, float *const *out) {
     // head: e4m3fn [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_rows(nh, w, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2) * kFp8Unscale; },
-              [&](uint32_t t, uint32_t c) { return load_fp8(head + size_t(t) * d + c); });
+    axpy_rows<Fp8Rows>(nh, w, head, n, d, out,
+                       [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2) * kFp8Unscale; });
 }
 void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                         uint32_t d, float *const *out) {

@@ -353,7 +353,10 @@ constexpr int64_t kRowGrain = 16;  // row chunks are multiples of this
 // Row chunks per thread for the dynamic split. Few, long chunks stream best (measured: 2 beats
 // 4 and 8 on the SmolLM2 decode set); more would balance better on a busy machine.
 constexpr int64_t kChunksPerThread = 2;
-constexpr size_t kMinParallelBytes = 48 * 1024;    // smaller calls run on the caller alone
+// Calls streaming less than this run on the caller alone: a 192 x 576 Q4_1 matrix (69 KB, ~3 us)
+// gains ~1 us from a second thread on an idle machine but loses 10+ us when the worker has to
+// be woken on a busy one.
+constexpr size_t kMinParallelBytes = 96 * 1024;
 constexpr int64_t kMinParallelQuantElems = 16384;  // activation elements worth a dispatch
 
 void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,

@@ -251,35 +251,41 @@ using BatchSeq = std::make_integer_sequence<int, kRBatch * kTBatch>;
 // rows of a block stay in L1 while every token of the group passes over them.
 template <typename Fn, typename Call>
 void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &tiles, Call &&call) {
+    // Decode streams each weight once; rows are short (a few hundred bytes), too short for the
+    // hardware prefetchers to ramp up per row, so the tiles prefetch the weight bytes
+    // kPrefetchDistance ahead of the ones they read, sweeping linearly through the range. The
+    // sweep stops at the end of the matrix (not of this range: the next rows are another
+    // chunk, usually read soon). The first kPrefetchDistance bytes of the range have no
+    // earlier tile to prefetch them, so they are requested up front.
+    const size_t total = size_t(job.rows) * job.row_bytes;
+    const size_t start = size_t(r0) * job.row_bytes;
     if (job.n_tokens == 1) {
-        // Decode streams each weight once; rows are short (a few hundred bytes), too short for
-        // the hardware prefetchers to ramp up per row, so the tiles prefetch the weight bytes
-        // kPrefetchDistance ahead of the ones they read, sweeping linearly through the range.
-        // The sweep stops at the end of the matrix (not of this range: the next rows are
-        // another chunk, usually read soon). The first kPrefetchDistance bytes of the range
-        // have no earlier tile to prefetch them, so they are requested up front.
-        const uint8_t *end = job.w + size_t(job.rows) * job.row_bytes;
-        const uint8_t *p0 = job.w + size_t(r0) * job.row_bytes;
-        const uint8_t *p1 = std::min(p0 + kPrefetchDistance, end);
-        for (const uint8_t *p = p0; p < p1; p += 64) {
-            _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
+        for (size_t o = start; o < std::min(start + kPrefetchDistance, total); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char *>(job.w + o), _MM_HINT_T0);
         }
         for (int64_t r = r0; r < r1; r += kRDecode) {
             const int nr = int(std::min<int64_t>(kRDecode, r1 - r));
-            const uint8_t *pf = job.w + size_t(r) * job.row_bytes + kPrefetchDistance;
-            call(tiles.decode[size_t(nr - 1)], r, 0, pf < end ? pf : nullptr);
+            const size_t ahead = size_t(r) * job.row_bytes + kPrefetchDistance;
+            call(tiles.decode[size_t(nr - 1)], r, 0, ahead < total ? job.w + ahead : nullptr);
         }
         return;
     }
+    // Batches: the first token tile of each row block reads the weights from memory and runs
+    // the same prefetch sweep; the other token tiles find the block in L1/L2.
     for (int64_t tg = 0; tg < job.n_tokens; tg += kTokenGroup) {
         const int64_t tg_end = std::min(job.n_tokens, tg + kTokenGroup);
+        for (size_t o = start; o < std::min(start + kPrefetchDistance, total); o += 64) {
+            _mm_prefetch(reinterpret_cast<const char *>(job.w + o), _MM_HINT_T0);
+        }
         for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
             const int64_t rb_end = std::min(r1, rb + kRowBlock);
             for (int64_t t = tg; t < tg_end; t += kTBatch) {
                 const int nt = int(std::min<int64_t>(kTBatch, tg_end - t));
                 for (int64_t r = rb; r < rb_end; r += kRBatch) {
                     const int nr = int(std::min<int64_t>(kRBatch, rb_end - r));
-                    call(tiles.batch[size_t((nr - 1) * kTBatch + (nt - 1))], r, t, nullptr);
+                    const size_t ahead = size_t(r) * job.row_bytes + kPrefetchDistance;
+                    const uint8_t *pf = t == tg && ahead < total ? job.w + ahead : nullptr;
+                    call(tiles.batch[size_t((nr - 1) * kTBatch + (nt - 1))], r, t, pf);
                 }
             }
         }
