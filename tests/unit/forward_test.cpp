@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "common/error.h"
@@ -26,7 +27,8 @@ struct Harness {
     std::unique_ptr<Forward> forward;
 
     Harness(const TinyModelSpec &spec, unsigned threads = 2, uint32_t block_tokens = 4,
-            llmkv_kv_dtype dtype = LLMKV_KV_F16, uint32_t residual = 0) {
+            llmkv_kv_dtype dtype = LLMKV_KV_F16, uint32_t residual = 0,
+            const std::function<void(KvGeometry &)> &tweak = nullptr) {
         bytes = testing::build_tiny_model(spec);
         file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
         model = LlamaModel::load(file);
@@ -39,6 +41,7 @@ struct Harness {
         g.dtype_k = dtype;
         g.dtype_v = dtype;
         g.residual_tokens = residual;
+        if (tweak) tweak(g);
         cache = std::make_unique<KvCache>(g, 256, 8);
         pool = std::make_unique<ThreadPool>(threads);
         forward = std::make_unique<Forward>(*model, *cache, *pool, 128);
@@ -257,6 +260,66 @@ TEST(Forward, RejectsTokenIdsOutsideTheVocabularyBeforeWritingKv) {
     EXPECT_EQ(kv.n_tokens, 0u);
     h.cache->release(kv);
 }
+
+}  // namespace
+}  // namespace llmkv
+
+namespace llmkv {
+namespace {
+
+struct CodecPairCase {
+    llmkv_kv_dtype k, v;
+    bool rotate;
+    uint32_t residual;
+};
+
+class ForwardCodecs : public ::testing::TestWithParam<CodecPairCase> {};
+
+// Sealed blocks are quantized layer by layer inside the pass that completes them, and a
+// query reads exactly the blocks sealed before its own position: so every codec gives the
+// same bits whatever the chunking and batching.
+TEST_P(ForwardCodecs, ChunkingAndBatchingAreBitwiseInvariantForQuantizedBlocks) {
+    const CodecPairCase pc = GetParam();
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::Q4_1;
+    spec.embd_type = TensorType::Q8_0;
+    spec.n_embd = 128;
+    spec.n_heads = 2;
+    spec.n_kv_heads = 1;  // head_dim 64: every codec, rotation included
+    std::vector<int32_t> tokens = some_tokens(41);
+    Harness h(spec, 2, 16, pc.k, pc.residual, [&](KvGeometry &g) {
+        g.dtype_v = pc.v;
+        g.rotate_k = pc.rotate;
+        g.rotate_v = pc.rotate;
+    });
+    std::vector<std::vector<float>> results;
+    std::vector<SessionKv> kvs(3);
+    const uint32_t chunks[] = {41, 1, 7};
+    for (size_t c = 0; c < 3; ++c) results.push_back(h.run_chunked(kvs[c], tokens, chunks[c]));
+    for (size_t c = 1; c < 3; ++c) {
+        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+            << "chunk size " << chunks[c];
+    }
+    // Batched with another session's span: same bits.
+    SessionKv a, b;
+    std::vector<int32_t> other = some_tokens(23, 9);
+    ASSERT_TRUE(h.cache->reserve(a, 41));
+    ASSERT_TRUE(h.cache->reserve(b, 23));
+    std::vector<float> batched;
+    h.forward->run({{&b, other.data(), 23, true}, {&a, tokens.data(), 41, true}}, batched);
+    EXPECT_EQ(0, std::memcmp(batched.data() + testing::TinyVocab::kSize, results[0].data(),
+                             results[0].size() * sizeof(float)));
+    for (auto &kv : kvs) h.cache->release(kv);
+    h.cache->release(a);
+    h.cache->release(b);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllCodecPairs, ForwardCodecs,
+    ::testing::Values(CodecPairCase{LLMKV_KV_F16, LLMKV_KV_F16, false, 0}, CodecPairCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, false, 0},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, false, 0}, CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, true, 5},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4, false, 0}, CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, true, 0},
+                      CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, false, 20}));
 
 }  // namespace
 }  // namespace llmkv

@@ -19,7 +19,8 @@ void usage() {
                  "usage:\n"
                  "  llmkv run [-m MODEL] -p PROMPT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
                  "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                 "            [--kv-dtype f16|bf16] [--max-context N] [-v]\n"
+                 "            [--kv-dtype f16|bf16|fp8|int8|int4] [--kv-dtype-v D] [--kv-residual N]\n"
+                 "            [--max-context N] [-v]\n"
                  "  llmkv inspect [MODEL]\n"
                  "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
                  "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
@@ -37,6 +38,8 @@ struct RunOptions {
     uint32_t n_threads = 0;
     uint32_t max_context = 0;
     llmkv_kv_dtype kv_dtype = LLMKV_KV_F16;
+    int kv_dtype_v = -1;  // -1: same as kv_dtype
+    uint32_t kv_residual = 0;
 };
 
 double now_seconds() {
@@ -87,6 +90,8 @@ int cmd_run(int argc, char **argv) {
         else if (a == "-t" || a == "--threads") o.n_threads = uint32_t(llmkv_cli::parse_uint(value("-t"), "-t"));
         else if (a == "--max-context") o.max_context = uint32_t(llmkv_cli::parse_uint(value("--max-context"), "--max-context"));
         else if (a == "--kv-dtype") o.kv_dtype = llmkv_cli::parse_kv_dtype(value("--kv-dtype"));
+        else if (a == "--kv-dtype-v") o.kv_dtype_v = int(llmkv_cli::parse_kv_dtype(value("--kv-dtype-v")));
+        else if (a == "--kv-residual") o.kv_residual = uint32_t(llmkv_cli::parse_uint(value("--kv-residual"), "--kv-residual"));
         else {
             std::fprintf(stderr, "llmkv run: unknown option %s\n", a.c_str());
             usage();
@@ -107,7 +112,8 @@ int cmd_run(int argc, char **argv) {
     ep.n_threads = o.n_threads;
     ep.max_context = o.max_context;
     ep.kv_dtype_k = o.kv_dtype;
-    ep.kv_dtype_v = o.kv_dtype;
+    ep.kv_dtype_v = o.kv_dtype_v >= 0 ? llmkv_kv_dtype(o.kv_dtype_v) : o.kv_dtype;
+    ep.kv_residual_tokens = o.kv_residual;
     llmkv_engine *engine = nullptr;
     double t_load = now_seconds();
     if (check(llmkv_engine_create(&ep, &engine), "engine_create")) return 1;
