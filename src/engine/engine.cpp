@@ -116,6 +116,20 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
     e->kv_device_bytes_ = n_blocks * block_bytes;
     e->cache_ = std::make_unique<KvCache>(g, uint32_t(n_blocks), max_sessions);
+    if (p.flags & LLMKV_ENGINE_PREFIX_CACHE) {
+        if (g.residual_tokens == 0) {
+            // The salt makes blocks of another model, codec, rotation or block size unmatchable.
+            std::string salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u", e->model_->fingerprint().c_str(),
+                                         codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
+                                         g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens);
+            e->prefix_ = std::make_unique<PrefixCache>(e->cache_->sealed_pool(), g.block_tokens, block_salt(salt));
+            e->cache_->set_prefix_cache(e->prefix_.get());
+        } else {
+            // A matched block would be read sealed where a recomputation reads fp16 rows,
+            // breaking bitwise equality with the uncached run.
+            LLMKV_LOG_INFO_F("prefix cache off: it needs kv_residual_tokens = 0 (got %u)", g.residual_tokens);
+        }
+    }
 
     unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
     e->pool_ = std::make_unique<ThreadPool>(threads);
@@ -139,6 +153,7 @@ Engine::~Engine() {
         cache_->release(s->kv);
         delete s;
     }
+    if (prefix_) prefix_->clear();
 }
 
 void Engine::get_info(llmkv_engine_info &out) const {
@@ -187,8 +202,8 @@ void Engine::get_stats(llmkv_stats &out) const {
     const BlockPool &tails = cache_->tail_pool();
     out.blocks_total = sealed.n_total();
     out.blocks_free = sealed.n_free();
-    out.blocks_used = sealed.n_used();
-    out.blocks_cached = 0;
+    out.blocks_cached = prefix_ ? prefix_->n_evictable() : 0;
+    out.blocks_used = sealed.n_used() - out.blocks_cached;
     out.tail_blocks_total = tails.n_total();
     out.tail_blocks_used = tails.n_used();
     out.sessions_total = uint32_t(sessions_.size());
@@ -203,8 +218,9 @@ void Engine::get_stats(llmkv_stats &out) const {
         }
         out.tokens_stored += s->kv.n_tokens;
     }
-    out.kv_bytes_used = uint64_t(sealed.n_used()) * sealed.block_bytes() + uint64_t(tails.n_used()) * tails.block_bytes();
-    out.prefix_miss_tokens = tokens_prefilled_;
+    out.kv_bytes_used = uint64_t(out.blocks_used) * sealed.block_bytes() + uint64_t(tails.n_used()) * tails.block_bytes();
+    out.prefix_hit_tokens = prefix_ ? prefix_->hit_tokens() : 0;
+    out.prefix_miss_tokens = prefix_ ? prefix_->miss_tokens() : 0;
     out.tokens_prefilled = tokens_prefilled_;
     out.tokens_generated = tokens_generated_;
     out.steps = steps_;
@@ -245,6 +261,7 @@ void Engine::destroy_session(Session *s) {
     if (it == sessions_.end()) return;
     sessions_.erase(it);
     cache_->release(s->kv);
+    s->block_keys.clear();
     events_.erase(std::remove_if(events_.begin(), events_.end(),
                                  [&](const llmkv_event &ev) { return ev.session == s->handle; }),
                   events_.end());
@@ -348,7 +365,40 @@ void Engine::update_state(Session *s) {
     }
 }
 
+// A session about to start from nothing takes the longest cached chain of full blocks of
+// its context (all but the last token, whose logits must be computed).
+void Engine::match_prefix(Session *s) {
+    if (!prefix_ || s->kv.n_tokens != 0 || !s->kv.blocks.empty() || s->tokens.size() < 2) return;
+    size_t m = prefix_->match(s->tokens.data(), s->tokens.size() - 1, s->kv.blocks);
+    if (m == 0) return;
+    s->kv.n_tokens = uint32_t(m) * cache_->geometry().block_tokens;
+    s->block_keys.clear();
+    for (uint32_t id : s->kv.blocks) s->block_keys.push_back(prefix_->key_of(id));
+}
+
+// Offers the session's newly sealed blocks to the prefix cache. When an equal block is
+// already cached (bitwise identical: same tokens at the same positions), the session
+// switches to it and its own copy returns to the pool.
+void Engine::publish_sealed(Session *s) {
+    if (!prefix_) return;
+    const uint32_t B = cache_->geometry().block_tokens;
+    for (size_t i = s->block_keys.size(); i < s->kv.blocks.size(); ++i) {
+        const BlockHashKey &parent = i ? s->block_keys[i - 1] : kRootBlockKey;
+        uint32_t parent_block = i ? s->kv.blocks[i - 1] : PrefixCache::kNoBlock;
+        PrefixCache::PublishResult r = prefix_->publish(parent, s->tokens.data() + i * B, s->kv.blocks[i], parent_block);
+        s->block_keys.push_back(r.key);
+        if (r.status == PrefixCache::PublishStatus::kDuplicate && r.block_id != s->kv.blocks[i]) {
+            prefix_->acquire(r.block_id);
+            prefix_->release(s->kv.blocks[i]);
+            s->kv.blocks[i] = r.block_id;
+        }
+    }
+}
+
 void Engine::step() {
+    for (Session *s : sessions_) {
+        if (pending_runnable(*s) > 0) match_prefix(s);
+    }
     std::vector<SchedCandidate> candidates;
     for (uint32_t i = 0; i < sessions_.size(); ++i) {
         const Session &s = *sessions_[i];
@@ -376,9 +426,8 @@ void Engine::step() {
     }
     if (spans.empty()) {
         Session *s = first_refused;
-        LLMKV_LOG_WARN_F("KV pool exhausted: a session needing %u more blocks cannot run (%u free)",
-                         cache_->blocks_needed(s->kv, uint32_t(s->tokens.size())),
-                         cache_->sealed_pool().n_free());
+        LLMKV_LOG_WARN_F("KV pool exhausted: a session needing %u more blocks cannot run (%u available)",
+                         cache_->blocks_needed(s->kv, uint32_t(s->tokens.size())), cache_->sealed_available());
         // Drop its unprocessed input (nothing computed is lost) and report the error.
         if (!(s->generate_requested && s->n_generated > 0)) s->tokens.resize(s->kv.n_tokens);
         s->generate_requested = false;
@@ -391,10 +440,14 @@ void Engine::step() {
     try {
         forward_->run(spans, logits_);
     } catch (...) {
-        for (Session *s : span_sessions) cache_->trim(s->kv);
+        for (Session *s : span_sessions) {
+            cache_->trim(s->kv);
+            if (s->block_keys.size() > s->kv.blocks.size()) s->block_keys.resize(s->kv.blocks.size());
+        }
         throw;
     }
     ++steps_;
+    for (Session *s : span_sessions) publish_sealed(s);
 
     const uint32_t n_vocab = model_->config().n_vocab;
     size_t logit_row = 0;
@@ -452,6 +505,10 @@ void Engine::check_invariants() const {
         }
         for (uint32_t id : s->kv.blocks) ++refs[id];
         if (s->kv.tail >= 0) ++tail_refs[size_t(s->kv.tail)];
+    }
+    if (prefix_) {
+        prefix_->check_invariants();
+        for (uint32_t id = 0; id < refs.size(); ++id) refs[id] += prefix_->contains(id) ? 1 : 0;
     }
     for (uint32_t id = 0; id < refs.size(); ++id) {
         if (refs[id] != cache_->sealed_pool().refcount(id)) {

@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "llmkv.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
@@ -34,6 +35,7 @@ struct Session {
 
     std::vector<int32_t> tokens;  // the context: prompt and generated tokens
     SessionKv kv;                 // kv.n_tokens = tokens whose KV is computed
+    std::vector<BlockHashKey> block_keys;  // prefix-cache key of each sealed block offered so far
     llmkv_session_state state = LLMKV_SESSION_IDLE;
     llmkv_finish_reason finish_reason = LLMKV_FINISH_NONE;
     bool generate_requested = false;
@@ -83,6 +85,8 @@ private:
                     llmkv_status status);
     void finish(Session *s, llmkv_finish_reason reason);
     void update_state(Session *s);
+    void match_prefix(Session *s);
+    void publish_sealed(Session *s);
 
     mutable std::mutex mutex_;
     llmkv_engine_params params_{};
@@ -90,6 +94,7 @@ private:
     std::unique_ptr<LlamaModel> model_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<KvCache> cache_;
+    std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first; null when disabled
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Forward> forward_;
     std::unique_ptr<Scheduler> scheduler_;

@@ -2,6 +2,7 @@
 #include "kv/kv_cache.h"
 
 #include "common/error.h"
+#include "kv/prefix_cache.h"
 
 namespace llmkv {
 
@@ -15,29 +16,42 @@ uint32_t KvCache::blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) cons
     return full > kv.blocks.size() ? full - uint32_t(kv.blocks.size()) : 0;
 }
 
+uint32_t KvCache::sealed_available() const {
+    return sealed_.n_free() + (prefix_ ? prefix_->n_reclaimable() : 0);
+}
+
+void KvCache::release_sealed(uint32_t id) {
+    if (prefix_) {
+        prefix_->release(id);
+    } else {
+        sealed_.release(id);
+    }
+}
+
 bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
     uint32_t need = blocks_needed(kv, new_n_tokens);
     bool need_tail = kv.tail < 0;
-    if (need > sealed_.n_free() || (need_tail && tails_.n_free() == 0)) return false;
+    if (need > sealed_available() || (need_tail && tails_.n_free() == 0)) return false;
+    bool ok = prefix_ ? prefix_->allocate_with_eviction(need, kv.blocks) : sealed_.allocate_many(need, kv.blocks);
+    if (!ok) return false;  // unreachable: availability was checked; nothing changed
     if (need_tail) {
         uint32_t slot;
         tails_.allocate(slot);
         kv.tail = slot;
     }
-    sealed_.allocate_many(need, kv.blocks);
     return true;
 }
 
 void KvCache::trim(SessionKv &kv) {
     size_t keep = geometry_.sealed_blocks(kv.n_tokens);
     while (kv.blocks.size() > keep) {
-        sealed_.release(kv.blocks.back());
+        release_sealed(kv.blocks.back());
         kv.blocks.pop_back();
     }
 }
 
 void KvCache::release(SessionKv &kv) {
-    for (uint32_t id : kv.blocks) sealed_.release(id);
+    for (uint32_t id : kv.blocks) release_sealed(id);
     kv.blocks.clear();
     if (kv.tail >= 0) tails_.release(uint32_t(kv.tail));
     kv.tail = -1;

@@ -73,6 +73,8 @@ struct SessionKv {
     uint32_t n_tokens = 0;         // positions [0, n_tokens) hold computed KV
 };
 
+class PrefixCache;
+
 class KvCache {
 public:
     KvCache(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);
@@ -94,6 +96,16 @@ public:
     // Returns every block and the tail slot of a session to the pools.
     void release(SessionKv &kv);
 
+    // With a prefix cache attached, sealed blocks are allocated through it (evicting
+    // cached-unreferenced blocks when the free list runs out) and released through it (so a
+    // block only the cache still holds becomes evictable). Not owned.
+    void set_prefix_cache(PrefixCache *prefix) { prefix_ = prefix; }
+    PrefixCache *prefix_cache() { return prefix_; }
+    // Sealed blocks an allocation can obtain now: free plus reclaimable cached blocks.
+    uint32_t sealed_available() const;
+    // Drops one holder reference on a sealed block.
+    void release_sealed(uint32_t id);
+
     uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
     uint8_t *tail_data(int64_t slot) { return tails_.data(uint32_t(slot)); }
 
@@ -101,6 +113,7 @@ private:
     KvGeometry geometry_;
     BlockPool sealed_;
     BlockPool tails_;
+    PrefixCache *prefix_ = nullptr;
 };
 
 }  // namespace llmkv

@@ -445,7 +445,8 @@ static void *engine_worker(void *arg) {
     memset(&st, 0, sizeof(st));
     st.struct_size = sizeof(st);
     WCALL(&w->f, llmkv_engine_get_stats(e, &st));
-    WCHECK(&w->f, st.blocks_free == st.blocks_total && st.tail_blocks_used == 0 && st.sessions_total == 0,
+    WCHECK(&w->f, st.blocks_free + st.blocks_cached == st.blocks_total && st.blocks_used == 0 &&
+                      st.tail_blocks_used == 0 && st.sessions_total == 0,
            "engine %d: pool not clean after destroying the session", w->index);
     llmkv_engine_destroy(e);
     return NULL;

@@ -32,7 +32,7 @@ protected:
     }
 
     llmkv_engine *make_engine(uint32_t max_batch_tokens = 0, uint64_t kv_bytes = 0, uint32_t threads = 2,
-                              uint32_t max_context = 0) {
+                              uint32_t max_context = 0, uint32_t flags = LLMKV_ENGINE_PREFIX_CACHE) {
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path_->c_str();
@@ -42,6 +42,7 @@ protected:
         p.max_batch_tokens = max_batch_tokens;
         p.kv_device_bytes = kv_bytes;
         p.max_context = max_context;
+        p.flags = flags;
         llmkv_engine *e = nullptr;
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
         return e;
@@ -120,7 +121,8 @@ TEST_F(EngineTest, SessionsInOneBatchProduceTheirSoloTokensBitwise) {
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     for (auto *s : sessions) llmkv_session_destroy(s);
     ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-    EXPECT_EQ(st.blocks_free, st.blocks_total);
+    EXPECT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
+    EXPECT_EQ(st.blocks_used, 0u);
     EXPECT_EQ(st.tail_blocks_used, 0u);
     llmkv_engine_destroy(e);
 }
@@ -265,7 +267,8 @@ TEST_F(EngineTest, ExhaustedPoolGivesKvCapacityErrorAndKeepsComputedTokens) {
     llmkv_stats st;
     st.struct_size = sizeof(st);
     ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-    EXPECT_EQ(st.blocks_free, 3u);
+    EXPECT_EQ(st.blocks_free + st.blocks_cached, 3u);
+    EXPECT_EQ(st.blocks_used, 0u);
     llmkv_engine_destroy(e);
 }
 
@@ -322,9 +325,87 @@ TEST_F(EngineTest, RandomOperationSequencesKeepThePoolInvariants) {
     llmkv_stats st;
     st.struct_size = sizeof(st);
     ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-    EXPECT_EQ(st.blocks_free, st.blocks_total);
+    EXPECT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
+    EXPECT_EQ(st.blocks_used, 0u);
     EXPECT_EQ(st.tail_blocks_used, 0u);
     EXPECT_EQ(llmkv_pending_events(e), 0u);
+    llmkv_engine_destroy(e);
+}
+
+llmkv_stats stats_of(llmkv_engine *e) {
+    llmkv_stats st;
+    st.struct_size = sizeof(st);
+    EXPECT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
+    return st;
+}
+
+TEST_F(EngineTest, SharedPromptIsServedFromThePrefixCacheWithIdenticalTokens) {
+    std::vector<int32_t> shared = prompt(50, 21);
+    std::vector<int32_t> second = shared;
+    for (int32_t t : prompt(7, 22)) second.push_back(t);
+    for (float temperature : {0.0f, 0.9f}) {
+        llmkv_session_params sp = sampling_params(temperature, 77);
+        llmkv_engine *cached = make_engine();
+        llmkv_engine *plain = make_engine(0, 0, 2, 0, 0);
+        auto first_cached = solo_run(cached, sp, shared, 10);
+        llmkv_stats before = stats_of(cached);
+        EXPECT_EQ(before.prefix_hit_tokens, 0u);
+        auto second_cached = solo_run(cached, sp, second, 10);
+        llmkv_stats after = stats_of(cached);
+        // Blocks 0..11 (positions 0..47) are shared; block 12 differs (the first session
+        // continued with its own generated tokens there).
+        EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 48u);
+        EXPECT_EQ(after.tokens_prefilled - before.tokens_prefilled, second.size() - 48);
+        EXPECT_EQ(first_cached, solo_run(plain, sp, shared, 10));
+        EXPECT_EQ(second_cached, solo_run(plain, sp, second, 10));
+        EXPECT_EQ(stats_of(plain).prefix_hit_tokens, 0u);
+        // The same prompt again hits every full block but the one holding its last token.
+        auto again = solo_run(cached, sp, second, 10);
+        EXPECT_EQ(again, second_cached);
+        EXPECT_EQ(stats_of(cached).prefix_hit_tokens - after.prefix_hit_tokens, (second.size() - 1) / 4 * 4);
+        EXPECT_EQ(llmkv_engine_validate(cached), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(cached);
+        llmkv_engine_destroy(plain);
+    }
+}
+
+TEST_F(EngineTest, PrefixCacheEvictsUnreferencedBlocksWhenThePoolRunsDry) {
+    // 16 blocks of 4 tokens; every session needs about 8: the cache must give blocks back.
+    llmkv_engine *e = make_engine(0, 16 * 1024);
+    llmkv_engine *plain = make_engine(0, 0, 2, 0, 0);
+    llmkv_session_params sp = sampling_params(0.0f, 0);
+    for (uint32_t i = 0; i < 12; ++i) {
+        // A recurring prompt between one-off prompts: LRU keeps the recurring chain and
+        // evicts the one-offs.
+        std::vector<int32_t> p = prompt(25, i % 2 ? 400 + i : 300);
+        auto got = solo_run(e, sp, p, 6);
+        ASSERT_EQ(got, solo_run(plain, sp, p, 6)) << "run " << i;
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        llmkv_stats st = stats_of(e);
+        ASSERT_EQ(st.blocks_used, 0u);
+        ASSERT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
+    }
+    // The recurring prompt hits its 6 full blocks (24 of its 25 tokens) on runs 2, 4, .., 10.
+    EXPECT_EQ(stats_of(e).prefix_hit_tokens, 5u * 24u);
+    llmkv_engine_destroy(e);
+    llmkv_engine_destroy(plain);
+}
+
+TEST_F(EngineTest, PrefixCacheStaysOffWithAResidualWindow) {
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path_->c_str();
+    p.kv_block_tokens = 4;
+    p.kv_residual_tokens = 8;
+    llmkv_engine *e = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    llmkv_session_params sp = sampling_params(0.0f, 0);
+    std::vector<int32_t> pr = prompt(30, 5);
+    auto a = solo_run(e, sp, pr, 4);
+    auto b = solo_run(e, sp, pr, 4);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(stats_of(e).prefix_hit_tokens, 0u);
+    EXPECT_EQ(stats_of(e).blocks_cached, 0u);
     llmkv_engine_destroy(e);
 }
 
