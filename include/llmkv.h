@@ -103,7 +103,7 @@ LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level m
 
 typedef struct llmkv_engine llmkv_engine;
 typedef struct llmkv_session llmkv_session;
-typedef struct llmkv_prefix llmkv_prefix; /* prefix handles: functions arrive in a later release */
+typedef struct llmkv_prefix llmkv_prefix;
 
 typedef enum llmkv_backend {
     LLMKV_BACKEND_AUTO = 0,
@@ -276,6 +276,33 @@ LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat
                                          size_t n, int add_generation_prompt, char *buf,
                                          size_t capacity, size_t *n_bytes);
 
+/* ---- Prefix handles ------------------------------------------------------------------- */
+
+/* A prefix is an immutable, refcounted run of tokens whose KV is computed once (a system
+ * prompt, a persona, a document). Sessions created from it (session_params.prefix) share its
+ * sealed KV blocks and copy its small full-precision tail, so their output is bitwise what a
+ * fresh session with the same tokens would produce.
+ *
+ * Independently of handles, the engine's automatic prefix cache (LLMKV_ENGINE_PREFIX_CACHE,
+ * on by default; off when kv_residual_tokens > 0) reuses identical full blocks of any
+ * session's prompt; llmkv_stats.prefix_hit_tokens counts the tokens it served. */
+
+/* Computes the KV of tokens[0..n) now (all but the last token, whose logits are computed by
+ * the first generate of a session made from it), blocking until done; other sessions'
+ * pending work and events are untouched. *out is owned by the caller until
+ * llmkv_prefix_release (or llmkv_engine_destroy). A handle holds one tail slot
+ * (engine_params.max_sessions counts sessions and prefixes). Errors: INVALID_ARGUMENT
+ * (NULL, n = 0, a token outside the vocabulary), KV_CAPACITY (does not fit the pool or
+ * max_context; nothing is kept). */
+LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *tokens, size_t n,
+                                           llmkv_prefix **out);
+
+/* Number of tokens of the prefix (0 for NULL). */
+LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p);
+
+/* Releases the handle; sessions created from it keep the blocks they share. NULL is fine. */
+LLMKV_API void llmkv_prefix_release(llmkv_prefix *p);
+
 /* ---- Sessions ------------------------------------------------------------------------- */
 
 typedef struct llmkv_sampling {
@@ -290,7 +317,8 @@ typedef struct llmkv_sampling {
 
 typedef struct llmkv_session_params {
     uint32_t struct_size;
-    const llmkv_prefix *prefix;  /* reserved for prefix handles; must be NULL for now */
+    const llmkv_prefix *prefix;  /* optional: start from this prefix (shares its blocks); the
+                                    prefix must belong to the same engine */
     llmkv_sampling sampling;
     uint32_t max_new_tokens;     /* default limit for generate(); 0 = until stop/context end */
     const int32_t *stop_tokens;  /* in addition to the model's end-of-generation tokens;
@@ -376,6 +404,15 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
  * the total count. Errors: INVALID_ARGUMENT. */
 LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t *tokens,
                                                 size_t capacity, size_t *n_tokens);
+
+/* A new session with the same context, sharing its sealed blocks (and copying its tail),
+ * sampling parameters and RNG state: given the same calls, both continue identically.
+ * Errors: STATE (the session is generating), KV_CAPACITY (max_sessions reached). */
+LLMKV_API llmkv_status llmkv_session_fork(llmkv_session *s, llmkv_session **out);
+
+/* A prefix handle holding the session's current context (shares its blocks). Errors: STATE
+ * (the session is generating or empty), KV_CAPACITY (no tail slot). */
+LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **out);
 
 /* Frees the session and returns its blocks to the pool. Events already queued for it are
  * discarded. NULL is fine. */

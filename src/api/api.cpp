@@ -42,7 +42,11 @@ llmkv_status guarded(F &&fn) {
     }
 }
 
+using llmkv::Prefix;
+
 Engine *engine_of(llmkv_engine *e) { return reinterpret_cast<Engine *>(e); }
+Prefix *prefix_of(llmkv_prefix *p) { return reinterpret_cast<Prefix *>(p); }
+const Prefix *prefix_of(const llmkv_prefix *p) { return reinterpret_cast<const Prefix *>(p); }
 const Engine *engine_of(const llmkv_engine *e) { return reinterpret_cast<const Engine *>(e); }
 Session *session_of(llmkv_session *s) { return reinterpret_cast<Session *>(s); }
 const Session *session_of(const llmkv_session *s) { return reinterpret_cast<const Session *>(s); }
@@ -338,6 +342,48 @@ LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t 
         if (n) std::memcpy(tokens, session->tokens.data(), n * sizeof(int32_t));
         *n_tokens = session->tokens.size();
     });
+}
+
+LLMKV_API llmkv_status llmkv_session_fork(llmkv_session *s, llmkv_session **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_SESSION_CALL(s, {
+        Session *child = session->engine->fork(session);
+        child->handle = reinterpret_cast<llmkv_session *>(child);
+        *out = child->handle;
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_SESSION_CALL(s, *out = reinterpret_cast<llmkv_prefix *>(session->engine->session_to_prefix(session)));
+}
+
+LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *tokens, size_t n, llmkv_prefix **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    return guarded([&] {
+        Engine *engine = engine_of(e);
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        *out = reinterpret_cast<llmkv_prefix *>(engine->create_prefix(tokens, n));
+    });
+}
+
+LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p) {
+    if (!p) return 0;
+    const Prefix *prefix = prefix_of(p);
+    std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+    return prefix->state.tokens.size();
+}
+
+LLMKV_API void llmkv_prefix_release(llmkv_prefix *p) {
+    if (!p) return;
+    Prefix *prefix = prefix_of(p);
+    Engine *engine = prefix->engine;
+    std::lock_guard<std::mutex> lock(engine->mutex());
+    engine->release_prefix(prefix);
 }
 
 LLMKV_API void llmkv_session_destroy(llmkv_session *s) {

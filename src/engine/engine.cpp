@@ -153,6 +153,10 @@ Engine::~Engine() {
         cache_->release(s->kv);
         delete s;
     }
+    for (Prefix *p : prefixes_) {
+        cache_->release(p->state.kv);
+        delete p;
+    }
     if (prefix_) prefix_->clear();
 }
 
@@ -230,8 +234,101 @@ std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool a
     return format_chat(*file_, *tokenizer_, msgs, n, add_generation_prompt);
 }
 
+void Engine::check_tokens(const int32_t *tokens, size_t n) const {
+    if (n > 0 && !tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens is NULL with n = %zu", n);
+    const uint32_t n_vocab = model_->config().n_vocab;
+    for (size_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || uint32_t(tokens[i]) >= n_vocab) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%u)", i, tokens[i], n_vocab);
+        }
+    }
+}
+
+void Engine::share_state(const Session &from, Session &to) {
+    if (!cache_->share(from.kv, to.kv)) {
+        fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot (max_sessions = %u counts sessions and prefixes)",
+             params_.max_sessions);
+    }
+    to.tokens = from.tokens;
+    to.block_keys = from.block_keys;
+}
+
+Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
+    if (n == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "a prefix needs at least one token");
+    check_tokens(tokens, n);
+    if (n > max_context_) fail(LLMKV_ERR_KV_CAPACITY, "prefix of %zu tokens exceeds max_context %u", n, max_context_);
+    auto p = std::make_unique<Prefix>();
+    p->engine = this;
+    Session &s = p->state;
+    s.engine = this;
+    s.tokens.assign(tokens, tokens + n);
+    try {
+        match_prefix(&s);
+        // Like a session's prompt: every token but the last gets its KV now; the last one is
+        // computed with the logits by the first generate of a session made from the handle.
+        const uint32_t target = uint32_t(n) - 1;
+        while (s.kv.n_tokens < target) {
+            uint32_t chunk = std::min(max_batch_tokens_, target - s.kv.n_tokens);
+            if (!cache_->reserve(s.kv, s.kv.n_tokens + chunk)) {
+                fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold a %zu-token prefix (%u blocks available)", n,
+                     cache_->sealed_available());
+            }
+            std::vector<ForwardSpan> spans = {{&s.kv, s.tokens.data() + s.kv.n_tokens, chunk, false}};
+            forward_->run(spans, logits_);
+            tokens_prefilled_ += chunk;
+            publish_sealed(&s);
+        }
+    } catch (...) {
+        cache_->release(s.kv);
+        throw;
+    }
+    prefixes_.push_back(p.get());
+    return p.release();
+}
+
+Prefix *Engine::session_to_prefix(Session *s) {
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; a prefix needs a settled context");
+    if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens");
+    auto p = std::make_unique<Prefix>();
+    p->engine = this;
+    p->state.engine = this;
+    share_state(*s, p->state);
+    prefixes_.push_back(p.get());
+    return p.release();
+}
+
+void Engine::release_prefix(Prefix *p) {
+    auto it = std::find(prefixes_.begin(), prefixes_.end(), p);
+    if (it == prefixes_.end()) return;
+    prefixes_.erase(it);
+    cache_->release(p->state.kv);
+    delete p;
+}
+
+Session *Engine::fork(Session *src) {
+    if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
+    if (sessions_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions are already live", params_.max_sessions);
+    }
+    auto s = std::make_unique<Session>();
+    s->engine = this;
+    s->user_data = src->user_data;
+    s->priority = src->priority;
+    s->default_max_new_tokens = src->default_max_new_tokens;
+    s->stop_tokens = src->stop_tokens;
+    s->sampler = std::make_unique<Sampler>(*src->sampler);  // same RNG state: same continuation
+    s->finish_reason = src->finish_reason;
+    share_state(*src, *s);
+    update_state(s.get());
+    sessions_.push_back(s.get());
+    return s.release();
+}
+
 Session *Engine::create_session(const llmkv_session_params &p) {
-    if (p.prefix) fail(LLMKV_ERR_UNSUPPORTED, "session_params.prefix: prefix handles are not available yet");
+    const Prefix *from = reinterpret_cast<const Prefix *>(p.prefix);
+    if (from && std::find(prefixes_.begin(), prefixes_.end(), from) == prefixes_.end()) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.prefix is not a live prefix of this engine");
+    }
     if (const char *why = validate_sampling(p.sampling)) fail(LLMKV_ERR_INVALID_ARGUMENT, "%s", why);
     if (p.n_stop_tokens > 0 && !p.stop_tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_tokens is NULL with n_stop_tokens = %u", p.n_stop_tokens);
     if (p.n_stop_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_tokens = %u exceeds 1024", p.n_stop_tokens);
@@ -252,6 +349,10 @@ Session *Engine::create_session(const llmkv_session_params &p) {
     s->default_max_new_tokens = p.max_new_tokens;
     s->stop_tokens.assign(p.stop_tokens, p.stop_tokens + p.n_stop_tokens);
     s->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
+    if (from) {
+        share_state(from->state, *s);
+        update_state(s.get());
+    }
     sessions_.push_back(s.get());
     return s.release();
 }
@@ -499,7 +600,9 @@ void Engine::check_invariants() const {
     // Every referenced block belongs to exactly the sessions that hold it.
     std::vector<uint32_t> refs(cache_->sealed_pool().n_total(), 0);
     std::vector<uint32_t> tail_refs(cache_->tail_pool().n_total(), 0);
-    for (const Session *s : sessions_) {
+    std::vector<const Session *> holders(sessions_.begin(), sessions_.end());
+    for (const Prefix *p : prefixes_) holders.push_back(&p->state);
+    for (const Session *s : holders) {
         if (s->kv.blocks.size() != cache_->geometry().sealed_blocks(s->kv.n_tokens)) {
             fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(), s->kv.n_tokens);
         }

@@ -46,6 +46,14 @@ struct Session {
     Utf8Stream text;              // generated text not yet read
 };
 
+// A prefix handle: an immutable run of tokens whose KV was computed once; sessions created
+// from it share its sealed blocks and copy its tail. Its `state` is a session that never
+// runs (not in the engine's session list).
+struct Prefix {
+    Engine *engine = nullptr;
+    Session state;
+};
+
 class Engine {
 public:
     static std::unique_ptr<Engine> create(const llmkv_engine_params &params);
@@ -67,6 +75,12 @@ public:
     void append_text(Session *s, const char *text, size_t len);
     void generate(Session *s, uint32_t max_new_tokens);
     void cancel(Session *s);
+    Session *fork(Session *s);
+
+    // Prefix handles.
+    Prefix *create_prefix(const int32_t *tokens, size_t n);
+    Prefix *session_to_prefix(Session *s);
+    void release_prefix(Prefix *p);
 
     // One scheduling iteration; events go to the queue.
     void step();
@@ -86,6 +100,9 @@ private:
     void finish(Session *s, llmkv_finish_reason reason);
     void update_state(Session *s);
     void match_prefix(Session *s);
+    void check_tokens(const int32_t *tokens, size_t n) const;
+    // Copies tokens, shared KV and block keys of `from` into `to` (KV_CAPACITY when no tail slot is free).
+    void share_state(const Session &from, Session &to);
     void publish_sealed(Session *s);
 
     mutable std::mutex mutex_;
@@ -102,6 +119,7 @@ private:
     uint32_t max_batch_tokens_ = 0;
     uint64_t kv_device_bytes_ = 0;
     std::vector<Session *> sessions_;
+    std::vector<Prefix *> prefixes_;
     std::deque<llmkv_event> events_;
     std::vector<float> logits_;
     uint64_t next_admit_seq_ = 1;

@@ -1,6 +1,8 @@
 // KvCache: reservation of sealed blocks and tail slots for sessions.
 #include "kv/kv_cache.h"
 
+#include <cstring>
+
 #include "common/error.h"
 #include "kv/prefix_cache.h"
 
@@ -26,6 +28,27 @@ void KvCache::release_sealed(uint32_t id) {
     } else {
         sealed_.release(id);
     }
+}
+
+bool KvCache::share(const SessionKv &from, SessionKv &to) {
+    int64_t tail = -1;
+    if (from.tail >= 0) {
+        uint32_t slot;
+        if (!tails_.allocate(slot)) return false;
+        tail = slot;
+        std::memcpy(tails_.data(slot), tails_.data(uint32_t(from.tail)), tails_.block_bytes());
+    }
+    for (uint32_t id : from.blocks) {
+        if (prefix_) {
+            prefix_->acquire(id);
+        } else {
+            sealed_.retain(id);
+        }
+    }
+    to.blocks = from.blocks;
+    to.tail = tail;
+    to.n_tokens = from.n_tokens;
+    return true;
 }
 
 bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {

@@ -105,6 +105,9 @@ public:
     uint32_t sealed_available() const;
     // Drops one holder reference on a sealed block.
     void release_sealed(uint32_t id);
+    // Makes `to` share `from`'s sealed blocks (one more reference each) and own a copy of
+    // its tail slot. All or nothing: false (nothing changed) when no tail slot is free.
+    bool share(const SessionKv &from, SessionKv &to);
 
     uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
     uint8_t *tail_data(int64_t slot) { return tails_.data(uint32_t(slot)); }

@@ -409,6 +409,180 @@ TEST_F(EngineTest, PrefixCacheStaysOffWithAResidualWindow) {
     llmkv_engine_destroy(e);
 }
 
+// Runs a session made from `prefix` with `suffix` appended and returns its whole context.
+std::vector<int32_t> run_from_prefix(llmkv_engine *e, llmkv_prefix *prefix, llmkv_session_params sp,
+                                     const std::vector<int32_t> &suffix, uint32_t n) {
+    sp.prefix = prefix;
+    llmkv_session *s = nullptr;
+    EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
+    if (!suffix.empty()) {
+        EXPECT_EQ(llmkv_session_append(s, suffix.data(), suffix.size()), LLMKV_OK);
+    }
+    EXPECT_EQ(llmkv_session_generate(s, n), LLMKV_OK);
+    EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    std::vector<int32_t> t(4096);
+    size_t count = 0;
+    llmkv_session_get_tokens(s, t.data(), t.size(), &count);
+    t.resize(count);
+    llmkv_session_destroy(s);
+    return t;
+}
+
+TEST_F(EngineTest, SessionsFromAPrefixHandleEqualFreshSessionsBitwise) {
+    for (uint32_t flags : {0u, LLMKV_ENGINE_PREFIX_CACHE}) {
+        llmkv_engine *e = make_engine(16, 0, 2, 0, flags);
+        std::vector<int32_t> system = prompt(37, 31), suffix = prompt(9, 32);
+        std::vector<int32_t> full = system;
+        full.insert(full.end(), suffix.begin(), suffix.end());
+        llmkv_session_params sp = sampling_params(0.8f, 5);
+        auto fresh = solo_run(e, sp, full, 12);
+        auto fresh_system_only = solo_run(e, sp, system, 12);
+        llmkv_prefix *prefix = nullptr;
+        ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(llmkv_prefix_n_tokens(prefix), system.size());
+        EXPECT_EQ(run_from_prefix(e, prefix, sp, suffix, 12), fresh);
+        EXPECT_EQ(run_from_prefix(e, prefix, sp, {}, 12), fresh_system_only);
+        // A session keeps the shared blocks after the handle is released.
+        sp.prefix = prefix;
+        llmkv_session *s = nullptr;
+        ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
+        llmkv_prefix_release(prefix);
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        ASSERT_EQ(llmkv_session_append(s, suffix.data(), suffix.size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_generate(s, 12), LLMKV_OK);
+        ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+        EXPECT_EQ(tokens_of(s), fresh);
+        llmkv_session_destroy(s);
+        llmkv_stats st = stats_of(e);
+        EXPECT_EQ(st.blocks_used, 0u);
+        EXPECT_EQ(st.tail_blocks_used, 0u);
+        EXPECT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
+        EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(e);
+    }
+}
+
+TEST_F(EngineTest, ForkAndToPrefixContinueExactlyLikeTheOriginal) {
+    llmkv_engine *e = make_engine();
+    llmkv_session_params sp = sampling_params(1.0f, 123);
+    sp.sampling.top_k = 0;
+    std::vector<int32_t> p = prompt(21, 40);
+    llmkv_session *a = nullptr;
+    ASSERT_EQ(llmkv_session_create(e, &sp, &a), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(a, p.data(), p.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(a, 5), LLMKV_OK);
+    llmkv_session *busy = nullptr;
+    EXPECT_EQ(llmkv_session_fork(a, &busy), LLMKV_ERR_STATE);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    llmkv_session *b = nullptr;
+    ASSERT_EQ(llmkv_session_fork(a, &b), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(tokens_of(b), tokens_of(a));
+    llmkv_prefix *q = nullptr;
+    ASSERT_EQ(llmkv_session_to_prefix(a, &q), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(llmkv_prefix_n_tokens(q), tokens_of(a).size());
+    // Same RNG state: both continue with the same tokens.
+    ASSERT_EQ(llmkv_session_generate(a, 9), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(b, 9), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(tokens_of(a), tokens_of(b));
+    // A session from the to_prefix handle equals a fresh session given the same context.
+    std::vector<int32_t> ctx = tokens_of(b);
+    ctx.resize(llmkv_prefix_n_tokens(q));
+    llmkv_session_params greedy = sampling_params(0.0f, 0);
+    EXPECT_EQ(run_from_prefix(e, q, greedy, {}, 6), solo_run(e, greedy, ctx, 6));
+    llmkv_prefix_release(q);
+    llmkv_session_destroy(a);
+    llmkv_session_destroy(b);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(stats_of(e).blocks_used, 0u);
+    llmkv_engine_destroy(e);
+}
+
+TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree) {
+    llmkv_engine *e = make_engine(20, 48 * 1024);
+    std::mt19937 rng(77);
+    std::vector<llmkv_session *> sessions;
+    std::vector<llmkv_prefix *> prefixes;
+    std::vector<int32_t> common = prompt(18, 1);
+    for (int op = 0; op < 500; ++op) {
+        switch (rng() % 8) {
+            case 0: {  // create a session, maybe from a prefix
+                if (sessions.size() >= 10) break;
+                llmkv_session_params sp = sampling_params(float(rng() % 2), rng());
+                if (!prefixes.empty() && rng() % 2) sp.prefix = prefixes[rng() % prefixes.size()];
+                llmkv_session *s = nullptr;
+                llmkv_status st = llmkv_session_create(e, &sp, &s);
+                ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_KV_CAPACITY) << st;
+                if (st == LLMKV_OK) sessions.push_back(s);
+                break;
+            }
+            case 1: {  // append: often the common prompt, so the prefix cache gets hits
+                if (sessions.empty()) break;
+                auto p = rng() % 2 ? common : prompt(1 + rng() % 12, rng());
+                llmkv_status st = llmkv_session_append(sessions[rng() % sessions.size()], p.data(), p.size());
+                ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                break;
+            }
+            case 2:
+                if (!sessions.empty()) {
+                    llmkv_status st = llmkv_session_generate(sessions[rng() % sessions.size()], 1 + rng() % 6);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                }
+                break;
+            case 3:
+                if (!sessions.empty() && sessions.size() < 10) {
+                    llmkv_session *f = nullptr;
+                    llmkv_status st = llmkv_session_fork(sessions[rng() % sessions.size()], &f);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    if (st == LLMKV_OK) sessions.push_back(f);
+                }
+                break;
+            case 4:
+                if (!sessions.empty() && prefixes.size() < 4) {
+                    llmkv_prefix *q = nullptr;
+                    llmkv_status st = llmkv_session_to_prefix(sessions[rng() % sessions.size()], &q);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    if (st == LLMKV_OK) prefixes.push_back(q);
+                } else if (prefixes.size() < 4) {
+                    llmkv_prefix *q = nullptr;
+                    llmkv_status st = llmkv_prefix_create(e, common.data(), common.size(), &q);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    if (st == LLMKV_OK) prefixes.push_back(q);
+                }
+                break;
+            case 5:
+                if (!prefixes.empty()) {
+                    size_t i = rng() % prefixes.size();
+                    llmkv_prefix_release(prefixes[i]);
+                    prefixes.erase(prefixes.begin() + long(i));
+                }
+                break;
+            case 6:
+                if (!sessions.empty()) {
+                    size_t i = rng() % sessions.size();
+                    llmkv_session_destroy(sessions[i]);
+                    sessions.erase(sessions.begin() + long(i));
+                }
+                break;
+            default: {
+                llmkv_event ev[4];
+                size_t n = 0;
+                ASSERT_EQ(llmkv_step(e, ev, rng() % 5, &n), LLMKV_OK) << llmkv_last_error();
+                break;
+            }
+        }
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << "after op " << op << ": " << llmkv_last_error();
+    }
+    for (auto *s : sessions) llmkv_session_destroy(s);
+    for (auto *q : prefixes) llmkv_prefix_release(q);
+    llmkv_stats st = stats_of(e);
+    EXPECT_EQ(st.blocks_used, 0u);
+    EXPECT_EQ(st.tail_blocks_used, 0u);
+    EXPECT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(e);
+}
+
 TEST_F(EngineTest, UnsupportedKvDtypeIsRejectedAtCreation) {
     llmkv_engine_params p;
     llmkv_engine_params_init(&p);
