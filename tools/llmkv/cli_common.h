@@ -15,5 +15,6 @@ llmkv_kv_dtype parse_kv_dtype(const char *s);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_quality(int argc, char **argv);
+int cmd_bench_prefix(int argc, char **argv);
 
 }  // namespace llmkv_cli
