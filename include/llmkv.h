@@ -297,6 +297,20 @@ LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat
 LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *tokens, size_t n,
                                            llmkv_prefix **out);
 
+/* Saves the prefix's tokens and KV to a snapshot file (written to a temporary file and
+ * renamed, so a reader never sees a partial file): flatbuffers metadata (format version,
+ * model fingerprint, codecs, block size, shapes, tokens, checksums) followed by the raw
+ * blocks. Errors: INVALID_ARGUMENT, IO. */
+LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path);
+
+/* Loads a snapshot written by llmkv_prefix_save into a new prefix handle: a read plus a copy
+ * into the pool, no recomputation. The file must come from the same model, KV codecs,
+ * rotation, block size and CPU kernel variant; anything else, and any corruption
+ * (truncation, a flipped byte anywhere), is LLMKV_ERR_SNAPSHOT_FORMAT with a message saying
+ * what, and the engine is unchanged. Other errors: INVALID_ARGUMENT, IO (missing or
+ * unreadable file), KV_CAPACITY. */
+LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmkv_prefix **out);
+
 /* Number of tokens of the prefix (0 for NULL). */
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p);
 

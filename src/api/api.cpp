@@ -371,6 +371,28 @@ LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *token
     });
 }
 
+LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path) {
+    LLMKV_REQUIRE(p, "prefix is NULL");
+    LLMKV_REQUIRE(path && *path, "path is NULL or empty");
+    return guarded([&] {
+        const Prefix *prefix = prefix_of(p);
+        std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+        prefix->engine->save_prefix(prefix, path);
+    });
+}
+
+LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmkv_prefix **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(path && *path, "path is NULL or empty");
+    return guarded([&] {
+        Engine *engine = engine_of(e);
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path));
+    });
+}
+
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p) {
     if (!p) return 0;
     const Prefix *prefix = prefix_of(p);

@@ -305,6 +305,82 @@ void Engine::release_prefix(Prefix *p) {
     delete p;
 }
 
+// What a snapshot of this engine must agree on. The CPU kernel variant is part of the codec
+// string: AVX2 and portable kernels round differently, and a loaded prefix must be bitwise
+// what this engine would compute.
+SnapshotMeta Engine::snapshot_meta() const {
+    const KvGeometry &g = cache_->geometry();
+    SnapshotMeta m;
+    m.model_fingerprint = model_->fingerprint();
+    m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) + " kernels=" +
+              cpu::matmul_kernel_name();
+    m.block_tokens = g.block_tokens;
+    m.n_layers = g.n_layers;
+    m.n_kv_heads = g.n_kv_heads;
+    m.head_dim = g.head_dim;
+    m.dtype_k = g.dtype_k;
+    m.dtype_v = g.dtype_v;
+    m.rotate_k = g.rotate_k;
+    m.rotate_v = g.rotate_v;
+    m.residual_tokens = g.residual_tokens;
+    m.block_bytes = g.sealed_block_bytes();
+    m.tail_bytes = g.tail_block_bytes();
+    return m;
+}
+
+void Engine::save_prefix(const Prefix *p, const std::string &path) const {
+    const Session &s = p->state;
+    SnapshotMeta m = snapshot_meta();
+    m.n_cached = s.kv.n_tokens;
+    m.tokens = s.tokens;
+    std::vector<const uint8_t *> blocks;
+    for (uint32_t id : s.kv.blocks) blocks.push_back(cache_->sealed_pool().data(id));
+    std::vector<uint8_t> empty_tail;
+    const uint8_t *tail = nullptr;
+    if (s.kv.tail >= 0) {
+        tail = cache_->tail_pool().data(uint32_t(s.kv.tail));
+    } else {
+        empty_tail.assign(m.tail_bytes, 0);
+        tail = empty_tail.data();
+    }
+    write_snapshot(path, m, blocks, tail);
+}
+
+Prefix *Engine::load_prefix(const std::string &path) {
+    LoadedSnapshot snap = read_snapshot(path, snapshot_meta());
+    const SnapshotMeta &m = snap.meta();
+    if (m.tokens.empty()) fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: no tokens", path.c_str());
+    if (m.n_cached >= m.tokens.size()) {
+        fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: %u cached tokens of %zu: the last token must not be cached",
+             path.c_str(), m.n_cached, m.tokens.size());
+    }
+    try {
+        check_tokens(m.tokens.data(), m.tokens.size());
+    } catch (const Error &e) {
+        fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: %s", path.c_str(), e.what());
+    }
+    if (m.tokens.size() > max_context_) {
+        fail(LLMKV_ERR_KV_CAPACITY, "snapshot %s: %zu tokens exceed max_context %u", path.c_str(), m.tokens.size(),
+             max_context_);
+    }
+    auto p = std::make_unique<Prefix>();
+    p->engine = this;
+    Session &s = p->state;
+    s.engine = this;
+    s.tokens = m.tokens;
+    if (!cache_->reserve(s.kv, m.n_cached)) {
+        fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s", m.n_cached, path.c_str());
+    }
+    for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
+        std::memcpy(cache_->sealed_data(s.kv.blocks[i]), snap.block(i), m.block_bytes);
+    }
+    std::memcpy(cache_->tail_data(s.kv.tail), snap.tail(), m.tail_bytes);
+    s.kv.n_tokens = m.n_cached;
+    publish_sealed(&s);
+    prefixes_.push_back(p.get());
+    return p.release();
+}
+
 Session *Engine::fork(Session *src) {
     if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
     if (sessions_.size() >= params_.max_sessions) {

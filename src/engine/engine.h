@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
+#include "kv/snapshot.h"
 #include "llmkv.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
@@ -81,6 +82,8 @@ public:
     Prefix *create_prefix(const int32_t *tokens, size_t n);
     Prefix *session_to_prefix(Session *s);
     void release_prefix(Prefix *p);
+    void save_prefix(const Prefix *p, const std::string &path) const;
+    Prefix *load_prefix(const std::string &path);
 
     // One scheduling iteration; events go to the queue.
     void step();
@@ -101,6 +104,7 @@ private:
     void update_state(Session *s);
     void match_prefix(Session *s);
     void check_tokens(const int32_t *tokens, size_t n) const;
+    SnapshotMeta snapshot_meta() const;
     // Copies tokens, shared KV and block keys of `from` into `to` (KV_CAPACITY when no tail slot is free).
     void share_state(const Session &from, Session &to);
     void publish_sealed(Session *s);

@@ -583,6 +583,86 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
     llmkv_engine_destroy(e);
 }
 
+TEST_F(EngineTest, PrefixSnapshotLoadsInAFreshEngineAndGivesIdenticalTokens) {
+    std::vector<int32_t> system = prompt(45, 51), suffix = prompt(6, 52);
+    std::vector<int32_t> full = system;
+    full.insert(full.end(), suffix.begin(), suffix.end());
+    llmkv_session_params sp = sampling_params(0.7f, 9);
+    std::string path = testing::temp_path("prefix.llmkvsnap");
+    {
+        llmkv_engine *e = make_engine();
+        llmkv_prefix *prefix = nullptr;
+        ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK);
+        ASSERT_EQ(llmkv_prefix_save(prefix, path.c_str()), LLMKV_OK) << llmkv_last_error();
+        llmkv_prefix_release(prefix);
+        llmkv_engine_destroy(e);
+    }
+    llmkv_engine *fresh = make_engine();
+    std::vector<int32_t> expected = solo_run(fresh, sp, full, 10);
+    llmkv_engine_destroy(fresh);
+
+    for (uint32_t flags : {0u, LLMKV_ENGINE_PREFIX_CACHE}) {
+        llmkv_engine *e = make_engine(0, 0, 2, 0, flags);
+        llmkv_prefix *loaded = nullptr;
+        ASSERT_EQ(llmkv_prefix_load(e, path.c_str(), &loaded), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(llmkv_prefix_n_tokens(loaded), system.size());
+        llmkv_stats before = stats_of(e);
+        EXPECT_EQ(run_from_prefix(e, loaded, sp, suffix, 10), expected);
+        // Only the suffix and the prompt's last token were computed.
+        EXPECT_EQ(stats_of(e).tokens_prefilled - before.tokens_prefilled, suffix.size() + 1);
+        llmkv_prefix_release(loaded);
+        EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(e);
+    }
+
+    // Corrupt copies and an incompatible engine: SNAPSHOT_FORMAT, and the engine unchanged.
+    std::FILE *f = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    std::vector<uint8_t> bytes;
+    for (int c; (c = std::fgetc(f)) != EOF;) bytes.push_back(uint8_t(c));
+    std::fclose(f);
+    auto write = [&](const std::vector<uint8_t> &b) {
+        std::FILE *o = std::fopen(path.c_str(), "wb");
+        std::fwrite(b.data(), 1, b.size(), o);
+        std::fclose(o);
+    };
+    llmkv_engine *e = make_engine();
+    llmkv_stats clean = stats_of(e);
+    for (size_t at : {size_t(3), size_t(40), bytes.size() / 2, bytes.size() - 1}) {
+        std::vector<uint8_t> bad = bytes;
+        bad[at] ^= 0x10;
+        write(bad);
+        llmkv_prefix *p = nullptr;
+        EXPECT_EQ(llmkv_prefix_load(e, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT) << "flip at " << at;
+        EXPECT_EQ(p, nullptr);
+    }
+    write(std::vector<uint8_t>(bytes.begin(), bytes.begin() + long(bytes.size() - 100)));
+    llmkv_prefix *p = nullptr;
+    EXPECT_EQ(llmkv_prefix_load(e, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT);
+    llmkv_stats after = stats_of(e);
+    EXPECT_EQ(after.blocks_free, clean.blocks_free);
+    EXPECT_EQ(after.tail_blocks_used, clean.tail_blocks_used);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK);
+    llmkv_engine_destroy(e);
+
+    write(bytes);
+    llmkv_engine_params other;
+    llmkv_engine_params_init(&other);
+    other.model_path = path_->c_str();
+    other.kv_block_tokens = 4;
+    other.kv_dtype_k = LLMKV_KV_INT8;  // another codec
+    llmkv_engine *e2 = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&other, &e2), LLMKV_OK);
+    EXPECT_EQ(llmkv_prefix_load(e2, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("codec"), std::string::npos) << llmkv_last_error();
+    llmkv_engine_destroy(e2);
+    EXPECT_EQ(llmkv_prefix_load(nullptr, path.c_str(), &p), LLMKV_ERR_INVALID_ARGUMENT);
+    std::remove(path.c_str());
+    llmkv_engine *e3 = make_engine();
+    EXPECT_EQ(llmkv_prefix_load(e3, path.c_str(), &p), LLMKV_ERR_IO);
+    llmkv_engine_destroy(e3);
+}
+
 TEST_F(EngineTest, UnsupportedKvDtypeIsRejectedAtCreation) {
     llmkv_engine_params p;
     llmkv_engine_params_init(&p);
