@@ -314,6 +314,11 @@ LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmk
 /* Number of tokens of the prefix (0 for NULL). */
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p);
 
+/* Copies up to capacity of the prefix's tokens; *n_tokens receives the total count.
+ * Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens, size_t capacity,
+                                               size_t *n_tokens);
+
 /* Releases the handle; sessions created from it keep the blocks they share. NULL is fine. */
 LLMKV_API void llmkv_prefix_release(llmkv_prefix *p);
 

@@ -393,6 +393,21 @@ LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmk
     });
 }
 
+LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens, size_t capacity,
+                                               size_t *n_tokens) {
+    LLMKV_REQUIRE(p, "prefix is NULL");
+    LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
+    LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        const Prefix *prefix = prefix_of(p);
+        std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+        const std::vector<int32_t> &t = prefix->state.tokens;
+        size_t n = std::min(capacity, t.size());
+        if (n) std::memcpy(tokens, t.data(), n * sizeof(int32_t));
+        *n_tokens = t.size();
+    });
+}
+
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p) {
     if (!p) return 0;
     const Prefix *prefix = prefix_of(p);

@@ -20,7 +20,7 @@ void usage() {
                  "  llmkv run [-m MODEL] -p PROMPT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
                  "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
                  "            [--kv-dtype f16|bf16|fp8|int8|int4] [--kv-dtype-v D] [--kv-residual N]\n"
-                 "            [--max-context N] [-v]\n"
+                 "            [--system TEXT [--prefix-file PATH]] [--max-context N] [-v]\n"
                  "  llmkv inspect [MODEL]\n"
                  "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
                  "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
@@ -38,6 +38,8 @@ struct RunOptions {
     uint32_t n_threads = 0;
     uint32_t max_context = 0;
     llmkv_kv_dtype kv_dtype = LLMKV_KV_F16;
+    std::string system;       // --system: a shared system prompt, served from a prefix
+    std::string prefix_file;  // --prefix-file: snapshot of that prefix (create or load)
     int kv_dtype_v = -1;  // -1: same as kv_dtype
     uint32_t kv_residual = 0;
 };
@@ -61,6 +63,63 @@ void print_text(llmkv_session *s) {
     std::fflush(stdout);
 }
 
+std::string format_chat(llmkv_engine *engine, const std::vector<llmkv_chat_message> &msgs, bool add_generation_prompt) {
+    size_t need = 0;
+    llmkv_chat_format(engine, msgs.data(), msgs.size(), add_generation_prompt, nullptr, 0, &need);
+    std::vector<char> buf(need + 1);
+    if (check(llmkv_chat_format(engine, msgs.data(), msgs.size(), add_generation_prompt, buf.data(), buf.size(), &need),
+              "chat_format")) {
+        return std::string();
+    }
+    return std::string(buf.data(), need);
+}
+
+// The system prompt's prefix: loaded from the snapshot when it holds exactly these tokens,
+// else computed (and saved when a path is given).
+llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text, const std::string &path) {
+    size_t n = 0;
+    llmkv_tokenize(engine, system_text.data(), system_text.size(), LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS,
+                   nullptr, 0, &n);
+    std::vector<int32_t> ids(n);
+    if (check(llmkv_tokenize(engine, system_text.data(), system_text.size(),
+                             LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS, ids.data(), ids.size(), &n),
+              "tokenize")) {
+        return nullptr;
+    }
+    llmkv_prefix *prefix = nullptr;
+    double t0 = now_seconds();
+    if (!path.empty()) {
+        llmkv_status st = llmkv_prefix_load(engine, path.c_str(), &prefix);
+        if (st == LLMKV_OK) {
+            std::vector<int32_t> stored(llmkv_prefix_n_tokens(prefix));
+            size_t count = 0;
+            llmkv_prefix_get_tokens(prefix, stored.data(), stored.size(), &count);
+            if (stored == ids) {
+                std::fprintf(stderr, "[llmkv] system prompt: %zu tokens loaded from %s in %.1f ms\n", ids.size(),
+                             path.c_str(), (now_seconds() - t0) * 1e3);
+                return prefix;
+            }
+            std::fprintf(stderr, "[llmkv] %s holds another system prompt; recomputing\n", path.c_str());
+            llmkv_prefix_release(prefix);
+            prefix = nullptr;
+        } else if (st != LLMKV_ERR_IO) {
+            std::fprintf(stderr, "[llmkv] cannot use %s (%s: %s); recomputing\n", path.c_str(), llmkv_status_string(st),
+                         llmkv_last_error());
+        }
+    }
+    t0 = now_seconds();
+    if (check(llmkv_prefix_create(engine, ids.data(), ids.size(), &prefix), "prefix_create")) return nullptr;
+    std::fprintf(stderr, "[llmkv] system prompt: %zu tokens computed in %.1f ms\n", ids.size(), (now_seconds() - t0) * 1e3);
+    if (!path.empty()) {
+        if (llmkv_prefix_save(prefix, path.c_str()) == LLMKV_OK) {
+            std::fprintf(stderr, "[llmkv] saved to %s\n", path.c_str());
+        } else {
+            std::fprintf(stderr, "[llmkv] could not save %s: %s\n", path.c_str(), llmkv_last_error());
+        }
+    }
+    return prefix;
+}
+
 int cmd_run(int argc, char **argv) {
     RunOptions o;
     llmkv_session_params sp;
@@ -80,6 +139,8 @@ int cmd_run(int argc, char **argv) {
         else if (a == "-p" || a == "--prompt") o.prompt = value("-p");
         else if (a == "-n" || a == "--n-predict") o.n_predict = uint32_t(llmkv_cli::parse_uint(value("-n"), "-n"));
         else if (a == "--chat") o.chat = true;
+        else if (a == "--system") o.system = value("--system");
+        else if (a == "--prefix-file") o.prefix_file = value("--prefix-file");
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else if (a == "--temp") o.sampling.temperature = float(llmkv_cli::parse_float(value("--temp"), "--temp"));
         else if (a == "--top-k") o.sampling.top_k = int32_t(llmkv_cli::parse_uint(value("--top-k"), "--top-k"));
@@ -119,20 +180,40 @@ int cmd_run(int argc, char **argv) {
     if (check(llmkv_engine_create(&ep, &engine), "engine_create")) return 1;
     t_load = now_seconds() - t_load;
 
-    std::string text = o.prompt;
+    // The prompt, split into the shared system part (served from a prefix) and the rest.
+    std::string system_text, text = o.prompt;
     if (o.chat) {
-        llmkv_chat_message msg = {"user", o.prompt.c_str()};
-        size_t need = 0;
-        llmkv_chat_format(engine, &msg, 1, 1, nullptr, 0, &need);
-        std::vector<char> buf(need + 1);
-        if (check(llmkv_chat_format(engine, &msg, 1, 1, buf.data(), buf.size(), &need), "chat_format")) {
+        std::vector<llmkv_chat_message> msgs;
+        if (!o.system.empty()) msgs.push_back({"system", o.system.c_str()});
+        std::string sys_only = msgs.empty() ? std::string() : format_chat(engine, msgs, false);
+        msgs.push_back({"user", o.prompt.c_str()});
+        std::string full = format_chat(engine, msgs, true);
+        if (full.empty()) {
             llmkv_engine_destroy(engine);
             return 1;
         }
-        text.assign(buf.data(), need);
+        system_text = sys_only;
+        text = full.substr(sys_only.size());
+    } else if (!o.system.empty()) {
+        system_text = o.system;
+    }
+
+    llmkv_prefix *prefix = nullptr;
+    if (!system_text.empty() || !o.prefix_file.empty()) {
+        if (system_text.empty()) {
+            std::fprintf(stderr, "llmkv run: --prefix-file needs --system TEXT\n");
+            llmkv_engine_destroy(engine);
+            return 2;
+        }
+        prefix = obtain_prefix(engine, system_text, o.prefix_file);
+        if (!prefix) {
+            llmkv_engine_destroy(engine);
+            return 1;
+        }
     }
 
     sp.sampling = o.sampling;
+    sp.prefix = prefix;
     llmkv_session *session = nullptr;
     int rc = check(llmkv_session_create(engine, &sp, &session), "session_create");
     if (!rc) rc = check(llmkv_session_append_text(session, text.data(), text.size()), "append_text");
@@ -193,6 +274,7 @@ int cmd_run(int argc, char **argv) {
                      finish < 5 ? reasons[finish] : "?", ei.n_threads, ru.ru_maxrss / 1024.0);
     }
     llmkv_session_destroy(session);
+    llmkv_prefix_release(prefix);
     llmkv_engine_destroy(engine);
     return rc;
 }
