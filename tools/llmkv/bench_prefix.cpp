@@ -2,6 +2,9 @@
 // after a long system prompt, computed vs served from a prefix handle vs found by the
 // automatic prefix cache; and the KV bytes of many sessions sharing one prefix against the
 // same sessions unshared. Numbers only.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -137,13 +140,66 @@ int cmd_bench_prefix(int argc, char **argv) {
         best_auto = std::min(best_auto, time_to_first_token(cached, s));
         llmkv_session_destroy(s);
     }
+    // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
+    std::string snap = "/tmp/llmkv_bench_prefix_" + std::to_string(getpid()) + ".snap";
+    double t_save = now();
+    llmkv_prefix_save(prefix, snap.c_str());
+    t_save = now() - t_save;
     llmkv_prefix_release(prefix);
+    llmkv_engine *next = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
+    double t_load = now();
+    llmkv_prefix *loaded = nullptr;
+    if (!next || llmkv_prefix_load(next, snap.c_str(), &loaded) != LLMKV_OK) {
+        std::fprintf(stderr, "llmkv bench prefix: load failed: %s\n", llmkv_last_error());
+        return 1;
+    }
+    t_load = now() - t_load;
+    double best_loaded = 1e9;
+    for (int r = 0; r < 3; ++r) {
+        llmkv_session_params hp = sp;
+        hp.prefix = loaded;
+        llmkv_session *s = nullptr;
+        llmkv_session_create(next, &hp, &s);
+        llmkv_session_append(s, question.data(), question.size());
+        best_loaded = std::min(best_loaded, time_to_first_token(next, s));
+        llmkv_session_destroy(s);
+    }
+    llmkv_prefix_release(loaded);
+    llmkv_engine_destroy(next);
+    std::remove(snap.c_str());
+
+    // 5. Bookkeeping when nothing is shared: decode speed with the cache on and off.
+    auto decode_rate = [&](llmkv_engine *e, unsigned salt) {
+        std::vector<int32_t> p = filler_tokens(plain, 64, 200 + salt);
+        llmkv_session *s = nullptr;
+        llmkv_session_create(e, &sp, &s);
+        llmkv_session_append(s, p.data(), p.size());
+        llmkv_session_generate(s, 1);
+        llmkv_run(e, nullptr, nullptr);
+        double t = now();
+        llmkv_session_generate(s, 128);
+        llmkv_run(e, nullptr, nullptr);
+        double rate = 128 / (now() - t);
+        llmkv_session_destroy(s);
+        return rate;
+    };
+    double on = 0, off = 0;
+    for (unsigned r = 0; r < 3; ++r) {
+        off = std::max(off, decode_rate(plain, 2 * r));
+        on = std::max(on, decode_rate(cached, 2 * r + 1));
+    }
+
     std::printf("llmkv bench prefix: %u-token system prompt, %u-token question\n\n", system_tokens, question_tokens);
     std::printf("| time to first token | ms | vs computed |\n|---|---|---|\n");
     std::printf("| computed (no cache) | %.1f | 1.000 |\n", best_plain * 1e3);
     std::printf("| from a prefix handle | %.1f | %.3f |\n", best_handle * 1e3, best_handle / best_plain);
     std::printf("| automatic prefix cache | %.1f | %.3f |\n", best_auto * 1e3, best_auto / best_plain);
-    std::printf("| (creating the handle once) | %.1f | |\n\n", t_prefix * 1e3);
+    std::printf("| from a snapshot loaded by a fresh engine | %.1f | %.3f |\n", best_loaded * 1e3, best_loaded / best_plain);
+    std::printf("| (creating the handle once) | %.1f | |\n", t_prefix * 1e3);
+    std::printf("| (saving the snapshot / loading it) | %.1f / %.1f | %.3f load vs computing |\n\n", t_save * 1e3,
+                t_load * 1e3, t_load / t_prefix);
+    std::printf("decode with nothing shared: %.1f tok/s with the prefix cache, %.1f without (%.2f%% difference)\n\n",
+                on, off, 100.0 * (off - on) / off);
 
     // Memory: n sessions sharing a prefix vs unshared.
     std::vector<int32_t> shared = filler_tokens(plain, shared_tokens, 3);
