@@ -257,6 +257,9 @@ Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
     if (n == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "a prefix needs at least one token");
     check_tokens(tokens, n);
     if (n > max_context_) fail(LLMKV_ERR_KV_CAPACITY, "prefix of %zu tokens exceeds max_context %u", n, max_context_);
+    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
+    }
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     Session &s = p->state;
@@ -363,6 +366,9 @@ Prefix *Engine::load_prefix(const std::string &path) {
         fail(LLMKV_ERR_KV_CAPACITY, "snapshot %s: %zu tokens exceed max_context %u", path.c_str(), m.tokens.size(),
              max_context_);
     }
+    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
+    }
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     Session &s = p->state;
@@ -383,8 +389,8 @@ Prefix *Engine::load_prefix(const std::string &path) {
 
 Session *Engine::fork(Session *src) {
     if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
-    if (sessions_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions are already live", params_.max_sessions);
+    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
     }
     auto s = std::make_unique<Session>();
     s->engine = this;
@@ -415,8 +421,8 @@ Session *Engine::create_session(const llmkv_session_params &p) {
                  p.stop_tokens[i], n_vocab);
         }
     }
-    if (sessions_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions are already live", params_.max_sessions);
+    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
     }
     auto s = std::make_unique<Session>();
     s->engine = this;
