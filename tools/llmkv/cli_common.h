@@ -16,5 +16,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_quality(int argc, char **argv);
 int cmd_bench_prefix(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 }  // namespace llmkv_cli

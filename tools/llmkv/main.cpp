@@ -21,6 +21,7 @@ void usage() {
                  "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
                  "            [--kv-dtype f16|bf16|fp8|int8|int4] [--kv-dtype-v D] [--kv-residual N]\n"
                  "            [--system TEXT [--prefix-file PATH]] [--max-context N] [-v]\n"
+                 "  llmkv demo [-m MODEL] [-t THREADS] [--villagers N] [-n TOKENS] [--kv-dtype D]\n"
                  "  llmkv inspect [MODEL]\n"
                  "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
                  "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
@@ -290,6 +291,7 @@ int main(int argc, char **argv) {
     if (cmd == "run") return cmd_run(argc - 2, argv + 2);
     if (cmd == "inspect") return llmkv_cli::cmd_inspect(argc - 2, argv + 2);
     if (cmd == "bench") return llmkv_cli::cmd_bench(argc - 2, argv + 2);
+    if (cmd == "demo") return llmkv_cli::cmd_demo(argc - 2, argv + 2);
     if (cmd == "version" || cmd == "--version") {
         std::printf("llmkv %s\n", llmkv_version_string());
         return 0;
