@@ -104,15 +104,22 @@ int cmd_bench_prefix(int argc, char **argv) {
     llmkv_session_params sp;
     llmkv_session_params_init(&sp);
 
+    // Best of 3: a session (from `from`, when given) appends `tokens`; time to its first token.
+    auto best_ttft = [&](llmkv_engine *e, llmkv_prefix *from, const std::vector<int32_t> &tokens) {
+        double best = 1e9;
+        for (int r = 0; r < 3; ++r) {
+            llmkv_session_params hp = sp;
+            hp.prefix = from;
+            llmkv_session *s = nullptr;
+            llmkv_session_create(e, &hp, &s);
+            llmkv_session_append(s, tokens.data(), tokens.size());
+            best = std::min(best, time_to_first_token(e, s));
+            llmkv_session_destroy(s);
+        }
+        return best;
+    };
     // 1. Computed from scratch.
-    double best_plain = 1e9;
-    for (int r = 0; r < 3; ++r) {
-        llmkv_session *s = nullptr;
-        llmkv_session_create(plain, &sp, &s);
-        llmkv_session_append(s, full.data(), full.size());
-        best_plain = std::min(best_plain, time_to_first_token(plain, s));
-        llmkv_session_destroy(s);
-    }
+    double best_plain = best_ttft(plain, nullptr, full);
     // 2. From a prefix handle.
     double t0 = now();
     llmkv_prefix *prefix = nullptr;
@@ -121,25 +128,9 @@ int cmd_bench_prefix(int argc, char **argv) {
         return 1;
     }
     double t_prefix = now() - t0;
-    double best_handle = 1e9;
-    for (int r = 0; r < 3; ++r) {
-        llmkv_session_params hp = sp;
-        hp.prefix = prefix;
-        llmkv_session *s = nullptr;
-        llmkv_session_create(cached, &hp, &s);
-        llmkv_session_append(s, question.data(), question.size());
-        best_handle = std::min(best_handle, time_to_first_token(cached, s));
-        llmkv_session_destroy(s);
-    }
+    double best_handle = best_ttft(cached, prefix, question);
     // 3. Found by the automatic cache (the handle's blocks are cached too).
-    double best_auto = 1e9;
-    for (int r = 0; r < 3; ++r) {
-        llmkv_session *s = nullptr;
-        llmkv_session_create(cached, &sp, &s);
-        llmkv_session_append(s, full.data(), full.size());
-        best_auto = std::min(best_auto, time_to_first_token(cached, s));
-        llmkv_session_destroy(s);
-    }
+    double best_auto = best_ttft(cached, nullptr, full);
     // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
     std::string snap = "/tmp/llmkv_bench_prefix_" + std::to_string(getpid()) + ".snap";
     double t_save = now();
@@ -154,16 +145,7 @@ int cmd_bench_prefix(int argc, char **argv) {
         return 1;
     }
     t_load = now() - t_load;
-    double best_loaded = 1e9;
-    for (int r = 0; r < 3; ++r) {
-        llmkv_session_params hp = sp;
-        hp.prefix = loaded;
-        llmkv_session *s = nullptr;
-        llmkv_session_create(next, &hp, &s);
-        llmkv_session_append(s, question.data(), question.size());
-        best_loaded = std::min(best_loaded, time_to_first_token(next, s));
-        llmkv_session_destroy(s);
-    }
+    double best_loaded = best_ttft(next, loaded, question);
     llmkv_prefix_release(loaded);
     llmkv_engine_destroy(next);
     std::remove(snap.c_str());
