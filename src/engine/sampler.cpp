@@ -71,44 +71,63 @@ int32_t Sampler::sample(float *logits, const std::vector<int32_t> &context) {
         return best;
     }
 
+    // Candidates in id order; only the truncation rules that need an order pay for sorting,
+    // and then only for the head of the distribution (the vocabulary is ~50k tokens and a
+    // step may sample for dozens of sessions).
     candidates_.resize(n_vocab_);
     for (uint32_t i = 0; i < n_vocab_; ++i) candidates_[i] = {int32_t(i), logits[i], 0.0f};
     auto by_logit = [](const Candidate &a, const Candidate &b) {
         return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
     };
     size_t n = candidates_.size();
+    bool sorted = false;
     if (p.top_k > 0 && size_t(p.top_k) < n) {
         std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(), by_logit);
         n = size_t(p.top_k);
-    } else {
-        std::sort(candidates_.begin(), candidates_.end(), by_logit);
+        sorted = true;
     }
-    // Softmax with temperature over the survivors (sorted, highest first).
+    // Softmax with temperature over the survivors.
+    float max_logit = candidates_[0].logit;
+    for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
     double sum = 0.0;
-    const double max_logit = candidates_[0].logit;
     for (size_t i = 0; i < n; ++i) {
         double e = std::exp((double(candidates_[i].logit) - max_logit) / p.temperature);
         candidates_[i].prob = float(e);
         sum += e;
     }
     for (size_t i = 0; i < n; ++i) candidates_[i].prob = float(candidates_[i].prob / sum);
-    if (p.top_p < 1.0f) {
-        double cum = 0.0;
-        size_t keep = n;
+    if (p.min_p > 0.0f) {  // p >= min_p * p_max; p_max is the probability of max_logit
+        float threshold = float(1.0 / sum) * p.min_p;
+        size_t keep = 0;
         for (size_t i = 0; i < n; ++i) {
-            cum += candidates_[i].prob;
-            if (cum >= p.top_p) {
-                keep = i + 1;
-                break;
-            }
+            if (candidates_[i].prob >= threshold) candidates_[keep++] = candidates_[i];
         }
         n = keep;
     }
-    if (p.min_p > 0.0f) {
-        float threshold = candidates_[0].prob * p.min_p;
-        size_t keep = 1;
-        while (keep < n && candidates_[keep].prob >= threshold) ++keep;
-        n = keep;
+    if (p.top_p < 1.0f) {
+        // Sort the head only: grow it until it holds top_p of the mass.
+        size_t head = std::min<size_t>(n, 64);
+        for (;;) {
+            if (!sorted) {
+                std::partial_sort(candidates_.begin(), candidates_.begin() + long(head), candidates_.begin() + long(n),
+                                  by_logit);
+            }
+            double cum = 0.0;
+            size_t keep = 0;
+            for (size_t i = 0; i < head; ++i) {
+                cum += candidates_[i].prob;
+                if (cum >= p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            if (keep > 0) {
+                n = keep;
+                break;
+            }
+            if (head == n) break;  // the whole set is below top_p in rounding: keep it all
+            head = std::min(n, head * 4);
+        }
     }
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) total += candidates_[i].prob;
