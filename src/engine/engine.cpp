@@ -234,6 +234,13 @@ std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool a
     return format_chat(*file_, *tokenizer_, msgs, n, add_generation_prompt);
 }
 
+// Sessions and prefix handles each own one tail slot; max_sessions bounds them together.
+void Engine::require_handle_room() const {
+    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
+    }
+}
+
 void Engine::check_tokens(const int32_t *tokens, size_t n) const {
     if (n > 0 && !tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens is NULL with n = %zu", n);
     const uint32_t n_vocab = model_->config().n_vocab;
@@ -257,9 +264,7 @@ Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
     if (n == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "a prefix needs at least one token");
     check_tokens(tokens, n);
     if (n > max_context_) fail(LLMKV_ERR_KV_CAPACITY, "prefix of %zu tokens exceeds max_context %u", n, max_context_);
-    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
-    }
+    require_handle_room();
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     Session &s = p->state;
@@ -366,9 +371,7 @@ Prefix *Engine::load_prefix(const std::string &path) {
         fail(LLMKV_ERR_KV_CAPACITY, "snapshot %s: %zu tokens exceed max_context %u", path.c_str(), m.tokens.size(),
              max_context_);
     }
-    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
-    }
+    require_handle_room();
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     Session &s = p->state;
@@ -389,9 +392,7 @@ Prefix *Engine::load_prefix(const std::string &path) {
 
 Session *Engine::fork(Session *src) {
     if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
-    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
-    }
+    require_handle_room();
     auto s = std::make_unique<Session>();
     s->engine = this;
     s->user_data = src->user_data;
@@ -421,9 +422,7 @@ Session *Engine::create_session(const llmkv_session_params &p) {
                  p.stop_tokens[i], n_vocab);
         }
     }
-    if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
-    }
+    require_handle_room();
     auto s = std::make_unique<Session>();
     s->engine = this;
     s->user_data = p.user_data;
@@ -452,14 +451,8 @@ void Engine::destroy_session(Session *s) {
 }
 
 void Engine::append(Session *s, const int32_t *tokens, size_t n) {
-    if (n > 0 && !tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens is NULL with n = %zu", n);
     if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
-    const uint32_t n_vocab = model_->config().n_vocab;
-    for (size_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || uint32_t(tokens[i]) >= n_vocab) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%u)", i, tokens[i], n_vocab);
-        }
-    }
+    check_tokens(tokens, n);
     if (s->tokens.size() + n > max_context_) {
         fail(LLMKV_ERR_KV_CAPACITY, "appending %zu tokens to %zu would exceed max_context %u", n, s->tokens.size(),
              max_context_);

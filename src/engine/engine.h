@@ -104,6 +104,7 @@ private:
     void update_state(Session *s);
     void match_prefix(Session *s);
     void check_tokens(const int32_t *tokens, size_t n) const;
+    void require_handle_room() const;
     SnapshotMeta snapshot_meta() const;
     // Copies tokens, shared KV and block keys of `from` into `to` (KV_CAPACITY when no tail slot is free).
     void share_state(const Session &from, Session &to);
