@@ -228,6 +228,7 @@ void Engine::get_stats(llmkv_stats &out) const {
     out.tokens_prefilled = tokens_prefilled_;
     out.tokens_generated = tokens_generated_;
     out.steps = steps_;
+    out.preemptions = preemptions_;
 }
 
 std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) const {
@@ -258,6 +259,8 @@ void Engine::share_state(const Session &from, Session &to) {
     }
     to.tokens = from.tokens;
     to.block_keys = from.block_keys;
+    to.kv_dropped = from.kv_dropped;
+    to.n_committed = from.n_committed;
 }
 
 Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
@@ -271,21 +274,7 @@ Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
     s.engine = this;
     s.tokens.assign(tokens, tokens + n);
     try {
-        match_prefix(&s);
-        // Like a session's prompt: every token but the last gets its KV now; the last one is
-        // computed with the logits by the first generate of a session made from the handle.
-        const uint32_t target = uint32_t(n) - 1;
-        while (s.kv.n_tokens < target) {
-            uint32_t chunk = std::min(max_batch_tokens_, target - s.kv.n_tokens);
-            if (!cache_->reserve(s.kv, s.kv.n_tokens + chunk)) {
-                fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold a %zu-token prefix (%u blocks available)", n,
-                     cache_->sealed_available());
-            }
-            std::vector<ForwardSpan> spans = {{&s.kv, s.tokens.data() + s.kv.n_tokens, chunk, false}};
-            forward_->run(spans, logits_);
-            tokens_prefilled_ += chunk;
-            publish_sealed(&s);
-        }
+        prefill_now(s);
     } catch (...) {
         cache_->release(s.kv);
         throw;
@@ -294,13 +283,41 @@ Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
     return p.release();
 }
 
+// Like a session's prompt: every token but the last gets its KV now; the last one is
+// computed with the logits by the first generate of a session made from the handle.
+void Engine::prefill_now(Session &s) {
+    match_prefix(&s);
+    const uint32_t target = uint32_t(s.tokens.size()) - 1;
+    while (s.kv.n_tokens < target) {
+        uint32_t chunk = std::min(max_batch_tokens_, target - s.kv.n_tokens);
+        if (!cache_->reserve(s.kv, s.kv.n_tokens + chunk)) {
+            fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold a %zu-token prefix (%u blocks available)", s.tokens.size(),
+                 cache_->sealed_available());
+        }
+        std::vector<ForwardSpan> spans = {{&s.kv, s.tokens.data() + s.kv.n_tokens, chunk, false}};
+        forward_->run(spans, logits_);
+        tokens_prefilled_ += chunk;
+        publish_sealed(&s);
+    }
+}
+
 Prefix *Engine::session_to_prefix(Session *s) {
     if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; a prefix needs a settled context");
     if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens");
+    require_handle_room();
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     p->state.engine = this;
     share_state(*s, p->state);
+    if (p->state.kv.n_tokens + 1 < p->state.tokens.size()) {
+        // The session's KV was taken by preemption (or never computed): a handle holds it.
+        try {
+            prefill_now(p->state);
+        } catch (...) {
+            cache_->release(p->state.kv);
+            throw;
+        }
+    }
     prefixes_.push_back(p.get());
     return p.release();
 }
@@ -459,6 +476,8 @@ void Engine::append(Session *s, const int32_t *tokens, size_t n) {
     }
     if (n == 0) return;
     s->tokens.insert(s->tokens.end(), tokens, tokens + n);
+    s->kv_dropped = false;
+    s->last_active = ++activity_clock_;
     if (!s->started) s->admit_seq = next_admit_seq_++;
     update_state(s);
 }
@@ -484,6 +503,8 @@ void Engine::generate(Session *s, uint32_t max_new_tokens) {
     s->finish_reason = LLMKV_FINISH_NONE;
     s->admit_seq = next_admit_seq_++;
     s->started = false;
+    s->kv_dropped = false;
+    s->last_active = ++activity_clock_;
     update_state(s);
 }
 
@@ -493,6 +514,7 @@ void Engine::cancel(Session *s) {
 }
 
 uint32_t Engine::pending_runnable(const Session &s) const {
+    if (s.kv_dropped && !s.generate_requested) return 0;
     uint32_t pending = uint32_t(s.tokens.size()) - s.kv.n_tokens;
     if (s.generate_requested) return pending;
     // Without a generate request the last token waits: its logits are computed by the
@@ -571,75 +593,197 @@ void Engine::publish_sealed(Session *s) {
     }
 }
 
+namespace {
+
+// True when a gives up its blocks before b: lower priority, then more recently admitted.
+bool ranks_below(const Session &a, const Session &b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.admit_seq > b.admit_seq;
+}
+
+}  // namespace
+
+// Blocks that return to the pool (or become evictable) when the session lets go: those
+// no other session or prefix holds.
+uint32_t Engine::freeable_blocks(const Session &s) const {
+    uint32_t n = 0;
+    for (uint32_t id : s.kv.blocks) {
+        uint32_t holders = cache_->sealed_pool().refcount(id) - (prefix_ && prefix_->contains(id) ? 1 : 0);
+        if (holders == 1) ++n;
+    }
+    return n;
+}
+
+// Whether n_tokens of the session could be held if every other session gave up its blocks:
+// only prefix handles pin blocks for good.
+bool Engine::can_fit_alone(const Session &s, uint32_t n_tokens) const {
+    const uint32_t total = cache_->sealed_pool().n_total();
+    std::vector<bool> pinned(total, false);
+    for (const Prefix *p : prefixes_) {
+        for (uint32_t id : p->state.kv.blocks) pinned[id] = true;
+    }
+    for (uint32_t id : s.kv.blocks) pinned[id] = false;  // already the session's own
+    uint32_t n_pinned = uint32_t(std::count(pinned.begin(), pinned.end(), true));
+    return cache_->geometry().sealed_blocks(n_tokens) <= total - n_pinned;
+}
+
+void Engine::preempt(Session *v) {
+    const bool had_work = has_pending_work(*v);
+    cache_->release(v->kv);
+    v->block_keys.clear();
+    ++preemptions_;
+    if (had_work) {
+        v->started = false;  // back to the queue, keeping its place (admit_seq)
+    } else {
+        v->kv_dropped = true;
+    }
+    update_state(v);
+    preempted_.push_back(v);
+    auto it = std::find(span_sessions_.begin(), span_sessions_.end(), v);
+    if (it != span_sessions_.end()) {
+        spans_.erase(spans_.begin() + (it - span_sessions_.begin()));
+        span_sessions_.erase(it);
+    }
+}
+
+bool Engine::make_room(Session *s, uint32_t need, bool fresh) {
+    uint32_t available = cache_->sealed_available();
+    if (need <= available) return true;
+    // Victims in order: idle sessions, least recently active first; then sessions ranked
+    // below s, lowest first. A session not yet running (fresh) only displaces idle
+    // sessions and sessions of strictly lower priority, so admission never thrashes.
+    std::vector<Session *> idle, active;
+    for (Session *v : sessions_) {
+        if (v == s || v->kv.blocks.empty()) continue;
+        if (!has_pending_work(*v)) {
+            idle.push_back(v);
+        } else if (ranks_below(*v, *s) && (!fresh || v->priority < s->priority)) {
+            active.push_back(v);
+        }
+    }
+    std::sort(idle.begin(), idle.end(), [](const Session *a, const Session *b) { return a->last_active < b->last_active; });
+    std::sort(active.begin(), active.end(), [](const Session *a, const Session *b) { return ranks_below(*a, *b); });
+    idle.insert(idle.end(), active.begin(), active.end());
+    // Count first, so that nobody is preempted for nothing.
+    size_t n_victims = 0;
+    uint32_t gain = 0;
+    while (n_victims < idle.size() && available + gain < need) gain += freeable_blocks(*idle[n_victims++]);
+    if (available + gain < need) return false;
+    for (size_t i = 0; i < n_victims; ++i) preempt(idle[i]);
+    return true;
+}
+
+void Engine::fail_capacity(Session *s) {
+    LLMKV_LOG_WARN_F("KV pool exhausted: a session of %zu tokens cannot get the blocks it needs (%u of %u available)",
+                     s->tokens.size(), cache_->sealed_available(), cache_->sealed_pool().n_total());
+    // Drop its unprocessed input (nothing computed is lost) and report the error.
+    if (!(s->generate_requested && s->n_generated > 0)) {
+        s->tokens.resize(std::max<size_t>(std::min(s->tokens.size(), size_t(s->n_committed)), s->kv.n_tokens));
+    }
+    s->generate_requested = false;
+    s->finish_reason = LLMKV_FINISH_NONE;
+    if (s->kv.n_tokens + 1 < s->tokens.size()) s->kv_dropped = true;  // recomputed on the next request
+    push_event(s, LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
+    update_state(s);
+}
+
 void Engine::step() {
     for (Session *s : sessions_) {
         if (pending_runnable(*s) > 0) match_prefix(s);
     }
-    std::vector<SchedCandidate> candidates;
+    candidates_.clear();
+    uint32_t n_running = 0;
     for (uint32_t i = 0; i < sessions_.size(); ++i) {
         const Session &s = *sessions_[i];
         uint32_t n = pending_runnable(s);
         if (n == 0) continue;
-        candidates.push_back({i, s.priority, s.admit_seq, n, s.generate_requested && n == 1});
+        candidates_.push_back({i, s.priority, s.admit_seq, n, s.generate_requested && n == 1});
+        n_running += s.started ? 1 : 0;
     }
-    if (candidates.empty()) return;
-    std::vector<SchedItem> plan = scheduler_->plan_step(std::move(candidates));
+    if (candidates_.empty()) return;
+    std::vector<SchedItem> plan = scheduler_->plan_step(candidates_);
 
-    // Reserve KV for every planned span; a session whose blocks cannot be had waits, and
-    // if nothing at all can run, the first one fails with KV_CAPACITY instead of hanging.
-    std::vector<ForwardSpan> spans;
-    std::vector<Session *> span_sessions;
-    Session *first_refused = nullptr;
+    // Reserve KV for every planned span, preempting lower-ranked sessions when the pool
+    // runs dry. New work is admitted only with a watermark of free blocks left while
+    // others run, and in order: once a new session must wait, later ones of no higher
+    // priority wait too, so a large request is not starved by small ones.
+    spans_.clear();
+    span_sessions_.clear();
+    preempted_.clear();
+    std::vector<Session *> refused;
+    bool admission_closed = false;
+    int32_t closed_priority = 0;
     for (const SchedItem &item : plan) {
         Session *s = sessions_[item.index];
-        if (!cache_->reserve(s->kv, s->kv.n_tokens + item.n_tokens)) {
-            if (!first_refused) first_refused = s;
+        if (std::find(preempted_.begin(), preempted_.end(), s) != preempted_.end()) continue;
+        const bool fresh = !s->started;
+        if (fresh && admission_closed && s->priority <= closed_priority) continue;
+        const uint32_t target = s->kv.n_tokens + item.n_tokens;
+        const uint32_t need = cache_->blocks_needed(s->kv, target);
+        // A request whose input could not be held even alone fails before more is computed.
+        const uint32_t full = std::max<uint32_t>(target, uint32_t(s->tokens.size()) - (s->generate_requested ? 0 : 1));
+        if (cache_->blocks_needed(s->kv, full) > cache_->sealed_available() && !can_fit_alone(*s, full)) {
+            fail_capacity(s);
             continue;
         }
-        bool want_logits = s->generate_requested && s->kv.n_tokens + item.n_tokens == s->tokens.size();
-        spans.push_back({&s->kv, s->tokens.data() + s->kv.n_tokens, item.n_tokens, want_logits});
-        span_sessions.push_back(s);
+        const uint32_t watermark = fresh && n_running > 0 ? admission_watermark_ : 0;
+        if (!make_room(s, need + watermark, fresh) || !cache_->reserve(s->kv, target)) {
+            if (fresh && !admission_closed) {
+                admission_closed = true;
+                closed_priority = s->priority;
+            }
+            refused.push_back(s);
+            continue;
+        }
+        bool want_logits = s->generate_requested && target == s->tokens.size();
+        spans_.push_back({&s->kv, s->tokens.data() + s->kv.n_tokens, item.n_tokens, want_logits});
+        span_sessions_.push_back(s);
     }
-    if (spans.empty()) {
-        Session *s = first_refused;
-        LLMKV_LOG_WARN_F("KV pool exhausted: a session needing %u more blocks cannot run (%u available)",
-                         cache_->blocks_needed(s->kv, uint32_t(s->tokens.size())), cache_->sealed_available());
-        // Drop its unprocessed input (nothing computed is lost) and report the error.
-        if (!(s->generate_requested && s->n_generated > 0)) s->tokens.resize(s->kv.n_tokens);
-        s->generate_requested = false;
-        s->finish_reason = LLMKV_FINISH_NONE;
-        push_event(s, LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
-        update_state(s);
+    if (spans_.empty()) {
+        // Nothing could run: the highest-ranked waiting session fails instead of hanging.
+        if (!refused.empty()) {
+            Session *top = refused.front();
+            for (Session *r : refused) {
+                if (ranks_below(*top, *r)) top = r;
+            }
+            fail_capacity(top);
+        }
         return;
     }
 
     try {
-        forward_->run(spans, logits_);
+        forward_->run(spans_, logits_);
     } catch (...) {
-        for (Session *s : span_sessions) {
+        for (Session *s : span_sessions_) {
             cache_->trim(s->kv);
             if (s->block_keys.size() > s->kv.blocks.size()) s->block_keys.resize(s->kv.blocks.size());
         }
         throw;
     }
     ++steps_;
-    for (Session *s : span_sessions) publish_sealed(s);
+    ++activity_clock_;
+    for (Session *s : span_sessions_) {
+        publish_sealed(s);
+        s->n_committed = std::max(s->n_committed, s->kv.n_tokens);
+        s->last_active = activity_clock_;
+    }
 
     const uint32_t n_vocab = model_->config().n_vocab;
     size_t logit_row = 0;
-    for (size_t i = 0; i < spans.size(); ++i) {
-        Session *s = span_sessions[i];
+    for (size_t i = 0; i < spans_.size(); ++i) {
+        Session *s = span_sessions_[i];
         s->started = true;
-        if (!spans[i].want_logits) {
-            tokens_prefilled_ += spans[i].n;
+        if (!spans_[i].want_logits) {
+            tokens_prefilled_ += spans_[i].n;
             update_state(s);
             continue;
         }
-        tokens_prefilled_ += s->n_generated == 0 ? spans[i].n : 0;
+        tokens_prefilled_ += s->n_generated == 0 ? spans_[i].n : 0;
         float *row = logits_.data() + logit_row * n_vocab;
         ++logit_row;
         int32_t token = s->sampler->sample(row, s->tokens);
         s->tokens.push_back(token);
+        s->n_committed = std::max<uint32_t>(s->n_committed, uint32_t(s->tokens.size()));
         bool is_stop = tokenizer_->is_end_of_generation(token) ||
                        std::find(s->stop_tokens.begin(), s->stop_tokens.end(), token) != s->stop_tokens.end();
         if (is_stop) {

@@ -41,6 +41,9 @@ struct Session {
     llmkv_finish_reason finish_reason = LLMKV_FINISH_NONE;
     bool generate_requested = false;
     bool started = false;         // has run in a step since its work was queued
+    bool kv_dropped = false;      // idle, and its KV was taken by preemption: recomputed on the next append/generate
+    uint32_t n_committed = 0;     // most tokens ever computed: input up to here is never dropped on error
+    uint64_t last_active = 0;     // step counter when it last ran or got input (LRU among idle sessions)
     uint32_t generate_limit = 0;  // 0 = until stop or context end
     uint32_t n_generated = 0;
     uint64_t admit_seq = 0;
@@ -109,6 +112,21 @@ private:
     // Copies tokens, shared KV and block keys of `from` into `to` (KV_CAPACITY when no tail slot is free).
     void share_state(const Session &from, Session &to);
     void publish_sealed(Session *s);
+    // Runs the context of a session that never steps (a prefix state) to n_tokens - 1 now.
+    void prefill_now(Session &s);
+
+    // Preemption (recompute): a session that cannot get blocks takes them from idle
+    // sessions (least recently active first), then from sessions ranked below it (lowest
+    // priority, most recently admitted first).
+    bool has_pending_work(const Session &s) const { return s.generate_requested || pending_runnable(s) > 0; }
+    uint32_t freeable_blocks(const Session &s) const;
+    bool can_fit_alone(const Session &s, uint32_t n_tokens) const;
+    // Preempts victims until `need` blocks are available; all or nothing. Victims that
+    // already hold a span in the current step are removed from it.
+    bool make_room(Session *s, uint32_t need, bool fresh);
+    void preempt(Session *victim);
+    // Ends a session's request with ERROR / KV_CAPACITY; its computed tokens stay.
+    void fail_capacity(Session *s);
 
     mutable std::mutex mutex_;
     llmkv_engine_params params_{};
@@ -128,11 +146,20 @@ private:
     std::deque<llmkv_event> events_;
     std::vector<float> logits_;
     uint64_t next_admit_seq_ = 1;
+    uint64_t activity_clock_ = 0;
+    uint32_t admission_watermark_ = 1;  // blocks kept free when admitting new work beside running sessions
+
+    // Per-step scratch (kept to avoid allocating every step).
+    std::vector<SchedCandidate> candidates_;
+    std::vector<ForwardSpan> spans_;
+    std::vector<Session *> span_sessions_;
+    std::vector<Session *> preempted_;  // victims of this step
 
     // Counters for llmkv_stats.
     uint64_t steps_ = 0;
     uint64_t tokens_prefilled_ = 0;
     uint64_t tokens_generated_ = 0;
+    uint64_t preemptions_ = 0;
 };
 
 }  // namespace llmkv
