@@ -16,8 +16,6 @@ namespace llmkv_cli {
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 // Read bandwidth in GB/s: each thread sums its own slice of a buffer much larger than the
 // caches; the best of several passes.
 double read_bandwidth(unsigned threads) {
@@ -108,6 +106,7 @@ RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
 int cmd_bench(int argc, char **argv) {
     if (argc > 0 && std::strcmp(argv[0], "quality") == 0) return cmd_bench_quality(argc - 1, argv + 1);
     if (argc > 0 && std::strcmp(argv[0], "prefix") == 0) return cmd_bench_prefix(argc - 1, argv + 1);
+    if (argc > 0 && std::strcmp(argv[0], "batch") == 0) return cmd_bench_batch(argc - 1, argv + 1);
     std::string model = default_model_path();
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;

@@ -18,32 +18,6 @@ namespace llmkv_cli {
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt) {
-    const char *words[] = {"village", "river", "lantern", "harvest", "market", "bridge", "forest", "elder",
-                           "story", "winter", "mill", "well", "festival", "road", "stone", "bell"};
-    // Each salt starts differently, so suffixes share no block with each other.
-    std::string text = salt < 100 ? "The lore of the village, as the elders tell it."
-                                  : " Villager " + std::to_string(salt) + " asks:";
-    unsigned x = 12345u + salt;
-    std::vector<int32_t> ids(n + 64);
-    size_t count = 0;
-    while (count < n) {
-        for (int i = 0; i < 64; ++i) {
-            x = x * 1103515245u + 12345u;
-            text += " ";
-            text += words[(x >> 16) % 16];
-        }
-        text += ".";
-        llmkv_tokenize(e, text.data(), text.size(), 0, nullptr, 0, &count);
-    }
-    ids.resize(count);
-    llmkv_tokenize(e, text.data(), text.size(), 0, ids.data(), ids.size(), &count);
-    ids.resize(n);
-    return ids;
-}
-
 // Time from generate() to the first TOKEN event, with the prompt already appended.
 double time_to_first_token(llmkv_engine *e, llmkv_session *s) {
     double t0 = now();

@@ -53,7 +53,6 @@ const CodecPair kPairs[] = {
 const char *kCorpusFiles[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3",
                               "MPL-1.1", "Artistic", "CC0-1.0", "GPL-1", "LGPL-3"};
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string read_file(const std::string &path) {
     std::ifstream f(path, std::ios::binary);

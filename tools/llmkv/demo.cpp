@@ -16,7 +16,6 @@ namespace llmkv_cli {
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 const char *kLore =
     "You are a villager of Oakvale, a small farming village in a green river valley. Oakvale has "

@@ -25,6 +25,8 @@ void usage() {
                  "  llmkv inspect [MODEL]\n"
                  "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
                  "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
+                 "  llmkv bench prefix [-m MODEL] [-t THREADS] [--system-tokens N] [--sessions N]\n"
+                 "  llmkv bench batch [-m MODEL] [-t THREADS] [--sessions N] [--concurrency N] [--verify] [--quick]\n"
                  "  llmkv version\n"
                  "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
 }
