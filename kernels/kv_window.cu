@@ -1,0 +1,97 @@
+// Window build / tail write-back. Layouts: tail slot (kv_layout.cuh) for each layer K
+// [H][B+R][D] fp16 then V [H][B+R][D]; window per span K [H][win_cap][D] then V (step.cuh);
+// kv f32 rows [n_rows][ld]. Pure copies plus f32 -> fp16 (bit-exact port of the CPU's
+// fp32_to_fp16), so windows and tails are bitwise identical to the CPU's.
+// Grids: load/store: (n_spans, H, 2 = K/V) CTAs copying 16-byte vectors (D % 8 == 0, all
+// row starts 16-byte aligned); append: one CTA per batch row.
+#include "device_math.cuh"
+#include "kv_window.cuh"
+
+namespace llmkv::cuda {
+
+namespace {
+
+constexpr uint32_t kThreads = 128;
+
+// Copies `rows` rows of D fp16 (D % 8 == 0, 16-byte aligned) as uint4 vectors.
+__device__ __forceinline__ void copy_rows(const uint16_t *src, uint16_t *dst, uint32_t rows,
+                                          uint32_t D) {
+    const uint32_t n_vec = rows * D / 8;
+    const uint4 *s = reinterpret_cast<const uint4 *>(src);
+    uint4 *d = reinterpret_cast<uint4 *>(dst);
+    for (uint32_t i = threadIdx.x; i < n_vec; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void load_tail_kernel(KvLayout g, uint32_t layer, const uint8_t *__restrict__ tails,
+                                 const StepSpan *__restrict__ spans,
+                                 uint16_t *__restrict__ window) {
+    const StepSpan sp = spans[blockIdx.x];
+    const uint32_t h = blockIdx.y, is_v = blockIdx.z;
+    const uint32_t old_rows = sp.pos0 - sp.win_start;
+    if (old_rows == 0) return;
+    const uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
+                          (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
+    uint16_t *dst = window + sp.win_offset + (size_t(is_v) * g.H + h) * sp.win_cap * g.D;
+    copy_rows(reinterpret_cast<const uint16_t *>(tail), dst, old_rows, g.D);
+}
+
+__global__ void store_tail_kernel(KvLayout g, uint32_t layer, const uint16_t *__restrict__ window,
+                                  const StepSpan *__restrict__ spans, uint8_t *__restrict__ tails) {
+    const StepSpan sp = spans[blockIdx.x];
+    const uint32_t h = blockIdx.y, is_v = blockIdx.z;
+    const uint32_t end = sp.pos0 + sp.n;
+    const uint32_t tail_start = g.sealed_blocks(end) * g.B;
+    if (end <= tail_start) return;
+    uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
+                    (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
+    const uint16_t *src = window + sp.win_offset + (size_t(is_v) * g.H + h) * sp.win_cap * g.D +
+                          size_t(tail_start - sp.win_start) * g.D;
+    copy_rows(src, reinterpret_cast<uint16_t *>(tail), end - tail_start, g.D);
+}
+
+__global__ void append_kernel(KvLayout g, const float *__restrict__ kv, uint32_t ld, uint32_t k_col,
+                              uint32_t v_col, const uint32_t *__restrict__ row_span,
+                              const StepSpan *__restrict__ spans, uint16_t *__restrict__ window) {
+    const uint32_t row = blockIdx.x;
+    const StepSpan sp = spans[row_span[row]];
+    const uint32_t win_row = sp.pos0 + (row - sp.row0) - sp.win_start;
+    const uint32_t width = g.H * g.D;
+    const float *src = kv + size_t(row) * ld;
+    for (uint32_t k = threadIdx.x; k < 2 * width; k += blockDim.x) {
+        const uint32_t is_v = k / width, hd = k % width, h = hd / g.D, d = hd % g.D;
+        const float v = src[(is_v ? v_col : k_col) + hd];
+        window[sp.win_offset + ((size_t(is_v) * g.H + h) * sp.win_cap + win_row) * g.D + d] =
+            f32_to_fp16_bits(v);
+    }
+}
+
+}  // namespace
+
+cudaError_t launch_window_load_tail(const KvLayout &g, uint32_t layer, const uint8_t *tails,
+                                    const StepSpan *spans, uint32_t n_spans, uint16_t *window,
+                                    cudaStream_t stream) {
+    if (n_spans == 0) return cudaSuccess;
+    load_tail_kernel<<<dim3(n_spans, g.H, 2), kThreads, 0, stream>>>(g, layer, tails, spans,
+                                                                     window);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_window_append(const KvLayout &g, const float *kv, uint32_t ld, uint32_t k_col,
+                                 uint32_t v_col, const uint32_t *row_span, uint32_t n_rows,
+                                 const StepSpan *spans, uint16_t *window, cudaStream_t stream) {
+    if (n_rows == 0) return cudaSuccess;
+    append_kernel<<<n_rows, kThreads, 0, stream>>>(g, kv, ld, k_col, v_col, row_span, spans,
+                                                   window);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_window_store_tail(const KvLayout &g, uint32_t layer, const uint16_t *window,
+                                     const StepSpan *spans, uint32_t n_spans, uint8_t *tails,
+                                     cudaStream_t stream) {
+    if (n_spans == 0) return cudaSuccess;
+    store_tail_kernel<<<dim3(n_spans, g.H, 2), kThreads, 0, stream>>>(g, layer, window, spans,
+                                                                      tails);
+    return cudaGetLastError();
+}
+
+}  // namespace llmkv::cuda

@@ -1,0 +1,50 @@
+// Paged attention over a batch of spans, for decode and prefill chunks alike: each query
+// row attends causally over its session's sealed blocks (read in their codec, dequantized
+// in registers) and its fp16 window (step.cuh), grouped-query aware.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_layout.cuh"
+#include "step.cuh"
+
+namespace llmkv::cuda {
+
+// Tokens per context partition (split-K / "flash decoding"): fixed, so a row's result
+// never depends on the rest of the batch.
+constexpr uint32_t kAttentionPartitionTokens = 256;
+
+struct AttentionArgs {
+    KvLayout g;
+    uint32_t layer = 0;
+    uint32_t n_heads = 0;  // query heads; n_heads % g.H == 0
+    float scale = 0.0f;    // usually 1 / sqrt(head_dim)
+    const float *q =
+        nullptr;  // f32 [n_rows][q_stride], head h at columns [h*D, h*D + D), RoPE applied
+    uint32_t q_stride = 0;
+    const uint8_t *pool = nullptr;  // sealed pool [n_blocks][sealed_block_bytes], 256-aligned
+    const uint32_t *block_ids =
+        nullptr;                         // uint32 block ids; a span's at [blocks_offset, +n_blocks)
+    const uint16_t *window = nullptr;    // fp16 window buffer (step.cuh)
+    const StepSpan *spans = nullptr;     // [n_spans]
+    const uint32_t *row_span = nullptr;  // uint32 [n_rows]: span of each row
+    uint32_t n_rows = 0;
+    uint32_t max_context = 0;     // max over rows of (position + 1), computed on the host
+    float *out_f32 = nullptr;     // f32 [n_rows][out_stride] or nullptr
+    uint16_t *out_f16 = nullptr;  // fp16 [n_rows][out_stride] or nullptr (exactly one set)
+    uint32_t out_stride = 0;
+    float *workspace = nullptr;  // device scratch for the partition results
+    size_t workspace_bytes = 0;
+};
+
+// Workspace bytes needed to run at least one row at max_context (the launcher splits the
+// rows into as many launches as the workspace requires).
+size_t attention_min_workspace(uint32_t n_heads, uint32_t head_dim, uint32_t max_context);
+
+// Launches the partition kernel and the merge kernel (possibly several times over row
+// ranges). Returns cudaErrorInvalidValue for unsupported shapes or a too small workspace.
+cudaError_t launch_paged_attention(const AttentionArgs &args, cudaStream_t stream);
+
+}  // namespace llmkv::cuda

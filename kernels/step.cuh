@@ -1,0 +1,35 @@
+// Per-step descriptors the module builds on the host for one forward pass and uploads once
+// (plain structs shared by host and device code).
+//
+// The fp16 "window" of a span (per layer, rebuilt every layer, as in Forward::
+// write_kv_window): rows for positions [win_start, pos0 + n) where win_start =
+// sealed_blocks(pos0) * B; rows [0, pos0 - win_start) come from the tail slot, the rest are
+// the new K/V. Window buffer layout of one span (fp16, elements from win_offset):
+//   K [H][win_cap][D], then V [H][win_cap][D],   win_cap = pos0 - win_start + n.
+#pragma once
+
+#include <stdint.h>
+
+namespace llmkv::cuda {
+
+struct StepSpan {
+    uint32_t pos0;           // positions already computed
+    uint32_t n;              // new tokens
+    uint32_t row0;           // the span's first row in the batch's activations
+    uint32_t tail_slot;      // tail slot id
+    uint32_t win_start;      // position of window row 0 (a multiple of B)
+    uint32_t win_cap;        // window rows per head
+    uint64_t win_offset;     // fp16 element offset of the span's window (K part)
+    uint32_t blocks_offset;  // index of the span's first sealed block id in the block array
+    uint32_t n_blocks;       // sealed block ids available to the span
+};
+
+// One sealed block completed during this step: seal window rows [win_row, win_row + B) of
+// span `span` into sealed block `block_id` (every layer, as each layer's window is built).
+struct SealJob {
+    uint32_t span;
+    uint32_t block_id;
+    uint32_t win_row;
+};
+
+}  // namespace llmkv::cuda

@@ -1,0 +1,462 @@
+// The CUDA backend end to end (libllmkv's CudaBackend -> libllmkv-cuda.so): module loading,
+// tiny synthetic models against the CPU Forward for every KV codec, chunking / batching,
+// block and tail copies in the CPU byte layouts, error handling; SmolLM2 greedy decoding
+// against the CPU when the model file is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "backend/cuda_backend.h"
+#include "common/error.h"
+#include "engine/forward.h"
+#include "gpu_test_util.h"
+#include "model/gguf.h"
+#include "model/llama_model.h"
+#include "model/tokenizer.h"
+#include "tiny_model.h"
+
+namespace llmkv {
+namespace {
+
+using testing::TinyModelSpec;
+
+#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
+    do {                                                          \
+        std::string why_;                                         \
+        if (CudaModule::get().device_count(&why_) == 0) {         \
+            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
+            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
+        }                                                         \
+    } while (0)
+
+std::vector<int32_t> some_tokens(size_t n, uint32_t seed = 7) {
+    std::vector<int32_t> t(n);
+    uint32_t x = seed;
+    for (auto &v : t) {
+        x = x * 1103515245u + 12345u;
+        v = int32_t((x >> 16) % testing::TinyVocab::kSize);
+    }
+    return t;
+}
+
+struct KvConfig {
+    llmkv_kv_dtype k = LLMKV_KV_F16, v = LLMKV_KV_F16;
+    bool rotate_k = false, rotate_v = false;
+    uint32_t block_tokens = 4, residual = 0;
+};
+
+std::string kv_name(const ::testing::TestParamInfo<KvConfig> &info) {
+    const KvConfig &c = info.param;
+    return std::string(codec_name(c.k)) + (c.rotate_k ? "r" : "") + "_" + codec_name(c.v) +
+           (c.rotate_v ? "r" : "") + "_B" + std::to_string(c.block_tokens) + "_R" +
+           std::to_string(c.residual);
+}
+
+KvGeometry geometry_for(const LlamaConfig &c, const KvConfig &kc) {
+    KvGeometry g;
+    g.n_layers = c.n_layers;
+    g.n_kv_heads = c.n_kv_heads;
+    g.head_dim = c.head_dim;
+    g.block_tokens = kc.block_tokens;
+    g.residual_tokens = kc.residual;
+    g.dtype_k = kc.k;
+    g.dtype_v = kc.v;
+    g.rotate_k = kc.rotate_k;
+    g.rotate_v = kc.rotate_v;
+    return g;
+}
+
+// One model, a CPU Forward and a CudaBackend over twin KV caches (same block ids).
+struct Twin {
+    std::vector<uint8_t> bytes;
+    std::shared_ptr<GgufFile> file;
+    std::unique_ptr<LlamaModel> model;
+    std::unique_ptr<KvCache> cpu_cache, gpu_cache;  // gpu_cache: bookkeeping of the device pools
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<Forward> forward;
+    std::unique_ptr<CudaBackend> gpu;
+
+    Twin(std::shared_ptr<GgufFile> f, const KvConfig &kc, uint32_t n_blocks = 256,
+         uint32_t max_tokens = 128) {
+        file = std::move(f);
+        model = LlamaModel::load(file);
+        const KvGeometry g = geometry_for(model->config(), kc);
+        cpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
+        gpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
+        pool = std::make_unique<ThreadPool>(2);
+        forward = std::make_unique<Forward>(*model, *cpu_cache, *pool, max_tokens);
+        CudaBackendOptions o;
+        o.max_batch_tokens = max_tokens;
+        o.n_sealed_blocks = n_blocks;
+        o.n_tail_slots = 8;
+        gpu = std::make_unique<CudaBackend>(*model, g, o);
+    }
+    static std::shared_ptr<GgufFile> tiny(const TinyModelSpec &spec,
+                                          std::vector<uint8_t> &storage) {
+        storage = testing::build_tiny_model(spec);
+        return std::shared_ptr<GgufFile>(GgufFile::from_memory(storage.data(), storage.size()));
+    }
+};
+
+struct Compare {
+    double max_ref = 0, max_err = 0;
+    void add(const std::vector<float> &ref, const std::vector<float> &got) {
+        ASSERT_EQ(ref.size(), got.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+            max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+            max_err = std::max(max_err, std::fabs(double(ref[i]) - got[i]));
+        }
+    }
+};
+
+size_t argmax(const float *x, size_t n) {
+    return size_t(std::max_element(x, x + n) - x);
+}
+
+// Top-1 minus top-2 of a row.
+double margin(const float *x, size_t n) {
+    float a = -INFINITY, b = -INFINITY;
+    for (size_t i = 0; i < n; ++i) {
+        if (x[i] > a) {
+            b = a;
+            a = x[i];
+        } else if (x[i] > b) {
+            b = x[i];
+        }
+    }
+    return double(a) - b;
+}
+
+TEST(CudaModule, LoadsOrSaysWhyNot) {
+    const CudaModule &m = CudaModule::get();
+    if (m.loaded()) {
+        EXPECT_NE(m.api(), nullptr);
+        EXPECT_EQ(m.api()->abi_version, LLMKV_CUDA_ABI_VERSION);
+        EXPECT_FALSE(m.path().empty());
+        EXPECT_TRUE(m.error().empty());
+    } else {
+        EXPECT_FALSE(m.error().empty());
+    }
+    std::string why;
+    if (m.device_count(&why) == 0) {
+        EXPECT_FALSE(why.empty()) << "no device must come with a reason";
+        // Creating a backend then fails with LLMKV_ERR_BACKEND and the reason, never aborts.
+        std::vector<uint8_t> storage;
+        auto file = Twin::tiny(TinyModelSpec{}, storage);
+        auto model = LlamaModel::load(file);
+        KvGeometry g = geometry_for(model->config(), KvConfig{});
+        CudaBackendOptions o;
+        o.n_sealed_blocks = 4;
+        o.n_tail_slots = 1;
+        try {
+            CudaBackend b(*model, g, o);
+            FAIL() << "a backend was created without a device";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.status(), LLMKV_ERR_BACKEND);
+            EXPECT_NE(std::string(e.what()).find("unavailable"), std::string::npos) << e.what();
+        }
+    }
+}
+
+class TinyModelParity : public ::testing::TestWithParam<KvConfig> {};
+
+// Chunked prefill then decode of two sessions batched together; every step's logits are
+// compared with the CPU Forward's. Tolerance: the GPU keeps weights and GEMM inputs in fp16
+// (the CPU: f16 weights here, f32 activations), ~1e-3 relative per layer: 1% of the largest
+// logit (3% with fp8 / int4 KV). Greedy choices must agree wherever the CPU's top-1 leads
+// by more than twice the tolerance.
+TEST_P(TinyModelParity, LogitsMatchTheCpuForward) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const KvConfig kc = GetParam();
+    // Quantized KV: a value rounding to the other side of a quantization boundary than on
+    // the CPU moves a score by a whole step (fp8: 1/16 relative, int4: 1/15 of the range).
+    auto coarse = [](llmkv_kv_dtype d) { return d == LLMKV_KV_FP8_E4M3 || d == LLMKV_KV_INT4; };
+    const double tolerance = coarse(kc.k) || coarse(kc.v) ? 0.03 : 0.01;
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::F16;
+    spec.embd_type = TensorType::F16;
+    spec.tied_output = false;
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(spec, storage), kc);
+    const size_t V = tw.model->config().n_vocab;
+    std::vector<std::vector<int32_t>> prompts = {some_tokens(23, 1), some_tokens(9, 2)};
+    SessionKv c[2], d[2];
+    Compare cmp;
+    size_t greedy_checked = 0;
+    auto step = [&](std::vector<std::vector<int32_t>> inputs) {
+        std::vector<ForwardSpan> cs, ds;
+        for (size_t i = 0; i < 2; ++i) {
+            const uint32_t n = uint32_t(inputs[i].size());
+            ASSERT_TRUE(tw.cpu_cache->reserve(c[i], c[i].n_tokens + n));
+            ASSERT_TRUE(tw.gpu_cache->reserve(d[i], d[i].n_tokens + n));
+            cs.push_back({&c[i], inputs[i].data(), n, true});
+            ds.push_back({&d[i], inputs[i].data(), n, true});
+        }
+        std::vector<float> lc, ld;
+        tw.forward->run(cs, lc);
+        tw.gpu->run(ds, ld);
+        ASSERT_EQ(ld.size(), 2 * V);
+        cmp.add(lc, ld);
+        for (size_t i = 0; i < 2; ++i) {
+            EXPECT_EQ(c[i].n_tokens, d[i].n_tokens);
+            double max_abs = 0;
+            for (size_t v = 0; v < V; ++v)
+                max_abs = std::max(max_abs, std::fabs(double(lc[i * V + v])));
+            if (margin(&lc[i * V], V) > 2 * tolerance * max_abs) {
+                EXPECT_EQ(argmax(&lc[i * V], V), argmax(&ld[i * V], V));
+                ++greedy_checked;
+            }
+        }
+    };
+    // Prefill in chunks of 5 (seals blocks mid-chunk), then 12 decode steps.
+    for (size_t off = 0; off < 23; off += 5) {
+        std::vector<std::vector<int32_t>> in(2);
+        for (size_t i = 0; i < 2; ++i) {
+            const size_t end = std::min(prompts[i].size(), off + 5);
+            if (off < end)
+                in[i].assign(prompts[i].begin() + off, prompts[i].begin() + end);
+            else
+                in[i] = {int32_t(off % testing::TinyVocab::kSize)};
+        }
+        step(in);
+        if (HasFatalFailure()) return;
+    }
+    for (int s = 0; s < 12; ++s) {
+        step({{int32_t((s * 7) % testing::TinyVocab::kSize)},
+              {int32_t((s * 13 + 1) % testing::TinyVocab::kSize)}});
+        if (HasFatalFailure()) return;
+    }
+    EXPECT_LE(cmp.max_err, tolerance * cmp.max_ref) << "max |logit| " << cmp.max_ref;
+    EXPECT_GT(greedy_checked, 0u);
+    // The sealed blocks hold the same layout: decoded values agree within codec precision.
+    const KvGeometry &g = tw.gpu_cache->geometry();
+    std::vector<uint8_t> gpu_block(g.sealed_block_bytes());
+    std::vector<float> a(size_t(g.block_tokens) * g.head_dim), b(a.size());
+    ASSERT_EQ(c[0].blocks.size(), d[0].blocks.size());
+    for (size_t j = 0; j < d[0].blocks.size(); ++j) {
+        tw.gpu->read_block(d[0].blocks[j], gpu_block.data());
+        const uint8_t *cpu_block = tw.cpu_cache->sealed_data(c[0].blocks[j]);
+        for (uint32_t l = 0; l < g.n_layers; ++l) {
+            for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
+                for (int role = 0; role < 2; ++role) {
+                    const size_t off = role ? g.sealed_v_offset(l, h) : g.sealed_k_offset(l, h);
+                    const CodecSpec cs = role ? codec_spec_v(g) : codec_spec_k(g);
+                    codec_decode_head(cs, KvRole(role), cpu_block + off, g.block_tokens, g.head_dim,
+                                      a.data());
+                    codec_decode_head(cs, KvRole(role), gpu_block.data() + off, g.block_tokens,
+                                      g.head_dim, b.data());
+                    double amax = 0, err = 0;
+                    for (size_t i = 0; i < a.size(); ++i) {
+                        amax = std::max(amax, std::fabs(double(a[i])));
+                        err = std::max(err, std::fabs(double(a[i]) - b[i]));
+                    }
+                    // One quantization step of disagreement allowed where the GPU's K/V
+                    // (fp16 GEMM inputs) lands across a rounding boundary from the CPU's:
+                    // int4 1/15 of a range (<= 2 amax), fp8 up to 1/16 of amax, int8 1/127.
+                    const double tol = cs.dtype == LLMKV_KV_INT4       ? 0.2
+                                       : cs.dtype == LLMKV_KV_FP8_E4M3 ? 0.1
+                                       : cs.dtype == LLMKV_KV_INT8     ? 0.03
+                                                                       : 0.01;
+                    EXPECT_LE(err, tol * amax + 1e-3)
+                        << "block " << j << " layer " << l << " head " << h << " role " << role;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < 2; ++i) {
+        tw.cpu_cache->release(c[i]);
+        tw.gpu_cache->release(d[i]);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    KvCodecs, TinyModelParity,
+    ::testing::Values(KvConfig{}, KvConfig{LLMKV_KV_BF16, LLMKV_KV_BF16},
+                      KvConfig{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3},
+                      KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8},
+                      KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8, true, true},
+                      KvConfig{LLMKV_KV_INT4, LLMKV_KV_INT4, true, true, 16, 0},
+                      KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT4, false, true, 4, 6},
+                      KvConfig{LLMKV_KV_BF16, LLMKV_KV_BF16, false, false, 4, 6}),
+    kv_name);
+
+// Attention is chunk- and batch-invariant on the GPU; the cuBLAS GEMMs may change the low
+// bits with the number of rows (and a low bit can move an fp16 activation or an int8 KV
+// value by one step), so the runs agree to 2e-3 of the largest logit, and the logits of
+// the same batch shape agree bitwise.
+TEST(CudaBackend, ChunkingAndBatchingAgreeAndRepeatsAreBitwise) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8});
+    std::vector<int32_t> tokens = some_tokens(37);
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
+        std::vector<float> logits;
+        for (size_t i = 0; i < tokens.size(); i += chunk) {
+            const uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
+            EXPECT_TRUE(tw.gpu_cache->reserve(kv, kv.n_tokens + n));
+            tw.gpu->run({{&kv, tokens.data() + i, n, true}}, logits);
+        }
+        return logits;
+    };
+    SessionKv a, b, c, e;
+    std::vector<float> one = run_chunked(a, 37), tok = run_chunked(b, 1), five = run_chunked(c, 5),
+                       again = run_chunked(e, 37);
+    Compare cmp;
+    cmp.add(one, tok);
+    cmp.add(one, five);
+    EXPECT_LE(cmp.max_err, 2e-3 * cmp.max_ref + 1e-6);
+    EXPECT_EQ(0, std::memcmp(one.data(), again.data(), one.size() * sizeof(float)))
+        << "same shape must be bitwise";
+    for (SessionKv *kv : {&a, &b, &c, &e}) tw.gpu_cache->release(*kv);
+}
+
+TEST(CudaBackend, RejectsBadTokensBeforeTouchingKvAndStaysUsable) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(TinyModelSpec{}, storage), KvConfig{});
+    SessionKv kv;
+    std::vector<int32_t> bad = {1, 2, testing::TinyVocab::kSize};
+    ASSERT_TRUE(tw.gpu_cache->reserve(kv, 3));
+    std::vector<float> out;
+    try {
+        tw.gpu->run({{&kv, bad.data(), 3, true}}, out);
+        FAIL() << "no error for a token outside the vocabulary";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
+    }
+    EXPECT_EQ(kv.n_tokens, 0u);
+    std::vector<int32_t> good = {1, 2, 3};
+    tw.gpu->run({{&kv, good.data(), 3, true}}, out);
+    EXPECT_EQ(kv.n_tokens, 3u);
+    EXPECT_EQ(out.size(), size_t(testing::TinyVocab::kSize));
+    tw.gpu_cache->release(kv);
+}
+
+TEST(CudaBackend, BlocksAndTailsCopyBitForBit) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(TinyModelSpec{}, storage),
+            KvConfig{LLMKV_KV_INT4, LLMKV_KV_INT4, true, true, 16, 0}, 16);
+    const size_t bb = tw.gpu->sealed_block_bytes(), tb = tw.gpu->tail_block_bytes();
+    std::vector<uint8_t> blk(bb), tail(tb), back(std::max(bb, tb));
+    for (size_t i = 0; i < bb; ++i) blk[i] = uint8_t(i * 131 + 7);
+    for (size_t i = 0; i < tb; ++i) tail[i] = uint8_t(i * 29 + 3);
+    tw.gpu->write_block(5, blk.data());
+    tw.gpu->read_block(5, back.data());
+    EXPECT_EQ(0, std::memcmp(back.data(), blk.data(), bb));
+    tw.gpu->write_tail(2, tail.data());
+    tw.gpu->copy_tail(2, 6);
+    tw.gpu->read_tail(6, back.data());
+    EXPECT_EQ(0, std::memcmp(back.data(), tail.data(), tb));
+    // Async: offload block 5 into pinned memory, onboard it into blocks 7 and 8.
+    uint8_t *pinned = static_cast<uint8_t *>(tw.gpu->host_alloc(2 * bb));
+    ASSERT_NE(pinned, nullptr);
+    uint32_t src = 5;
+    void *dst[1] = {pinned};
+    const uint64_t t1 = tw.gpu->read_blocks_async(&src, 1, dst);
+    tw.gpu->copy_wait(t1);
+    EXPECT_TRUE(tw.gpu->copy_done(t1));
+    EXPECT_EQ(0, std::memcmp(pinned, blk.data(), bb));
+    std::memcpy(pinned + bb, pinned, bb);
+    uint32_t ids[2] = {7, 8};
+    const void *srcs[2] = {pinned, pinned + bb};
+    const uint64_t t2 = tw.gpu->write_blocks_async(ids, 2, srcs);
+    EXPECT_GT(t2, t1);
+    tw.gpu->read_block(8, back.data());  // ordered after the async writes
+    EXPECT_EQ(0, std::memcmp(back.data(), blk.data(), bb));
+    tw.gpu->copy_wait(t2);
+    tw.gpu->host_free(pinned);
+    // Out-of-range ids are argument errors, not device errors.
+    try {
+        tw.gpu->read_block(16, back.data());
+        FAIL() << "no error for block 16 of 16";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
+    }
+    tw.gpu->read_block(0, back.data());  // still usable
+}
+
+// ---- SmolLM2 --------------------------------------------------------------------------------
+
+std::string smollm2_path() {
+    const char *env = std::getenv("LLMKV_MODEL");
+    if (env && *env) return env;
+    return LLMKV_TEST_FIXTURES_DIR "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class SmolLM2Greedy : public ::testing::TestWithParam<KvConfig> {};
+
+// Greedy decoding of a few prompts, CPU vs GPU, teacher-forced on the CPU's tokens so one
+// near-tie cannot derail the rest: wherever the CPU's top-1 leads by at least 1.0 (the
+// golden tests' "confident" margin) the GPU must pick the same token, otherwise the CPU's
+// top-1 or top-2. The count of exactly equal choices is printed.
+TEST_P(SmolLM2Greedy, TokensMatchTheCpu) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    if (!std::ifstream(smollm2_path()).good()) {
+        std::printf("[ SKIP REASON ] no model at %s\n", smollm2_path().c_str());
+        GTEST_SKIP() << "model not found at " << smollm2_path() << " (set LLMKV_MODEL)";
+    }
+    const KvConfig kc = GetParam();
+    auto file = std::shared_ptr<GgufFile>(GgufFile::open(smollm2_path()));
+    Twin tw(file, kc, 512, 256);
+    auto tok = Tokenizer::from_gguf(*file);
+    const size_t V = tw.model->config().n_vocab;
+    const char *prompts[] = {"The capital of France is",
+                             "Once upon a time, in a small village by the sea,",
+                             "def fibonacci(n):\n    "};
+    size_t equal = 0, total = 0;
+    for (const char *p : prompts) {
+        std::vector<int32_t> ids = tok->encode(p, false, false);
+        SessionKv c, d;
+        ASSERT_TRUE(tw.cpu_cache->reserve(c, uint32_t(ids.size())));
+        ASSERT_TRUE(tw.gpu_cache->reserve(d, uint32_t(ids.size())));
+        std::vector<float> lc, ld;
+        tw.forward->run({{&c, ids.data(), uint32_t(ids.size()), true}}, lc);
+        tw.gpu->run({{&d, ids.data(), uint32_t(ids.size()), true}}, ld);
+        for (int step = 0; step < 24; ++step) {
+            const size_t cpu_tok = argmax(lc.data(), V), gpu_tok = argmax(ld.data(), V);
+            std::vector<float> sorted(lc);
+            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
+                              std::greater<float>());
+            ++total;
+            if (cpu_tok == gpu_tok) {
+                ++equal;
+            } else if (sorted[0] - sorted[1] >= 1.0f) {
+                ADD_FAILURE() << "prompt '" << p << "' step " << step << ": GPU " << gpu_tok
+                              << " vs CPU " << cpu_tok << " (CPU margin " << sorted[0] - sorted[1]
+                              << ")";
+            } else {
+                EXPECT_GE(lc[gpu_tok], sorted[1]) << "GPU token outside the CPU's top-2";
+            }
+            int32_t next = int32_t(cpu_tok);
+            ASSERT_TRUE(tw.cpu_cache->reserve(c, c.n_tokens + 1));
+            ASSERT_TRUE(tw.gpu_cache->reserve(d, d.n_tokens + 1));
+            tw.forward->run({{&c, &next, 1, true}}, lc);
+            tw.gpu->run({{&d, &next, 1, true}}, ld);
+        }
+        tw.cpu_cache->release(c);
+        tw.gpu_cache->release(d);
+    }
+    std::printf("[ INFO ] %s: %zu of %zu greedy choices identical to the CPU\n",
+                kv_name({kc, 0}).c_str(), equal, total);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    KvCodecs, SmolLM2Greedy,
+    ::testing::Values(KvConfig{LLMKV_KV_F16, LLMKV_KV_F16, false, false, 16, 0},
+                      KvConfig{LLMKV_KV_BF16, LLMKV_KV_BF16, false, false, 16, 0},
+                      KvConfig{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, false, false, 16, 0},
+                      KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8, false, false, 16, 0},
+                      KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT4, false, true, 16, 0},
+                      KvConfig{LLMKV_KV_INT4, LLMKV_KV_INT4, true, true, 16, 0}),
+    kv_name);
+
+}  // namespace
+}  // namespace llmkv
