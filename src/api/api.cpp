@@ -298,6 +298,10 @@ LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s) {
     LLMKV_SESSION_CALL(s, session->engine->cancel(session));
 }
 
+LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s) {
+    LLMKV_SESSION_CALL(s, session->engine->park(session));
+}
+
 LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes) {
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
@@ -324,7 +328,7 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
         info.n_cached = session->kv.n_tokens;
         info.n_generated = session->n_generated;
         info.n_blocks = uint32_t(session->kv.blocks.size());
-        info.tier = 0;
+        info.tier = session->host.phase == llmkv::HostKv::Phase::kNone ? LLMKV_TIER_DEVICE : LLMKV_TIER_HOST;
         info.priority = session->priority;
         copy_out(out, info);
     });

@@ -54,7 +54,6 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);
     if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
     if (p.kv_residual_tokens > 4096) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_residual_tokens = %u exceeds 4096", p.kv_residual_tokens);
-    if (p.kv_host_bytes != 0) fail(LLMKV_ERR_UNSUPPORTED, "the host KV tier (kv_host_bytes) is not available yet");
     if (p.flags & ~LLMKV_ENGINE_PREFIX_CACHE) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
 
     std::unique_ptr<Engine> e(new Engine());
@@ -131,6 +130,13 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         }
     }
 
+    if (p.kv_host_bytes != 0) {
+        e->host_ = std::make_unique<HostTier>(p.kv_host_bytes);
+        e->copier_ = std::make_unique<CopyEngine>();
+        LLMKV_LOG_INFO_F("host tier: %.1f MiB (%s)", e->host_->bytes_total() / 1048576.0,
+                         e->host_->locked() ? "locked" : "not locked");
+    }
+
     unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
     e->pool_ = std::make_unique<ThreadPool>(threads);
     e->max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
@@ -149,8 +155,9 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
 }
 
 Engine::~Engine() {
+    if (copier_) copier_->wait_all();
     for (Session *s : sessions_) {
-        cache_->release(s->kv);
+        drop_kv(*s);
         delete s;
     }
     for (Prefix *p : prefixes_) {
@@ -229,6 +236,16 @@ void Engine::get_stats(llmkv_stats &out) const {
     out.tokens_generated = tokens_generated_;
     out.steps = steps_;
     out.preemptions = preemptions_;
+    out.bytes_to_host = bytes_to_host_;
+    out.bytes_to_device = bytes_to_device_;
+    out.parks = parks_;
+    out.swaps = swaps_;
+    out.resumes = resumes_;
+    if (host_) {
+        out.host_bytes_total = host_->bytes_total();
+        out.host_bytes_used = host_bytes_held_;
+        out.copy_ns = copier_->stats().copy_ns;
+    }
 }
 
 std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) const {
@@ -305,6 +322,7 @@ Prefix *Engine::session_to_prefix(Session *s) {
     if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; a prefix needs a settled context");
     if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens");
     require_handle_room();
+    bring_back(s);
     auto p = std::make_unique<Prefix>();
     p->engine = this;
     p->state.engine = this;
@@ -410,6 +428,7 @@ Prefix *Engine::load_prefix(const std::string &path) {
 Session *Engine::fork(Session *src) {
     if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
     require_handle_room();
+    bring_back(src);
     auto s = std::make_unique<Session>();
     s->engine = this;
     s->user_data = src->user_data;
@@ -459,7 +478,7 @@ void Engine::destroy_session(Session *s) {
     auto it = std::find(sessions_.begin(), sessions_.end(), s);
     if (it == sessions_.end()) return;
     sessions_.erase(it);
-    cache_->release(s->kv);
+    drop_kv(*s);
     s->block_keys.clear();
     events_.erase(std::remove_if(events_.begin(), events_.end(),
                                  [&](const llmkv_event &ev) { return ev.session == s->handle; }),
@@ -549,6 +568,10 @@ void Engine::finish(Session *s, llmkv_finish_reason reason) {
 }
 
 void Engine::update_state(Session *s) {
+    if (s->host.phase != HostKv::Phase::kNone) {
+        s->state = LLMKV_SESSION_PARKED;
+        return;
+    }
     if (s->generate_requested) {
         bool prompt_done = uint32_t(s->tokens.size()) - s->kv.n_tokens <= 1;
         s->state = !s->started ? LLMKV_SESSION_QUEUED
@@ -605,11 +628,14 @@ bool ranks_below(const Session &a, const Session &b) {
 
 // Blocks that return to the pool (or become evictable) when the session lets go: those
 // no other session or prefix holds.
+uint32_t Engine::holders(uint32_t block) const {
+    return cache_->sealed_pool().refcount(block) - (prefix_ && prefix_->contains(block) ? 1 : 0);
+}
+
 uint32_t Engine::freeable_blocks(const Session &s) const {
     uint32_t n = 0;
     for (uint32_t id : s.kv.blocks) {
-        uint32_t holders = cache_->sealed_pool().refcount(id) - (prefix_ && prefix_->contains(id) ? 1 : 0);
-        if (holders == 1) ++n;
+        if (id != SessionKv::kHostBlock && holders(id) == 1) ++n;
     }
     return n;
 }
@@ -629,14 +655,16 @@ bool Engine::can_fit_alone(const Session &s, uint32_t n_tokens) const {
 
 void Engine::preempt(Session *v) {
     const bool had_work = has_pending_work(*v);
-    cache_->release(v->kv);
-    v->block_keys.clear();
     ++preemptions_;
-    if (had_work) {
-        v->started = false;  // back to the queue, keeping its place (admit_seq)
+    if (park_out(v, /*wait=*/true)) {
+        // Swapped (or parked, when idle): its KV comes back by copy, not recomputation.
+        ++(had_work ? swaps_ : parks_);
     } else {
-        v->kv_dropped = true;
+        cache_->release(v->kv);
+        v->block_keys.clear();
+        if (!had_work) v->kv_dropped = true;
     }
+    if (had_work) v->started = false;  // back to the queue, keeping its place (admit_seq)
     update_state(v);
     preempted_.push_back(v);
     auto it = std::find(span_sessions_.begin(), span_sessions_.end(), v);
@@ -649,12 +677,23 @@ void Engine::preempt(Session *v) {
 bool Engine::make_room(Session *s, uint32_t need, bool fresh) {
     uint32_t available = cache_->sealed_available();
     if (need <= available) return true;
+    if (copier_) {
+        // Blocks of sessions being parked come back to the pool when their copies end.
+        bool parking = false;
+        for (const Session *v : sessions_) parking |= v->host.phase == HostKv::Phase::kOut;
+        if (parking) {
+            copier_->wait_all();
+            reap_copies();
+            available = cache_->sealed_available();
+            if (need <= available) return true;
+        }
+    }
     // Victims in order: idle sessions, least recently active first; then sessions ranked
     // below s, lowest first. A session not yet running (fresh) only displaces idle
     // sessions and sessions of strictly lower priority, so admission never thrashes.
     std::vector<Session *> idle, active;
     for (Session *v : sessions_) {
-        if (v == s || v->kv.blocks.empty()) continue;
+        if (v == s || v->kv.blocks.empty() || v->host.phase != HostKv::Phase::kNone) continue;
         if (!has_pending_work(*v)) {
             idle.push_back(v);
         } else if (ranks_below(*v, *s) && (!fresh || v->priority < s->priority)) {
@@ -688,19 +727,51 @@ void Engine::fail_capacity(Session *s) {
 }
 
 void Engine::step() {
+    if (copier_) {
+        reap_copies();
+        // Parked sessions with work come back first, highest ranked first; their copies
+        // overlap this step's compute, and they run from the next step.
+        std::vector<Session *> waiting;
+        for (Session *s : sessions_) {
+            if (s->host.phase == HostKv::Phase::kParked && pending_runnable(*s) > 0) waiting.push_back(s);
+        }
+        std::sort(waiting.begin(), waiting.end(), [](const Session *a, const Session *b) { return ranks_below(*b, *a); });
+        for (Session *s : waiting) start_resume(s);
+        bool ready = false, incoming = false;
+        for (const Session *s : sessions_) {
+            ready |= s->host.phase == HostKv::Phase::kNone && pending_runnable(*s) > 0;
+            incoming |= s->host.phase == HostKv::Phase::kIn;
+        }
+        if (!ready && incoming) {  // nothing else to do meanwhile
+            copier_->wait_all();
+            reap_copies();
+        }
+    }
     for (Session *s : sessions_) {
-        if (pending_runnable(*s) > 0) match_prefix(s);
+        if (s->host.phase == HostKv::Phase::kNone && pending_runnable(*s) > 0) match_prefix(s);
     }
     candidates_.clear();
     uint32_t n_running = 0;
+    Session *top_parked = nullptr;  // highest-ranked parked session with work
     for (uint32_t i = 0; i < sessions_.size(); ++i) {
-        const Session &s = *sessions_[i];
+        Session &s = *sessions_[i];
         uint32_t n = pending_runnable(s);
         if (n == 0) continue;
+        if (s.host.phase != HostKv::Phase::kNone) {
+            if (s.host.phase == HostKv::Phase::kParked && (!top_parked || ranks_below(*top_parked, s))) top_parked = &s;
+            continue;
+        }
         candidates_.push_back({i, s.priority, s.admit_seq, n, s.generate_requested && n == 1});
         n_running += s.started ? 1 : 0;
     }
-    if (candidates_.empty()) return;
+    if (candidates_.empty()) {
+        // Only parked sessions have work and none could come back: the pool cannot hold
+        // the first of them even alone.
+        bool incoming = false;
+        for (const Session *s : sessions_) incoming |= s->host.phase == HostKv::Phase::kIn;
+        if (top_parked && !incoming) fail_capacity(top_parked);
+        return;
+    }
     std::vector<SchedItem> plan = scheduler_->plan_step(candidates_);
 
     // Reserve KV for every planned span, preempting lower-ranked sessions when the pool
@@ -804,6 +875,150 @@ void Engine::step() {
     }
 }
 
+// ---- host tier -----------------------------------------------------------------------
+
+void Engine::park(Session *s) {
+    if (!host_) fail(LLMKV_ERR_UNSUPPORTED, "no host tier: engine_params.kv_host_bytes is 0");
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; park it after DONE or cancel");
+    if (s->host.phase == HostKv::Phase::kIn) {
+        copier_->wait(s->host.ticket);
+        finish_resume(s);
+    }
+    if (s->host.phase != HostKv::Phase::kNone || (s->kv.tail < 0 && s->kv.blocks.empty())) return;
+    if (!park_out(s, /*wait=*/false)) {
+        fail(LLMKV_ERR_KV_CAPACITY, "host tier full: %.1f of %.1f MiB used", host_->bytes_used() / 1048576.0,
+             host_->bytes_total() / 1048576.0);
+    }
+    ++parks_;
+}
+
+bool Engine::park_out(Session *s, bool wait) {
+    if (!host_ || s->host.phase != HostKv::Phase::kNone || (s->kv.tail < 0 && s->kv.blocks.empty())) return false;
+    const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
+    std::vector<size_t> moved;  // block-table entries only this session holds
+    for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
+        if (holders(s->kv.blocks[i]) == 1) moved.push_back(i);
+    }
+    // The budget is kv_host_bytes; the region itself is rounded up to the arena granularity.
+    const uint64_t bytes = moved.size() * block_bytes + (s->kv.tail >= 0 ? tail_bytes : 0);
+    if (host_bytes_held_ + bytes > params_.kv_host_bytes) return false;
+    std::vector<void *> copies;
+    if (!moved.empty() && !host_->allocate_blocks(block_bytes, moved.size(), copies)) return false;
+    void *tail = s->kv.tail >= 0 ? host_->allocate_block(tail_bytes) : nullptr;
+    if (s->kv.tail >= 0 && !tail) {
+        for (void *p : copies) host_->free_block(p);
+        return false;
+    }
+    std::vector<CopyOp> ops;
+    s->host.blocks.assign(s->kv.blocks.size(), nullptr);
+    for (size_t k = 0; k < moved.size(); ++k) {
+        s->host.blocks[moved[k]] = copies[k];
+        ops.push_back({cache_->sealed_data(s->kv.blocks[moved[k]]), copies[k], block_bytes});
+    }
+    if (tail) ops.push_back({cache_->tail_data(s->kv.tail), tail, tail_bytes});
+    s->host.tail = tail;
+    s->host.bytes = bytes;
+    host_bytes_held_ += bytes;
+    bytes_to_host_ += bytes;
+    s->host.ticket = copier_->submit(std::move(ops));
+    s->host.phase = HostKv::Phase::kOut;
+    if (wait) {
+        copier_->wait(s->host.ticket);
+        finish_park_out(s);
+    }
+    update_state(s);
+    return true;
+}
+
+void Engine::finish_park_out(Session *s) {
+    for (size_t i = 0; i < s->host.blocks.size(); ++i) {
+        if (!s->host.blocks[i]) continue;
+        cache_->release_sealed(s->kv.blocks[i]);
+        s->kv.blocks[i] = SessionKv::kHostBlock;
+    }
+    if (s->host.tail) {
+        cache_->tail_pool().release(uint32_t(s->kv.tail));
+        s->kv.tail = -1;
+    }
+    s->host.ticket = 0;
+    s->host.phase = HostKv::Phase::kParked;
+}
+
+bool Engine::start_resume(Session *s) {
+    uint32_t need = 0;
+    for (uint32_t id : s->kv.blocks) need += id == SessionKv::kHostBlock ? 1 : 0;
+    if (!make_room(s, need, /*fresh=*/true)) return false;
+    std::vector<uint32_t> ids;
+    if (!cache_->allocate_sealed(need, ids)) return false;
+    int64_t tail = -1;
+    if (s->host.tail && (tail = cache_->allocate_tail()) < 0) {
+        for (uint32_t id : ids) cache_->release_sealed(id);
+        return false;
+    }
+    const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
+    std::vector<CopyOp> ops;
+    size_t k = 0;
+    for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
+        if (s->kv.blocks[i] != SessionKv::kHostBlock) continue;
+        s->kv.blocks[i] = ids[k++];
+        ops.push_back({s->host.blocks[i], cache_->sealed_data(s->kv.blocks[i]), block_bytes});
+    }
+    if (tail >= 0) {
+        s->kv.tail = tail;
+        ops.push_back({s->host.tail, cache_->tail_data(tail), tail_bytes});
+    }
+    bytes_to_device_ += need * block_bytes + (tail >= 0 ? tail_bytes : 0);
+    s->host.ticket = copier_->submit(std::move(ops));
+    s->host.phase = HostKv::Phase::kIn;
+    return true;
+}
+
+void Engine::finish_resume(Session *s) {
+    for (void *p : s->host.blocks) host_->free_block(p);
+    if (s->host.tail) host_->free_block(s->host.tail);
+    host_bytes_held_ -= s->host.bytes;
+    s->host = HostKv{};
+    ++resumes_;
+    update_state(s);
+}
+
+void Engine::reap_copies() {
+    if (!copier_) return;
+    for (Session *s : sessions_) {
+        if ((s->host.phase == HostKv::Phase::kOut || s->host.phase == HostKv::Phase::kIn) && copier_->done(s->host.ticket)) {
+            if (s->host.phase == HostKv::Phase::kOut) {
+                finish_park_out(s);
+            } else {
+                finish_resume(s);
+            }
+        }
+    }
+}
+
+void Engine::bring_back(Session *s) {
+    if (s->host.phase == HostKv::Phase::kNone) return;
+    if (s->host.phase == HostKv::Phase::kOut) {
+        copier_->wait(s->host.ticket);
+        finish_park_out(s);
+    }
+    if (s->host.phase == HostKv::Phase::kParked && !start_resume(s)) {
+        fail(LLMKV_ERR_KV_CAPACITY, "the device pool cannot take back the parked session's KV now");
+    }
+    copier_->wait(s->host.ticket);
+    finish_resume(s);
+}
+
+void Engine::drop_kv(Session &s) {
+    if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) copier_->wait(s.host.ticket);
+    if (host_) {
+        for (void *p : s.host.blocks) host_->free_block(p);
+        if (s.host.tail) host_->free_block(s.host.tail);
+    }
+    host_bytes_held_ -= s.host.bytes;
+    s.host = HostKv{};
+    cache_->release(s.kv);
+}
+
 size_t Engine::take_events(llmkv_event *out, size_t capacity) {
     size_t n = std::min(capacity, events_.size());
     for (size_t i = 0; i < n; ++i) {
@@ -825,7 +1040,15 @@ void Engine::check_invariants() const {
         if (s->kv.blocks.size() != cache_->geometry().sealed_blocks(s->kv.n_tokens)) {
             fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(), s->kv.n_tokens);
         }
-        for (uint32_t id : s->kv.blocks) ++refs[id];
+        const bool parked = s->host.phase == HostKv::Phase::kParked;
+        for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
+            uint32_t id = s->kv.blocks[i];
+            const bool on_host = i < s->host.blocks.size() && s->host.blocks[i] != nullptr;
+            if ((id == SessionKv::kHostBlock) != (parked && on_host)) {
+                fail(LLMKV_ERR_INTERNAL, "block-table entry %zu: host marker does not match the parked copies", i);
+            }
+            if (id != SessionKv::kHostBlock) ++refs[id];
+        }
         if (s->kv.tail >= 0) ++tail_refs[size_t(s->kv.tail)];
     }
     if (prefix_) {
@@ -835,6 +1058,16 @@ void Engine::check_invariants() const {
     for (uint32_t id = 0; id < refs.size(); ++id) {
         if (refs[id] != cache_->sealed_pool().refcount(id)) {
             fail(LLMKV_ERR_INTERNAL, "block %u: refcount %u but %u holders", id, cache_->sealed_pool().refcount(id), refs[id]);
+        }
+    }
+    if (host_) {
+        size_t host_blocks = 0;
+        for (const Session *s : sessions_) {
+            for (void *p : s->host.blocks) host_blocks += p ? 1 : 0;
+            host_blocks += s->host.tail ? 1 : 0;
+        }
+        if (host_blocks != host_->blocks_used()) {
+            fail(LLMKV_ERR_INTERNAL, "host tier holds %zu blocks but sessions own %zu", host_->blocks_used(), host_blocks);
         }
     }
     for (uint32_t id = 0; id < tail_refs.size(); ++id) {

@@ -12,6 +12,8 @@
 #include "common/thread_pool.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "kv/copy_engine.h"
+#include "kv/host_tier.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "kv/snapshot.h"
@@ -24,6 +26,21 @@
 namespace llmkv {
 
 class Engine;
+
+// The host-tier part of a session's KV. Parking copies the blocks only this session holds
+// (and its tail) to host blocks; when that copy is done their device blocks are released
+// and their block-table entries become SessionKv::kHostBlock. Resuming allocates device
+// blocks for those entries and copies back. A block under a copy is never freed: device
+// blocks stay referenced until the copy out completes, host blocks are freed only after
+// the copy in completes, and destroying a session waits for its copy first.
+struct HostKv {
+    enum class Phase : uint8_t { kNone, kOut, kParked, kIn };
+    Phase phase = Phase::kNone;
+    std::vector<void *> blocks;  // per block-table entry: its host copy, or nullptr (kept on the device)
+    void *tail = nullptr;        // host copy of the tail slot
+    Ticket ticket = 0;           // the copy in flight (kOut, kIn)
+    uint64_t bytes = 0;          // host bytes held (block and tail sizes)
+};
 
 struct Session {
     Engine *engine = nullptr;
@@ -48,6 +65,7 @@ struct Session {
     uint32_t n_generated = 0;
     uint64_t admit_seq = 0;
     Utf8Stream text;              // generated text not yet read
+    HostKv host;
 };
 
 // A prefix handle: an immutable run of tokens whose KV was computed once; sessions created
@@ -79,6 +97,7 @@ public:
     void append_text(Session *s, const char *text, size_t len);
     void generate(Session *s, uint32_t max_new_tokens);
     void cancel(Session *s);
+    void park(Session *s);
     Session *fork(Session *s);
 
     // Prefix handles.
@@ -128,6 +147,21 @@ private:
     // Ends a session's request with ERROR / KV_CAPACITY; its computed tokens stay.
     void fail_capacity(Session *s);
 
+    // Host tier. park_out starts copying the session's exclusive blocks and tail to host
+    // blocks (false, nothing changed, when the host tier is absent or full); with wait
+    // it completes at once. start_resume reserves device blocks (preempting as needed)
+    // and starts the copy back. reap_copies finishes every completed copy.
+    bool park_out(Session *s, bool wait);
+    void finish_park_out(Session *s);
+    bool start_resume(Session *s);
+    void finish_resume(Session *s);
+    void reap_copies();
+    // Brings a parked session's KV back to the device now (KV_CAPACITY when it cannot).
+    void bring_back(Session *s);
+    // Releases every block of a session, device and host, after its copy in flight.
+    void drop_kv(Session &s);
+    uint32_t holders(uint32_t block) const;
+
     mutable std::mutex mutex_;
     llmkv_engine_params params_{};
     std::shared_ptr<GgufFile> file_;
@@ -135,6 +169,8 @@ private:
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<KvCache> cache_;
     std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first; null when disabled
+    std::unique_ptr<HostTier> host_;       // null without a host tier
+    std::unique_ptr<CopyEngine> copier_;   // after host_: drained and destroyed first
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Forward> forward_;
     std::unique_ptr<Scheduler> scheduler_;
@@ -160,6 +196,12 @@ private:
     uint64_t tokens_prefilled_ = 0;
     uint64_t tokens_generated_ = 0;
     uint64_t preemptions_ = 0;
+    uint64_t parks_ = 0;
+    uint64_t swaps_ = 0;
+    uint64_t resumes_ = 0;
+    uint64_t bytes_to_host_ = 0;
+    uint64_t bytes_to_device_ = 0;
+    uint64_t host_bytes_held_ = 0;  // host-tier bytes held by sessions, within kv_host_bytes
 };
 
 }  // namespace llmkv

@@ -65,6 +65,16 @@ bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
     return true;
 }
 
+bool KvCache::allocate_sealed(uint32_t n, std::vector<uint32_t> &out) {
+    if (n > sealed_available()) return false;
+    return prefix_ ? prefix_->allocate_with_eviction(n, out) : sealed_.allocate_many(n, out);
+}
+
+int64_t KvCache::allocate_tail() {
+    uint32_t slot;
+    return tails_.allocate(slot) ? int64_t(slot) : -1;
+}
+
 void KvCache::trim(SessionKv &kv) {
     size_t keep = geometry_.sealed_blocks(kv.n_tokens);
     while (kv.blocks.size() > keep) {
@@ -74,7 +84,9 @@ void KvCache::trim(SessionKv &kv) {
 }
 
 void KvCache::release(SessionKv &kv) {
-    for (uint32_t id : kv.blocks) release_sealed(id);
+    for (uint32_t id : kv.blocks) {
+        if (id != SessionKv::kHostBlock) release_sealed(id);
+    }
     kv.blocks.clear();
     if (kv.tail >= 0) tails_.release(uint32_t(kv.tail));
     kv.tail = -1;

@@ -68,6 +68,8 @@ struct KvGeometry {
 
 // The KV state of one session: its sealed block table and tail slot.
 struct SessionKv {
+    // Marks a block table entry whose block lives in the host tier (a parked session).
+    static constexpr uint32_t kHostBlock = UINT32_MAX;
     std::vector<uint32_t> blocks;  // sealed block ids, in position order
     int64_t tail = -1;             // tail slot id, -1 before the first token
     uint32_t n_tokens = 0;         // positions [0, n_tokens) hold computed KV
@@ -91,6 +93,11 @@ public:
     bool reserve(SessionKv &kv, uint32_t new_n_tokens);
     // Sealed blocks needed to hold n_tokens beyond what kv already has.
     uint32_t blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) const;
+    // n more sealed blocks appended to out (evicting cached blocks when needed); all or
+    // nothing. For blocks whose contents are copied in (resuming from the host tier).
+    bool allocate_sealed(uint32_t n, std::vector<uint32_t> &out);
+    // A tail slot, or -1 when none is free.
+    int64_t allocate_tail();
     // Gives back reserved blocks past kv.n_tokens (after a failed pass).
     void trim(SessionKv &kv);
     // Returns every block and the tail slot of a session to the pools.
