@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, fetches the model (golden and model-backed tests
 # need it), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
-# C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again.
+# C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again, and
+# the host-tier tests under ThreadSanitizer.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
@@ -22,4 +23,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L 'unit|capi' \
     -R 'Gguf|Tokenizer|Utf8|Engine|BlockPool|KvCache|capi'
+echo "== ThreadSanitizer build: the copy thread against the engine (park, swap, destroy in flight)" >&2
+cmake -S "$ROOT" -B "$ROOT/build-tsan" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLLMKV_SANITIZE=thread -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF -DLLMKV_BUILD_TOOLS=OFF >&2
+cmake --build "$ROOT/build-tsan" -j "$JOBS" --target llmkv_unit_tests >&2
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L unit \
+    -R 'EngineHostTier|CopyEngine|HostTier'
 echo "== all tests passed" >&2

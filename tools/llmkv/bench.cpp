@@ -107,6 +107,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc > 0 && std::strcmp(argv[0], "quality") == 0) return cmd_bench_quality(argc - 1, argv + 1);
     if (argc > 0 && std::strcmp(argv[0], "prefix") == 0) return cmd_bench_prefix(argc - 1, argv + 1);
     if (argc > 0 && std::strcmp(argv[0], "batch") == 0) return cmd_bench_batch(argc - 1, argv + 1);
+    if (argc > 0 && std::strcmp(argv[0], "offload") == 0) return cmd_bench_offload(argc - 1, argv + 1);
     std::string model = default_model_path();
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;

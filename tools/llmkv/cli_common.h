@@ -20,6 +20,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_bench_quality(int argc, char **argv);
 int cmd_bench_prefix(int argc, char **argv);
 int cmd_bench_batch(int argc, char **argv);
+int cmd_bench_offload(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 
 }  // namespace llmkv_cli

@@ -27,6 +27,7 @@ void usage() {
                  "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
                  "  llmkv bench prefix [-m MODEL] [-t THREADS] [--system-tokens N] [--sessions N]\n"
                  "  llmkv bench batch [-m MODEL] [-t THREADS] [--sessions N] [--concurrency N] [--verify] [--quick]\n"
+                 "  llmkv bench offload [-m MODEL] [-t THREADS] [--context N] [--sessions N]\n"
                  "  llmkv version\n"
                  "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
 }

@@ -1,0 +1,196 @@
+// `llmkv bench offload`: what the host tier buys on this machine.
+//  1. resuming a parked 1,000-token session (host -> device copy) against recomputing the
+//     same 1,000 tokens;
+//  2. copy bandwidth of parking/resuming (bytes moved / copy-engine time) against plain
+//     memcpy of the same bytes;
+//  3. many sessions on a device budget that fits a quarter of them: swapping against
+//     recomputation (host tier on / off), same tokens.
+// Numbers only; nothing is asserted.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_common.h"
+#include "llmkv.h"
+
+namespace llmkv_cli {
+
+namespace {
+
+llmkv_engine *make_engine(const std::string &model, uint32_t threads, uint64_t device_bytes, uint64_t host_bytes) {
+    llmkv_engine_params ep;
+    llmkv_engine_params_init(&ep);
+    ep.model_path = model.c_str();
+    ep.backend = LLMKV_BACKEND_CPU;
+    ep.n_threads = threads;
+    ep.kv_device_bytes = device_bytes;
+    ep.kv_host_bytes = host_bytes;
+    ep.kv_dtype_k = LLMKV_KV_INT8;
+    ep.kv_dtype_v = LLMKV_KV_INT8;
+    ep.flags = 0;  // no prefix cache: recomputation really recomputes
+    llmkv_engine *e = nullptr;
+    if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
+        std::fprintf(stderr, "llmkv bench offload: %s\n", llmkv_last_error());
+        std::exit(1);
+    }
+    return e;
+}
+
+llmkv_stats stats_of(llmkv_engine *e) {
+    llmkv_stats st;
+    st.struct_size = sizeof(st);
+    llmkv_engine_get_stats(e, &st);
+    return st;
+}
+
+double memcpy_gbs(size_t bytes) {
+    std::vector<uint8_t> a(bytes, 1), b(bytes, 0);
+    double best = 1e9;
+    for (int r = 0; r < 5; ++r) {
+        double t = now();
+        std::memcpy(b.data(), a.data(), bytes);
+        best = std::min(best, now() - t);
+    }
+    volatile uint8_t sink = b[bytes / 2];
+    (void)sink;
+    return bytes / best / 1e9;
+}
+
+std::vector<int32_t> tokens_of(llmkv_session *s) {
+    std::vector<int32_t> t(8192);
+    size_t n = 0;
+    llmkv_session_get_tokens(s, t.data(), t.size(), &n);
+    t.resize(n);
+    return t;
+}
+
+}  // namespace
+
+int cmd_bench_offload(int argc, char **argv) {
+    std::string model = default_model_path();
+    uint32_t threads = 0, context = 1000, sessions = 16;
+    for (int i = 0; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> const char * {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "llmkv bench offload: %s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-m") model = value();
+        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
+        else if (a == "--context") context = uint32_t(parse_uint(value(), a.c_str()));
+        else if (a == "--sessions") sessions = uint32_t(parse_uint(value(), a.c_str()));
+        else {
+            std::fprintf(stderr, "usage: llmkv bench offload [-m MODEL] [-t THREADS] [--context N] [--sessions N]\n");
+            return 2;
+        }
+    }
+    if (context < 16 || sessions < 2) {
+        std::fprintf(stderr, "llmkv bench offload: --context must be >= 16 and --sessions >= 2\n");
+        return 2;
+    }
+
+    // 1 + 2: park and resume one session against recomputing it.
+    llmkv_engine *e = make_engine(model, threads, 0, 256ull << 20);
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    llmkv_engine_get_info(e, &info);
+    std::vector<int32_t> prompt = filler_tokens(e, context, 7);
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    double best_recompute = 1e9, best_park = 1e9, best_resume = 1e9;
+    uint64_t moved = 0, copy_ns = 0;
+    for (int r = 0; r < 3; ++r) {
+        llmkv_session *s = nullptr;
+        llmkv_session_create(e, &sp, &s);
+        llmkv_session_append(s, prompt.data(), prompt.size());
+        double t0 = now();
+        llmkv_run(e, nullptr, nullptr);  // KV of context - 1 tokens
+        best_recompute = std::min(best_recompute, now() - t0);
+        llmkv_stats st0 = stats_of(e);
+        t0 = now();
+        if (llmkv_session_park(s) != LLMKV_OK) {
+            std::fprintf(stderr, "llmkv bench offload: park: %s\n", llmkv_last_error());
+            return 1;
+        }
+        best_park = std::min(best_park, now() - t0);  // the call; the copy runs on the copy thread
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        llmkv_event ev[4];
+        size_t n_ev = 0;
+        llmkv_step(e, ev, 4, &n_ev);  // reaps the finished copy: device blocks return to the pool
+        llmkv_stats st1 = stats_of(e);
+        // Resume, timed through the synchronous path: fork brings s back to the device
+        // (host -> device copy) before sharing its blocks with the new session.
+        t0 = now();
+        llmkv_session *f = nullptr;
+        llmkv_session_fork(s, &f);
+        best_resume = std::min(best_resume, now() - t0);
+        llmkv_stats st2 = stats_of(e);
+        moved = (st1.bytes_to_host - st0.bytes_to_host) + (st2.bytes_to_device - st1.bytes_to_device);
+        copy_ns = st2.copy_ns - st0.copy_ns;
+        llmkv_session_destroy(f);
+        llmkv_session_destroy(s);
+    }
+    const double copy_gbs = copy_ns ? moved / (copy_ns * 1e-9) / 1e9 : 0;
+    const double plain_gbs = memcpy_gbs(size_t(256) << 20);  // the machine's memcpy, beyond the caches
+    std::printf("llmkv bench offload: %s, %u threads, int8 KV, %u-token session (%.1f MiB of KV)\n\n", info.model_name,
+                info.n_threads, context, moved / 2 / 1048576.0);
+    std::printf("| operation | ms | vs recompute |\n|---|---|---|\n");
+    std::printf("| recompute %u tokens | %.2f | 1.000 |\n", context - 1, best_recompute * 1e3);
+    std::printf("| park call (asynchronous copy started) | %.2f | %.3f |\n", best_park * 1e3, best_park / best_recompute);
+    std::printf("| resume (host -> device, synchronous, incl. a fork) | %.2f | %.3f |\n", best_resume * 1e3, best_resume / best_recompute);
+    std::printf("\ncopy engine: %.1f GB/s over %.1f MiB moved; memcpy of 256 MiB: %.1f GB/s (%.2fx)\n\n",
+                copy_gbs, moved / 1048576.0, plain_gbs, copy_gbs / plain_gbs);
+    llmkv_engine_destroy(e);
+
+    // 3. Quarter device budget: swap against recompute.
+    std::vector<std::vector<int32_t>> prompts;
+    {
+        llmkv_engine *t = make_engine(model, threads, 64ull << 20, 0);
+        for (uint32_t i = 0; i < sessions; ++i) prompts.push_back(filler_tokens(t, 200 + 40 * (i % 8), 100 + i));
+        llmkv_engine_destroy(t);
+    }
+    const uint64_t per_token = info.kv_bytes_per_token_device;
+    uint64_t total_tokens = 0;
+    for (auto &p : prompts) total_tokens += p.size() + 64;
+    const uint64_t device = std::max<uint64_t>(total_tokens * per_token / 4, (200 + 40 * 7 + 64 + 32) * per_token * 2);
+    std::printf("| %u sessions (64 new tokens each), device budget %.1f MiB (a quarter) | seconds | steps | preemptions | swaps | "
+                "parks | tokens prefilled | to host MiB | to device MiB |\n|---|---|---|---|---|---|---|---|---|\n",
+                sessions, device / 1048576.0);
+    std::vector<std::vector<int32_t>> results[2];
+    for (int with_host = 1; with_host >= 0; --with_host) {
+        llmkv_engine *q = make_engine(model, threads, device, with_host ? (256ull << 20) : 0);
+        std::vector<llmkv_session *> ss;
+        for (uint32_t i = 0; i < sessions; ++i) {
+            llmkv_session *s = nullptr;
+            llmkv_session_create(q, &sp, &s);
+            llmkv_session_append(s, prompts[i].data(), prompts[i].size());
+            llmkv_session_generate(s, 64);
+            ss.push_back(s);
+        }
+        double t0 = now();
+        llmkv_run(q, nullptr, nullptr);
+        double dt = now() - t0;
+        llmkv_stats st = stats_of(q);
+        std::printf("| host tier %s | %.2f | %llu | %llu | %llu | %llu | %llu | %.1f | %.1f |\n",
+                    with_host ? "on (swap)" : "off (recompute)", dt, (unsigned long long)st.steps,
+                    (unsigned long long)st.preemptions, (unsigned long long)st.swaps, (unsigned long long)st.parks,
+                    (unsigned long long)st.tokens_prefilled, st.bytes_to_host / 1048576.0, st.bytes_to_device / 1048576.0);
+        for (auto *s : ss) {
+            results[with_host].push_back(tokens_of(s));
+            llmkv_session_destroy(s);
+        }
+        llmkv_engine_destroy(q);
+    }
+    bool same = results[0] == results[1];
+    std::printf("\nswap and recompute runs give identical tokens: %s\n", same ? "yes" : "NO");
+    return same ? 0 : 1;
+}
+
+}  // namespace llmkv_cli
