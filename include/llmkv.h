@@ -424,7 +424,9 @@ LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size
 
 typedef enum llmkv_tier {
     LLMKV_TIER_DEVICE = 0,
-    LLMKV_TIER_HOST = 1
+    LLMKV_TIER_HOST = 1,   /* parked or swapped out */
+    LLMKV_TIER_MIXED = 2   /* running with its older blocks in the host tier (context longer
+                              than the device pool holds); attention reads them there */
 } llmkv_tier;
 
 typedef struct llmkv_session_info {

@@ -328,7 +328,9 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
         info.n_cached = session->kv.n_tokens;
         info.n_generated = session->n_generated;
         info.n_blocks = uint32_t(session->kv.blocks.size());
-        info.tier = session->host.phase == llmkv::HostKv::Phase::kNone ? LLMKV_TIER_DEVICE : LLMKV_TIER_HOST;
+        info.tier = session->host.phase != llmkv::HostKv::Phase::kNone ? LLMKV_TIER_HOST
+                    : session->n_offloaded > 0                          ? LLMKV_TIER_MIXED
+                                                                        : LLMKV_TIER_DEVICE;
         info.priority = session->priority;
         copy_out(out, info);
     });

@@ -270,6 +270,10 @@ void Engine::check_tokens(const int32_t *tokens, size_t n) const {
 }
 
 void Engine::share_state(const Session &from, Session &to) {
+    if (from.n_offloaded > 0) {
+        fail(LLMKV_ERR_UNSUPPORTED, "the session's context exceeds the device pool (%u blocks in the host tier); "
+             "it cannot be forked or made a prefix", from.n_offloaded);
+    }
     if (!cache_->share(from.kv, to.kv)) {
         fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot (max_sessions = %u counts sessions and prefixes)",
              params_.max_sessions);
@@ -605,7 +609,8 @@ void Engine::publish_sealed(Session *s) {
     const uint32_t B = cache_->geometry().block_tokens;
     for (size_t i = s->block_keys.size(); i < s->kv.blocks.size(); ++i) {
         const BlockHashKey &parent = i ? s->block_keys[i - 1] : kRootBlockKey;
-        uint32_t parent_block = i ? s->kv.blocks[i - 1] : PrefixCache::kNoBlock;
+        uint32_t parent_block =
+            i && s->kv.blocks[i - 1] != SessionKv::kHostBlock ? s->kv.blocks[i - 1] : PrefixCache::kNoBlock;
         PrefixCache::PublishResult r = prefix_->publish(parent, s->tokens.data() + i * B, s->kv.blocks[i], parent_block);
         s->block_keys.push_back(r.key);
         if (r.status == PrefixCache::PublishStatus::kDuplicate && r.block_id != s->kv.blocks[i]) {
@@ -648,7 +653,9 @@ bool Engine::can_fit_alone(const Session &s, uint32_t n_tokens) const {
     for (const Prefix *p : prefixes_) {
         for (uint32_t id : p->state.kv.blocks) pinned[id] = true;
     }
-    for (uint32_t id : s.kv.blocks) pinned[id] = false;  // already the session's own
+    for (uint32_t id : s.kv.blocks) {
+        if (id != SessionKv::kHostBlock) pinned[id] = false;  // already the session's own
+    }
     uint32_t n_pinned = uint32_t(std::count(pinned.begin(), pinned.end(), true));
     return cache_->geometry().sealed_blocks(n_tokens) <= total - n_pinned;
 }
@@ -660,7 +667,7 @@ void Engine::preempt(Session *v) {
         // Swapped (or parked, when idle): its KV comes back by copy, not recomputation.
         ++(had_work ? swaps_ : parks_);
     } else {
-        cache_->release(v->kv);
+        drop_kv(*v);
         v->block_keys.clear();
         if (!had_work) v->kv_dropped = true;
     }
@@ -793,12 +800,20 @@ void Engine::step() {
         const uint32_t need = cache_->blocks_needed(s->kv, target);
         // A request whose input could not be held even alone fails before more is computed.
         const uint32_t full = std::max<uint32_t>(target, uint32_t(s->tokens.size()) - (s->generate_requested ? 0 : 1));
-        if (cache_->blocks_needed(s->kv, full) > cache_->sealed_available() && !can_fit_alone(*s, full)) {
+        if (cache_->blocks_needed(s->kv, full) > cache_->sealed_available() && !can_fit_alone(*s, full) &&
+            !can_fit_with_host(*s, full)) {
             fail_capacity(s);
             continue;
         }
         const uint32_t watermark = fresh && n_running > 0 ? admission_watermark_ : 0;
-        if (!make_room(s, need + watermark, fresh) || !cache_->reserve(s->kv, target)) {
+        bool room = make_room(s, need + watermark, fresh);
+        if (!room && host_ && (!fresh || n_running == 0)) {
+            // Longer than the device pool can hold: its oldest blocks move to the host tier.
+            const uint32_t available = cache_->sealed_available();
+            if (need + watermark > available) offload_blocks(s, need + watermark - available);
+            room = make_room(s, need + watermark, fresh);
+        }
+        if (!room || !cache_->reserve(s->kv, target)) {
             if (fresh && !admission_closed) {
                 admission_closed = true;
                 closed_priority = s->priority;
@@ -809,6 +824,17 @@ void Engine::step() {
         bool want_logits = s->generate_requested && target == s->tokens.size();
         spans_.push_back({&s->kv, s->tokens.data() + s->kv.n_tokens, item.n_tokens, want_logits});
         span_sessions_.push_back(s);
+    }
+    // Sessions with blocks in the host tier read them in place.
+    for (size_t i = 0; i < spans_.size(); ++i) {
+        Session *s = span_sessions_[i];
+        if (s->n_offloaded == 0) continue;
+        s->block_ptrs.resize(s->kv.blocks.size());
+        for (size_t j = 0; j < s->kv.blocks.size(); ++j) {
+            s->block_ptrs[j] = s->kv.blocks[j] == SessionKv::kHostBlock ? static_cast<const uint8_t *>(s->offloaded[j])
+                                                                        : cache_->sealed_data(s->kv.blocks[j]);
+        }
+        spans_[i].block_data = s->block_ptrs.data();
     }
     if (spans_.empty()) {
         // Nothing could run: the highest-ranked waiting session fails instead of hanging.
@@ -897,7 +923,7 @@ bool Engine::park_out(Session *s, bool wait) {
     const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
     std::vector<size_t> moved;  // block-table entries only this session holds
     for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
-        if (holders(s->kv.blocks[i]) == 1) moved.push_back(i);
+        if (s->kv.blocks[i] != SessionKv::kHostBlock && holders(s->kv.blocks[i]) == 1) moved.push_back(i);
     }
     // The budget is kv_host_bytes; the region itself is rounded up to the arena granularity.
     const uint64_t bytes = moved.size() * block_bytes + (s->kv.tail >= 0 ? tail_bytes : 0);
@@ -946,7 +972,7 @@ void Engine::finish_park_out(Session *s) {
 
 bool Engine::start_resume(Session *s) {
     uint32_t need = 0;
-    for (uint32_t id : s->kv.blocks) need += id == SessionKv::kHostBlock ? 1 : 0;
+    for (void *p : s->host.blocks) need += p ? 1 : 0;
     if (!make_room(s, need, /*fresh=*/true)) return false;
     std::vector<uint32_t> ids;
     if (!cache_->allocate_sealed(need, ids)) return false;
@@ -959,7 +985,7 @@ bool Engine::start_resume(Session *s) {
     std::vector<CopyOp> ops;
     size_t k = 0;
     for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
-        if (s->kv.blocks[i] != SessionKv::kHostBlock) continue;
+        if (!s->host.blocks[i]) continue;
         s->kv.blocks[i] = ids[k++];
         ops.push_back({s->host.blocks[i], cache_->sealed_data(s->kv.blocks[i]), block_bytes});
     }
@@ -1016,7 +1042,53 @@ void Engine::drop_kv(Session &s) {
     }
     host_bytes_held_ -= s.host.bytes;
     s.host = HostKv{};
+    for (void *p : s.offloaded) {
+        if (p) host_->free_block(p);
+    }
+    host_bytes_held_ -= uint64_t(s.n_offloaded) * cache_->sealed_pool().block_bytes();
+    s.offloaded.clear();
+    s.n_offloaded = 0;
     cache_->release(s.kv);
+}
+
+uint32_t Engine::offload_blocks(Session *s, uint32_t n) {
+    if (!host_ || n == 0) return 0;
+    const size_t block_bytes = cache_->sealed_pool().block_bytes();
+    std::vector<size_t> picked;
+    // Newest first: with the prefix cache on, the blocks released here are then a chain of
+    // idle cached blocks ending in a leaf, which eviction reclaims (an idle cached block with
+    // a cached child still held would not be). The choice does not change any result.
+    for (size_t i = s->kv.blocks.size(); i-- > 0 && picked.size() < n;) {
+        if (s->kv.blocks[i] != SessionKv::kHostBlock && holders(s->kv.blocks[i]) == 1) picked.push_back(i);
+    }
+    while (!picked.empty() && host_bytes_held_ + picked.size() * block_bytes > params_.kv_host_bytes) picked.pop_back();
+    std::vector<void *> copies;
+    if (picked.empty() || !host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
+    std::vector<CopyOp> ops;
+    for (size_t k = 0; k < picked.size(); ++k) ops.push_back({cache_->sealed_data(s->kv.blocks[picked[k]]), copies[k], block_bytes});
+    copier_->wait(copier_->submit(std::move(ops)));
+    s->offloaded.resize(s->kv.blocks.size(), nullptr);
+    for (size_t k = 0; k < picked.size(); ++k) {
+        cache_->release_sealed(s->kv.blocks[picked[k]]);
+        s->kv.blocks[picked[k]] = SessionKv::kHostBlock;
+        s->offloaded[picked[k]] = copies[k];
+    }
+    s->n_offloaded += uint32_t(picked.size());
+    host_bytes_held_ += picked.size() * block_bytes;
+    bytes_to_host_ += picked.size() * block_bytes;
+    return uint32_t(picked.size());
+}
+
+bool Engine::can_fit_with_host(const Session &s, uint32_t n_tokens) const {
+    if (!host_) return false;
+    const uint64_t block_bytes = cache_->sealed_pool().block_bytes();
+    const uint64_t host_room = (params_.kv_host_bytes - host_bytes_held_) / block_bytes;
+    // The device keeps at least one step's worth of new blocks; the rest may go to the host.
+    const uint32_t on_device = std::min(cache_->geometry().sealed_blocks(n_tokens),
+                                        max_batch_tokens_ / cache_->geometry().block_tokens + 2);
+    const uint32_t total = cache_->geometry().sealed_blocks(n_tokens);
+    return can_fit_alone(s, on_device * cache_->geometry().block_tokens) &&
+           total - on_device <= host_room + s.n_offloaded;
 }
 
 size_t Engine::take_events(llmkv_event *out, size_t capacity) {
@@ -1043,8 +1115,9 @@ void Engine::check_invariants() const {
         const bool parked = s->host.phase == HostKv::Phase::kParked;
         for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
             uint32_t id = s->kv.blocks[i];
-            const bool on_host = i < s->host.blocks.size() && s->host.blocks[i] != nullptr;
-            if ((id == SessionKv::kHostBlock) != (parked && on_host)) {
+            const bool on_host = (parked && i < s->host.blocks.size() && s->host.blocks[i] != nullptr) ||
+                                 (i < s->offloaded.size() && s->offloaded[i] != nullptr);
+            if ((id == SessionKv::kHostBlock) != on_host) {
                 fail(LLMKV_ERR_INTERNAL, "block-table entry %zu: host marker does not match the parked copies", i);
             }
             if (id != SessionKv::kHostBlock) ++refs[id];
@@ -1065,6 +1138,7 @@ void Engine::check_invariants() const {
         for (const Session *s : sessions_) {
             for (void *p : s->host.blocks) host_blocks += p ? 1 : 0;
             host_blocks += s->host.tail ? 1 : 0;
+            for (void *p : s->offloaded) host_blocks += p ? 1 : 0;
         }
         if (host_blocks != host_->blocks_used()) {
             fail(LLMKV_ERR_INTERNAL, "host tier holds %zu blocks but sessions own %zu", host_->blocks_used(), host_blocks);

@@ -66,6 +66,12 @@ struct Session {
     uint64_t admit_seq = 0;
     Utf8Stream text;              // generated text not yet read
     HostKv host;
+    // Long context: a session whose KV exceeds the device pool keeps its older blocks in the
+    // host tier; per block-table entry, the host copy (entry = SessionKv::kHostBlock) or
+    // nullptr. Attention reads them in place through block_ptrs.
+    std::vector<void *> offloaded;
+    uint32_t n_offloaded = 0;
+    std::vector<const uint8_t *> block_ptrs;
 };
 
 // A prefix handle: an immutable run of tokens whose KV was computed once; sessions created
@@ -161,6 +167,12 @@ private:
     // Releases every block of a session, device and host, after its copy in flight.
     void drop_kv(Session &s);
     uint32_t holders(uint32_t block) const;
+    // Moves up to n of the session's exclusive sealed blocks to the host tier
+    // (synchronously); returns how many moved.
+    uint32_t offload_blocks(Session *s, uint32_t n);
+    // Whether the session's input of n_tokens could be held by the device pool (alone) and
+    // the host tier's free room together.
+    bool can_fit_with_host(const Session &s, uint32_t n_tokens) const;
 
     mutable std::mutex mutex_;
     llmkv_engine_params params_{};

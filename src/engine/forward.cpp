@@ -152,6 +152,7 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
             uint32_t cap = pos0 - g.sealed_blocks(pos0) * B + s.n;
             cpu::AttentionSpan &a = att[i];
             a.kv = s.kv;
+            a.block_data = s.block_data;
             a.window_k = window_.data() + win_off;
             a.window_v = window_.data() + win_off + size_t(cap) * KVD;
             a.window_start = g.sealed_blocks(pos0) * B;

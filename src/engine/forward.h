@@ -21,6 +21,8 @@ struct ForwardSpan {
     uint32_t n;
     bool want_logits;       // produce logits for the span's last token
     bool all_logits = false;  // with want_logits: logits for every token of the span
+    // Optional address of every sealed block (older ones in the host tier); see AttentionSpan.
+    const uint8_t *const *block_data = nullptr;
 };
 
 class Forward {

@@ -117,6 +117,7 @@ public:
     bool share(const SessionKv &from, SessionKv &to);
 
     uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
+    const uint8_t *sealed_data(uint32_t id) const { return sealed_.data(id); }
     uint8_t *tail_data(int64_t slot) { return tails_.data(uint32_t(slot)); }
 
 private:

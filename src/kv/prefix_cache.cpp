@@ -195,9 +195,9 @@ uint32_t PrefixCache::resolve_parent(const BlockHashKey &parent, uint32_t parent
         }
         return kNoBlock;
     }
-    if (parent_block == kNoBlock) {
-        fail(LLMKV_ERR_INTERNAL, "prefix cache: block published without its parent block");
-    }
+    // The parent's block left the device (its session moved it to the host tier): the new
+    // block cannot be linked and stays uncached.
+    if (parent_block == kNoBlock) return kUnlinkable;
     check_id(parent_block, "publish (parent)");
     auto it = map_.find(parent);
     if (it == map_.end()) return kUnlinkable;

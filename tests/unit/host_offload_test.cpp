@@ -253,6 +253,50 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
     llmkv_engine_destroy(e);
 }
 
+TEST_F(EngineHostTierTest, SessionFourTimesTheDeviceBudgetRunsWithIdenticalTokens) {
+    const std::vector<int32_t> prompt = random_tokens(900, 4242);
+    for (float temperature : {0.0f, 0.9f}) {
+        auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st_out, uint32_t *tier,
+                       uint32_t flags = 0) {
+            llmkv_engine *e = make_engine(device_blocks, host_bytes, flags);
+            llmkv_session_params sp;
+            llmkv_session_params_init(&sp);
+            sp.sampling.temperature = temperature;
+            sp.sampling.seed = 9;
+            llmkv_session *s = nullptr;
+            EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
+            turn(s, prompt, 100);
+            EXPECT_EQ(run_checked(e), 0u);
+            std::vector<int32_t> out = tokens_of(s);
+            if (st_out) *st_out = stats(e);
+            if (tier) *tier = tier_of(s);
+            llmkv_session_destroy(s);
+            EXPECT_EQ(stats(e).host_bytes_used, 0u);
+            llmkv_engine_destroy(e);
+            return out;
+        };
+        std::vector<int32_t> reference = run(4096, 0, nullptr, nullptr);
+        ASSERT_EQ(reference.size(), 1000u);
+        // 16 device blocks hold 256 tokens: a quarter of the session's 1,000.
+        llmkv_stats st{};
+        uint32_t tier = 0;
+        std::vector<int32_t> constrained = run(16, 4ull << 20, &st, &tier);
+        EXPECT_EQ(constrained, reference) << "temperature " << temperature;
+        EXPECT_EQ(tier, uint32_t(LLMKV_TIER_MIXED));
+        EXPECT_GE(st.bytes_to_host, (1000u - 256u) / kBlockTokens * kBlockBytes);
+        // With the prefix cache on, offloaded blocks stay published (their device copies
+        // become evictable cache entries).
+        EXPECT_EQ(run(16, 4ull << 20, nullptr, nullptr, LLMKV_ENGINE_PREFIX_CACHE), reference);
+        // Without a host tier the same session cannot run.
+        llmkv_engine *e = make_engine(16, 0);
+        llmkv_session *s = create(e, 0);
+        turn(s, prompt, 100);
+        EXPECT_EQ(run_checked(e), 1u) << "one ERROR event (KV_CAPACITY)";
+        llmkv_session_destroy(s);
+        llmkv_engine_destroy(e);
+    }
+}
+
 TEST_F(EngineHostTierTest, ParkErrorsAndNoOps) {
     llmkv_engine *plain = make_engine(256, 0);
     llmkv_session *s = create(plain, 0);

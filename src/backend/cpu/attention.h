@@ -22,6 +22,14 @@ struct AttentionSpan {
     uint32_t n;                // number of queries
     const float *q;            // (n, n_heads * head_dim), row stride q_stride, RoPE applied
     float *out;                // (n, n_heads * head_dim), row stride out_stride
+    // Optional: the address of each sealed block, for sessions whose older blocks live in
+    // the host tier (read in place: host memory is addressable by the CPU). Null: every
+    // block is a device-pool block, found through kv->blocks.
+    const uint8_t *const *block_data = nullptr;
+
+    const uint8_t *block(const KvCache &cache, uint32_t j) const {
+        return block_data ? block_data[j] : cache.sealed_data(kv->blocks[j]);
+    }
 };
 
 struct AttentionParams {
