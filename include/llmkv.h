@@ -240,6 +240,8 @@ typedef struct llmkv_stats {
     uint64_t swaps;                 /* running sessions preempted to the host tier (not recomputed) */
     uint64_t resumes;               /* parked or swapped sessions brought back */
     uint64_t copy_ns;               /* time the copy engine spent copying */
+    uint64_t demotions;             /* prefix-cache blocks evicted from the device kept in the host tier */
+    uint64_t promotions;            /* such blocks found by a later prompt and copied back */
 } llmkv_stats;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */

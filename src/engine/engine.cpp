@@ -135,6 +135,13 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         e->copier_ = std::make_unique<CopyEngine>();
         LLMKV_LOG_INFO_F("host tier: %.1f MiB (%s)", e->host_->bytes_total() / 1048576.0,
                          e->host_->locked() ? "locked" : "not locked");
+        if (e->prefix_) {
+            e->host_prefix_ = std::make_unique<HostPrefixStore>();
+            Engine *self = e.get();
+            e->prefix_->set_evict_hook([self](uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
+                self->demote(block, key, tokens);
+            });
+        }
     }
 
     unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
@@ -156,6 +163,10 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
 
 Engine::~Engine() {
     if (copier_) copier_->wait_all();
+    if (prefix_) prefix_->set_evict_hook(nullptr);
+    if (host_prefix_) {
+        while (void *p = host_prefix_->take_oldest()) host_->free_block(p);
+    }
     for (Session *s : sessions_) {
         drop_kv(*s);
         delete s;
@@ -241,6 +252,8 @@ void Engine::get_stats(llmkv_stats &out) const {
     out.parks = parks_;
     out.swaps = swaps_;
     out.resumes = resumes_;
+    out.demotions = demotions_;
+    out.promotions = promotions_;
     if (host_) {
         out.host_bytes_total = host_->bytes_total();
         out.host_bytes_used = host_bytes_held_;
@@ -594,11 +607,68 @@ void Engine::update_state(Session *s) {
 // its context (all but the last token, whose logits must be computed).
 void Engine::match_prefix(Session *s) {
     if (!prefix_ || s->kv.n_tokens != 0 || !s->kv.blocks.empty() || s->tokens.size() < 2) return;
-    size_t m = prefix_->match(s->tokens.data(), s->tokens.size() - 1, s->kv.blocks);
-    if (m == 0) return;
-    s->kv.n_tokens = uint32_t(m) * cache_->geometry().block_tokens;
+    const size_t limit = s->tokens.size() - 1;
+    size_t m = prefix_->match(s->tokens.data(), limit, s->kv.blocks);
     s->block_keys.clear();
     for (uint32_t id : s->kv.blocks) s->block_keys.push_back(prefix_->key_of(id));
+    const uint32_t B = cache_->geometry().block_tokens;
+    // Tiered cache: the chain may continue in the host tier; promote those blocks back.
+    if (host_prefix_) {
+        const size_t block_bytes = cache_->sealed_pool().block_bytes();
+        while ((m + 1) * B <= limit) {
+            const int32_t *t = s->tokens.data() + m * B;
+            const BlockHashKey parent = m ? s->block_keys.back() : kRootBlockKey;
+            const BlockHashKey key = prefix_->key_for(parent, t);
+            if (!host_prefix_->find(key, t, B)) break;
+            // Out of the store first: the allocation below may evict (and so demote) another
+            // block, which may drop the oldest demoted entries to make room.
+            void *data = host_prefix_->take(key);
+            std::vector<uint32_t> id;
+            if (!cache_->allocate_sealed(1, id)) {
+                host_prefix_->insert(key, data, t, B);
+                break;
+            }
+            std::memcpy(cache_->sealed_data(id[0]), data, block_bytes);
+            host_->free_block(data);
+            host_bytes_held_ -= block_bytes;
+            bytes_to_device_ += block_bytes;
+            s->kv.blocks.push_back(id[0]);
+            PrefixCache::PublishResult r =
+                prefix_->publish(parent, t, id[0], m ? s->kv.blocks[m - 1] : PrefixCache::kNoBlock);
+            s->block_keys.push_back(r.key);
+            ++promotions_;
+            ++m;
+        }
+    }
+    s->kv.n_tokens = uint32_t(m) * B;
+}
+
+bool Engine::host_reserve(uint64_t bytes) {
+    const uint64_t budget = params_.kv_host_bytes;
+    if (bytes > budget) return false;
+    if (host_prefix_) {
+        const size_t block_bytes = cache_->sealed_pool().block_bytes();
+        while (host_bytes_held_ + bytes > budget && !host_prefix_->empty()) {
+            host_->free_block(host_prefix_->take_oldest());
+            host_bytes_held_ -= block_bytes;
+        }
+    }
+    return host_bytes_held_ + bytes <= budget;
+}
+
+void Engine::demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
+    const size_t block_bytes = cache_->sealed_pool().block_bytes();
+    if (!host_reserve(block_bytes)) return;
+    void *p = host_->allocate_block(block_bytes);
+    if (!p) return;
+    std::memcpy(p, cache_->sealed_data(block), block_bytes);
+    if (!host_prefix_->insert(key, p, tokens, cache_->geometry().block_tokens)) {
+        host_->free_block(p);
+        return;
+    }
+    host_bytes_held_ += block_bytes;
+    bytes_to_host_ += block_bytes;
+    ++demotions_;
 }
 
 // Offers the session's newly sealed blocks to the prefix cache. When an equal block is
@@ -927,7 +997,7 @@ bool Engine::park_out(Session *s, bool wait) {
     }
     // The budget is kv_host_bytes; the region itself is rounded up to the arena granularity.
     const uint64_t bytes = moved.size() * block_bytes + (s->kv.tail >= 0 ? tail_bytes : 0);
-    if (host_bytes_held_ + bytes > params_.kv_host_bytes) return false;
+    if (!host_reserve(bytes)) return false;
     std::vector<void *> copies;
     if (!moved.empty() && !host_->allocate_blocks(block_bytes, moved.size(), copies)) return false;
     void *tail = s->kv.tail >= 0 ? host_->allocate_block(tail_bytes) : nullptr;
@@ -1061,7 +1131,7 @@ uint32_t Engine::offload_blocks(Session *s, uint32_t n) {
     for (size_t i = s->kv.blocks.size(); i-- > 0 && picked.size() < n;) {
         if (s->kv.blocks[i] != SessionKv::kHostBlock && holders(s->kv.blocks[i]) == 1) picked.push_back(i);
     }
-    while (!picked.empty() && host_bytes_held_ + picked.size() * block_bytes > params_.kv_host_bytes) picked.pop_back();
+    while (!picked.empty() && !host_reserve(picked.size() * block_bytes)) picked.pop_back();
     std::vector<void *> copies;
     if (picked.empty() || !host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
     std::vector<CopyOp> ops;
@@ -1140,6 +1210,7 @@ void Engine::check_invariants() const {
             host_blocks += s->host.tail ? 1 : 0;
             for (void *p : s->offloaded) host_blocks += p ? 1 : 0;
         }
+        if (host_prefix_) host_blocks += host_prefix_->size();
         if (host_blocks != host_->blocks_used()) {
             fail(LLMKV_ERR_INTERNAL, "host tier holds %zu blocks but sessions own %zu", host_->blocks_used(), host_blocks);
         }

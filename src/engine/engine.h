@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "kv/copy_engine.h"
+#include "kv/host_prefix_store.h"
 #include "kv/host_tier.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
@@ -167,6 +168,11 @@ private:
     // Releases every block of a session, device and host, after its copy in flight.
     void drop_kv(Session &s);
     uint32_t holders(uint32_t block) const;
+    // Makes room for bytes in the host budget, dropping the oldest demoted prefix blocks
+    // if needed; false when even that is not enough (nothing dropped then).
+    bool host_reserve(uint64_t bytes);
+    // Prefix-cache eviction hook: copies the block to the host tier (tiered prefix cache).
+    void demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens);
     // Moves up to n of the session's exclusive sealed blocks to the host tier
     // (synchronously); returns how many moved.
     uint32_t offload_blocks(Session *s, uint32_t n);
@@ -183,6 +189,7 @@ private:
     std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first; null when disabled
     std::unique_ptr<HostTier> host_;       // null without a host tier
     std::unique_ptr<CopyEngine> copier_;   // after host_: drained and destroyed first
+    std::unique_ptr<HostPrefixStore> host_prefix_;  // demoted prefix-cache blocks (host tier + prefix cache)
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Forward> forward_;
     std::unique_ptr<Scheduler> scheduler_;
@@ -213,7 +220,9 @@ private:
     uint64_t resumes_ = 0;
     uint64_t bytes_to_host_ = 0;
     uint64_t bytes_to_device_ = 0;
-    uint64_t host_bytes_held_ = 0;  // host-tier bytes held by sessions, within kv_host_bytes
+    uint64_t host_bytes_held_ = 0;  // host-tier bytes held by sessions and demoted blocks, within kv_host_bytes
+    uint64_t demotions_ = 0;
+    uint64_t promotions_ = 0;
 };
 
 }  // namespace llmkv

@@ -298,6 +298,7 @@ uint32_t PrefixCache::evict(uint32_t n_blocks, std::vector<uint32_t> *evicted) {
             fail(LLMKV_ERR_INTERNAL,
                  "prefix cache: evictable block %u has refcount %u (retained without acquire)", id, rc);
         }
+        if (evict_hook_) evict_hook_(id, nodes_[id].key, stored_tokens(id));
         unindex_leaf(id);
         pool_.release(id);
         if (evicted) evicted->push_back(id);

@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -78,6 +79,11 @@ public:
     uint32_t block_tokens() const { return block_tokens_; }
     const BlockHashKey &salt() const { return salt_; }
     BlockPool &pool() { return pool_; }
+
+    // Called for every block eviction frees, before it leaves the index (its bytes are
+    // still intact): the tiered cache copies it to the host tier here.
+    using EvictHook = std::function<void(uint32_t block_id, const BlockHashKey &key, const int32_t *tokens)>;
+    void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
 
     // Key of the block of block_tokens tokens that follows the block keyed parent
     // (kRootBlockKey for the first block of a sequence).
@@ -197,6 +203,7 @@ private:
     const uint32_t block_tokens_;
     const BlockHashKey salt_;
     const KeyFn key_fn_;
+    EvictHook evict_hook_;
     std::vector<Node> nodes_;       // by block id
     std::vector<int32_t> tokens_;   // block_tokens per block id
     std::vector<uint32_t> heap_;    // idle blocks without cached children, min idle_since on top
