@@ -1,6 +1,7 @@
 // Unit tests of the CPU matmul kernels (src/backend/cpu/matmul.*): accuracy against the
 // double-precision reference with a derived error bound, bitwise determinism across batching,
-// threads and tile positions, AVX2 vs portable agreement, and exact dequantization.
+// threads and tile positions (on every kernel family), AVX2 vs portable agreement, and exact
+// dequantization. AVX-512 vs AVX2 bitwise equality: matmul_avx512_test.cpp.
 #include "backend/cpu/matmul.h"
 
 #include <gtest/gtest.h>
@@ -173,6 +174,11 @@ public:
         } else {
             std::printf("[ info ] AVX2 kernels not available here; portable only\n");
         }
+        if (set_matmul_kernel(MatmulKernel::kAvx512)) {
+            f();
+        } else {
+            std::printf("[ info ] AVX-512 VNNI kernels not available here\n");
+        }
         set_matmul_kernel(MatmulKernel::kAuto);
     }
 };
@@ -195,15 +201,20 @@ std::vector<float> run(const Matrix &m, const std::vector<float> &x, int64_t ldx
 
 TEST(Matmul, KernelSelection) {
     const std::string name = matmul_kernel_name();
-    EXPECT_TRUE(name == "avx2" || name == "portable");
+    EXPECT_TRUE(name == "avx512" || name == "avx2" || name == "portable");
     ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kPortable));
     EXPECT_STREQ(matmul_kernel_name(), "portable");
     if (cpu_has_avx2()) {
         ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kAvx2));
         EXPECT_STREQ(matmul_kernel_name(), "avx2");
     }
+    if (cpu_has_avx512_vnni()) {
+        ASSERT_TRUE(set_matmul_kernel(MatmulKernel::kAvx512));
+        EXPECT_STREQ(matmul_kernel_name(), "avx512");
+    }
     set_matmul_kernel(MatmulKernel::kAuto);
-    EXPECT_EQ(std::string(matmul_kernel_name()), cpu_has_avx2() ? "avx2" : "portable");
+    EXPECT_EQ(std::string(matmul_kernel_name()),
+              cpu_has_avx512_vnni() ? "avx512" : cpu_has_avx2() ? "avx2" : "portable");
 }
 
 TEST(CpuFeatures, DetectionAgreesWithCompilerBuiltins) {
@@ -213,9 +224,15 @@ TEST(CpuFeatures, DetectionAgreesWithCompilerBuiltins) {
     EXPECT_EQ(cpu_features().fma, bool(__builtin_cpu_supports("fma")));
     const char *env = std::getenv("LLMKV_CPU_FEATURES");
     EXPECT_EQ(cpu_features().forced_portable, env && std::string(env) == "portable");
+    EXPECT_EQ(cpu_features().forced_avx2, env && std::string(env) == "avx2");
     if (cpu_features().forced_portable) {
         EXPECT_FALSE(cpu_has_avx2());
+        EXPECT_FALSE(cpu_has_avx512_vnni());
         EXPECT_STREQ(matmul_kernel_name(), "portable");
+    }
+    if (cpu_features().forced_avx2) {
+        EXPECT_FALSE(cpu_has_avx512_vnni());
+        EXPECT_EQ(std::string(matmul_kernel_name()), cpu_has_avx2() ? "avx2" : "portable");
     }
 #else
     EXPECT_FALSE(cpu_has_avx2());

@@ -1,5 +1,6 @@
 // CPU feature detection with CPUID (plus XGETBV: the OS must save the YMM registers for AVX
-// code to be usable) and the LLMKV_CPU_FEATURES override.
+// code, and the opmask and full ZMM registers for AVX-512 code, to be usable) and the
+// LLMKV_CPU_FEATURES override.
 #include "backend/cpu/cpu_features.h"
 
 #include <cstdint>
@@ -14,11 +15,13 @@ namespace llmkv::cpu {
 
 namespace {
 
-bool env_forces_portable() {
+bool env_is(const char *const *names) {
     const char *v = std::getenv("LLMKV_CPU_FEATURES");
     if (!v) return false;
-    return std::strcmp(v, "portable") == 0 || std::strcmp(v, "scalar") == 0 ||
-           std::strcmp(v, "none") == 0;
+    for (; *names; ++names) {
+        if (std::strcmp(v, *names) == 0) return true;
+    }
+    return false;
 }
 
 CpuFeatures detect() {
@@ -27,22 +30,37 @@ CpuFeatures detect() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid(1, &a, &b, &c, &d)) {
         const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u;
-        bool ymm_saved = false;  // XCR0 bits 1 (SSE state) and 2 (AVX state)
+        uint32_t xcr0 = 0;
         if (osxsave) {
-            uint32_t lo, hi;
-            asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-            ymm_saved = (lo & 6u) == 6u;
+            uint32_t hi;
+            asm volatile("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0u));
         }
+        // XCR0 bits 1 (SSE state) and 2 (AVX state); for AVX-512 also 5 (opmask), 6 (upper
+        // halves of ZMM0-15) and 7 (ZMM16-31).
+        const bool ymm_saved = (xcr0 & 0x06u) == 0x06u;
+        const bool zmm_saved = (xcr0 & 0xe6u) == 0xe6u;
         const bool usable = avx && ymm_saved;
         f.fma = usable && ((c >> 12) & 1u);
         f.f16c = usable && ((c >> 29) & 1u);
         if (usable && __get_cpuid_max(0, nullptr) >= 7) {
             __cpuid_count(7, 0, a, b, c, d);
             f.avx2 = (b >> 5) & 1u;
+            const bool avx512f = (b >> 16) & 1u, avx512bw = (b >> 30) & 1u,
+                       avx512vl = (b >> 31) & 1u;
+            f.avx512 = zmm_saved && avx512f && avx512bw && avx512vl;
+            f.avx512_vnni = f.avx512 && ((c >> 11) & 1u);
+            const unsigned max_sub = a;
+            if (max_sub >= 1) {
+                __cpuid_count(7, 1, a, b, c, d);
+                f.avx_vnni = (a >> 4) & 1u;
+            }
         }
     }
 #endif
-    f.forced_portable = env_forces_portable();
+    static const char *const kPortable[] = {"portable", "scalar", "none", nullptr};
+    static const char *const kAvx2[] = {"avx2", nullptr};
+    f.forced_portable = env_is(kPortable);
+    f.forced_avx2 = env_is(kAvx2);
     return f;
 }
 
@@ -57,6 +75,15 @@ bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
     const CpuFeatures &f = cpu_features();
     return f.avx2 && f.fma && f.f16c && !f.forced_portable;
+#else
+    return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+    const CpuFeatures &f = cpu_features();
+    return cpu_has_avx2() && f.avx512_vnni && !f.forced_avx2;
 #else
     return false;
 #endif

@@ -1,6 +1,6 @@
-// CPU matmul: argument checks, kernel-family dispatch, threading over output rows, the
-// portable scalar kernels (same integer math as the AVX2 ones) and the double-precision
-// reference used by the tests.
+// CPU matmul: argument checks, kernel-family dispatch (AVX-512 VNNI, AVX2, portable),
+// threading over output rows, the portable scalar kernels (same integer math as the SIMD ones)
+// and the double-precision reference used by the tests.
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
@@ -53,37 +53,54 @@ namespace {
 
 std::atomic<int> g_kernel{int(MatmulKernel::kAuto)};
 
-bool use_avx2_kernels() {
+// The family matmul() runs now: never kAuto.
+MatmulKernel active_family() {
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-    switch (MatmulKernel(g_kernel.load(std::memory_order_relaxed))) {
-        case MatmulKernel::kPortable:
-            return false;
-        case MatmulKernel::kAvx2:
-            return true;  // only settable when available
-        case MatmulKernel::kAuto:
-            return cpu_has_avx2();
-    }
+    const MatmulKernel k = MatmulKernel(g_kernel.load(std::memory_order_relaxed));
+    if (k != MatmulKernel::kAuto) return k;  // only settable when available
+    if (cpu_has_avx512_vnni()) return MatmulKernel::kAvx512;
+    if (cpu_has_avx2()) return MatmulKernel::kAvx2;
 #endif
+    return MatmulKernel::kPortable;
+}
+
+// Whether the CPU could run a family at all (the LLMKV_CPU_FEATURES cap aside).
+bool family_available(MatmulKernel kernel) {
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+    const CpuFeatures &f = cpu_features();
+    const bool avx2 = f.avx2 && f.fma && f.f16c;
+    switch (kernel) {
+        case MatmulKernel::kAuto:
+        case MatmulKernel::kPortable:
+            return true;
+        case MatmulKernel::kAvx2:
+            return avx2;
+        case MatmulKernel::kAvx512:
+            return avx2 && f.avx512_vnni;
+    }
     return false;
+#else
+    return kernel == MatmulKernel::kAuto || kernel == MatmulKernel::kPortable;
+#endif
 }
 
 }  // namespace
 
 bool set_matmul_kernel(MatmulKernel kernel) {
-    if (kernel == MatmulKernel::kAvx2) {
-#if defined(LLMKV_MATMUL_HAVE_AVX2)
-        const CpuFeatures &f = cpu_features();
-        if (!(f.avx2 && f.fma && f.f16c)) return false;
-#else
-        return false;
-#endif
-    }
+    if (!family_available(kernel)) return false;
     g_kernel.store(int(kernel), std::memory_order_relaxed);
     return true;
 }
 
 const char *matmul_kernel_name() {
-    return use_avx2_kernels() ? "avx2" : "portable";
+    switch (active_family()) {
+        case MatmulKernel::kAvx512:
+            return "avx512";
+        case MatmulKernel::kAvx2:
+            return "avx2";
+        default:
+            return "portable";
+    }
 }
 
 // ---- portable kernels --------------------------------------------------------------------------
@@ -401,16 +418,19 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     check_args(w, x, ldx, n_tokens, y, ldy, "matmul");
     if (w.rows == 0 || n_tokens == 0) return;
 
-    const bool avx2 = use_avx2_kernels();
+    const MatmulKernel family = active_family();
     RowsFn rows_fn = detail::matmul_rows_portable;
     QuantFn quant_fn = detail::quantize_act_row_portable;
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-    if (avx2) {
-        rows_fn = detail::matmul_rows_avx2;
+    if (family != MatmulKernel::kPortable) {
+        // Both SIMD families quantize activations with the AVX2 routine (same codes, and the
+        // same 8-lane sums that the AVX-512 kernels' exactness relies on).
+        rows_fn = family == MatmulKernel::kAvx512 ? detail::matmul_rows_avx512
+                                                  : detail::matmul_rows_avx2;
         quant_fn = detail::quantize_act_row_avx2;
     }
 #else
-    (void)avx2;
+    (void)family;
 #endif
 
     MatmulJob job{};
@@ -453,6 +473,14 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
                 quant_fn(x + i * ldx, nb, sums, act + size_t(i) * job.act_stride);
             }
         }
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+        // See q8_codes_avoid_minus_128: such calls (non-finite or subnormal-scaled
+        // activations only) take the AVX2 kernel so that the bits never depend on the family.
+        if (family == MatmulKernel::kAvx512 && w.type == TensorType::Q8_0 &&
+            !detail::q8_codes_avoid_minus_128(act, job.act_stride, n_tokens, nb)) {
+            rows_fn = detail::matmul_rows_avx2;
+        }
+#endif
     }
 
     const size_t work = size_t(w.rows) * w.row_bytes * size_t(n_tokens);
@@ -494,7 +522,7 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n) {
              (long long)n, tensor_type_name(type));
     }
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-    if (use_avx2_kernels()) {
+    if (active_family() != MatmulKernel::kPortable) {
         detail::dequantize_row_avx2(type, src, dst, n);
         return;
     }

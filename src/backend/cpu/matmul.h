@@ -1,6 +1,7 @@
 // CPU matrix multiplication over weights kept in their GGUF encoding (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1): Y = X * W^T, threaded over output rows, AVX2 kernels with a portable fallback.
-// Results are deterministic: Y[t][r] depends only on row r of W and row t of X.
+// Q4_0, Q4_1): Y = X * W^T, threaded over output rows; AVX-512 VNNI and AVX2 kernels with a
+// portable fallback. Results are deterministic: Y[t][r] depends only on row r of W and row t
+// of X, and the AVX-512 kernels give the same bits as the AVX2 ones.
 #pragma once
 
 #include <cstddef>
@@ -61,18 +62,21 @@ void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_
 // GGUF definition evaluated in f32 (q4_1: nibble * d + m rounded after each operation).
 void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 
-// "avx2" or "portable": the kernel family that matmul() uses now.
+// "avx512", "avx2" or "portable": the kernel family that matmul() uses now.
 const char *matmul_kernel_name();
 
-// Kernel family selection. kAuto (the default) uses AVX2 when cpu_has_avx2().
-enum class MatmulKernel { kAuto, kPortable, kAvx2 };
+// Kernel family selection. kAuto (the default) uses AVX-512 when cpu_has_avx512_vnni(), else
+// AVX2 when cpu_has_avx2() (LLMKV_CPU_FEATURES=avx2 / =portable cap it, see cpu_features.h).
+// kAvx512 runs the quantized types on the AVX-512 VNNI kernels and the float types on AVX2;
+// its results are bitwise those of kAvx2.
+enum class MatmulKernel { kAuto, kPortable, kAvx2, kAvx512 };
 
 // Test/benchmark hook: forces a kernel family for later calls (process-wide). Returns false,
-// changing nothing, when kAvx2 is requested but not available. Not meant to be changed while
-// other threads are inside matmul().
+// changing nothing, when kAvx2 or kAvx512 is requested but the CPU lacks it (the environment
+// cap does not apply here). Not meant to be changed while other threads are inside matmul().
 bool set_matmul_kernel(MatmulKernel kernel);
 
-// ---- internals shared by matmul.cpp and matmul_avx2.cpp ------------------------------------
+// ---- internals shared by matmul.cpp, matmul_avx2.cpp and matmul_avx512.cpp ------------------
 namespace detail {
 
 inline constexpr int64_t kQBlock = 32;
@@ -125,6 +129,16 @@ void dequantize_row_portable(TensorType type, const void *src, float *dst, int64
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1);
 void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
+
+// Defined in matmul_avx512.cpp; only called when cpu_has_avx512_vnni() (and activations
+// quantized by quantize_act_row_avx2). Quantized types on the AVX-512 kernels, float types
+// forwarded to matmul_rows_avx2.
+void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1);
+// True when no activation code of the n_tokens rows is -128. The AVX-512 Q8_0 kernel equals
+// the AVX2 one only then (the AVX2 kernel's vpsignb wraps -(-128)); matmul() runs other Q8_0
+// calls on AVX2.
+bool q8_codes_avoid_minus_128(const uint8_t *act, size_t act_stride, int64_t n_tokens,
+                              int64_t nb);
 #endif
 
 }  // namespace detail
