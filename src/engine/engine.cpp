@@ -42,9 +42,6 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
     const uint32_t backend = raw_enum(p.backend), dtype_k = raw_enum(p.kv_dtype_k), dtype_v = raw_enum(p.kv_dtype_v);
     if (backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %u is unknown", backend);
-    if (backend == LLMKV_BACKEND_CUDA) {
-        fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available in this build; use LLMKV_BACKEND_CPU or AUTO");
-    }
     if (p.n_devices > 1) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism (n_devices = %u) is not available yet", p.n_devices);
     if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
     if (!known_dtype(dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %u is unknown", dtype_k);
@@ -147,16 +144,43 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
     e->pool_ = std::make_unique<ThreadPool>(threads);
     e->max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
-    e->forward_ = std::make_unique<Forward>(*e->model_, *e->cache_, *e->pool_, e->max_batch_tokens_);
+
+    // Backend: CUDA when asked for (or AUTO) and the module loads and sees a device.
+    bool use_cuda = false;
+    if (backend != LLMKV_BACKEND_CPU) {
+        std::string why;
+        const int n_devices = CudaModule::get().device_count(&why);
+        const int device = p.n_devices > 0 ? p.devices[0] : 0;
+        if (n_devices > 0 && device >= 0 && device < n_devices) {
+            use_cuda = true;
+        } else if (backend == LLMKV_BACKEND_CUDA) {
+            if (n_devices > 0) why = strprintf("device %d does not exist (%d devices)", device, n_devices);
+            fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
+        } else {
+            LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
+        }
+        if (use_cuda) {
+            CudaBackendOptions o;
+            o.device = device;
+            o.max_batch_tokens = e->max_batch_tokens_;
+            o.max_spans = std::min(max_sessions, e->max_batch_tokens_);
+            o.n_sealed_blocks = uint32_t(n_blocks);
+            o.n_tail_slots = max_sessions;
+            e->cuda_ = std::make_unique<CudaBackend>(*e->model_, g, o);
+            CudaBackend *cuda = e->cuda_.get();
+            e->cache_->set_tail_copier([cuda](int64_t from, int64_t to) { cuda->copy_tail(from, to); });
+        }
+    }
+    if (!use_cuda) e->forward_ = std::make_unique<Forward>(*e->model_, *e->cache_, *e->pool_, e->max_batch_tokens_);
     e->scheduler_ = std::make_unique<Scheduler>(e->max_batch_tokens_);
     e->params_.n_threads = threads;
     e->params_.kv_block_tokens = g.block_tokens;
     e->params_.max_sessions = max_sessions;
     e->params_.max_batch_tokens = e->max_batch_tokens_;
-    LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend cpu "
-                     "(%s kernels), %u threads, KV %s/%s, %llu blocks of %u tokens (%zu bytes)",
-                     c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
-                     cpu::matmul_kernel_name(), threads, codec_name(g.dtype_k), codec_name(g.dtype_v),
+    LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
+                     "(%s), %u threads, KV %s/%s, %llu blocks of %u tokens (%zu bytes)",
+                     c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, use_cuda ? "cuda" : "cpu",
+                     use_cuda ? e->cuda_->device_name().c_str() : cpu::matmul_kernel_name(), threads, codec_name(g.dtype_k), codec_name(g.dtype_v),
                      (unsigned long long)n_blocks, g.block_tokens, block_bytes);
     return e;
 }
@@ -186,8 +210,8 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.struct_size = size;
     copy_string(out.model_name, sizeof(out.model_name), c.name);
     copy_string(out.architecture, sizeof(out.architecture), c.architecture);
-    copy_string(out.backend_name, sizeof(out.backend_name), "cpu");
-    out.backend = LLMKV_BACKEND_CPU;
+    copy_string(out.backend_name, sizeof(out.backend_name), cuda_ ? "cuda" : "cpu");
+    out.backend = cuda_ ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
     out.n_vocab = c.n_vocab;
     out.n_ctx_train = c.n_ctx_train;
     out.max_context = max_context_;
@@ -329,7 +353,7 @@ void Engine::prefill_now(Session &s) {
                  cache_->sealed_available());
         }
         std::vector<ForwardSpan> spans = {{&s.kv, s.tokens.data() + s.kv.n_tokens, chunk, false}};
-        forward_->run(spans, logits_);
+        run_forward(spans);
         tokens_prefilled_ += chunk;
         publish_sealed(&s);
     }
@@ -373,7 +397,7 @@ SnapshotMeta Engine::snapshot_meta() const {
     SnapshotMeta m;
     m.model_fingerprint = model_->fingerprint();
     m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) + " kernels=" +
-              cpu::matmul_kernel_name();
+              (cuda_ ? "cuda" : cpu::matmul_kernel_name());
     m.block_tokens = g.block_tokens;
     m.n_layers = g.n_layers;
     m.n_kv_heads = g.n_kv_heads;
@@ -394,15 +418,22 @@ void Engine::save_prefix(const Prefix *p, const std::string &path) const {
     m.n_cached = s.kv.n_tokens;
     m.tokens = s.tokens;
     std::vector<const uint8_t *> blocks;
-    for (uint32_t id : s.kv.blocks) blocks.push_back(cache_->sealed_pool().data(id));
-    std::vector<uint8_t> empty_tail;
-    const uint8_t *tail = nullptr;
-    if (s.kv.tail >= 0) {
-        tail = cache_->tail_pool().data(uint32_t(s.kv.tail));
-    } else {
-        empty_tail.assign(m.tail_bytes, 0);
-        tail = empty_tail.data();
+    std::vector<uint8_t> staged;  // device pools: the bytes come to host memory first
+    std::vector<uint8_t> tail_bytes(m.tail_bytes, 0);
+    if (cuda_) {
+        staged.resize(s.kv.blocks.size() * m.block_bytes);
+        std::vector<Transfer> t;
+        for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
+            t.push_back({Transfer::kBlockOut, s.kv.blocks[i], staged.data() + i * m.block_bytes});
+            blocks.push_back(staged.data() + i * m.block_bytes);
+        }
+        if (s.kv.tail >= 0) t.push_back({Transfer::kTailOut, s.kv.tail, tail_bytes.data()});
+        submit_transfers(t, true);
+        write_snapshot(path, m, blocks, tail_bytes.data());
+        return;
     }
+    for (uint32_t id : s.kv.blocks) blocks.push_back(cache_->sealed_pool().data(id));
+    const uint8_t *tail = s.kv.tail >= 0 ? cache_->tail_pool().data(uint32_t(s.kv.tail)) : tail_bytes.data();
     write_snapshot(path, m, blocks, tail);
 }
 
@@ -432,10 +463,12 @@ Prefix *Engine::load_prefix(const std::string &path) {
     if (!cache_->reserve(s.kv, m.n_cached)) {
         fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s", m.n_cached, path.c_str());
     }
+    std::vector<Transfer> t;
     for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
-        std::memcpy(cache_->sealed_data(s.kv.blocks[i]), snap.block(i), m.block_bytes);
+        t.push_back({Transfer::kBlockIn, s.kv.blocks[i], const_cast<uint8_t *>(snap.block(i))});
     }
-    std::memcpy(cache_->tail_data(s.kv.tail), snap.tail(), m.tail_bytes);
+    t.push_back({Transfer::kTailIn, s.kv.tail, const_cast<uint8_t *>(snap.tail())});
+    submit_transfers(t, true);
     s.kv.n_tokens = m.n_cached;
     publish_sealed(&s);
     prefixes_.push_back(p.get());
@@ -628,7 +661,7 @@ void Engine::match_prefix(Session *s) {
                 host_prefix_->insert(key, data, t, B);
                 break;
             }
-            std::memcpy(cache_->sealed_data(id[0]), data, block_bytes);
+            submit_transfers({{Transfer::kBlockIn, id[0], data}}, true);
             host_->free_block(data);
             host_bytes_held_ -= block_bytes;
             bytes_to_device_ += block_bytes;
@@ -661,7 +694,7 @@ void Engine::demote(uint32_t block, const BlockHashKey &key, const int32_t *toke
     if (!host_reserve(block_bytes)) return;
     void *p = host_->allocate_block(block_bytes);
     if (!p) return;
-    std::memcpy(p, cache_->sealed_data(block), block_bytes);
+    submit_transfers({{Transfer::kBlockOut, block, p}}, true);
     if (!host_prefix_->insert(key, p, tokens, cache_->geometry().block_tokens)) {
         host_->free_block(p);
         return;
@@ -919,7 +952,7 @@ void Engine::step() {
     }
 
     try {
-        forward_->run(spans_, logits_);
+        run_forward(spans_);
     } catch (...) {
         for (Session *s : span_sessions_) {
             cache_->trim(s->kv);
@@ -1005,21 +1038,21 @@ bool Engine::park_out(Session *s, bool wait) {
         for (void *p : copies) host_->free_block(p);
         return false;
     }
-    std::vector<CopyOp> ops;
+    std::vector<Transfer> ops;
     s->host.blocks.assign(s->kv.blocks.size(), nullptr);
     for (size_t k = 0; k < moved.size(); ++k) {
         s->host.blocks[moved[k]] = copies[k];
-        ops.push_back({cache_->sealed_data(s->kv.blocks[moved[k]]), copies[k], block_bytes});
+        ops.push_back({Transfer::kBlockOut, s->kv.blocks[moved[k]], copies[k]});
     }
-    if (tail) ops.push_back({cache_->tail_data(s->kv.tail), tail, tail_bytes});
+    if (tail) ops.push_back({Transfer::kTailOut, s->kv.tail, tail});
     s->host.tail = tail;
     s->host.bytes = bytes;
     host_bytes_held_ += bytes;
     bytes_to_host_ += bytes;
-    s->host.ticket = copier_->submit(std::move(ops));
+    s->host.ticket = submit_transfers(ops, false);
     s->host.phase = HostKv::Phase::kOut;
     if (wait) {
-        copier_->wait(s->host.ticket);
+        if (s->host.ticket) copier_->wait(s->host.ticket);
         finish_park_out(s);
     }
     update_state(s);
@@ -1052,19 +1085,19 @@ bool Engine::start_resume(Session *s) {
         return false;
     }
     const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
-    std::vector<CopyOp> ops;
+    std::vector<Transfer> ops;
     size_t k = 0;
     for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
         if (!s->host.blocks[i]) continue;
         s->kv.blocks[i] = ids[k++];
-        ops.push_back({s->host.blocks[i], cache_->sealed_data(s->kv.blocks[i]), block_bytes});
+        ops.push_back({Transfer::kBlockIn, s->kv.blocks[i], s->host.blocks[i]});
     }
     if (tail >= 0) {
         s->kv.tail = tail;
-        ops.push_back({s->host.tail, cache_->tail_data(tail), tail_bytes});
+        ops.push_back({Transfer::kTailIn, tail, s->host.tail});
     }
     bytes_to_device_ += need * block_bytes + (tail >= 0 ? tail_bytes : 0);
-    s->host.ticket = copier_->submit(std::move(ops));
+    s->host.ticket = submit_transfers(ops, false);
     s->host.phase = HostKv::Phase::kIn;
     return true;
 }
@@ -1122,7 +1155,9 @@ void Engine::drop_kv(Session &s) {
 }
 
 uint32_t Engine::offload_blocks(Session *s, uint32_t n) {
-    if (!host_ || n == 0) return 0;
+    // The CUDA module's attention reads device blocks only: no long context beyond the
+    // device pool there yet.
+    if (!host_ || n == 0 || cuda_) return 0;
     const size_t block_bytes = cache_->sealed_pool().block_bytes();
     std::vector<size_t> picked;
     // Newest first: with the prefix cache on, the blocks released here are then a chain of
@@ -1134,9 +1169,9 @@ uint32_t Engine::offload_blocks(Session *s, uint32_t n) {
     while (!picked.empty() && !host_reserve(picked.size() * block_bytes)) picked.pop_back();
     std::vector<void *> copies;
     if (picked.empty() || !host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
-    std::vector<CopyOp> ops;
-    for (size_t k = 0; k < picked.size(); ++k) ops.push_back({cache_->sealed_data(s->kv.blocks[picked[k]]), copies[k], block_bytes});
-    copier_->wait(copier_->submit(std::move(ops)));
+    std::vector<Transfer> ops;
+    for (size_t k = 0; k < picked.size(); ++k) ops.push_back({Transfer::kBlockOut, s->kv.blocks[picked[k]], copies[k]});
+    submit_transfers(ops, true);
     s->offloaded.resize(s->kv.blocks.size(), nullptr);
     for (size_t k = 0; k < picked.size(); ++k) {
         cache_->release_sealed(s->kv.blocks[picked[k]]);
@@ -1159,6 +1194,49 @@ bool Engine::can_fit_with_host(const Session &s, uint32_t n_tokens) const {
     const uint32_t total = cache_->geometry().sealed_blocks(n_tokens);
     return can_fit_alone(s, on_device * cache_->geometry().block_tokens) &&
            total - on_device <= host_room + s.n_offloaded;
+}
+
+void Engine::run_forward(const std::vector<ForwardSpan> &spans) {
+    if (cuda_) {
+        cuda_->run(spans, logits_);
+    } else {
+        forward_->run(spans, logits_);
+    }
+}
+
+Ticket Engine::submit_transfers(const std::vector<Transfer> &transfers, bool wait) const {
+    const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
+    if (cuda_) {
+        for (const Transfer &t : transfers) {
+            switch (t.kind) {
+                case Transfer::kBlockOut: cuda_->read_block(uint32_t(t.id), t.host); break;
+                case Transfer::kBlockIn: cuda_->write_block(uint32_t(t.id), t.host); break;
+                case Transfer::kTailOut: cuda_->read_tail(t.id, t.host); break;
+                case Transfer::kTailIn: cuda_->write_tail(t.id, t.host); break;
+            }
+        }
+        return 0;
+    }
+    std::vector<CopyOp> ops;
+    ops.reserve(transfers.size());
+    for (const Transfer &t : transfers) {
+        switch (t.kind) {
+            case Transfer::kBlockOut: ops.push_back({cache_->sealed_data(uint32_t(t.id)), t.host, block_bytes}); break;
+            case Transfer::kBlockIn: ops.push_back({t.host, cache_->sealed_data(uint32_t(t.id)), block_bytes}); break;
+            case Transfer::kTailOut: ops.push_back({cache_->tail_data(t.id), t.host, tail_bytes}); break;
+            case Transfer::kTailIn: ops.push_back({t.host, cache_->tail_data(t.id), tail_bytes}); break;
+        }
+    }
+    if (!copier_ || (wait && ops.size() <= 1)) {  // small or no copy thread: at once
+        for (const CopyOp &op : ops) std::memcpy(op.dst, op.src, op.bytes);
+        return 0;
+    }
+    Ticket ticket = copier_->submit(std::move(ops));
+    if (wait) {
+        copier_->wait(ticket);
+        return 0;
+    }
+    return ticket;
 }
 
 size_t Engine::take_events(llmkv_event *out, size_t capacity) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda_backend.h"
 #include "common/thread_pool.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
@@ -168,6 +169,18 @@ private:
     // Releases every block of a session, device and host, after its copy in flight.
     void drop_kv(Session &s);
     uint32_t holders(uint32_t block) const;
+
+    // The forward pass on whichever backend holds the KV pools.
+    void run_forward(const std::vector<ForwardSpan> &spans);
+    // KV bytes between the pools and host memory. On the CPU backend the pools are host
+    // memory: copies go to the copy thread (with a host tier) or are done at once; on CUDA
+    // they go through the module, synchronously for now. Returns a ticket (0 = done).
+    struct Transfer {
+        enum Kind : uint8_t { kBlockOut, kBlockIn, kTailOut, kTailIn } kind;
+        int64_t id;  // sealed block id or tail slot
+        void *host;
+    };
+    Ticket submit_transfers(const std::vector<Transfer> &transfers, bool wait) const;
     // Makes room for bytes in the host budget, dropping the oldest demoted prefix blocks
     // if needed; false when even that is not enough (nothing dropped then).
     bool host_reserve(uint64_t bytes);
@@ -191,7 +204,8 @@ private:
     std::unique_ptr<CopyEngine> copier_;   // after host_: drained and destroyed first
     std::unique_ptr<HostPrefixStore> host_prefix_;  // demoted prefix-cache blocks (host tier + prefix cache)
     std::unique_ptr<ThreadPool> pool_;
-    std::unique_ptr<Forward> forward_;
+    std::unique_ptr<Forward> forward_;      // CPU backend
+    std::unique_ptr<CudaBackend> cuda_;     // CUDA backend (then forward_ is null)
     std::unique_ptr<Scheduler> scheduler_;
     uint32_t max_context_ = 0;
     uint32_t max_batch_tokens_ = 0;

@@ -36,7 +36,11 @@ bool KvCache::share(const SessionKv &from, SessionKv &to) {
         uint32_t slot;
         if (!tails_.allocate(slot)) return false;
         tail = slot;
-        std::memcpy(tails_.data(slot), tails_.data(uint32_t(from.tail)), tails_.block_bytes());
+        if (tail_copier_) {
+            tail_copier_(from.tail, tail);
+        } else {
+            std::memcpy(tails_.data(slot), tails_.data(uint32_t(from.tail)), tails_.block_bytes());
+        }
     }
     for (uint32_t id : from.blocks) {
         if (prefix_) {

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -115,6 +116,10 @@ public:
     // Makes `to` share `from`'s sealed blocks (one more reference each) and own a copy of
     // its tail slot. All or nothing: false (nothing changed) when no tail slot is free.
     bool share(const SessionKv &from, SessionKv &to);
+    // Where the pools' bytes live when not in this object's host slabs (a device backend):
+    // share() copies a tail slot through this (from, to) instead of memcpy. The host slabs
+    // are then never touched (they are reserved, not committed, memory).
+    void set_tail_copier(std::function<void(int64_t from, int64_t to)> copier) { tail_copier_ = std::move(copier); }
 
     uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
     const uint8_t *sealed_data(uint32_t id) const { return sealed_.data(id); }
@@ -125,6 +130,7 @@ private:
     BlockPool sealed_;
     BlockPool tails_;
     PrefixCache *prefix_ = nullptr;
+    std::function<void(int64_t, int64_t)> tail_copier_;
 };
 
 }  // namespace llmkv

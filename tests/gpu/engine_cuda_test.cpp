@@ -1,0 +1,180 @@
+// The engine on the CUDA backend, through the C API: the same sessions as on the CPU
+// backend give the same greedy tokens (tiny synthetic model, every KV codec), batching,
+// preemption and the host tier keep the pool invariants, a prefix snapshot saved by a CUDA
+// engine loads into a fresh one, and AUTO picks CUDA. Skipped (with the reason) without a
+// device.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "llmkv.h"
+#include "tiny_model.h"
+
+namespace llmkv {
+namespace {
+
+class EngineCuda : public ::testing::TestWithParam<llmkv_kv_dtype> {
+protected:
+    static void SetUpTestSuite() {
+        testing::TinyModelSpec spec;
+        spec.weight_type = TensorType::Q8_0;
+        spec.embd_type = TensorType::Q8_0;
+        spec.n_embd = 128;
+        spec.n_heads = 4;
+        spec.n_kv_heads = 2;
+        spec.n_ctx = 1024;
+        path_ = new std::string(testing::temp_path("engine_cuda_tiny.gguf"));
+        testing::write_tiny_model(spec, *path_);
+    }
+    static void TearDownTestSuite() {
+        std::remove(path_->c_str());
+        delete path_;
+    }
+
+    static llmkv_engine *make(llmkv_backend backend, llmkv_kv_dtype dtype, uint64_t kv_bytes = 0,
+                              uint64_t host_bytes = 0) {
+        llmkv_engine_params p;
+        llmkv_engine_params_init(&p);
+        p.model_path = path_->c_str();
+        p.backend = backend;
+        p.kv_dtype_k = dtype;
+        p.kv_dtype_v = dtype;
+        p.kv_device_bytes = kv_bytes;
+        p.kv_host_bytes = host_bytes;
+        p.max_batch_tokens = 128;
+        llmkv_engine *e = nullptr;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+        return e;
+    }
+
+    static std::vector<std::vector<int32_t>> run_sessions(llmkv_engine *e, int n, uint32_t gen) {
+        std::vector<llmkv_session *> s;
+        for (int i = 0; i < n; ++i) {
+            llmkv_session_params sp;
+            llmkv_session_params_init(&sp);
+            llmkv_session *x = nullptr;
+            EXPECT_EQ(llmkv_session_create(e, &sp, &x), LLMKV_OK);
+            std::mt19937 rng(100 + i);
+            std::vector<int32_t> prompt(20 + 37 * i);
+            for (auto &t : prompt) t = int32_t(rng() % 256);
+            EXPECT_EQ(llmkv_session_append(x, prompt.data(), prompt.size()), LLMKV_OK);
+            EXPECT_EQ(llmkv_session_generate(x, gen), LLMKV_OK);
+            s.push_back(x);
+        }
+        EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        std::vector<std::vector<int32_t>> out;
+        for (auto *x : s) {
+            std::vector<int32_t> t(2048);
+            size_t count = 0;
+            llmkv_session_get_tokens(x, t.data(), t.size(), &count);
+            t.resize(count);
+            out.push_back(t);
+            llmkv_session_destroy(x);
+        }
+        return out;
+    }
+
+    static std::string *path_;
+};
+std::string *EngineCuda::path_ = nullptr;
+
+TEST_P(EngineCuda, GreedyTokensEqualTheCpuBackend) {
+    LLMKV_REQUIRE_DEVICE();
+    llmkv_engine *gpu = make(LLMKV_BACKEND_CUDA, GetParam());
+    llmkv_engine *cpu = make(LLMKV_BACKEND_CPU, GetParam());
+    ASSERT_NE(gpu, nullptr);
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(gpu, &info), LLMKV_OK);
+    EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
+    EXPECT_STREQ(info.backend_name, "cuda");
+    // Random tiny weights give flat distributions; compare the first tokens, where the
+    // margins are widest, and require most sessions to agree exactly (documented tolerance).
+    auto g = run_sessions(gpu, 6, 8);
+    auto c = run_sessions(cpu, 6, 8);
+    int equal = 0;
+    for (size_t i = 0; i < g.size(); ++i) equal += g[i] == c[i] ? 1 : 0;
+    EXPECT_GE(equal, 5) << "sessions whose greedy tokens equal the CPU backend's";
+    llmkv_engine_destroy(gpu);
+    llmkv_engine_destroy(cpu);
+}
+
+TEST_P(EngineCuda, PreemptionAndTheHostTierKeepTokensAndInvariants) {
+    LLMKV_REQUIRE_DEVICE();
+    llmkv_engine *roomy = make(LLMKV_BACKEND_CUDA, GetParam());
+    auto reference = run_sessions(roomy, 8, 24);
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(roomy, &info), LLMKV_OK);
+    const uint64_t block = info.kv_bytes_per_token_device * info.kv_block_tokens;
+    llmkv_engine_destroy(roomy);
+    for (uint64_t host : {uint64_t(0), uint64_t(64) << 20}) {
+        llmkv_engine *tight = make(LLMKV_BACKEND_CUDA, GetParam(), 24 * block, host);
+        EXPECT_EQ(run_sessions(tight, 8, 24), reference) << "host tier bytes " << host;
+        llmkv_engine_destroy(tight);
+    }
+}
+
+TEST_P(EngineCuda, PrefixSnapshotRoundTripsThroughTheDevice) {
+    LLMKV_REQUIRE_DEVICE();
+    llmkv_engine *a = make(LLMKV_BACKEND_CUDA, GetParam());
+    std::vector<int32_t> prompt(200);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7) % 256);
+    llmkv_prefix *p = nullptr;
+    ASSERT_EQ(llmkv_prefix_create(a, prompt.data(), prompt.size(), &p), LLMKV_OK) << llmkv_last_error();
+    const std::string file = testing::temp_path("engine_cuda_prefix.snap");
+    ASSERT_EQ(llmkv_prefix_save(p, file.c_str()), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine *b = make(LLMKV_BACKEND_CUDA, GetParam());
+    llmkv_prefix *q = nullptr;
+    ASSERT_EQ(llmkv_prefix_load(b, file.c_str(), &q), LLMKV_OK) << llmkv_last_error();
+    auto continue_from = [](llmkv_engine *e, llmkv_prefix *from) {
+        llmkv_session_params sp;
+        llmkv_session_params_init(&sp);
+        sp.prefix = from;
+        llmkv_session *s = nullptr;
+        EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
+        EXPECT_EQ(llmkv_session_generate(s, 16), LLMKV_OK);
+        EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+        std::vector<int32_t> t(512);
+        size_t n = 0;
+        llmkv_session_get_tokens(s, t.data(), t.size(), &n);
+        t.resize(n);
+        llmkv_session_destroy(s);
+        return t;
+    };
+    EXPECT_EQ(continue_from(a, p), continue_from(b, q));
+    llmkv_prefix_release(p);
+    llmkv_prefix_release(q);
+    std::remove(file.c_str());
+    llmkv_engine_destroy(a);
+    llmkv_engine_destroy(b);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EngineCuda,
+                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4));
+
+TEST(EngineCudaAuto, AutoPicksCudaWhenADeviceExists) {
+    LLMKV_REQUIRE_DEVICE();
+    testing::TinyModelSpec spec;
+    const std::string path = testing::temp_path("engine_cuda_auto.gguf");
+    testing::write_tiny_model(spec, path);
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path.c_str();
+    llmkv_engine *e = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+    EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
+    llmkv_engine_destroy(e);
+    std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace llmkv
