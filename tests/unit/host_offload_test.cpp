@@ -387,7 +387,7 @@ TEST_F(EngineHostTierTest, HostRegionThatCannotBeAllocatedIsAClearError) {
 
 TEST_F(EngineHostTierTest, SessionsDestroyedAndPreemptedWhileCopiesAreInFlightKeepInvariants) {
     // Random parks (asynchronous copies), turns, steps and destroys; under TSan this is the
-    // race check of the copy thread against the engine (see docs/TESTING.md).
+    // race check of the copy thread against the engine (scripts/test.sh runs it in a TSan build).
     llmkv_engine *e = make_engine(60, 8ull << 20);
     std::mt19937 rng(2024);
     std::vector<llmkv_session *> live;
