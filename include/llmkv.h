@@ -236,6 +236,8 @@ typedef struct llmkv_stats {
     /* Host tier (all 0 without one). */
     uint64_t host_bytes_total;      /* the host region (rounded up to the arena granularity) */
     uint64_t host_bytes_used;       /* bytes of host-resident blocks (at most kv_host_bytes) */
+    uint64_t host_blocks;           /* host-resident blocks: parked and swapped sessions', long
+                                       contexts' older blocks, demoted prefix blocks (tails count) */
     uint64_t parks;                 /* idle sessions moved to the host tier (explicit or under pressure) */
     uint64_t swaps;                 /* running sessions preempted to the host tier (not recomputed) */
     uint64_t resumes;               /* parked or swapped sessions brought back */

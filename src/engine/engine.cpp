@@ -281,6 +281,7 @@ void Engine::get_stats(llmkv_stats &out) const {
     if (host_) {
         out.host_bytes_total = host_->bytes_total();
         out.host_bytes_used = host_bytes_held_;
+        out.host_blocks = host_->blocks_used();
         out.copy_ns = copier_->stats().copy_ns;
     }
 }
@@ -843,7 +844,12 @@ void Engine::step() {
         // overlap this step's compute, and they run from the next step.
         std::vector<Session *> waiting;
         for (Session *s : sessions_) {
-            if (s->host.phase == HostKv::Phase::kParked && pending_runnable(*s) > 0) waiting.push_back(s);
+            if (pending_runnable(*s) == 0) continue;
+            if (s->host.phase == HostKv::Phase::kOut) {  // parked, then given work at once
+                copier_->wait(s->host.ticket);
+                finish_park_out(s);
+            }
+            if (s->host.phase == HostKv::Phase::kParked) waiting.push_back(s);
         }
         std::sort(waiting.begin(), waiting.end(), [](const Session *a, const Session *b) { return ranks_below(*b, *a); });
         for (Session *s : waiting) start_resume(s);

@@ -633,6 +633,68 @@ static void test_destroy_engine_with_live_sessions(void **state) {
     llmkv_engine_destroy(e);
 }
 
+/* Parking through the C API on the real model: UNSUPPORTED without a host tier, STATE while
+ * generating; a parked session reports the host tier and its second turn equals the second
+ * turn of a session that was never parked. */
+static void test_park_and_resume(void **state) {
+    llmkv_engine_params p;
+    llmkv_engine *plain, *e;
+    llmkv_session *s, *ref;
+    llmkv_session_info info;
+    llmkv_stats st;
+    int32_t toks[MAX_TOKENS], ref_toks[MAX_TOKENS];
+    uint32_t reason = 0;
+    size_t n, ref_n, i;
+    (void)state;
+    CAPI_REQUIRE_MODEL();
+    plain = capi_engine_create();
+    s = capi_session_create(plain, NULL, 4);
+    capi_append_text(s, PROMPT);
+    capi_assert_ok(llmkv_session_generate(s, 4));
+    run_to_done(plain, s, toks, &reason);
+    capi_assert_error(llmkv_session_park(s), LLMKV_ERR_UNSUPPORTED, "kv_host_bytes");
+    llmkv_session_destroy(s);
+    llmkv_engine_destroy(plain);
+
+    capi_engine_params(&p);
+    p.kv_host_bytes = 64ull << 20;
+    capi_assert_ok(llmkv_engine_create(&p, &e));
+    s = capi_session_create(e, NULL, 8);
+    ref = capi_session_create(e, NULL, 8);
+    capi_append_text(s, PROMPT);
+    capi_append_text(ref, PROMPT);
+    /* one at a time: run_to_done skips other sessions' events */
+    capi_assert_ok(llmkv_session_generate(s, 8));
+    capi_assert_error(llmkv_session_park(s), LLMKV_ERR_STATE, NULL);
+    run_to_done(e, s, toks, &reason);
+    capi_assert_ok(llmkv_session_generate(ref, 8));
+    run_to_done(e, ref, ref_toks, &reason);
+    capi_assert_ok(llmkv_session_park(s));
+    info = capi_session_info(s);
+    assert_int_equal(info.tier, LLMKV_TIER_HOST);
+    assert_int_equal(info.state, LLMKV_SESSION_PARKED);
+    /* second turn on both: the parked one comes back first */
+    capi_append_text(s, " and the capital of Italy is");
+    capi_append_text(ref, " and the capital of Italy is");
+    capi_assert_ok(llmkv_session_generate(s, 8));
+    n = run_to_done(e, s, toks, &reason);
+    capi_assert_ok(llmkv_session_generate(ref, 8));
+    ref_n = run_to_done(e, ref, ref_toks, &reason);
+    assert_int_equal(n, ref_n);
+    for (i = 0; i < n; ++i) assert_int_equal(toks[i], ref_toks[i]);
+    info = capi_session_info(s);
+    assert_int_equal(info.tier, LLMKV_TIER_DEVICE);
+    st.struct_size = sizeof(st);
+    capi_assert_ok(llmkv_engine_get_stats(e, &st));
+    assert_int_equal(st.parks, 1);
+    assert_int_equal(st.resumes, 1);
+    assert_true(st.bytes_to_host > 0 && st.bytes_to_device > 0);
+    capi_assert_ok(llmkv_engine_validate(e));
+    llmkv_session_destroy(s);
+    llmkv_session_destroy(ref);
+    llmkv_engine_destroy(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_on_empty_session),
@@ -650,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_stop_token),
         cmocka_unit_test(test_max_sessions),
         cmocka_unit_test(test_destroy_engine_with_live_sessions),
+        cmocka_unit_test(test_park_and_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "llmkv.h"
 #include "tiny_model.h"
@@ -194,6 +196,17 @@ TEST_F(EngineHostTierTest, HundredIdleSessionsParkedAndResumedInRandomOrderConti
     llmkv_stats st = stats(e);
     EXPECT_EQ(st.sessions_parked, kSessions);
     EXPECT_EQ(st.parks, kSessions);
+    EXPECT_GE(st.host_blocks, kSessions) << "at least each session's tail";
+    // The copies run on the copy thread; steps reap them and return the device blocks.
+    for (int i = 0; i < 2000 && stats(e).tail_blocks_used > 0; ++i) {
+        llmkv_event ev[4];
+        size_t n = 0;
+        ASSERT_EQ(llmkv_step(e, ev, 4, &n), LLMKV_OK);
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    st = stats(e);
+    EXPECT_EQ(st.tail_blocks_used, 0u) << "parked sessions hold no device tail slot";
+    EXPECT_EQ(st.blocks_used, 0u) << "nor sealed blocks";
     std::vector<uint32_t> order(kSessions);
     for (uint32_t i = 0; i < kSessions; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), std::mt19937(77));
