@@ -264,28 +264,8 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::run(const std::vector<ForwardSpan> &spans, std::vector<float> &logits) {
     const KvGeometry &g = geometry_;
-    // The same checks, in the same order, as Forward::run: nothing runs on a bad batch.
-    uint64_t T = 0;
-    size_t n_logits = 0;
-    for (const ForwardSpan &s : spans) {
-        if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
-        if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "forward: span without a tail slot");
-        if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
-            fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
-        }
-        for (uint32_t i = 0; i < s.n; ++i) {
-            if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= cfg_.n_vocab) {
-                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)",
-                     s.tokens[i], cfg_.n_vocab);
-            }
-        }
-        T += s.n;
-        n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
-    }
-    if (T > options_.max_batch_tokens) {
-        fail(LLMKV_ERR_INTERNAL, "forward: %llu tokens exceed the batch limit %u",
-             (unsigned long long)T, options_.max_batch_tokens);
-    }
+    // The same checks as Forward::run: nothing runs on a bad batch.
+    const size_t n_logits = validate_batch(spans, g, cfg_.n_vocab, options_.max_batch_tokens).logit_rows;
     spans_.resize(spans.size());
     for (size_t i = 0; i < spans.size(); ++i) {
         const ForwardSpan &s = spans[i];

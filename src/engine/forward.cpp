@@ -34,6 +34,29 @@ void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_di
     }
 }
 
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
+                          uint32_t max_tokens) {
+    uint64_t T = 0, n_logits = 0;
+    for (const ForwardSpan &s : spans) {
+        if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
+        if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "forward: span without a tail slot");
+        if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
+            fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
+        }
+        for (uint32_t i = 0; i < s.n; ++i) {
+            if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= n_vocab) {
+                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)", s.tokens[i], n_vocab);
+            }
+        }
+        T += s.n;
+        n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
+    }
+    if (T > max_tokens) {
+        fail(LLMKV_ERR_INTERNAL, "forward: %llu tokens exceed the batch limit %u", (unsigned long long)T, max_tokens);
+    }
+    return {uint32_t(T), uint32_t(n_logits)};
+}
+
 Forward::Forward(const LlamaModel &model, KvCache &cache, ThreadPool &pool, uint32_t max_tokens)
     : model_(model), cfg_(model.config()), cache_(cache), pool_(pool), max_tokens_(max_tokens) {
     const size_t T = max_tokens;
@@ -107,25 +130,10 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
     const uint32_t B = g.block_tokens;
 
     // Validate the whole batch before any KV is written.
-    uint32_t T = 0, n_logits = 0;
+    const BatchShape shape = validate_batch(spans, g, cfg_.n_vocab, max_tokens_);
+    const uint32_t T = shape.tokens, n_logits = shape.logit_rows;
     size_t window_rows = 0;
-    for (const ForwardSpan &s : spans) {
-        if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
-        if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "forward: span without a tail slot");
-        if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
-            fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
-        }
-        for (uint32_t i = 0; i < s.n; ++i) {
-            if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= cfg_.n_vocab) {
-                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)",
-                     s.tokens[i], cfg_.n_vocab);
-            }
-        }
-        T += s.n;
-        n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
-        window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
-    }
-    if (T > max_tokens_) fail(LLMKV_ERR_INTERNAL, "forward: %u tokens exceed the batch limit %u", T, max_tokens_);
+    for (const ForwardSpan &s : spans) window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
     if (window_.size() < window_rows * 2 * KVD) window_.resize(window_rows * 2 * KVD);
 
     // Embeddings: x (T, E).

@@ -25,6 +25,17 @@ struct ForwardSpan {
     const uint8_t *const *block_data = nullptr;
 };
 
+// Checks a batch before anything runs (every backend calls this first): non-empty spans,
+// tail slots and sealed blocks reserved, token ids inside the vocabulary, at most
+// max_tokens tokens in all. Throws llmkv::Error; returns the batch's token count and how
+// many logit rows it asks for.
+struct BatchShape {
+    uint32_t tokens = 0;
+    uint32_t logit_rows = 0;
+};
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
+                          uint32_t max_tokens);
+
 class Forward {
 public:
     Forward(const LlamaModel &model, KvCache &cache, ThreadPool &pool, uint32_t max_tokens);

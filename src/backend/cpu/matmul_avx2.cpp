@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
 
@@ -25,21 +26,6 @@ constexpr int kTBatch = 3;
 constexpr int64_t kTokenGroup = 64;         // activations kept in L2 per pass over the weights
 constexpr int64_t kRowBlock = 32;           // weight rows kept in L1 while the tokens loop
 constexpr size_t kPrefetchDistance = 8192;  // decode: bytes of weights prefetched ahead
-
-// Prefetches the kBytes bytes at p (one step of a linear sweep), one cache line at a time.
-template <size_t kBytes>
-inline void prefetch_step(const uint8_t *p) {
-#pragma GCC unroll 16
-    for (size_t o = 0; o < kBytes; o += 64) {
-        _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
-    }
-}
-
-inline uint16_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-}
 
 inline float f16(const uint8_t *p) {
     return _cvtsh_ss(load_u16(p));

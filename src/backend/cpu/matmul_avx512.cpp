@@ -38,6 +38,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
 
@@ -58,26 +59,6 @@ constexpr int kTBatch = 8;
 constexpr int64_t kTokenGroup = 64;
 constexpr int64_t kRowBlock = 32;
 constexpr size_t kPrefetchDistance = 8192;
-
-template <size_t kBytes>
-inline void prefetch_step(const uint8_t *p) {
-#pragma GCC unroll 16
-    for (size_t o = 0; o < kBytes; o += 64) {
-        _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
-    }
-}
-
-inline uint16_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-}
-
-inline uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
 
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
