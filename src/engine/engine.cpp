@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -37,6 +39,35 @@ uint32_t raw_enum(const Enum &field) {
 }
 
 }  // namespace
+
+// The host tier's region from the CUDA module's pinned allocator. HostTier wants its
+// region aligned to HostTier::kArenaAlignment; cudaHostAlloc promises less, so the region is
+// carved from a larger allocation and the original pointer kept for the free.
+static HostAllocator cuda_host_allocator(CudaBackend *cuda) {
+    auto bases = std::make_shared<std::unordered_map<void *, void *>>();
+    HostAllocator a;
+    a.name = "cudaHostAlloc";
+    a.alloc = [cuda, bases](uint64_t bytes, uint64_t alignment, bool &locked) -> void * {
+        void *base = nullptr;
+        try {
+            base = cuda->host_alloc(size_t(bytes + alignment));
+        } catch (const Error &) {
+            return nullptr;
+        }
+        if (!base) return nullptr;
+        uintptr_t aligned = (reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~uintptr_t(alignment - 1);
+        (*bases)[reinterpret_cast<void *>(aligned)] = base;
+        locked = true;
+        return reinterpret_cast<void *>(aligned);
+    };
+    a.free = [cuda, bases](void *p, uint64_t) {
+        auto it = bases->find(p);
+        if (it == bases->end()) return;
+        cuda->host_free(it->second);
+        bases->erase(it);
+    };
+    return a;
+}
 
 std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
@@ -127,20 +158,6 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         }
     }
 
-    if (p.kv_host_bytes != 0) {
-        e->host_ = std::make_unique<HostTier>(p.kv_host_bytes);
-        e->copier_ = std::make_unique<CopyEngine>();
-        LLMKV_LOG_INFO_F("host tier: %.1f MiB (%s)", e->host_->bytes_total() / 1048576.0,
-                         e->host_->locked() ? "locked" : "not locked");
-        if (e->prefix_) {
-            e->host_prefix_ = std::make_unique<HostPrefixStore>();
-            Engine *self = e.get();
-            e->prefix_->set_evict_hook([self](uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
-                self->demote(block, key, tokens);
-            });
-        }
-    }
-
     unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
     e->pool_ = std::make_unique<ThreadPool>(threads);
     e->max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
@@ -172,6 +189,23 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         }
     }
     if (!use_cuda) e->forward_ = std::make_unique<Forward>(*e->model_, *e->cache_, *e->pool_, e->max_batch_tokens_);
+    if (p.kv_host_bytes != 0) {
+        // CUDA: page-locked memory from cudaHostAlloc (so copies to and from the device run
+        // at full speed), over-allocated to place the region on the arena alignment.
+        e->host_ = e->cuda_ ? std::make_unique<HostTier>(p.kv_host_bytes, cuda_host_allocator(e->cuda_.get()))
+                            : std::make_unique<HostTier>(p.kv_host_bytes);
+        e->copier_ = std::make_unique<CopyEngine>();
+        LLMKV_LOG_INFO_F("host tier: %.1f MiB (%s)", e->host_->bytes_total() / 1048576.0,
+                         e->host_->locked() ? "locked" : "not locked");
+        if (e->prefix_) {
+            e->host_prefix_ = std::make_unique<HostPrefixStore>();
+            Engine *self = e.get();
+            e->prefix_->set_evict_hook([self](uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
+                self->demote(block, key, tokens);
+            });
+        }
+    }
+
     e->scheduler_ = std::make_unique<Scheduler>(e->max_batch_tokens_);
     e->params_.n_threads = threads;
     e->params_.kv_block_tokens = g.block_tokens;
@@ -200,6 +234,9 @@ Engine::~Engine() {
         delete p;
     }
     if (prefix_) prefix_->clear();
+    // The host tier's memory may come from the CUDA module: give it back while that exists.
+    copier_.reset();
+    host_.reset();
 }
 
 void Engine::get_info(llmkv_engine_info &out) const {
