@@ -220,6 +220,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
 }
 
 Engine::~Engine() {
+    for (const Session *s : sessions_) transfer_wait(s->host.ticket);
     if (copier_) copier_->wait_all();
     if (prefix_) prefix_->set_evict_hook(nullptr);
     if (host_prefix_) {
@@ -830,7 +831,9 @@ bool Engine::make_room(Session *s, uint32_t need, bool fresh) {
         bool parking = false;
         for (const Session *v : sessions_) parking |= v->host.phase == HostKv::Phase::kOut;
         if (parking) {
-            copier_->wait_all();
+            for (const Session *v : sessions_) {
+                if (v->host.phase == HostKv::Phase::kOut) transfer_wait(v->host.ticket);
+            }
             reap_copies();
             available = cache_->sealed_available();
             if (need <= available) return true;
@@ -883,7 +886,7 @@ void Engine::step() {
         for (Session *s : sessions_) {
             if (pending_runnable(*s) == 0) continue;
             if (s->host.phase == HostKv::Phase::kOut) {  // parked, then given work at once
-                copier_->wait(s->host.ticket);
+                transfer_wait(s->host.ticket);
                 finish_park_out(s);
             }
             if (s->host.phase == HostKv::Phase::kParked) waiting.push_back(s);
@@ -896,7 +899,9 @@ void Engine::step() {
             incoming |= s->host.phase == HostKv::Phase::kIn;
         }
         if (!ready && incoming) {  // nothing else to do meanwhile
-            copier_->wait_all();
+            for (const Session *s : sessions_) {
+                if (s->host.phase == HostKv::Phase::kIn) transfer_wait(s->host.ticket);
+            }
             reap_copies();
         }
     }
@@ -1053,7 +1058,7 @@ void Engine::park(Session *s) {
     if (!host_) fail(LLMKV_ERR_UNSUPPORTED, "no host tier: engine_params.kv_host_bytes is 0");
     if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; park it after DONE or cancel");
     if (s->host.phase == HostKv::Phase::kIn) {
-        copier_->wait(s->host.ticket);
+        transfer_wait(s->host.ticket);
         finish_resume(s);
     }
     if (s->host.phase != HostKv::Phase::kNone || (s->kv.tail < 0 && s->kv.blocks.empty())) return;
@@ -1095,7 +1100,7 @@ bool Engine::park_out(Session *s, bool wait) {
     s->host.ticket = submit_transfers(ops, false);
     s->host.phase = HostKv::Phase::kOut;
     if (wait) {
-        if (s->host.ticket) copier_->wait(s->host.ticket);
+        transfer_wait(s->host.ticket);
         finish_park_out(s);
     }
     update_state(s);
@@ -1157,7 +1162,7 @@ void Engine::finish_resume(Session *s) {
 void Engine::reap_copies() {
     if (!copier_) return;
     for (Session *s : sessions_) {
-        if ((s->host.phase == HostKv::Phase::kOut || s->host.phase == HostKv::Phase::kIn) && copier_->done(s->host.ticket)) {
+        if ((s->host.phase == HostKv::Phase::kOut || s->host.phase == HostKv::Phase::kIn) && transfer_done(s->host.ticket)) {
             if (s->host.phase == HostKv::Phase::kOut) {
                 finish_park_out(s);
             } else {
@@ -1170,18 +1175,18 @@ void Engine::reap_copies() {
 void Engine::bring_back(Session *s) {
     if (s->host.phase == HostKv::Phase::kNone) return;
     if (s->host.phase == HostKv::Phase::kOut) {
-        copier_->wait(s->host.ticket);
+        transfer_wait(s->host.ticket);
         finish_park_out(s);
     }
     if (s->host.phase == HostKv::Phase::kParked && !start_resume(s)) {
         fail(LLMKV_ERR_KV_CAPACITY, "the device pool cannot take back the parked session's KV now");
     }
-    copier_->wait(s->host.ticket);
+    transfer_wait(s->host.ticket);
     finish_resume(s);
 }
 
 void Engine::drop_kv(Session &s) {
-    if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) copier_->wait(s.host.ticket);
+    if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfer_wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);
         if (s.host.tail) host_->free_block(s.host.tail);
@@ -1247,18 +1252,48 @@ void Engine::run_forward(const std::vector<ForwardSpan> &spans) {
     }
 }
 
+bool Engine::transfer_done(Ticket t) const {
+    if (t == 0) return true;
+    if (t & kDeviceTicket) return cuda_->copy_done(t & ~kDeviceTicket);
+    return copier_->done(t);
+}
+
+void Engine::transfer_wait(Ticket t) const {
+    if (t == 0) return;
+    if (t & kDeviceTicket) {
+        cuda_->copy_wait(t & ~kDeviceTicket);
+    } else {
+        copier_->wait(t);
+    }
+}
+
 Ticket Engine::submit_transfers(const std::vector<Transfer> &transfers, bool wait) const {
     const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
     if (cuda_) {
+        // Tails one by one, synchronously (small); blocks in one asynchronous call per
+        // direction on the module's copy stream.
+        std::vector<uint32_t> out_ids, in_ids;
+        std::vector<void *> out_host;
+        std::vector<const void *> in_host;
         for (const Transfer &t : transfers) {
             switch (t.kind) {
-                case Transfer::kBlockOut: cuda_->read_block(uint32_t(t.id), t.host); break;
-                case Transfer::kBlockIn: cuda_->write_block(uint32_t(t.id), t.host); break;
+                case Transfer::kBlockOut: out_ids.push_back(uint32_t(t.id)); out_host.push_back(t.host); break;
+                case Transfer::kBlockIn: in_ids.push_back(uint32_t(t.id)); in_host.push_back(t.host); break;
                 case Transfer::kTailOut: cuda_->read_tail(t.id, t.host); break;
                 case Transfer::kTailIn: cuda_->write_tail(t.id, t.host); break;
             }
         }
-        return 0;
+        Ticket ticket = 0;
+        if (!out_ids.empty()) ticket = kDeviceTicket | cuda_->read_blocks_async(out_ids.data(), out_ids.size(), out_host.data());
+        if (!in_ids.empty()) {
+            transfer_wait(ticket);  // one ticket per call: finish the other direction first
+            ticket = kDeviceTicket | cuda_->write_blocks_async(in_ids.data(), in_ids.size(), in_host.data());
+        }
+        if (wait) {
+            transfer_wait(ticket);
+            return 0;
+        }
+        return ticket;
     }
     std::vector<CopyOp> ops;
     ops.reserve(transfers.size());

@@ -174,13 +174,19 @@ private:
     void run_forward(const std::vector<ForwardSpan> &spans);
     // KV bytes between the pools and host memory. On the CPU backend the pools are host
     // memory: copies go to the copy thread (with a host tier) or are done at once; on CUDA
-    // they go through the module, synchronously for now. Returns a ticket (0 = done).
+    // blocks go through the module's copy stream (tails synchronously). Returns a ticket
+    // (0 = done); with wait, always 0.
     struct Transfer {
         enum Kind : uint8_t { kBlockOut, kBlockIn, kTailOut, kTailIn } kind;
         int64_t id;  // sealed block id or tail slot
         void *host;
     };
     Ticket submit_transfers(const std::vector<Transfer> &transfers, bool wait) const;
+    // Tickets of the CUDA module's copy stream carry this bit; the others are the copy
+    // thread's. 0 is always done.
+    static constexpr Ticket kDeviceTicket = Ticket(1) << 63;
+    bool transfer_done(Ticket t) const;
+    void transfer_wait(Ticket t) const;
     // Makes room for bytes in the host budget, dropping the oldest demoted prefix blocks
     // if needed; false when even that is not enough (nothing dropped then).
     bool host_reserve(uint64_t bytes);
