@@ -56,7 +56,8 @@ pack() {
   cp "$BUILD/tests/gpu/llmkv_gpu_tests" "$BUILD/tests/gpu/llmkv_gpu_bench" "$BUILD/libllmkv-cuda.so" "$PACK/"
   # Libraries a bare CUDA image may lack (CUDA's own and the C/C++ runtime are expected there).
   for bin in "$PACK/llmkv_gpu_tests" "$PACK/llmkv_gpu_bench"; do
-    ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'utf8proc|xxhash|gtest' | xargs -r -I{} cp -L {} "$PACK/"
+    # (a binary may need none of them: grep finding nothing is not an error)
+    ldd "$bin" | awk '/=> \// {print $3}' | { grep -E 'utf8proc|xxhash|gtest' || true; } | xargs -r -I{} cp -L {} "$PACK/"
   done
   ls -la "$PACK"
 }
