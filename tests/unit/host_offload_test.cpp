@@ -360,6 +360,125 @@ TEST_F(EngineHostTierTest, PrefixBlocksEvictedFromTheDeviceAreDemotedAndPromoted
     llmkv_engine_destroy(e);
 }
 
+TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
+    // Small device pool, small host tier, prefix cache, shared prompt prefixes, random
+    // priorities, arrivals, cancels, parks and destroys: every session that finishes must
+    // equal its solo run; a cancelled one must be a prefix of it.
+    struct Req {
+        std::vector<int32_t> prompt;
+        uint32_t n = 0;
+        int32_t priority = 0;
+        uint32_t index = 0;
+    };
+    std::mt19937 rng(99);
+    const std::vector<int32_t> shared = random_tokens(96, 5);
+    std::vector<Req> reqs;
+    for (uint32_t i = 0; i < 40; ++i) {
+        Req r;
+        if (i % 3 != 2) r.prompt = shared;  // two thirds start with the same 6 blocks
+        std::vector<int32_t> own = random_tokens(5 + rng() % 150, 7000 + i);
+        r.prompt.insert(r.prompt.end(), own.begin(), own.end());
+        r.n = 4 + rng() % 40;
+        r.priority = int32_t(rng() % 3);
+        r.index = i;
+        reqs.push_back(r);
+    }
+    auto start = [&](llmkv_engine *e, const Req &r) {
+        llmkv_session_params sp;
+        llmkv_session_params_init(&sp);
+        sp.sampling.temperature = r.index % 2 ? 0.9f : 0.0f;
+        sp.sampling.top_k = 40;
+        sp.sampling.seed = 300 + r.index;
+        sp.priority = r.priority;
+        llmkv_session *s = nullptr;
+        EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
+        turn(s, r.prompt, r.n);
+        return s;
+    };
+    std::vector<std::vector<int32_t>> solo;
+    {
+        llmkv_engine *e = make_engine(4096, 0, 0);
+        for (const Req &r : reqs) {
+            llmkv_session *s = start(e, r);
+            EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+            solo.push_back(tokens_of(s));
+            llmkv_session_destroy(s);
+        }
+        llmkv_engine_destroy(e);
+    }
+    // 30 device blocks (480 tokens), 48 KiB of host tier (12 blocks).
+    llmkv_engine *e = make_engine(30, 12 * kBlockBytes, LLMKV_ENGINE_PREFIX_CACHE);
+    std::vector<llmkv_session *> live(reqs.size(), nullptr);
+    std::vector<int> outcome(reqs.size(), 0);  // 0 running, 1 done, 2 cancelled, 3 destroyed
+    size_t next = 0;
+    uint32_t errors = 0;
+    llmkv_event ev[128];
+    for (int step = 0; step < 20000; ++step) {
+        const uint32_t r = rng() % 20;
+        if (r < 3 && next < reqs.size()) {
+            live[next] = start(e, reqs[next]);
+            ++next;
+        } else if (r == 3 || r == 4) {  // cancel or destroy a random running session
+            const size_t k = rng() % reqs.size();
+            if (live[k] && outcome[k] == 0) {
+                if (r == 3) {
+                    if (llmkv_session_cancel(live[k]) == LLMKV_OK) outcome[k] = 2;
+                } else {
+                    std::vector<int32_t> t = tokens_of(live[k]);
+                    EXPECT_TRUE(t.size() <= solo[k].size() && std::equal(t.begin(), t.end(), solo[k].begin()))
+                        << "session " << k << " diverged before it was destroyed";
+                    llmkv_session_destroy(live[k]);
+                    live[k] = nullptr;
+                    outcome[k] = 3;
+                }
+            }
+        } else if (r == 5) {  // park a finished session (its KV may be needed by no one)
+            const size_t k = rng() % reqs.size();
+            if (live[k] && outcome[k] == 1) {
+                const llmkv_status st = llmkv_session_park(live[k]);
+                EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_KV_CAPACITY) << st;
+            }
+        } else {
+            size_t n = 0;
+            ASSERT_EQ(llmkv_step(e, ev, 128, &n), LLMKV_OK) << llmkv_last_error();
+            for (size_t i = 0; i < n; ++i) {
+                const size_t k = size_t(std::find(live.begin(), live.end(), ev[i].session) - live.begin());
+                ASSERT_LT(k, live.size());
+                if (ev[i].kind == LLMKV_EVENT_DONE && outcome[k] == 0) outcome[k] = 1;
+                if (ev[i].kind == LLMKV_EVENT_ERROR) ++errors;
+            }
+        }
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << "step " << step << ": " << llmkv_last_error();
+        if (next == reqs.size() && std::count(outcome.begin(), outcome.end(), 0) == 0) break;
+    }
+    EXPECT_EQ(errors, 0u);
+    EXPECT_EQ(std::count(outcome.begin(), outcome.end(), 0), 0) << "every session ended";
+    for (size_t k = 0; k < reqs.size(); ++k) {
+        if (!live[k]) continue;
+        std::vector<int32_t> t = tokens_of(live[k]);
+        if (outcome[k] == 1) {
+            EXPECT_EQ(t, solo[k]) << "session " << k;
+        } else {
+            EXPECT_TRUE(t.size() <= solo[k].size() && std::equal(t.begin(), t.end(), solo[k].begin()))
+                << "cancelled session " << k << " is not a prefix of its solo run";
+        }
+        llmkv_session_destroy(live[k]);
+    }
+    llmkv_stats st = stats(e);
+    std::printf("outcomes: %ld done, %ld cancelled, %ld destroyed; preemptions %llu, swaps %llu, parks %llu, "
+                "demotions %llu, promotions %llu, prefix hit tokens %llu\n",
+                long(std::count(outcome.begin(), outcome.end(), 1)), long(std::count(outcome.begin(), outcome.end(), 2)),
+                long(std::count(outcome.begin(), outcome.end(), 3)), (unsigned long long)st.preemptions,
+                (unsigned long long)st.swaps, (unsigned long long)st.parks, (unsigned long long)st.demotions,
+                (unsigned long long)st.promotions, (unsigned long long)st.prefix_hit_tokens);
+    EXPECT_GT(st.preemptions, 0u);
+    EXPECT_GT(st.swaps, 0u);
+    EXPECT_GT(st.prefix_hit_tokens + st.promotions, 0u);
+    EXPECT_EQ(st.blocks_used, 0u);
+    EXPECT_EQ(st.tail_blocks_used, 0u);
+    llmkv_engine_destroy(e);
+}
+
 TEST_F(EngineHostTierTest, ParkErrorsAndNoOps) {
     llmkv_engine *plain = make_engine(256, 0);
     llmkv_session *s = create(plain, 0);
