@@ -161,6 +161,7 @@ int cmd_bench(int argc, char **argv) {
         ep.n_threads = threads_list[ti];
         ep.kv_dtype_k = dtype;
         ep.kv_dtype_v = dtype;
+        ep.flags = 0;  // no prefix cache: every repetition really computes its prompt
         ep.max_context = std::max(context + n_gen + 8, n_prompt + n_gen + 8);
         llmkv_engine *e = nullptr;
         if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
