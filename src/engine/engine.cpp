@@ -882,7 +882,8 @@ void Engine::step() {
         reap_copies();
         // Parked sessions with work come back first, highest ranked first; their copies
         // overlap this step's compute, and they run from the next step.
-        std::vector<Session *> waiting;
+        std::vector<Session *> &waiting = waiting_;
+        waiting.clear();
         for (Session *s : sessions_) {
             if (pending_runnable(*s) == 0) continue;
             if (s->host.phase == HostKv::Phase::kOut) {  // parked, then given work at once
@@ -930,7 +931,7 @@ void Engine::step() {
         if (top_parked && !incoming) fail_capacity(top_parked);
         return;
     }
-    std::vector<SchedItem> plan = scheduler_->plan_step(candidates_);
+    scheduler_->plan_step(candidates_, plan_);
 
     // Reserve KV for every planned span, preempting lower-ranked sessions when the pool
     // runs dry. New work is admitted only with a watermark of free blocks left while
@@ -939,10 +940,11 @@ void Engine::step() {
     spans_.clear();
     span_sessions_.clear();
     preempted_.clear();
-    std::vector<Session *> refused;
+    std::vector<Session *> &refused = refused_;
+    refused.clear();
     bool admission_closed = false;
     int32_t closed_priority = 0;
-    for (const SchedItem &item : plan) {
+    for (const SchedItem &item : plan_) {
         Session *s = sessions_[item.index];
         if (std::find(preempted_.begin(), preempted_.end(), s) != preempted_.end()) continue;
         const bool fresh = !s->started;

@@ -229,6 +229,9 @@ private:
     std::vector<ForwardSpan> spans_;
     std::vector<Session *> span_sessions_;
     std::vector<Session *> preempted_;  // victims of this step
+    std::vector<SchedItem> plan_;
+    std::vector<Session *> waiting_;    // parked sessions with work
+    std::vector<Session *> refused_;    // sessions whose blocks could not be had
 
     // Counters for llmkv_stats.
     uint64_t steps_ = 0;

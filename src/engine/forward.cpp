@@ -149,8 +149,10 @@ void Forward::run(const std::vector<ForwardSpan> &spans, std::vector<float> &log
     }
 
     // Per-span window placement and attention descriptors.
-    std::vector<cpu::AttentionSpan> att(spans.size());
-    std::vector<uint32_t> row0(spans.size());
+    std::vector<cpu::AttentionSpan> &att = att_;
+    std::vector<uint32_t> &row0 = row0_;
+    att.assign(spans.size(), cpu::AttentionSpan{});
+    row0.assign(spans.size(), 0);
     {
         uint32_t row = 0;
         size_t win_off = 0;

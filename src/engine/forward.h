@@ -64,6 +64,8 @@ private:
     std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
     std::vector<uint16_t> window_;  // per-span fp16 K/V windows of the current layer
     std::vector<float> last_rows_;  // hidden states of rows that need logits
+    std::vector<cpu::AttentionSpan> att_;  // per-span attention descriptors (reused every step)
+    std::vector<uint32_t> row0_;           // first activation row of each span
 };
 
 // Helpers shared with tests.

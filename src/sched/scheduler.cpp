@@ -5,14 +5,14 @@
 
 namespace llmkv {
 
-std::vector<SchedItem> Scheduler::plan_step(std::vector<SchedCandidate> candidates) const {
+void Scheduler::plan_step(std::vector<SchedCandidate> &candidates, std::vector<SchedItem> &plan) const {
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const SchedCandidate &a, const SchedCandidate &b) {
                          if (a.decoding != b.decoding) return a.decoding;
                          if (a.priority != b.priority) return a.priority > b.priority;
                          return a.admit_seq < b.admit_seq;
                      });
-    std::vector<SchedItem> plan;
+    plan.clear();
     uint32_t budget = max_batch_tokens_;
     for (const SchedCandidate &c : candidates) {
         if (c.n_pending == 0) continue;
@@ -21,7 +21,6 @@ std::vector<SchedItem> Scheduler::plan_step(std::vector<SchedCandidate> candidat
         plan.push_back({c.index, n});
         budget -= n;
     }
-    return plan;
 }
 
 }  // namespace llmkv

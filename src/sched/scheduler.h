@@ -26,9 +26,11 @@ class Scheduler {
 public:
     explicit Scheduler(uint32_t max_batch_tokens) : max_batch_tokens_(max_batch_tokens) {}
 
-    // Plans one step. The returned items never exceed the token budget in total, except
-    // that at least one token is always scheduled when any candidate has work.
-    std::vector<SchedItem> plan_step(std::vector<SchedCandidate> candidates) const;
+    // Plans one step into plan (cleared first; sorts candidates in place: both are the
+    // caller's reusable buffers, so a step allocates nothing once warm). The items never
+    // exceed the token budget in total, except that at least one token is always scheduled
+    // when any candidate has work.
+    void plan_step(std::vector<SchedCandidate> &candidates, std::vector<SchedItem> &plan) const;
 
     uint32_t max_batch_tokens() const { return max_batch_tokens_; }
 
