@@ -11,10 +11,15 @@
 #include <random>
 
 #include "llmkv.h"
+#include "session_helpers.h"
 #include "tiny_model.h"
 
 namespace llmkv {
 namespace {
+
+using testing::byte_tokens;
+using testing::stats;
+using testing::tokens_of;
 
 using testing::TinyModelSpec;
 
@@ -61,12 +66,6 @@ protected:
         return e;
     }
 
-    static std::vector<int32_t> random_prompt(size_t n, uint32_t seed) {
-        std::vector<int32_t> t(n);
-        std::mt19937 rng(seed);
-        for (auto &v : t) v = int32_t(rng() % 256);  // byte tokens: never a stop token
-        return t;
-    }
 
     // Mixed workload: prompt lengths 10..1500 (log-uniform, both ends included), outputs
     // 16..256, half greedy and half seeded sampling.
@@ -78,7 +77,7 @@ protected:
             size_t len = i == 0 ? 1500 : i == 1 ? 10
                                                : size_t(std::exp(std::uniform_real_distribution<double>(
                                                      std::log(10.0), std::log(1500.0))(rng)));
-            r.prompt = random_prompt(len, seed * 1000 + uint32_t(i));
+            r.prompt = byte_tokens(len, seed * 1000 + uint32_t(i));
             r.max_new = i == 0 ? 256 : i == 1 ? 16 : 16 + rng() % 241;
             r.temperature = i % 2 ? 0.8f : 0.0f;
             r.seed = 7000 + i;
@@ -102,20 +101,6 @@ protected:
         return s;
     }
 
-    static std::vector<int32_t> tokens_of(llmkv_session *s) {
-        std::vector<int32_t> t(4096);
-        size_t n = 0;
-        EXPECT_EQ(llmkv_session_get_tokens(s, t.data(), t.size(), &n), LLMKV_OK);
-        t.resize(n);
-        return t;
-    }
-
-    static llmkv_stats stats(llmkv_engine *e) {
-        llmkv_stats st;
-        st.struct_size = sizeof(st);
-        EXPECT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-        return st;
-    }
 
     // Each request alone on a fresh engine with room for everything.
     static std::vector<std::vector<int32_t>> solo_runs(const std::vector<Request> &reqs) {
@@ -228,7 +213,7 @@ TEST_F(EngineBatchingTest, HigherPriorityRunsFirstAndIsPreemptedLast) {
     std::vector<Request> reqs;
     for (int i = 0; i < 3; ++i) {
         Request r;
-        r.prompt = random_prompt(200, 50 + i);
+        r.prompt = byte_tokens(200, 50 + i);
         r.max_new = 200;
         r.priority = i == 2 ? 5 : 0;
         reqs.push_back(r);
@@ -272,7 +257,7 @@ TEST_F(EngineBatchingTest, HigherPriorityRunsFirstAndIsPreemptedLast) {
 TEST_F(EngineBatchingTest, RequestThatCanNeverFitFailsAndTheQueueBehindItMoves) {
     std::vector<Request> reqs(4);
     for (size_t i = 0; i < reqs.size(); ++i) {
-        reqs[i].prompt = random_prompt(i == 0 ? 700 : 60, 80 + uint32_t(i));
+        reqs[i].prompt = byte_tokens(i == 0 ? 700 : 60, 80 + uint32_t(i));
         reqs[i].max_new = 20;
     }
     std::vector<std::vector<int32_t>> solo = solo_runs(reqs);
@@ -307,9 +292,9 @@ TEST_F(EngineBatchingTest, RequestThatCanNeverFitFailsAndTheQueueBehindItMoves) 
 
 TEST_F(EngineBatchingTest, IdleSessionGivesUpItsKvUnderPressureAndContinuesIdentically) {
     Request first;
-    first.prompt = random_prompt(300, 11);
+    first.prompt = byte_tokens(300, 11);
     first.max_new = 30;
-    std::vector<int32_t> turn2 = random_prompt(40, 12);
+    std::vector<int32_t> turn2 = byte_tokens(40, 12);
     // Reference: two turns with no pressure.
     std::vector<int32_t> reference;
     {
@@ -328,7 +313,7 @@ TEST_F(EngineBatchingTest, IdleSessionGivesUpItsKvUnderPressureAndContinuesIdent
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
     // Another session needs most of the pool while the first is idle.
     Request other;
-    other.prompt = random_prompt(500, 13);
+    other.prompt = byte_tokens(500, 13);
     other.max_new = 20;
     llmkv_session *o = start(e, other);
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);

@@ -8,10 +8,15 @@
 #include <random>
 
 #include "llmkv.h"
+#include "session_helpers.h"
 #include "tiny_model.h"
 
 namespace llmkv {
 namespace {
+
+using testing::byte_tokens;
+using testing::stats;
+using testing::tokens_of;
 
 using testing::TinyModelSpec;
 using testing::TinyVocab;
@@ -58,20 +63,6 @@ protected:
         return sp;
     }
 
-    static std::vector<int32_t> tokens_of(llmkv_session *s) {
-        std::vector<int32_t> t(4096);
-        size_t n = 0;
-        EXPECT_EQ(llmkv_session_get_tokens(s, t.data(), t.size(), &n), LLMKV_OK);
-        t.resize(n);
-        return t;
-    }
-
-    static std::vector<int32_t> prompt(size_t n, uint32_t seed) {
-        std::vector<int32_t> t(n);
-        std::mt19937 rng(seed);
-        for (auto &v : t) v = int32_t(rng() % 256);  // byte tokens only: never a stop token
-        return t;
-    }
 
     static std::string *path_;
 };
@@ -99,7 +90,7 @@ TEST_F(EngineTest, SessionsInOneBatchProduceTheirSoloTokensBitwise) {
     std::vector<std::vector<int32_t>> prompts, solo;
     std::vector<llmkv_session_params> params;
     for (int i = 0; i < kSessions; ++i) {
-        prompts.push_back(prompt(3 + 11 * i, 100 + i));
+        prompts.push_back(byte_tokens(3 + 11 * i, 100 + i));
         params.push_back(sampling_params(i % 2 ? 0.8f : 0.0f, 1000 + i));
         solo.push_back(solo_run(e, params.back(), prompts.back(), 12));
     }
@@ -128,7 +119,7 @@ TEST_F(EngineTest, SessionsInOneBatchProduceTheirSoloTokensBitwise) {
 }
 
 TEST_F(EngineTest, TokenBudgetChunkingDoesNotChangeTokens) {
-    std::vector<int32_t> p = prompt(45, 7);
+    std::vector<int32_t> p = byte_tokens(45, 7);
     llmkv_session_params sp = sampling_params(0.7f, 99);
     std::vector<std::vector<int32_t>> results;
     for (uint32_t budget : {512u, 1u, 5u, 16u}) {
@@ -140,7 +131,7 @@ TEST_F(EngineTest, TokenBudgetChunkingDoesNotChangeTokens) {
 }
 
 TEST_F(EngineTest, ThreadCountDoesNotChangeTokens) {
-    std::vector<int32_t> p = prompt(20, 8);
+    std::vector<int32_t> p = byte_tokens(20, 8);
     llmkv_session_params sp = sampling_params(0.9f, 5);
     std::vector<std::vector<int32_t>> results;
     for (uint32_t threads : {1u, 2u, 4u}) {
@@ -154,7 +145,7 @@ TEST_F(EngineTest, ThreadCountDoesNotChangeTokens) {
 
 TEST_F(EngineTest, SeededSamplingIsReproducibleAndSeedsDiffer) {
     llmkv_engine *e = make_engine();
-    std::vector<int32_t> p = prompt(10, 3);
+    std::vector<int32_t> p = byte_tokens(10, 3);
     // A high temperature without truncation: the random tiny model is otherwise too peaked
     // for two seeds to differ.
     auto params = [](uint64_t seed) {
@@ -173,7 +164,7 @@ TEST_F(EngineTest, SeededSamplingIsReproducibleAndSeedsDiffer) {
 
 TEST_F(EngineTest, StopTokenEndsGenerationWithStopAndIsNotReportedAsAToken) {
     llmkv_engine *e = make_engine();
-    std::vector<int32_t> p = prompt(8, 4);
+    std::vector<int32_t> p = byte_tokens(8, 4);
     llmkv_session_params greedy = sampling_params(0.0f, 0);
     auto free_run = solo_run(e, greedy, p, 6);
     ASSERT_EQ(free_run.size(), p.size() + 6);
@@ -215,7 +206,7 @@ TEST_F(EngineTest, GenerationStopsAtTheContextLimit) {
     llmkv_session_params sp = sampling_params(0.0f, 0);
     llmkv_session *s = nullptr;
     ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
-    std::vector<int32_t> p = prompt(15, 5);
+    std::vector<int32_t> p = byte_tokens(15, 5);
     ASSERT_EQ(llmkv_session_append(s, p.data(), p.size()), LLMKV_OK);
     ASSERT_EQ(llmkv_session_generate(s, 100), LLMKV_OK);
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
@@ -241,7 +232,7 @@ TEST_F(EngineTest, ExhaustedPoolGivesKvCapacityErrorAndKeepsComputedTokens) {
     llmkv_session_params sp = sampling_params(0.0f, 0);
     llmkv_session *s = nullptr;
     ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
-    std::vector<int32_t> p = prompt(10, 6);
+    std::vector<int32_t> p = byte_tokens(10, 6);
     ASSERT_EQ(llmkv_session_append(s, p.data(), p.size()), LLMKV_OK);
     ASSERT_EQ(llmkv_session_generate(s, 20), LLMKV_OK);
     std::vector<llmkv_event> events;
@@ -288,7 +279,7 @@ TEST_F(EngineTest, RandomOperationSequencesKeepThePoolInvariants) {
                 break;
             case 1:
                 if (!live.empty()) {
-                    auto p = prompt(1 + rng() % 20, rng());
+                    auto p = byte_tokens(1 + rng() % 20, rng());
                     llmkv_status st = llmkv_session_append(live[rng() % live.size()], p.data(), p.size());
                     EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
                 }
@@ -340,9 +331,9 @@ llmkv_stats stats_of(llmkv_engine *e) {
 }
 
 TEST_F(EngineTest, SharedPromptIsServedFromThePrefixCacheWithIdenticalTokens) {
-    std::vector<int32_t> shared = prompt(50, 21);
+    std::vector<int32_t> shared = byte_tokens(50, 21);
     std::vector<int32_t> second = shared;
-    for (int32_t t : prompt(7, 22)) second.push_back(t);
+    for (int32_t t : byte_tokens(7, 22)) second.push_back(t);
     for (float temperature : {0.0f, 0.9f}) {
         llmkv_session_params sp = sampling_params(temperature, 77);
         llmkv_engine *cached = make_engine();
@@ -377,7 +368,7 @@ TEST_F(EngineTest, PrefixCacheEvictsUnreferencedBlocksWhenThePoolRunsDry) {
     for (uint32_t i = 0; i < 12; ++i) {
         // A recurring prompt between one-off prompts: LRU keeps the recurring chain and
         // evicts the one-offs.
-        std::vector<int32_t> p = prompt(25, i % 2 ? 400 + i : 300);
+        std::vector<int32_t> p = byte_tokens(25, i % 2 ? 400 + i : 300);
         auto got = solo_run(e, sp, p, 6);
         ASSERT_EQ(got, solo_run(plain, sp, p, 6)) << "run " << i;
         ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
@@ -400,7 +391,7 @@ TEST_F(EngineTest, PrefixCacheStaysOffWithAResidualWindow) {
     llmkv_engine *e = nullptr;
     ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
     llmkv_session_params sp = sampling_params(0.0f, 0);
-    std::vector<int32_t> pr = prompt(30, 5);
+    std::vector<int32_t> pr = byte_tokens(30, 5);
     auto a = solo_run(e, sp, pr, 4);
     auto b = solo_run(e, sp, pr, 4);
     EXPECT_EQ(a, b);
@@ -431,7 +422,7 @@ std::vector<int32_t> run_from_prefix(llmkv_engine *e, llmkv_prefix *prefix, llmk
 TEST_F(EngineTest, SessionsFromAPrefixHandleEqualFreshSessionsBitwise) {
     for (uint32_t flags : {0u, LLMKV_ENGINE_PREFIX_CACHE}) {
         llmkv_engine *e = make_engine(16, 0, 2, 0, flags);
-        std::vector<int32_t> system = prompt(37, 31), suffix = prompt(9, 32);
+        std::vector<int32_t> system = byte_tokens(37, 31), suffix = byte_tokens(9, 32);
         std::vector<int32_t> full = system;
         full.insert(full.end(), suffix.begin(), suffix.end());
         llmkv_session_params sp = sampling_params(0.8f, 5);
@@ -466,7 +457,7 @@ TEST_F(EngineTest, ForkAndToPrefixContinueExactlyLikeTheOriginal) {
     llmkv_engine *e = make_engine();
     llmkv_session_params sp = sampling_params(1.0f, 123);
     sp.sampling.top_k = 0;
-    std::vector<int32_t> p = prompt(21, 40);
+    std::vector<int32_t> p = byte_tokens(21, 40);
     llmkv_session *a = nullptr;
     ASSERT_EQ(llmkv_session_create(e, &sp, &a), LLMKV_OK);
     ASSERT_EQ(llmkv_session_append(a, p.data(), p.size()), LLMKV_OK);
@@ -503,7 +494,7 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
     std::mt19937 rng(77);
     std::vector<llmkv_session *> sessions;
     std::vector<llmkv_prefix *> prefixes;
-    std::vector<int32_t> common = prompt(18, 1);
+    std::vector<int32_t> common = byte_tokens(18, 1);
     for (int op = 0; op < 500; ++op) {
         switch (rng() % 8) {
             case 0: {  // create a session, maybe from a prefix
@@ -518,7 +509,7 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
             }
             case 1: {  // append: often the common prompt, so the prefix cache gets hits
                 if (sessions.empty()) break;
-                auto p = rng() % 2 ? common : prompt(1 + rng() % 12, rng());
+                auto p = rng() % 2 ? common : byte_tokens(1 + rng() % 12, rng());
                 llmkv_status st = llmkv_session_append(sessions[rng() % sessions.size()], p.data(), p.size());
                 ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
                 break;
@@ -584,7 +575,7 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
 }
 
 TEST_F(EngineTest, PrefixSnapshotLoadsInAFreshEngineAndGivesIdenticalTokens) {
-    std::vector<int32_t> system = prompt(45, 51), suffix = prompt(6, 52);
+    std::vector<int32_t> system = byte_tokens(45, 51), suffix = byte_tokens(6, 52);
     std::vector<int32_t> full = system;
     full.insert(full.end(), suffix.begin(), suffix.end());
     llmkv_session_params sp = sampling_params(0.7f, 9);

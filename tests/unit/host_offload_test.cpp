@@ -12,10 +12,15 @@
 #include <thread>
 
 #include "llmkv.h"
+#include "session_helpers.h"
 #include "tiny_model.h"
 
 namespace llmkv {
 namespace {
+
+using testing::byte_tokens;
+using testing::stats;
+using testing::tokens_of;
 
 using testing::TinyModelSpec;
 
@@ -56,12 +61,6 @@ protected:
         return e;
     }
 
-    static std::vector<int32_t> random_tokens(size_t n, uint32_t seed) {
-        std::vector<int32_t> t(n);
-        std::mt19937 rng(seed);
-        for (auto &v : t) v = int32_t(rng() % 256);
-        return t;
-    }
 
     static llmkv_session *create(llmkv_engine *e, uint32_t i) {
         llmkv_session_params sp;
@@ -79,20 +78,6 @@ protected:
         ASSERT_EQ(llmkv_session_generate(s, n), LLMKV_OK) << llmkv_last_error();
     }
 
-    static std::vector<int32_t> tokens_of(llmkv_session *s) {
-        std::vector<int32_t> t(4096);
-        size_t n = 0;
-        EXPECT_EQ(llmkv_session_get_tokens(s, t.data(), t.size(), &n), LLMKV_OK);
-        t.resize(n);
-        return t;
-    }
-
-    static llmkv_stats stats(llmkv_engine *e) {
-        llmkv_stats st;
-        st.struct_size = sizeof(st);
-        EXPECT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-        return st;
-    }
 
     static uint32_t tier_of(llmkv_session *s) {
         llmkv_session_info si;
@@ -135,7 +120,7 @@ TEST_F(EngineHostTierTest, ThirtyTwoSessionsOnADeviceBudgetForEightSwapWithIdent
         std::vector<llmkv_session *> s;
         for (uint32_t i = 0; i < kSessions; ++i) {
             s.push_back(create(e, i));
-            turn(s.back(), random_tokens(kPrompt + i, 40 + i), kNew);
+            turn(s.back(), byte_tokens(kPrompt + i, 40 + i), kNew);
         }
         EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
         for (auto *x : s) reference.push_back(tokens_of(x));
@@ -148,7 +133,7 @@ TEST_F(EngineHostTierTest, ThirtyTwoSessionsOnADeviceBudgetForEightSwapWithIdent
     std::vector<llmkv_session *> s;
     for (uint32_t i = 0; i < kSessions; ++i) {
         s.push_back(create(e, i));
-        turn(s.back(), random_tokens(kPrompt + i, 40 + i), kNew);
+        turn(s.back(), byte_tokens(kPrompt + i, 40 + i), kNew);
     }
     EXPECT_EQ(run_checked(e), 0u);
     for (uint32_t i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
@@ -166,8 +151,8 @@ TEST_F(EngineHostTierTest, ThirtyTwoSessionsOnADeviceBudgetForEightSwapWithIdent
 
 TEST_F(EngineHostTierTest, HundredIdleSessionsParkedAndResumedInRandomOrderContinueIdentically) {
     const uint32_t kSessions = 100;
-    auto first = [](uint32_t i) { return random_tokens(20 + i % 40, 900 + i); };
-    auto second = [](uint32_t i) { return random_tokens(5 + i % 7, 1900 + i); };
+    auto first = [](uint32_t i) { return byte_tokens(20 + i % 40, 900 + i); };
+    auto second = [](uint32_t i) { return byte_tokens(5 + i % 7, 1900 + i); };
     std::vector<std::vector<int32_t>> reference;
     {
         llmkv_engine *e = make_engine(8192, 0);
@@ -241,7 +226,7 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
         std::vector<llmkv_session *> s;
         for (uint32_t i = 0; i < kSessions; ++i) {
             s.push_back(create(e, i));
-            turn(s.back(), random_tokens(kPrompt, 300 + i), kNew);
+            turn(s.back(), byte_tokens(kPrompt, 300 + i), kNew);
         }
         EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
         for (auto *x : s) reference.push_back(tokens_of(x));
@@ -254,7 +239,7 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
     std::vector<llmkv_session *> s;
     for (uint32_t i = 0; i < kSessions; ++i) {
         s.push_back(create(e, i));
-        turn(s.back(), random_tokens(kPrompt, 300 + i), kNew);
+        turn(s.back(), byte_tokens(kPrompt, 300 + i), kNew);
     }
     EXPECT_EQ(run_checked(e), 0u);
     for (uint32_t i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
@@ -267,7 +252,7 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
 }
 
 TEST_F(EngineHostTierTest, SessionFourTimesTheDeviceBudgetRunsWithIdenticalTokens) {
-    const std::vector<int32_t> prompt = random_tokens(900, 4242);
+    const std::vector<int32_t> prompt = byte_tokens(900, 4242);
     for (float temperature : {0.0f, 0.9f}) {
         auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st_out, uint32_t *tier,
                        uint32_t flags = 0) {
@@ -314,10 +299,10 @@ TEST_F(EngineHostTierTest, SessionFourTimesTheDeviceBudgetRunsWithIdenticalToken
 }
 
 TEST_F(EngineHostTierTest, PrefixBlocksEvictedFromTheDeviceAreDemotedAndPromotedBack) {
-    const std::vector<int32_t> system = random_tokens(320, 31);  // 20 blocks
+    const std::vector<int32_t> system = byte_tokens(320, 31);  // 20 blocks
     auto with_question = [&](uint32_t q) {
         std::vector<int32_t> t = system;
-        std::vector<int32_t> tail = random_tokens(10, 600 + q);
+        std::vector<int32_t> tail = byte_tokens(10, 600 + q);
         t.insert(t.end(), tail.begin(), tail.end());
         return t;
     };
@@ -339,7 +324,7 @@ TEST_F(EngineHostTierTest, PrefixBlocksEvictedFromTheDeviceAreDemotedAndPromoted
     llmkv_session_destroy(a);  // the system prompt's blocks stay cached, unreferenced
     // Unrelated work evicts them from the device.
     llmkv_session *b = create(e, 0);
-    turn(b, random_tokens(600, 32), 8);
+    turn(b, byte_tokens(600, 32), 8);
     EXPECT_EQ(run_checked(e), 0u);
     llmkv_session_destroy(b);
     const llmkv_stats before = stats(e);
@@ -371,12 +356,12 @@ TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
         uint32_t index = 0;
     };
     std::mt19937 rng(99);
-    const std::vector<int32_t> shared = random_tokens(96, 5);
+    const std::vector<int32_t> shared = byte_tokens(96, 5);
     std::vector<Req> reqs;
     for (uint32_t i = 0; i < 40; ++i) {
         Req r;
         if (i % 3 != 2) r.prompt = shared;  // two thirds start with the same 6 blocks
-        std::vector<int32_t> own = random_tokens(5 + rng() % 150, 7000 + i);
+        std::vector<int32_t> own = byte_tokens(5 + rng() % 150, 7000 + i);
         r.prompt.insert(r.prompt.end(), own.begin(), own.end());
         r.n = 4 + rng() % 40;
         r.priority = int32_t(rng() % 3);
@@ -482,7 +467,7 @@ TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
 TEST_F(EngineHostTierTest, ParkErrorsAndNoOps) {
     llmkv_engine *plain = make_engine(256, 0);
     llmkv_session *s = create(plain, 0);
-    turn(s, random_tokens(30, 1), 4);
+    turn(s, byte_tokens(30, 1), 4);
     EXPECT_EQ(llmkv_session_park(s), LLMKV_ERR_UNSUPPORTED) << "no host tier";
     EXPECT_NE(std::string(llmkv_last_error()).find("kv_host_bytes"), std::string::npos);
     llmkv_session_destroy(s);
@@ -492,7 +477,7 @@ TEST_F(EngineHostTierTest, ParkErrorsAndNoOps) {
     s = create(e, 0);
     EXPECT_EQ(llmkv_session_park(s), LLMKV_OK) << "nothing computed: nothing to do";
     EXPECT_EQ(tier_of(s), uint32_t(LLMKV_TIER_DEVICE));
-    turn(s, random_tokens(30, 1), 4);
+    turn(s, byte_tokens(30, 1), 4);
     EXPECT_EQ(llmkv_session_park(s), LLMKV_ERR_STATE) << "generating";
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
     EXPECT_EQ(llmkv_session_park(s), LLMKV_OK);
@@ -529,7 +514,7 @@ TEST_F(EngineHostTierTest, SessionsDestroyedAndPreemptedWhileCopiesAreInFlightKe
         if (r < 2 || live.empty()) {
             if (live.size() < 24) {
                 live.push_back(create(e, made++));
-                turn(live.back(), random_tokens(10 + rng() % 90, rng()), 1 + rng() % 12);
+                turn(live.back(), byte_tokens(10 + rng() % 90, rng()), 1 + rng() % 12);
             }
         } else if (r < 4) {
             llmkv_session *x = live[rng() % live.size()];
@@ -546,7 +531,7 @@ TEST_F(EngineHostTierTest, SessionsDestroyedAndPreemptedWhileCopiesAreInFlightKe
             ASSERT_EQ(llmkv_session_get_info(x, &si), LLMKV_OK);
             if (si.state != LLMKV_SESSION_QUEUED && si.state != LLMKV_SESSION_PREFILLING &&
                 si.state != LLMKV_SESSION_GENERATING && si.n_tokens + 20 < 1000) {
-                turn(x, random_tokens(1 + rng() % 8, rng()), 1 + rng() % 8);
+                turn(x, byte_tokens(1 + rng() % 8, rng()), 1 + rng() % 8);
             }
         } else {
             llmkv_event ev[64];
