@@ -286,17 +286,9 @@ const char *codec_name(llmkv_kv_dtype dtype) {
 }
 
 size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens, uint32_t head_dim) {
-    const size_t B = block_tokens, D = head_dim;
-    switch (dtype) {
-        case LLMKV_KV_F16:
-        case LLMKV_KV_BF16: return B * D * 2;
-        case LLMKV_KV_FP8_E4M3:
-        case LLMKV_KV_INT8: return B * D + B * 2;
-        case LLMKV_KV_INT4:
-            if (role == KvRole::K) return B * D / 2 + D * 4;
-            return B * D / 2 + B * (D / int4_v_group(head_dim)) * 4;
-    }
-    fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %d is not supported", int(dtype));
+    const size_t bytes = kv_head_bytes(dtype, role == KvRole::V, block_tokens, head_dim);
+    if (bytes == 0) fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %d is not supported", int(dtype));
+    return bytes;
 }
 
 size_t codec_head_bytes(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim) {

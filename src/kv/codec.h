@@ -58,6 +58,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "kv/kv_layout.h"
 #include "llmkv.h"
 
 namespace llmkv {
@@ -121,8 +122,7 @@ void codec_decode_head(llmkv_kv_dtype dtype, const uint8_t *src, uint32_t n_toke
 
 // ---- Layout helpers shared by the codecs and the attention kernels -------------------
 
-// Channels per int4 V group along head_dim.
-inline uint32_t int4_v_group(uint32_t head_dim) { return head_dim % 32 == 0 ? 32 : 16; }
+// Channels per int4 V group along head_dim: int4_v_group() in kv/kv_layout.h.
 
 // Byte offsets of the scale and min arrays inside one head (see the layouts above).
 inline size_t codec_scales_offset(llmkv_kv_dtype dtype, uint32_t block_tokens, uint32_t head_dim) {

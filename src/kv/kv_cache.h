@@ -23,49 +23,10 @@
 
 #include "kv/block_pool.h"
 #include "kv/codec.h"
+#include "kv/kv_layout.h"
 #include "llmkv.h"
 
 namespace llmkv {
-
-struct KvGeometry {
-    uint32_t n_layers = 0;
-    uint32_t n_kv_heads = 0;
-    uint32_t head_dim = 0;
-    uint32_t block_tokens = 16;
-    llmkv_kv_dtype dtype_k = LLMKV_KV_F16;
-    llmkv_kv_dtype dtype_v = LLMKV_KV_F16;
-    uint32_t residual_tokens = 0;  // newest tokens always kept in fp16 (besides the partial block)
-    bool rotate_k = false;         // sealed K stored Hadamard-rotated along head_dim
-    bool rotate_v = false;         // sealed V stored Hadamard-rotated along head_dim
-
-    // Sealed blocks of a session whose first n_tokens positions hold KV.
-    uint32_t sealed_blocks(uint32_t n_tokens) const {
-        return n_tokens > residual_tokens ? (n_tokens - residual_tokens) / block_tokens : 0;
-    }
-    uint32_t tail_capacity() const { return block_tokens + residual_tokens; }
-
-    size_t head_bytes_k() const { return codec_head_bytes(dtype_k, KvRole::K, block_tokens, head_dim); }
-    size_t head_bytes_v() const { return codec_head_bytes(dtype_v, KvRole::V, block_tokens, head_dim); }
-    size_t sealed_layer_bytes() const { return n_kv_heads * (head_bytes_k() + head_bytes_v()); }
-    size_t sealed_block_bytes() const { return n_layers * sealed_layer_bytes(); }
-    size_t sealed_k_offset(uint32_t layer, uint32_t head) const {
-        return layer * sealed_layer_bytes() + head * head_bytes_k();
-    }
-    size_t sealed_v_offset(uint32_t layer, uint32_t head) const {
-        return layer * sealed_layer_bytes() + n_kv_heads * head_bytes_k() + head * head_bytes_v();
-    }
-    size_t tail_head_bytes() const { return size_t(tail_capacity()) * head_dim * 2; }
-    size_t tail_layer_bytes() const { return 2 * n_kv_heads * tail_head_bytes(); }
-    size_t tail_block_bytes() const { return n_layers * tail_layer_bytes(); }
-    size_t tail_k_offset(uint32_t layer, uint32_t head) const {
-        return layer * tail_layer_bytes() + head * tail_head_bytes();
-    }
-    size_t tail_v_offset(uint32_t layer, uint32_t head) const {
-        return layer * tail_layer_bytes() + (n_kv_heads + head) * tail_head_bytes();
-    }
-    // Sealed bytes per token, scales included.
-    double sealed_bytes_per_token() const { return double(sealed_block_bytes()) / block_tokens; }
-};
 
 // The KV state of one session: its sealed block table and tail slot.
 struct SessionKv {

@@ -82,7 +82,7 @@ const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool re
     }
 }
 
-cpu::WeightMatrix LlamaModel::matrix(const std::string &name, uint32_t rows, uint32_t cols) {
+WeightMatrix LlamaModel::matrix(const std::string &name, uint32_t rows, uint32_t cols) {
     const GgufTensor *t = file_->find_tensor(name);
     if (!t) fail(LLMKV_ERR_MODEL_FORMAT, "missing tensor %s", name.c_str());
     if (t->dims.size() != 2 || t->dims[0] != int64_t(cols) || t->dims[1] != int64_t(rows)) {
@@ -93,7 +93,7 @@ cpu::WeightMatrix LlamaModel::matrix(const std::string &name, uint32_t rows, uin
     }
     n_params_ += t->n_elements;
     weight_bytes_ += t->n_bytes;
-    cpu::WeightMatrix w{};
+    WeightMatrix w{};
     w.type = t->type;
     w.data = t->data;
     w.rows = rows;

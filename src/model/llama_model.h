@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/matmul.h"
+#include "model/weights.h"
 #include "model/gguf.h"
 
 namespace llmkv {
@@ -35,10 +35,10 @@ struct LlamaConfig {
 
 struct LlamaLayer {
     const float *attn_norm = nullptr;  // (n_embd)
-    cpu::WeightMatrix wq, wk, wv, wo;  // (q_dim, n_embd) (kv_dim, n_embd) x2, (n_embd, q_dim)
+    WeightMatrix wq, wk, wv, wo;  // (q_dim, n_embd) (kv_dim, n_embd) x2, (n_embd, q_dim)
     const float *ffn_norm = nullptr;   // (n_embd)
-    cpu::WeightMatrix w_gate, w_up;    // (n_ff, n_embd)
-    cpu::WeightMatrix w_down;          // (n_embd, n_ff)
+    WeightMatrix w_gate, w_up;    // (n_ff, n_embd)
+    WeightMatrix w_down;          // (n_embd, n_ff)
 };
 
 class LlamaModel {
@@ -49,8 +49,8 @@ public:
 
     const LlamaConfig &config() const { return config_; }
     const std::vector<LlamaLayer> &layers() const { return layers_; }
-    const cpu::WeightMatrix &token_embedding() const { return token_embd_; }  // (n_vocab, n_embd)
-    const cpu::WeightMatrix &output() const { return output_; }               // (n_vocab, n_embd)
+    const WeightMatrix &token_embedding() const { return token_embd_; }  // (n_vocab, n_embd)
+    const WeightMatrix &output() const { return output_; }               // (n_vocab, n_embd)
     const float *output_norm() const { return output_norm_; }
     // Per-pair frequency divisors from rope_freqs.weight (Llama 3), or nullptr.
     const float *rope_freq_factors() const { return rope_freq_factors_; }
@@ -63,13 +63,13 @@ public:
 private:
     LlamaModel() = default;
     const float *f32_vector(const std::string &name, uint32_t n, bool required);
-    cpu::WeightMatrix matrix(const std::string &name, uint32_t rows, uint32_t cols);
+    WeightMatrix matrix(const std::string &name, uint32_t rows, uint32_t cols);
 
     std::shared_ptr<const GgufFile> file_;
     LlamaConfig config_;
     std::vector<LlamaLayer> layers_;
-    cpu::WeightMatrix token_embd_{};
-    cpu::WeightMatrix output_{};
+    WeightMatrix token_embd_{};
+    WeightMatrix output_{};
     const float *output_norm_ = nullptr;
     const float *rope_freq_factors_ = nullptr;
     std::vector<std::vector<float>> owned_vectors_;  // norms stored as f16/bf16 in the file

@@ -304,55 +304,7 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
 }
 
 void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n) {
-    const uint8_t *p = static_cast<const uint8_t *>(src);
-    switch (type) {
-        case TensorType::F32:
-            std::memcpy(dst, p, size_t(n) * 4);
-            return;
-        case TensorType::F16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32_fast(load_u16(p + i * 2));
-            return;
-        case TensorType::BF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(p + i * 2));
-            return;
-        case TensorType::Q8_0:
-            for (int64_t b = 0; b < n / kQBlock; ++b) {
-                const uint8_t *blk = p + b * 34;
-                const float d = load_f16(blk);
-                const int8_t *q = reinterpret_cast<const int8_t *>(blk + 2);
-                for (int i = 0; i < 32; ++i) dst[b * kQBlock + i] = float(q[i]) * d;
-            }
-            return;
-        case TensorType::Q4_0:
-            for (int64_t b = 0; b < n / kQBlock; ++b) {
-                const uint8_t *blk = p + b * 18;
-                const float d = load_f16(blk);
-                float *o = dst + b * kQBlock;
-                for (int i = 0; i < 16; ++i) {
-                    o[i] = float(int(blk[2 + i] & 15) - 8) * d;
-                    o[i + 16] = float(int(blk[2 + i] >> 4) - 8) * d;
-                }
-            }
-            return;
-        case TensorType::Q4_1:
-            for (int64_t b = 0; b < n / kQBlock; ++b) {
-                const uint8_t *blk = p + b * 20;
-                const float d = load_f16(blk);
-                const float m = load_f16(blk + 2);
-                float *o = dst + b * kQBlock;
-                for (int i = 0; i < 16; ++i) {
-                    // Two roundings (product, then sum), as GGUF defines it; never fused.
-                    float lo = float(blk[4 + i] & 15) * d;
-                    float hi = float(blk[4 + i] >> 4) * d;
-                    LLMKV_OPAQUE_FLOAT(lo);
-                    LLMKV_OPAQUE_FLOAT(hi);
-                    o[i] = lo + m;
-                    o[i + 16] = hi + m;
-                }
-            }
-            return;
-    }
-    fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported", tensor_type_name(type));
+    dequantize_row_reference(type, src, dst, n);
 }
 
 }  // namespace detail

@@ -10,18 +10,12 @@
 
 #include "common/thread_pool.h"
 #include "model/tensor_type.h"
+#include "model/weights.h"
 
 namespace llmkv::cpu {
 
-// A 2-D weight tensor as stored in GGUF: `rows` output features, each a row of `cols` input
-// features (GGUF dims[0]) encoded in `type`; row r starts at data + r * row_bytes.
-struct WeightMatrix {
-    TensorType type;
-    const void *data;
-    int64_t rows;  // output features
-    int64_t cols;  // input features = GGUF dims[0]
-    size_t row_bytes;
-};
+// Weights are model data (model/weights.h).
+using WeightMatrix = llmkv::WeightMatrix;
 
 // Reusable buffer for the quantized activations of a call. It only grows (to the largest
 // n_tokens * cols seen), so steady-state calls do not allocate. One scratch per caller: a

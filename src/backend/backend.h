@@ -1,0 +1,164 @@
+// Backend: what a model's forward pass is made of, and where the KV pools' bytes live. The
+// CPU backend (backend/cpu/cpu_backend.h) and the CUDA backend (backend/cuda/cuda_backend.h)
+// implement it as peers; an architecture's forward pass (model/arch/) is written once
+// against it, and the engine holds one Backend without knowing which.
+//
+// Tensors are plain buffers the backend allocated (host memory on the CPU, device memory on
+// CUDA) with a shape; there is no graph framework. Every op works on the rows of the batch
+// begun by begin_batch(): activations have one row per token of the batch, in span order.
+// Ops run in the order they are called (a device backend may queue them; results reach
+// the host only through logits()).
+//
+// Contract shared by every backend (tests/unit/forward_test.cpp checks it on the CPU, the
+// gpu tests on CUDA):
+//   - A batch is validated (validate_batch) before anything is written: bad input throws
+//     llmkv::Error and leaves every KV byte untouched.
+//   - write_kv() writes the layer's K/V of the batch into the spans' tail slots and seals
+//     each block that a span completes into the geometry's codecs, byte for byte as
+//     kv/codec.h defines them, so blocks move between backends, tiers and snapshots.
+//   - attention() reads the sealed blocks in their codecs in place and the fp16 window of
+//     recent rows; row r's result depends only on its own span (batch invariance).
+//   - KV bytes between the pools and host memory go through the transfer queue the
+//     backend creates (make_transfer_queue); the KV manager owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/host_tier.h"
+#include "kv/kv_cache.h"
+#include "kv/transfer.h"
+#include "model/weights.h"
+
+namespace llmkv {
+
+// One span of a batch: consecutive tokens of one session.
+struct ForwardSpan {
+    SessionKv *kv;          // positions start at kv->n_tokens; blocks must be reserved
+    const int32_t *tokens;  // n token ids
+    uint32_t n;
+    bool want_logits;       // produce logits for the span's last token
+    bool all_logits = false;  // with want_logits: logits for every token of the span
+    // Optional address of every sealed block, for sessions whose older blocks live in the
+    // host tier (entries SessionKv::kHostBlock); only for backends with
+    // reads_host_blocks(). Null: every block is a pool block, found through kv->blocks.
+    const uint8_t *const *block_data = nullptr;
+};
+
+// Checks a batch before anything runs (every backend calls this first): non-empty spans,
+// tail slots and sealed blocks reserved, token ids inside the vocabulary, at most
+// max_tokens tokens in all. Throws llmkv::Error; returns the batch's token count and how
+// many logit rows it asks for.
+struct BatchShape {
+    uint32_t tokens = 0;
+    uint32_t logit_rows = 0;
+};
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
+                          uint32_t max_tokens);
+
+// A buffer of the backend's: rows x cols f32 values as the forward pass sees them (a backend
+// may keep another precision inside its ops). `data` belongs to the backend.
+struct Tensor {
+    void *data = nullptr;
+    uint32_t rows = 0;
+    uint32_t cols = 0;
+    // The same buffer seen as its first n rows.
+    Tensor first_rows(uint32_t n) const { return Tensor{data, n, cols}; }
+};
+
+// Rotary embedding of one architecture: pairs rotate by pos * freq_scale * inv_freq[i].
+struct RopeParams {
+    enum class Style : uint8_t {
+        kAdjacent,  // pairs (v[2i], v[2i+1]) as GGUF stores Llama's q/k
+        kHalves,    // pairs (v[i], v[i + rope_dim/2]) (NeoX style)
+    };
+    Style style = Style::kAdjacent;
+    uint32_t rope_dim = 0;      // rotated dims per head (even, <= head_dim)
+    float freq_scale = 1.0f;    // linear scaling: positions are multiplied by this
+    const float *inv_freq = nullptr;  // host, rope_dim / 2 values (frequency factors applied)
+};
+
+// The model's weights, for backends that keep their own copy (a device): every matrix and
+// norm vector the forward pass will name. The pointers stay valid for the backend's life.
+struct WeightSet {
+    std::vector<const WeightMatrix *> matrices;
+    struct Vector {
+        const float *data;
+        uint32_t n;
+    };
+    std::vector<Vector> vectors;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    // "cpu", "cuda".
+    virtual const char *name() const = 0;
+    // The device, or the CPU kernel family, for logs.
+    virtual std::string device_name() const = 0;
+    // What a snapshot must agree on besides the layout: kernels that round differently
+    // produce different sealed bytes ("cpu-avx2", "cuda", ...).
+    virtual std::string kernel_id() const = 0;
+    virtual llmkv_backend kind() const = 0;
+
+    // ---- set-up (engine creation; never during a step) -------------------------------
+    // Makes the weights available to the ops (a device uploads them; the CPU reads them in
+    // place). Throws LLMKV_ERR_OUT_OF_MEMORY / UNSUPPORTED / BACKEND.
+    virtual void load_weights(const WeightSet &weights) = 0;
+    // An activation buffer of rows x cols, zeroed.
+    virtual Tensor alloc(uint32_t rows, uint32_t cols) = 0;
+    // Most tokens of one batch.
+    virtual uint32_t max_batch_tokens() const = 0;
+
+    // ---- one batch --------------------------------------------------------------------
+    // Takes a validated batch: its tokens, positions, block tables and tail slots. The
+    // spans (and their SessionKv) stay valid and unchanged until end_batch.
+    virtual void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) = 0;
+    // out (T, n_embd) = rows of the embedding table for the batch's tokens.
+    virtual void embed(const WeightMatrix &table, Tensor out) = 0;
+    // out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), for each of x.rows rows.
+    virtual void rms_norm(Tensor x, const float *weight, float eps, Tensor out) = 0;
+    // y (x.rows, w.rows) = x * w^T.
+    virtual void matmul(const WeightMatrix &w, Tensor x, Tensor y) = 0;
+    // Rotates each batch row's heads at the row's position.
+    virtual void rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) = 0;
+    // Writes layer `layer`'s K and V rows (T, n_kv_heads * head_dim) into the KV store:
+    // the fp16 window of each span, the blocks it completes sealed, the rest to its tail.
+    virtual void write_kv(uint32_t layer, Tensor k, Tensor v) = 0;
+    // Causal attention of q (T, n_heads * head_dim) over each span's KV of this layer.
+    virtual void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) = 0;
+    // x += y (elementwise, x.rows rows).
+    virtual void add(Tensor x, Tensor y) = 0;
+    // gate = silu(gate) * up (elementwise, gate.rows rows).
+    virtual void swiglu(Tensor gate, Tensor up) = 0;
+    // out's first shape.logit_rows rows = the rows of x whose logits the batch wants, in
+    // span order (every row of an all_logits span).
+    virtual void gather_logit_rows(Tensor x, Tensor out) = 0;
+    // logits (x.rows, w.rows) = x * w^T, into host memory; synchronous.
+    virtual void logits(const WeightMatrix &w, Tensor x, float *host) = 0;
+    // Ends the batch (after its last op); advances nothing: the caller advances n_tokens.
+    virtual void end_batch() = 0;
+
+    // ---- KV storage and tiers -----------------------------------------------------------
+    // The queue that moves KV blocks and tail slots between the pools and host memory.
+    // async: with a copy thread / stream (a host tier exists); otherwise copies may run at
+    // once. The KV manager owns it.
+    virtual std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) = 0;
+    // Where the host tier's region comes from (CUDA: page-locked cudaHostAlloc memory).
+    virtual HostAllocator host_allocator() = 0;
+    // Copies a whole tail slot inside the pool (fork, sessions from a prefix handle).
+    virtual void copy_tail(int64_t from, int64_t to) = 0;
+    // Whether attention can read sealed blocks in host memory in place (ForwardSpan::
+    // block_data): sessions longer than the device pool (long context) need it.
+    virtual bool reads_host_blocks() const = 0;
+
+    struct MemoryUsage {
+        uint64_t weights = 0, kv = 0, other = 0;
+    };
+    virtual MemoryUsage memory_usage() const = 0;
+};
+
+}  // namespace llmkv

@@ -1,0 +1,27 @@
+// Weights as model data: a 2-D tensor in its GGUF encoding, and the reference decoding of
+// its rows (every backend's kernels must agree with it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/tensor_type.h"
+
+namespace llmkv {
+
+// A 2-D weight tensor as stored in GGUF: `rows` output features, each a row of `cols` input
+// features (GGUF dims[0]) encoded in `type`; row r starts at data + r * row_bytes.
+struct WeightMatrix {
+    TensorType type;
+    const void *data;
+    int64_t rows;  // output features
+    int64_t cols;  // input features = GGUF dims[0]
+    size_t row_bytes;
+};
+
+// Decodes n elements (a multiple of the type's block size) to f32 in plain scalar code:
+// exactly the GGUF definition evaluated in f32 (q4_1: nibble * d + m rounded after each
+// operation). Throws LLMKV_ERR_UNSUPPORTED for a type it does not know.
+void dequantize_row_reference(TensorType type, const void *src, float *dst, int64_t n);
+
+}  // namespace llmkv
