@@ -112,6 +112,8 @@ public:
     virtual Tensor alloc(uint32_t rows, uint32_t cols) = 0;
     // Most tokens of one batch.
     virtual uint32_t max_batch_tokens() const = 0;
+    // The layout of the KV pools the backend reads and writes.
+    virtual const KvGeometry &kv_geometry() const = 0;
 
     // ---- one batch --------------------------------------------------------------------
     // Takes a validated batch: its tokens, positions, block tables and tail slots. The

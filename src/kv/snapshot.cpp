@@ -149,6 +149,22 @@ struct TempFile {
 
 }  // namespace
 
+SnapshotMeta snapshot_meta_for(const KvGeometry &g) {
+    SnapshotMeta m;
+    m.block_tokens = g.block_tokens;
+    m.n_layers = g.n_layers;
+    m.n_kv_heads = g.n_kv_heads;
+    m.head_dim = g.head_dim;
+    m.dtype_k = g.dtype_k;
+    m.dtype_v = g.dtype_v;
+    m.rotate_k = g.rotate_k;
+    m.rotate_v = g.rotate_v;
+    m.residual_tokens = g.residual_tokens;
+    m.block_bytes = g.sealed_block_bytes();
+    m.tail_bytes = g.tail_block_bytes();
+    return m;
+}
+
 std::string snapshot_codec_string(uint32_t dtype_k, uint32_t dtype_v, bool rotate_k, bool rotate_v) {
     return strprintf("k=%s v=%s rot_k=%d rot_v=%d", dtype_name(dtype_k), dtype_name(dtype_v),
                      rotate_k ? 1 : 0, rotate_v ? 1 : 0);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_layout.h"
+
 namespace llmkv {
 
 inline constexpr uint32_t kSnapshotFormatVersion = 1;
@@ -47,6 +49,10 @@ struct SnapshotMeta {
         return (n_cached - residual_tokens) / block_tokens;
     }
 };
+
+// The layout fields of a snapshot of pools with this geometry (the one conversion between
+// the shared layout description and the snapshot's metadata).
+SnapshotMeta snapshot_meta_for(const KvGeometry &g);
 
 // The canonical codec description, e.g. "k=int8 v=int8 rot_k=0 rot_v=0".
 std::string snapshot_codec_string(uint32_t dtype_k, uint32_t dtype_v, bool rotate_k, bool rotate_v);

@@ -9,7 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/forward.h"
+#include "backend/cpu/cpu_backend.h"
+#include "model/arch/forward.h"
 #include "json_lite.h"
 #include "llmkv.h"
 #include "model/gguf.h"
@@ -79,7 +80,8 @@ protected:
         g.head_dim = c.head_dim;
         KvCache cache(g, 64, 1);
         ThreadPool pool(2);
-        Forward forward(*model_, cache, pool, 512);
+        CpuBackend backend(cache, pool, 512);
+        std::unique_ptr<Forward> forward = Forward::create(*model_, backend, 512);
         SessionKv kv;
         std::vector<std::vector<float>> out;
         std::vector<float> logits;
@@ -88,7 +90,7 @@ protected:
         while (i < tokens.size()) {
             uint32_t n = i + 1 < first_needed ? uint32_t(first_needed - i) : 1;
             EXPECT_TRUE(cache.reserve(kv, kv.n_tokens + n));
-            forward.run({{&kv, tokens.data() + i, n, true}}, logits);
+            forward->run({{&kv, tokens.data() + i, n, true}}, logits);
             i += n;
             if (i >= first_needed) out.push_back(logits);
         }

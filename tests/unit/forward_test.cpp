@@ -8,7 +8,8 @@
 #include <memory>
 
 #include "common/error.h"
-#include "engine/forward.h"
+#include "backend/cpu/cpu_backend.h"
+#include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "tiny_model.h"
@@ -24,6 +25,7 @@ struct Harness {
     std::unique_ptr<LlamaModel> model;
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<CpuBackend> backend;
     std::unique_ptr<Forward> forward;
 
     Harness(const TinyModelSpec &spec, unsigned threads = 2, uint32_t block_tokens = 4,
@@ -44,7 +46,8 @@ struct Harness {
         if (tweak) tweak(g);
         cache = std::make_unique<KvCache>(g, 256, 8);
         pool = std::make_unique<ThreadPool>(threads);
-        forward = std::make_unique<Forward>(*model, *cache, *pool, 128);
+        backend = std::make_unique<CpuBackend>(*cache, *pool, 128);
+        forward = Forward::create(*model, *backend, 128);
     }
 
     // Runs tokens through a fresh session in chunks; returns the logits after each chunk.

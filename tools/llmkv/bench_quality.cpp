@@ -17,7 +17,8 @@
 #include "cli_common.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
-#include "engine/forward.h"
+#include "backend/cpu/cpu_backend.h"
+#include "model/arch/forward.h"
 #include "kv/codec.h"
 #include "kv/kv_cache.h"
 #include "model/gguf.h"
@@ -102,6 +103,7 @@ struct Accum {
 
 struct Runner {
     std::unique_ptr<llmkv::KvCache> cache;
+    std::unique_ptr<llmkv::CpuBackend> backend;
     std::unique_ptr<llmkv::Forward> forward;
     llmkv::SessionKv kv;
 };
@@ -194,7 +196,8 @@ int cmd_bench_quality(int argc, char **argv) {
             for (size_t pi = 0; pi < pairs.size(); ++pi) {
                 KvGeometry g = geometry_for(c, pairs[pi]);
                 runners[pi].cache = std::make_unique<llmkv::KvCache>(g, L / g.block_tokens + 2, 1);
-                runners[pi].forward = std::make_unique<llmkv::Forward>(*model, *runners[pi].cache, pool, step);
+                runners[pi].backend = std::make_unique<llmkv::CpuBackend>(*runners[pi].cache, pool, step);
+                runners[pi].forward = llmkv::Forward::create(*model, *runners[pi].backend, step);
             }
             double t0 = now();
             std::vector<float> ref_logits, logits;

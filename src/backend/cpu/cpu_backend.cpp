@@ -1,0 +1,274 @@
+// CpuBackend: the ops of a forward pass on the CPU, and the KV pools in host memory.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/half.h"
+
+namespace llmkv {
+
+void rms_norm(const float *x, const float *weight, uint32_t n, float eps, float *out) {
+    double ss = 0.0;
+    for (uint32_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+    float scale = float(1.0 / std::sqrt(ss / n + eps));
+    for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// Llama's rotary embedding as GGUF stores it: adjacent pairs (v[2i], v[2i+1]) rotate by
+// pos * inv_freq[i].
+void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim, uint32_t pos,
+                 float freq_scale, const float *inv_freq) {
+    float p = float(pos) * freq_scale;
+    for (uint32_t i = 0; i < rope_dim / 2; ++i) {
+        float angle = p * inv_freq[i];
+        float c = std::cos(angle), s = std::sin(angle);
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            float *x = v + size_t(h) * head_dim + 2 * i;
+            float x0 = x[0], x1 = x[1];
+            x[0] = x0 * c - x1 * s;
+            x[1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+namespace {
+
+// NeoX-style rotary embedding: pairs (v[i], v[i + rope_dim / 2]).
+void rope_rotate_halves(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim, uint32_t pos,
+                        float freq_scale, const float *inv_freq) {
+    const float p = float(pos) * freq_scale;
+    const uint32_t half = rope_dim / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        float angle = p * inv_freq[i];
+        float c = std::cos(angle), s = std::sin(angle);
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            float *x = v + size_t(h) * head_dim;
+            float x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * c - x1 * s;
+            x[i + half] = x0 * s + x1 * c;
+        }
+    }
+}
+
+float *rows(const Tensor &t) { return static_cast<float *>(t.data); }
+
+}  // namespace
+
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
+                          uint32_t max_tokens) {
+    uint64_t T = 0, n_logits = 0;
+    for (const ForwardSpan &s : spans) {
+        if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
+        if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "forward: span without a tail slot");
+        if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
+            fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
+        }
+        for (uint32_t i = 0; i < s.n; ++i) {
+            if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= n_vocab) {
+                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)", s.tokens[i], n_vocab);
+            }
+        }
+        T += s.n;
+        n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
+    }
+    if (T > max_tokens) {
+        fail(LLMKV_ERR_INTERNAL, "forward: %llu tokens exceed the batch limit %u", (unsigned long long)T, max_tokens);
+    }
+    return {uint32_t(T), uint32_t(n_logits)};
+}
+
+CpuBackend::CpuBackend(KvCache &cache, ThreadPool &pool, uint32_t max_batch_tokens)
+    : cache_(cache), pool_(pool), max_tokens_(max_batch_tokens) {}
+
+Tensor CpuBackend::alloc(uint32_t n_rows, uint32_t cols) {
+    const size_t n = size_t(n_rows) * cols;
+    buffers_.push_back(std::make_unique<float[]>(n));  // value-initialised: zeroed
+    buffer_bytes_ += n * sizeof(float);
+    return Tensor{buffers_.back().get(), n_rows, cols};
+}
+
+void CpuBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) {
+    const KvGeometry &g = cache_.geometry();
+    const uint32_t B = g.block_tokens, KVD = g.n_kv_heads * g.head_dim;
+    spans_ = &spans;
+    shape_ = shape;
+    size_t window_rows = 0;
+    for (const ForwardSpan &s : spans) window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
+    if (window_.size() < window_rows * 2 * KVD) window_.resize(window_rows * 2 * KVD);
+    // Per-span window placement and attention descriptors (q and out are set per layer).
+    att_.assign(spans.size(), cpu::AttentionSpan{});
+    row0_.assign(spans.size(), 0);
+    uint32_t row = 0;
+    size_t win_off = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const ForwardSpan &s = spans[i];
+        const uint32_t pos0 = s.kv->n_tokens;
+        const uint32_t cap = pos0 - g.sealed_blocks(pos0) * B + s.n;
+        cpu::AttentionSpan &a = att_[i];
+        a.kv = s.kv;
+        a.block_data = s.block_data;
+        a.window_k = window_.data() + win_off;
+        a.window_v = window_.data() + win_off + size_t(cap) * KVD;
+        a.window_start = g.sealed_blocks(pos0) * B;
+        a.window_capacity = cap;
+        a.pos0 = pos0;
+        a.n = s.n;
+        row0_[i] = row;
+        row += s.n;
+        win_off += size_t(cap) * KVD * 2;
+    }
+}
+
+void CpuBackend::embed(const WeightMatrix &table, Tensor out) {
+    uint32_t row = 0;
+    for (const ForwardSpan &s : *spans_) {
+        for (uint32_t i = 0; i < s.n; ++i, ++row) {
+            const uint8_t *src = static_cast<const uint8_t *>(table.data) + size_t(s.tokens[i]) * table.row_bytes;
+            cpu::dequantize_row(table.type, src, rows(out) + size_t(row) * out.cols, out.cols);
+        }
+    }
+}
+
+void CpuBackend::rms_norm(Tensor x, const float *weight, float eps, Tensor out) {
+    const uint32_t E = x.cols;
+    float *xs = rows(x), *os = rows(out);
+    pool_.parallel_for(x.rows, 1, [&](size_t b, size_t e) {
+        for (size_t t = b; t < e; ++t) llmkv::rms_norm(&xs[t * E], weight, E, eps, &os[t * E]);
+    });
+}
+
+void CpuBackend::matmul(const WeightMatrix &w, Tensor x, Tensor y) {
+    cpu::matmul(w, rows(x), x.cols, x.rows, rows(y), y.cols, pool_, matmul_scratch_);
+}
+
+void CpuBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &r) {
+    const auto rotate = r.style == RopeParams::Style::kAdjacent ? rope_rotate : rope_rotate_halves;
+    for (size_t i = 0; i < spans_->size(); ++i) {
+        for (uint32_t t = 0; t < (*spans_)[i].n; ++t) {
+            const uint32_t row = row0_[i] + t, pos = att_[i].pos0 + t;
+            rotate(rows(x) + size_t(row) * x.cols, n_heads, head_dim, r.rope_dim, pos, r.freq_scale, r.inv_freq);
+        }
+    }
+}
+
+// Builds the span's fp16 window for this layer: rows [window_start, pos0) come from the
+// tail slot, rows [pos0, pos0 + n) from the new K/V; then seals every block this span
+// completes (layer `layer` only) and writes the trailing partial block back to the tail.
+void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim) {
+    const KvGeometry &g = cache_.geometry();
+    const ForwardSpan &s = (*spans_)[span];
+    const cpu::AttentionSpan &a = att_[span];
+    const uint32_t B = g.block_tokens, D = g.head_dim, H = g.n_kv_heads;
+    const uint32_t pos0 = a.pos0, row0 = row0_[span], win_cap = a.window_capacity;
+    const uint32_t ws = g.sealed_blocks(pos0) * B;
+    const uint32_t end = pos0 + s.n;
+    const uint32_t sealed_end = g.sealed_blocks(end);
+    uint8_t *tail = cache_.tail_data(s.kv->tail);
+    uint16_t *win_k = const_cast<uint16_t *>(a.window_k), *win_v = const_cast<uint16_t *>(a.window_v);
+    for (uint32_t h = 0; h < H; ++h) {
+        uint16_t *wk = win_k + size_t(h) * win_cap * D;
+        uint16_t *wv = win_v + size_t(h) * win_cap * D;
+        size_t old_rows = pos0 - ws;
+        if (old_rows) {
+            std::memcpy(wk, tail + g.tail_k_offset(layer, h), old_rows * D * 2);
+            std::memcpy(wv, tail + g.tail_v_offset(layer, h), old_rows * D * 2);
+        }
+        for (uint32_t i = 0; i < s.n; ++i) {
+            const float *kr = k + size_t(row0 + i) * kv_dim + size_t(h) * D;
+            const float *vr = v + size_t(row0 + i) * kv_dim + size_t(h) * D;
+            uint16_t *dk = wk + (old_rows + i) * D;
+            uint16_t *dv = wv + (old_rows + i) * D;
+            for (uint32_t d = 0; d < D; ++d) {
+                dk[d] = fp32_to_fp16(kr[d]);
+                dv[d] = fp32_to_fp16(vr[d]);
+            }
+        }
+        // Seal the blocks that leave the full-precision window with this span.
+        for (uint32_t b = ws / B; b < sealed_end; ++b) {
+            uint8_t *blk = cache_.sealed_data(s.kv->blocks[b]);
+            size_t row = size_t(b * B - ws);
+            codec_encode_head(codec_spec_k(g), KvRole::K, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
+            codec_encode_head(codec_spec_v(g), KvRole::V, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
+        }
+        // What stays unsealed goes back to the tail slot, from row 0.
+        uint32_t tail_start = sealed_end * B;
+        if (end > tail_start) {
+            size_t row = tail_start - ws;
+            std::memcpy(tail + g.tail_k_offset(layer, h), wk + row * D, size_t(end - tail_start) * D * 2);
+            std::memcpy(tail + g.tail_v_offset(layer, h), wv + row * D, size_t(end - tail_start) * D * 2);
+        }
+    }
+}
+
+void CpuBackend::write_kv(uint32_t layer, Tensor k, Tensor v) {
+    pool_.parallel_for(spans_->size(), 1, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) write_span_kv(layer, i, rows(k), rows(v), k.cols);
+    });
+}
+
+void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) {
+    for (size_t i = 0; i < att_.size(); ++i) {
+        att_[i].q = rows(q) + size_t(row0_[i]) * q.cols;
+        att_[i].out = rows(out) + size_t(row0_[i]) * out.cols;
+    }
+    cpu::AttentionParams ap{};
+    ap.layer = layer;
+    ap.n_heads = n_heads;
+    ap.scale = scale;
+    ap.q_stride = q.cols;
+    ap.out_stride = out.cols;
+    cpu::paged_attention(cache_, ap, att_.data(), att_.size(), pool_, attention_scratch_);
+}
+
+void CpuBackend::add(Tensor x, Tensor y) {
+    float *xs = rows(x);
+    const float *ys = rows(y);
+    for (size_t i = 0; i < size_t(x.rows) * x.cols; ++i) xs[i] += ys[i];
+}
+
+void CpuBackend::swiglu(Tensor gate, Tensor up) {
+    float *g = rows(gate);
+    const float *u = rows(up);
+    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            float gv = g[i];
+            g[i] = gv / (1.0f + std::exp(-gv)) * u[i];
+        }
+    });
+}
+
+void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
+    uint32_t k = 0;
+    for (size_t i = 0; i < spans_->size(); ++i) {
+        const ForwardSpan &s = (*spans_)[i];
+        if (!s.want_logits) continue;
+        for (uint32_t t = s.all_logits ? 0 : s.n - 1; t < s.n; ++t, ++k) {
+            std::memcpy(rows(out) + size_t(k) * out.cols, rows(x) + size_t(row0_[i] + t) * x.cols,
+                        size_t(x.cols) * sizeof(float));
+        }
+    }
+}
+
+void CpuBackend::logits(const WeightMatrix &w, Tensor x, float *host) {
+    cpu::matmul(w, rows(x), x.cols, x.rows, host, w.rows, pool_, matmul_scratch_);
+}
+
+std::unique_ptr<KvTransferQueue> CpuBackend::make_transfer_queue(bool async) {
+    return std::make_unique<PoolMemoryTransferQueue>(cache_, async);
+}
+
+void CpuBackend::copy_tail(int64_t from, int64_t to) {
+    std::memcpy(cache_.tail_data(to), cache_.tail_data(from), cache_.tail_pool().block_bytes());
+}
+
+Backend::MemoryUsage CpuBackend::memory_usage() const {
+    MemoryUsage m;
+    m.kv = uint64_t(cache_.sealed_pool().n_total()) * cache_.sealed_pool().block_bytes() +
+           uint64_t(cache_.tail_pool().n_total()) * cache_.tail_pool().block_bytes();
+    m.other = buffer_bytes_;
+    return m;
+}
+
+}  // namespace llmkv

@@ -1,0 +1,74 @@
+// The CPU backend: the reference implementation of Backend and a product path for machines
+// without a GPU. Activations are f32 host buffers; matmuls read the quantized weights in
+// place (backend/cpu/matmul.h); the KV pools are the KvCache's host slabs; attention reads
+// sealed blocks in their codecs in place (backend/cpu/attention.h). Every op is threaded
+// over the engine's pool and bitwise independent of batch composition and thread count.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
+#include "common/thread_pool.h"
+
+namespace llmkv {
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(KvCache &cache, ThreadPool &pool, uint32_t max_batch_tokens);
+
+    const char *name() const override { return "cpu"; }
+    std::string device_name() const override { return cpu::matmul_kernel_name(); }
+    std::string kernel_id() const override { return cpu::matmul_kernel_name(); }
+    llmkv_backend kind() const override { return LLMKV_BACKEND_CPU; }
+
+    void load_weights(const WeightSet &) override {}
+    Tensor alloc(uint32_t rows, uint32_t cols) override;
+    uint32_t max_batch_tokens() const override { return max_tokens_; }
+    const KvGeometry &kv_geometry() const override { return cache_.geometry(); }
+
+    void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override;
+    void embed(const WeightMatrix &table, Tensor out) override;
+    void rms_norm(Tensor x, const float *weight, float eps, Tensor out) override;
+    void matmul(const WeightMatrix &w, Tensor x, Tensor y) override;
+    void rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) override;
+    void write_kv(uint32_t layer, Tensor k, Tensor v) override;
+    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) override;
+    void add(Tensor x, Tensor y) override;
+    void swiglu(Tensor gate, Tensor up) override;
+    void gather_logit_rows(Tensor x, Tensor out) override;
+    void logits(const WeightMatrix &w, Tensor x, float *host) override;
+    void end_batch() override { spans_ = nullptr; }
+
+    std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override;
+    HostAllocator host_allocator() override { return mmap_host_allocator(); }
+    void copy_tail(int64_t from, int64_t to) override;
+    bool reads_host_blocks() const override { return true; }
+    MemoryUsage memory_usage() const override;
+
+private:
+    void write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim);
+
+    KvCache &cache_;
+    ThreadPool &pool_;
+    uint32_t max_tokens_;
+    std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
+    uint64_t buffer_bytes_ = 0;
+    cpu::MatmulScratch matmul_scratch_;
+    cpu::AttentionScratch attention_scratch_;
+    // The batch.
+    const std::vector<ForwardSpan> *spans_ = nullptr;
+    BatchShape shape_;
+    std::vector<uint16_t> window_;         // per-span fp16 K/V windows of the current layer
+    std::vector<cpu::AttentionSpan> att_;  // per-span attention descriptors (reused every batch)
+    std::vector<uint32_t> row0_;           // first activation row of each span
+};
+
+// Llama's RMSNorm and rotary embedding on one row (shared with tests).
+void rms_norm(const float *x, const float *weight, uint32_t n, float eps, float *out);
+void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim, uint32_t pos,
+                 float freq_scale, const float *inv_freq);
+
+}  // namespace llmkv

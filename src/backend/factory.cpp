@@ -1,0 +1,33 @@
+// create_backend: CPU always, CUDA through the run-time loaded module.
+#include "backend/factory.h"
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace llmkv {
+
+std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
+    if (r.kind != LLMKV_BACKEND_CPU) {
+        std::string why;
+        const int n_devices = cuda_device_count(&why);
+        if (n_devices > 0 && r.device >= 0 && r.device < n_devices) {
+            CudaBackendOptions o;
+            o.device = r.device;
+            o.max_batch_tokens = r.max_batch_tokens;
+            o.max_spans = r.max_spans;
+            o.n_sealed_blocks = r.cache->sealed_pool().n_total();
+            o.n_tail_slots = r.cache->tail_pool().n_total();
+            return make_cuda_backend(r.cache->geometry(), o);
+        }
+        if (r.kind == LLMKV_BACKEND_CUDA) {
+            if (n_devices > 0) why = strprintf("device %d does not exist (%d devices)", r.device, n_devices);
+            fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
+        }
+        LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
+    }
+    return std::make_unique<CpuBackend>(*r.cache, *r.pool, r.max_batch_tokens);
+}
+
+}  // namespace llmkv
