@@ -1,0 +1,2 @@
+// Fixture: the engine naming a concrete backend breaks the rules.
+#include "backend/cpu/matmul.h"
