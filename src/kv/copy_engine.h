@@ -1,12 +1,14 @@
-// Copy queues: asynchronous block copies between KV tiers (device <-> host), overlapped
-// with compute. CopyQueue is the interface the KV manager programs against; CopyEngine
-// is the CPU implementation (one copy thread); a CUDA build adds a stream + events one.
-// PinSet keeps the blocks that in-flight copies touch from being freed or evicted.
+// Copy queues: asynchronous copies of host memory on a copy thread, overlapped with
+// compute. CopyQueue is the interface; CopyEngine is the CPU implementation (one copy
+// thread). The KV manager does not use them directly: it moves KV through the backend's
+// KvTransferQueue (kv/transfer.h), whose CPU version runs on a CopyEngine.
 //
 // NOTE contract: the memory of every op of a ticket (src and dst) must stay valid and
-// must not be written by anyone else until done(ticket) is true. The engine enforces it
-// by pinning the block ids of each submission in a PinSet (invariant 4: a block is
-// evicted only when its refcount is 0 and no copy touches it).
+// must not be written by anyone else until done(ticket) is true. The KV manager keeps it
+// by construction (invariant 4: a block is evicted only when its refcount is 0 and no copy
+// touches it): device blocks stay referenced until their copy out completes, and host
+// blocks are freed only after their copy in completes. PinSet is a helper for callers that
+// instead free or evict blocks while copies are in flight.
 #pragma once
 
 #include <condition_variable>
