@@ -12,10 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
-#include <memory>
 
 #include "cli_common.h"
 #include "llmkv.h"

@@ -8,9 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
-#include <memory>
 
 #include "cli_common.h"
 #include "llmkv.h"
