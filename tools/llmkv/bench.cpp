@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,40 +102,18 @@ RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
     return r;
 }
 
-}  // namespace
-
-int cmd_bench(int argc, char **argv) {
-    if (argc > 0 && std::strcmp(argv[0], "quality") == 0) return cmd_bench_quality(argc - 1, argv + 1);
-    if (argc > 0 && std::strcmp(argv[0], "prefix") == 0) return cmd_bench_prefix(argc - 1, argv + 1);
-    if (argc > 0 && std::strcmp(argv[0], "batch") == 0) return cmd_bench_batch(argc - 1, argv + 1);
-    if (argc > 0 && std::strcmp(argv[0], "offload") == 0) return cmd_bench_offload(argc - 1, argv + 1);
-    std::string model = default_model_path();
+struct BenchOptions {
+    std::string model;
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "llmkv bench: %s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "-m") model = value();
-        else if (a == "-t") threads_list.push_back(uint32_t(parse_uint(value(), "-t")));
-        else if (a == "--prompt-tokens") n_prompt = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--gen-tokens") n_gen = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--context") context = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--reps") reps = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--kv-dtype") dtype = parse_kv_dtype(value());
-        else {
-            std::fprintf(stderr, "usage: llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N]\n"
-                                 "       llmkv bench quality --help\n"
-                                 "                   [--context N] [--reps N] [--kv-dtype f16|bf16]\n");
-            return 2;
-        }
-    }
+};
+
+int cmd_bench(BenchOptions o) {
+    const std::string &model = o.model;
+    std::vector<uint32_t> &threads_list = o.threads_list;
+    const uint32_t n_prompt = o.n_prompt, n_gen = o.n_gen, context = o.context, reps = o.reps;
+    const llmkv_kv_dtype dtype = o.dtype;
     if (threads_list.empty()) threads_list = {1, 2};
     if (n_prompt < 2 || n_gen < 2 || reps < 1) {
         std::fprintf(stderr, "llmkv bench: --prompt-tokens and --gen-tokens must be >= 2\n");
@@ -189,6 +168,25 @@ int cmd_bench(int argc, char **argv) {
     }
     std::printf("\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV bytes of the context)\n");
     return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App &parent) {
+    CLI::App *app = parent.add_subcommand(
+        "bench", "prefill/decode tok/s, memory bandwidth and the decode roofline; or one of the benchmarks below");
+    app->require_subcommand(0, 1);
+    auto o = std::make_shared<BenchOptions>();
+    add_model_option(*app, &o->model);
+    // Repeatable: `-t 1 -t 2` measures each thread count in turn (default 1 and 2).
+    add_uint_option(*app, "-t,--threads", &o->threads_list, "worker threads; repeat to compare (default: -t 1 -t 2)")
+        ->type_name("THREADS");
+    add_uint_option(*app, "--prompt-tokens", &o->n_prompt, "prompt length of the prefill run");
+    add_uint_option(*app, "--gen-tokens", &o->n_gen, "tokens decoded per run");
+    add_uint_option(*app, "--context", &o->context, "context length of the long decode run");
+    add_uint_option(*app, "--reps", &o->reps, "repetitions of the short run (the best counts)");
+    add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
+    return {app, [o] { return cmd_bench(*o); }};
 }
 
 }  // namespace llmkv_cli

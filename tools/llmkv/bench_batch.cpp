@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -214,32 +215,7 @@ double decode_rate(llmkv_engine *e, uint32_t n, uint32_t gen) {
     return double(st1.tokens_generated - st0.tokens_generated) / dt;
 }
 
-}  // namespace
-
-int cmd_bench_batch(int argc, char **argv) {
-    Options o;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "llmkv bench batch: %s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "-m") o.model = value();
-        else if (a == "-t") o.threads = uint32_t(parse_uint(value(), "-t"));
-        else if (a == "--sessions") o.sessions = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--concurrency") o.concurrency = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--decode-tokens") o.decode_tokens = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--verify") o.verify = true;
-        else if (a == "--quick") o.quick = true;
-        else {
-            std::fprintf(stderr, "usage: llmkv bench batch [-m MODEL] [-t THREADS] [--sessions N] [--concurrency N]\n"
-                                 "                         [--decode-tokens N] [--verify] [--quick]\n");
-            return 2;
-        }
-    }
+int cmd_bench_batch(Options o) {
     if (o.quick) {
         o.sessions = std::min(o.sessions, 8u);
         o.decode_tokens = std::min(o.decode_tokens, 8u);
@@ -366,6 +342,22 @@ int cmd_bench_batch(int argc, char **argv) {
         llmkv_engine_destroy(c);
     }
     return status;
+}
+
+}  // namespace
+
+Command add_bench_batch(CLI::App &bench) {
+    CLI::App *app = bench.add_subcommand(
+        "batch", "decode tok/s at batch 1/8/32/64, continuous vs static batching, utilization, capacity");
+    auto o = std::make_shared<Options>();
+    add_model_option(*app, &o->model);
+    add_threads_option(*app, &o->threads);
+    add_uint_option(*app, "--sessions", &o->sessions, "sessions in the mixed workload (>= 2)");
+    add_uint_option(*app, "--concurrency", &o->concurrency, "running sessions at most (>= 1)");
+    add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens per session in the decode sweep");
+    app->add_flag("--verify", o->verify, "check that batched output matches sessions run alone");
+    app->add_flag("--quick", o->quick, "a smaller workload, for a smoke run");
+    return {app, [o] { return cmd_bench_batch(*o); }};
 }
 
 }  // namespace llmkv_cli

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,29 +69,14 @@ std::vector<int32_t> tokens_of(llmkv_session *s) {
     return t;
 }
 
-}  // namespace
-
-int cmd_bench_offload(int argc, char **argv) {
-    std::string model = default_model_path();
+struct OffloadOptions {
+    std::string model;
     uint32_t threads = 0, context = 1000, sessions = 16;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "llmkv bench offload: %s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "-m") model = value();
-        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
-        else if (a == "--context") context = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--sessions") sessions = uint32_t(parse_uint(value(), a.c_str()));
-        else {
-            std::fprintf(stderr, "usage: llmkv bench offload [-m MODEL] [-t THREADS] [--context N] [--sessions N]\n");
-            return 2;
-        }
-    }
+};
+
+int cmd_bench_offload(const OffloadOptions &o) {
+    const std::string &model = o.model;
+    const uint32_t threads = o.threads, context = o.context, sessions = o.sessions;
     if (context < 16 || sessions < 2) {
         std::fprintf(stderr, "llmkv bench offload: --context must be >= 16 and --sessions >= 2\n");
         return 2;
@@ -228,6 +214,19 @@ int cmd_bench_offload(int argc, char **argv) {
         same = same && long_same;
     }
     return same ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_bench_offload(CLI::App &bench) {
+    CLI::App *app = bench.add_subcommand(
+        "offload", "resume from the host tier vs recompute, copy bandwidth, swap vs recompute");
+    auto o = std::make_shared<OffloadOptions>();
+    add_model_option(*app, &o->model);
+    add_threads_option(*app, &o->threads);
+    add_uint_option(*app, "--context", &o->context, "tokens per session (>= 16)");
+    add_uint_option(*app, "--sessions", &o->sessions, "sessions (>= 2)");
+    return {app, [o] { return cmd_bench_offload(*o); }};
 }
 
 }  // namespace llmkv_cli

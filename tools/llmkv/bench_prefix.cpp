@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,26 +49,15 @@ llmkv_engine *make(const std::string &model, uint32_t threads, uint32_t flags) {
     return e;
 }
 
-}  // namespace
+struct PrefixOptions {
+    std::string model;
+    uint32_t threads = 0, system_tokens = 1500, n_sessions = 64;
+};
 
-int cmd_bench_prefix(int argc, char **argv) {
-    std::string model = default_model_path();
-    uint32_t threads = 0, system_tokens = 1500, question_tokens = 20, n_sessions = 64, shared_tokens = 1000;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) std::exit(2);
-            return argv[++i];
-        };
-        if (a == "-m") model = value();
-        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
-        else if (a == "--system-tokens") system_tokens = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--sessions") n_sessions = uint32_t(parse_uint(value(), a.c_str()));
-        else {
-            std::fprintf(stderr, "usage: llmkv bench prefix [-m MODEL] [-t THREADS] [--system-tokens N] [--sessions N]\n");
-            return 2;
-        }
-    }
+int cmd_bench_prefix(const PrefixOptions &o) {
+    const std::string &model = o.model;
+    const uint32_t threads = o.threads, system_tokens = o.system_tokens, question_tokens = 20,
+                   n_sessions = o.n_sessions, shared_tokens = 1000;
     llmkv_engine *plain = make(model, threads, 0);
     llmkv_engine *cached = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
     if (!plain || !cached) return 1;
@@ -193,6 +183,19 @@ int cmd_bench_prefix(int argc, char **argv) {
     llmkv_engine_destroy(plain);
     llmkv_engine_destroy(cached);
     return 0;
+}
+
+}  // namespace
+
+Command add_bench_prefix(CLI::App &bench) {
+    CLI::App *app = bench.add_subcommand(
+        "prefix", "time to first token with and without prefix reuse, and the KV bytes shared");
+    auto o = std::make_shared<PrefixOptions>();
+    add_model_option(*app, &o->model);
+    add_threads_option(*app, &o->threads);
+    add_uint_option(*app, "--system-tokens", &o->system_tokens, "length of the shared system prompt");
+    add_uint_option(*app, "--sessions", &o->n_sessions, "sessions sharing it");
+    return {app, [o] { return cmd_bench_prefix(*o); }};
 }
 
 }  // namespace llmkv_cli

@@ -108,48 +108,20 @@ struct Runner {
     llmkv::SessionKv kv;
 };
 
-}  // namespace
-
-int cmd_bench_quality(int argc, char **argv) {
-    std::string model_path = default_model_path();
+struct QualityOptions {
+    std::string model_path;
     std::string corpus_path, csv_path = "kv_quality.csv";
     std::vector<uint32_t> contexts = {512, 2048};
-    uint32_t n_tokens = 20480, threads = 0, chunk = 256;
+    uint32_t n_tokens = 20480, threads = 0;
     std::vector<uint32_t> passkey_lengths = {2000, 6000};
     bool skip_passkey = false;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "llmkv bench quality: %s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "-m") model_path = value();
-        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
-        else if (a == "--corpus") corpus_path = value();
-        else if (a == "--tokens") n_tokens = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "--csv") csv_path = value();
-        else if (a == "--no-passkey") skip_passkey = true;
-        else if (a == "--contexts") {
-            contexts.clear();
-            std::stringstream ss(value());
-            std::string item;
-            while (std::getline(ss, item, ',')) contexts.push_back(uint32_t(parse_uint(item.c_str(), "--contexts")));
-        } else if (a == "--passkey-lengths") {
-            passkey_lengths.clear();
-            std::stringstream ss(value());
-            std::string item;
-            while (std::getline(ss, item, ',')) passkey_lengths.push_back(uint32_t(parse_uint(item.c_str(), a.c_str())));
-        } else {
-            std::fprintf(stderr,
-                         "usage: llmkv bench quality [-m MODEL] [-t THREADS] [--corpus FILE] [--tokens N]\n"
-                         "                           [--contexts 512,2048] [--passkey-lengths 2000,6000]\n"
-                         "                           [--no-passkey] [--csv FILE]\n");
-            return 2;
-        }
-    }
+};
+
+int cmd_bench_quality(const QualityOptions &o) {
+    const std::string &model_path = o.model_path, &corpus_path = o.corpus_path, &csv_path = o.csv_path;
+    const std::vector<uint32_t> &contexts = o.contexts, &passkey_lengths = o.passkey_lengths;
+    const uint32_t n_tokens = o.n_tokens, threads = o.threads, chunk = 256;
+    const bool skip_passkey = o.skip_passkey;
 
     try {
         std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(model_path));
@@ -348,6 +320,24 @@ int cmd_bench_quality(int argc, char **argv) {
         std::fprintf(stderr, "llmkv bench quality: %s: %s\n", llmkv_status_string(e.status()), e.what());
         return 1;
     }
+}
+
+}  // namespace
+
+Command add_bench_quality(CLI::App &bench) {
+    CLI::App *app = bench.add_subcommand(
+        "quality", "perplexity, KL vs f16, top-1 agreement and passkey retrieval for every KV codec pair");
+    auto o = std::make_shared<QualityOptions>();
+    add_model_option(*app, &o->model_path);
+    add_threads_option(*app, &o->threads);
+    app->add_option("--corpus", o->corpus_path, "text to measure perplexity on (default: the built-in corpus)")
+        ->type_name("FILE");
+    add_uint_option(*app, "--tokens", &o->n_tokens, "corpus tokens to evaluate");
+    add_uint_list_option(*app, "--contexts", &o->contexts, "context lengths of the perplexity runs");
+    add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths, "filler lengths of the passkey probe");
+    app->add_flag("--no-passkey", o->skip_passkey, "skip the passkey probe");
+    app->add_option("--csv", o->csv_path, "where the CSV goes")->type_name("FILE")->capture_default_str();
+    return {app, [o] { return cmd_bench_quality(*o); }};
 }
 
 }  // namespace llmkv_cli

@@ -1,4 +1,4 @@
-// Option parsing helpers for the llmkv command line.
+// Shared parts of the llmkv command line: the common options and helpers.
 #include "cli_common.h"
 
 #include <cerrno>
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace llmkv_cli {
 
@@ -44,36 +45,121 @@ std::string default_model_path() {
     return "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-uint64_t parse_uint(const char *s, const char *name) {
-    char *end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(s, &end, 10);
-    if (errno || !end || *end || *s == '-' || !*s) {
-        std::fprintf(stderr, "llmkv: %s expects a non-negative integer, got '%s'\n", name, s);
-        std::exit(2);
-    }
+namespace {
+
+// Accepts a non-negative decimal integer and rewrites it without leading zeros, so CLI11's
+// conversion (which reads 0x.. as hex and 0.. as octal) sees plain decimal.
+const CLI::Validator &decimal() {
+    static const CLI::Validator v(
+        [](std::string &s) -> std::string {
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
+                return "expects a non-negative integer, got '" + s + "'";
+            }
+            errno = 0;
+            unsigned long long x = std::strtoull(s.c_str(), nullptr, 10);
+            if (errno) return "'" + s + "' is out of range";
+            s = std::to_string(x);
+            return std::string();
+        },
+        "", "decimal");
     return v;
 }
 
-double parse_float(const char *s, const char *name) {
-    char *end = nullptr;
-    errno = 0;
-    double v = std::strtod(s, &end);
-    if (errno || !end || *end || !*s) {
-        std::fprintf(stderr, "llmkv: %s expects a number, got '%s'\n", name, s);
-        std::exit(2);
-    }
-    return v;
+const std::vector<std::string> &kv_dtype_names() {
+    static const std::vector<std::string> names = {"f16", "bf16", "fp8", "int8", "int4"};
+    return names;
 }
 
-llmkv_kv_dtype parse_kv_dtype(const char *s) {
-    if (!std::strcmp(s, "f16")) return LLMKV_KV_F16;
-    if (!std::strcmp(s, "bf16")) return LLMKV_KV_BF16;
-    if (!std::strcmp(s, "fp8")) return LLMKV_KV_FP8_E4M3;
-    if (!std::strcmp(s, "int8")) return LLMKV_KV_INT8;
-    if (!std::strcmp(s, "int4")) return LLMKV_KV_INT4;
-    std::fprintf(stderr, "llmkv: unknown KV dtype '%s' (f16, bf16, fp8, int8, int4)\n", s);
-    std::exit(2);
+template <typename T>
+CLI::Option *add_integer(CLI::App &app, const std::string &names, T *target, const std::string &description) {
+    return app.add_option(names, *target, description)->transform(decimal())->type_name("UINT")->capture_default_str();
+}
+
+}  // namespace
+
+llmkv_kv_dtype kv_dtype_from_name(const std::string &s) {
+    if (s == "f16") return LLMKV_KV_F16;
+    if (s == "bf16") return LLMKV_KV_BF16;
+    if (s == "fp8") return LLMKV_KV_FP8_E4M3;
+    if (s == "int8") return LLMKV_KV_INT8;
+    if (s == "int4") return LLMKV_KV_INT4;
+    throw CLI::ValidationError("unknown KV dtype '" + s + "' (f16, bf16, fp8, int8, int4)");
+}
+
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint32_t *target,
+                             const std::string &description) {
+    return add_integer(app, names, target, description);
+}
+
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint64_t *target,
+                             const std::string &description) {
+    return add_integer(app, names, target, description);
+}
+
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
+                             const std::string &description) {
+    return app.add_option(names, *target, description)
+        ->transform(decimal())
+        ->type_name("UINT")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->allow_extra_args(false);
+}
+
+CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
+                                  const std::string &description) {
+    std::string shown;
+    for (uint32_t v : *target) shown += (shown.empty() ? "" : ",") + std::to_string(v);
+    auto parse = [target, names](const std::string &list) {
+        target->clear();
+        std::stringstream ss(list);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            std::string err = decimal()(item);
+            if (!err.empty()) throw CLI::ValidationError(names, err);
+            unsigned long long v = std::strtoull(item.c_str(), nullptr, 10);
+            if (v > UINT32_MAX) throw CLI::ValidationError(names, "'" + item + "' is out of range");
+            target->push_back(uint32_t(v));
+        }
+    };
+    return app.add_option_function<std::string>(names, parse, description)->type_name("N,N,...")->default_str(shown);
+}
+
+CLI::Option *add_model_option(CLI::App &app, std::string *target, bool positional) {
+    *target = default_model_path();
+    return app
+        .add_option(positional ? "model,-m,--model" : "-m,--model", *target,
+                    "model file (GGUF); the default is $LLMKV_MODEL when set")
+        ->type_name("MODEL")
+        ->capture_default_str();
+}
+
+CLI::Option *add_threads_option(CLI::App &app, uint32_t *target) {
+    return add_uint_option(app, "-t,--threads", target, "worker threads (0: all cores)")->type_name("THREADS");
+}
+
+CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
+                                 const std::string &description) {
+    std::string shown;
+    for (const auto &n : kv_dtype_names()) {
+        if (kv_dtype_from_name(n) == *target) shown = n;
+    }
+    return app
+        .add_option_function<std::string>(
+            names, [target](const std::string &s) { *target = kv_dtype_from_name(s); }, description)
+        ->check(CLI::IsMember(kv_dtype_names()))
+        ->type_name("DTYPE")
+        ->default_str(shown);
+}
+
+void add_sampling_options(CLI::App &app, llmkv_sampling *target) {
+    app.add_option("--temp", target->temperature, "sampling temperature (0: greedy)")->capture_default_str();
+    add_integer(app, "--top-k", &target->top_k, "keep the K most likely tokens (0: off)");
+    app.add_option("--top-p", target->top_p, "nucleus sampling threshold (1: off)")->capture_default_str();
+    app.add_option("--min-p", target->min_p, "drop tokens below P x the top probability (0: off)")
+        ->capture_default_str();
+    app.add_option("--repeat-penalty", target->repeat_penalty, "penalty on recently seen tokens (1: off)")
+        ->capture_default_str();
+    add_integer(app, "--seed", &target->seed, "random seed of the session's sampler");
 }
 
 }  // namespace llmkv_cli

@@ -1,7 +1,11 @@
-// Shared helpers of the llmkv command line: option parsing and the default model path.
+// Shared parts of the llmkv command line: one CLI11 parser for every subcommand, the options
+// they have in common (model, threads, KV dtype, sampling), and small helpers.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,15 +16,49 @@ namespace llmkv_cli {
 std::string default_model_path();
 double now();  // seconds, monotonic
 std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt);
-uint64_t parse_uint(const char *s, const char *name);  // exits with a message on bad input
-double parse_float(const char *s, const char *name);
-llmkv_kv_dtype parse_kv_dtype(const char *s);
-int cmd_inspect(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_bench_quality(int argc, char **argv);
-int cmd_bench_prefix(int argc, char **argv);
-int cmd_bench_batch(int argc, char **argv);
-int cmd_bench_offload(int argc, char **argv);
-int cmd_demo(int argc, char **argv);
+
+// A subcommand: its parser (a child of the parent it was added to) and what runs it once the
+// command line has been parsed. The action reads the values the parser stored.
+struct Command {
+    CLI::App *app = nullptr;
+    std::function<int()> action;
+};
+
+// Each subcommand adds itself to `parent`, its options bound to state the action owns.
+Command add_run(CLI::App &parent);
+Command add_demo(CLI::App &parent);
+Command add_inspect(CLI::App &parent);
+Command add_bench(CLI::App &parent);  // plain `bench`; its sub-subcommands are added below
+Command add_bench_quality(CLI::App &bench);
+Command add_bench_prefix(CLI::App &bench);
+Command add_bench_batch(CLI::App &bench);
+Command add_bench_offload(CLI::App &bench);
+
+// The options the subcommands share, defined once. Each sets *target to its default first.
+// -m/--model: $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf. With positional, the
+// model may also be given as the first argument (`llmkv inspect MODEL`).
+CLI::Option *add_model_option(CLI::App &app, std::string *target, bool positional = false);
+// -t/--threads: worker threads, 0 = all cores.
+CLI::Option *add_threads_option(CLI::App &app, uint32_t *target);
+// A KV dtype: f16, bf16, fp8, int8 or int4 (anything else is an error).
+CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
+                                 const std::string &description);
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed; target holds the defaults.
+void add_sampling_options(CLI::App &app, llmkv_sampling *target);
+
+// A non-negative decimal integer (no sign, no 0x, leading zeros are decimal); out of range
+// for the target type is an error.
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint32_t *target,
+                             const std::string &description);
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint64_t *target,
+                             const std::string &description);
+// Repeatable: every occurrence adds one value (`-t 1 -t 2`).
+CLI::Option *add_uint_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
+                             const std::string &description);
+// A comma-separated list of such integers (`--contexts 512,2048`); the last occurrence wins.
+CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
+                                  const std::string &description);
+
+llmkv_kv_dtype kv_dtype_from_name(const std::string &name);  // throws CLI::ValidationError
 
 }  // namespace llmkv_cli

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -81,28 +82,16 @@ std::string chat(llmkv_engine *e, const std::vector<llmkv_chat_message> &msgs, b
     return std::string(buf.data(), n);
 }
 
-}  // namespace
-
-int cmd_demo(int argc, char **argv) {
-    std::string model = default_model_path();
+struct DemoOptions {
+    std::string model;
     uint32_t n_villagers = 16, threads = 0, max_new = 64;
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> const char * {
-            if (i + 1 >= argc) std::exit(2);
-            return argv[++i];
-        };
-        if (a == "-m") model = value();
-        else if (a == "-t") threads = uint32_t(parse_uint(value(), "-t"));
-        else if (a == "--villagers") n_villagers = uint32_t(parse_uint(value(), a.c_str()));
-        else if (a == "-n") max_new = uint32_t(parse_uint(value(), "-n"));
-        else if (a == "--kv-dtype") dtype = parse_kv_dtype(value());
-        else {
-            std::fprintf(stderr, "usage: llmkv demo [-m MODEL] [-t THREADS] [--villagers 1..32] [-n TOKENS] [--kv-dtype D]\n");
-            return 2;
-        }
-    }
+};
+
+int cmd_demo(const DemoOptions &o) {
+    const std::string &model = o.model;
+    uint32_t n_villagers = o.n_villagers, threads = o.threads, max_new = o.max_new;
+    const llmkv_kv_dtype dtype = o.dtype;
     const uint32_t max_villagers = uint32_t(sizeof(kVillagers) / sizeof(kVillagers[0]));
     n_villagers = std::max(1u, std::min(n_villagers, max_villagers));
 
@@ -219,6 +208,19 @@ int cmd_demo(int argc, char **argv) {
     llmkv_prefix_release(prefix);
     llmkv_engine_destroy(e);
     return 0;
+}
+
+}  // namespace
+
+Command add_demo(CLI::App &parent) {
+    CLI::App *app = parent.add_subcommand("demo", "the village demo: many sessions sharing one lore prefix");
+    auto o = std::make_shared<DemoOptions>();
+    add_model_option(*app, &o->model);
+    add_threads_option(*app, &o->threads);
+    add_uint_option(*app, "--villagers", &o->n_villagers, "villagers (sessions), 1..32");
+    add_uint_option(*app, "-n,--n-predict", &o->max_new, "tokens each villager's answer gets at most");
+    add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
+    return {app, [o] { return cmd_demo(*o); }};
 }
 
 }  // namespace llmkv_cli

@@ -3,6 +3,7 @@
 // hardened GGUF reader the engine uses.
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "cli_common.h"
@@ -14,8 +15,9 @@
 
 namespace llmkv_cli {
 
-int cmd_inspect(int argc, char **argv) {
-    std::string path = argc > 0 ? argv[0] : default_model_path();
+namespace {
+
+int cmd_inspect(const std::string &path) {
     try {
         std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(path));
         std::printf("file: %s\nGGUF version %u, %zu metadata keys, %zu tensors, %zu bytes\n", path.c_str(),
@@ -78,6 +80,16 @@ int cmd_inspect(int argc, char **argv) {
         std::fprintf(stderr, "llmkv inspect: %s: %s\n", llmkv_status_string(e.status()), e.what());
         return 1;
     }
+}
+
+}  // namespace
+
+Command add_inspect(CLI::App &parent) {
+    CLI::App *app = parent.add_subcommand(
+        "inspect", "describe a model file: architecture, tensor formats and sizes, KV bytes/token per codec");
+    auto path = std::make_shared<std::string>();
+    add_model_option(*app, path.get(), /*positional=*/true);
+    return {app, [path] { return cmd_inspect(*path); }};
 }
 
 }  // namespace llmkv_cli

@@ -1,11 +1,13 @@
-// The llmkv command line: `run` (generate text from a prompt), `inspect` (describe a model
-// file), `version`. `run` uses only the public C API.
+// The llmkv command line: one CLI11 parser with a subcommand each for `run` (generate text
+// from a prompt, defined here), `demo`, `inspect`, `bench` (and its own subcommands) and
+// `version`. `run` uses only the public C API.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,24 +15,6 @@
 #include "llmkv.h"
 
 namespace {
-
-void usage() {
-    std::fprintf(stderr,
-                 "usage:\n"
-                 "  llmkv run [-m MODEL] -p PROMPT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
-                 "            [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                 "            [--kv-dtype f16|bf16|fp8|int8|int4] [--kv-dtype-v D] [--kv-residual N]\n"
-                 "            [--system TEXT [--prefix-file PATH]] [--max-context N] [-v]\n"
-                 "  llmkv demo [-m MODEL] [-t THREADS] [--villagers N] [-n TOKENS] [--kv-dtype D]\n"
-                 "  llmkv inspect [MODEL]\n"
-                 "  llmkv bench [-m MODEL] [-t THREADS]... [--prompt-tokens N] [--gen-tokens N] [--context N]\n"
-                 "  llmkv bench quality [-m MODEL] [--tokens N] [--contexts 512,2048] [--csv FILE]\n"
-                 "  llmkv bench prefix [-m MODEL] [-t THREADS] [--system-tokens N] [--sessions N]\n"
-                 "  llmkv bench batch [-m MODEL] [-t THREADS] [--sessions N] [--concurrency N] [--verify] [--quick]\n"
-                 "  llmkv bench offload [-m MODEL] [-t THREADS] [--context N] [--sessions N]\n"
-                 "  llmkv version\n"
-                 "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n");
-}
 
 struct RunOptions {
     std::string model;
@@ -45,6 +29,7 @@ struct RunOptions {
     std::string system;       // --system: a shared system prompt, served from a prefix
     std::string prefix_file;  // --prefix-file: snapshot of that prefix (create or load)
     int kv_dtype_v = -1;  // -1: same as kv_dtype
+    llmkv_kv_dtype kv_dtype_v_choice = LLMKV_KV_F16;  // --kv-dtype-v as parsed
     uint32_t kv_residual = 0;
 };
 
@@ -124,50 +109,13 @@ llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text
     return prefix;
 }
 
-int cmd_run(int argc, char **argv) {
-    RunOptions o;
-    llmkv_session_params sp;
-    llmkv_session_params_init(&sp);
-    o.sampling = sp.sampling;
-    o.model = llmkv_cli::default_model_path();
-    for (int i = 0; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&](const char *name) -> const char * {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "llmkv: %s needs a value\n", name);
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "-m" || a == "--model") o.model = value("-m");
-        else if (a == "-p" || a == "--prompt") o.prompt = value("-p");
-        else if (a == "-n" || a == "--n-predict") o.n_predict = uint32_t(llmkv_cli::parse_uint(value("-n"), "-n"));
-        else if (a == "--chat") o.chat = true;
-        else if (a == "--system") o.system = value("--system");
-        else if (a == "--prefix-file") o.prefix_file = value("--prefix-file");
-        else if (a == "-v" || a == "--verbose") o.verbose = true;
-        else if (a == "--temp") o.sampling.temperature = float(llmkv_cli::parse_float(value("--temp"), "--temp"));
-        else if (a == "--top-k") o.sampling.top_k = int32_t(llmkv_cli::parse_uint(value("--top-k"), "--top-k"));
-        else if (a == "--top-p") o.sampling.top_p = float(llmkv_cli::parse_float(value("--top-p"), "--top-p"));
-        else if (a == "--min-p") o.sampling.min_p = float(llmkv_cli::parse_float(value("--min-p"), "--min-p"));
-        else if (a == "--repeat-penalty") o.sampling.repeat_penalty = float(llmkv_cli::parse_float(value("--repeat-penalty"), "--repeat-penalty"));
-        else if (a == "--seed") o.sampling.seed = llmkv_cli::parse_uint(value("--seed"), "--seed");
-        else if (a == "-t" || a == "--threads") o.n_threads = uint32_t(llmkv_cli::parse_uint(value("-t"), "-t"));
-        else if (a == "--max-context") o.max_context = uint32_t(llmkv_cli::parse_uint(value("--max-context"), "--max-context"));
-        else if (a == "--kv-dtype") o.kv_dtype = llmkv_cli::parse_kv_dtype(value("--kv-dtype"));
-        else if (a == "--kv-dtype-v") o.kv_dtype_v = int(llmkv_cli::parse_kv_dtype(value("--kv-dtype-v")));
-        else if (a == "--kv-residual") o.kv_residual = uint32_t(llmkv_cli::parse_uint(value("--kv-residual"), "--kv-residual"));
-        else {
-            std::fprintf(stderr, "llmkv run: unknown option %s\n", a.c_str());
-            usage();
-            return 2;
-        }
-    }
+int cmd_run(const RunOptions &o) {
     if (o.prompt.empty()) {
         std::fprintf(stderr, "llmkv run: -p PROMPT is required\n");
-        usage();
         return 2;
     }
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
     if (o.verbose) llmkv_log_set(nullptr, nullptr, LLMKV_LOG_INFO);
 
     llmkv_engine_params ep;
@@ -285,25 +233,111 @@ int cmd_run(int argc, char **argv) {
 
 }  // namespace
 
+namespace llmkv_cli {
+
+Command add_run(CLI::App &parent) {
+    CLI::App *app = parent.add_subcommand("run", "generate text from a prompt (streams it; timings on stderr)");
+    auto o = std::make_shared<RunOptions>();
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    o->sampling = sp.sampling;
+    add_model_option(*app, &o->model);
+    app->add_option("-p,--prompt", o->prompt, "the prompt")->required();
+    add_uint_option(*app, "-n,--n-predict", &o->n_predict, "tokens to generate at most");
+    app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat format");
+    CLI::Option *system = app->add_option("--system", o->system, "system prompt, served from a shared prefix");
+    app->add_option("--prefix-file", o->prefix_file,
+                    "snapshot of the system prompt's prefix: loaded when it matches, else computed and saved")
+        ->type_name("PATH")
+        ->needs(system);
+    app->add_flag("-v,--verbose", o->verbose, "log engine information on stderr");
+    add_sampling_options(*app, &o->sampling);
+    add_threads_option(*app, &o->n_threads);
+    add_uint_option(*app, "--max-context", &o->max_context, "tokens per session at most (0: the model's)");
+    add_kv_dtype_option(*app, "--kv-dtype", &o->kv_dtype, "KV cache dtype (K and V)");
+    CLI::Option *dtype_v = add_kv_dtype_option(*app, "--kv-dtype-v", &o->kv_dtype_v_choice,
+                                               "KV dtype of V, when it differs from --kv-dtype");
+    dtype_v->default_str("same as --kv-dtype");
+    add_uint_option(*app, "--kv-residual", &o->kv_residual, "most recent tokens kept unquantized");
+    return {app, [o, dtype_v] {
+                o->kv_dtype_v = dtype_v->count() ? int(o->kv_dtype_v_choice) : -1;
+                return cmd_run(*o);
+            }};
+}
+
+}  // namespace llmkv_cli
+
 int main(int argc, char **argv) {
+    using namespace llmkv_cli;
+    CLI::App app("llmkv: an embeddable LLM inference runtime", "llmkv");
+    // A repeated option keeps its last value (`-n 8 -n 16` is 16), as it always has.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("llmkv ") + llmkv_version_string());
+
+    std::vector<Command> commands;
+    commands.push_back(add_run(app));
+    commands.push_back(add_demo(app));
+    commands.push_back(add_inspect(app));
+    Command bench = add_bench(app);
+    commands.push_back(bench);
+    commands.push_back(add_bench_quality(*bench.app));
+    commands.push_back(add_bench_prefix(*bench.app));
+    commands.push_back(add_bench_batch(*bench.app));
+    commands.push_back(add_bench_offload(*bench.app));
+    CLI::App *version = app.add_subcommand("version", "print the version");
+    CLI::App *help = app.add_subcommand("help", "print this help");
+    app.footer("MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n"
+               "`llmkv COMMAND --help` lists a command's options.");
+    auto root_help = [&app] { return app.get_formatter()->make_help(&app, "llmkv", CLI::AppFormatMode::Normal); };
+
     if (argc < 2) {
-        usage();
+        std::fprintf(stderr, "%s", root_help().c_str());
         return 2;
     }
-    std::string cmd = argv[1];
-    if (cmd == "run") return cmd_run(argc - 2, argv + 2);
-    if (cmd == "inspect") return llmkv_cli::cmd_inspect(argc - 2, argv + 2);
-    if (cmd == "bench") return llmkv_cli::cmd_bench(argc - 2, argv + 2);
-    if (cmd == "demo") return llmkv_cli::cmd_demo(argc - 2, argv + 2);
-    if (cmd == "version" || cmd == "--version") {
+    if (argv[1][0] != '-' && app.get_subcommands([&](const CLI::App *a) { return a->check_name(argv[1]); }).empty()) {
+        std::fprintf(stderr, "llmkv: unknown command '%s'\nRun 'llmkv --help' for the commands.\n", argv[1]);
+        return 2;
+    }
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        // Name the subcommand being parsed, so its --help is one copy-paste away.
+        std::string where = "llmkv";
+        for (CLI::App *a = &app; !a->get_subcommands().empty();) {
+            a = a->get_subcommands().front();
+            where += " " + a->get_name();
+        }
+        std::fprintf(stderr, "%s: %s\nRun '%s --help' for the options.\n", where.c_str(), e.what(), where.c_str());
+        return 2;
+    }
+    if (version->parsed()) {
         std::printf("llmkv %s\n", llmkv_version_string());
         return 0;
     }
-    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-        usage();
+    if (help->parsed()) {
+        std::printf("%s", root_help().c_str());
         return 0;
     }
-    std::fprintf(stderr, "llmkv: unknown command '%s'\n", cmd.c_str());
-    usage();
+    // The innermost subcommand named on the line is the one to run.
+    CLI::App *chosen = &app;
+    while (!chosen->get_subcommands().empty()) chosen = chosen->get_subcommands().front();
+    // `bench -t 2 quality` would drop the -t silently: options belong after the command they are for.
+    for (CLI::App *a = chosen->get_parent(); a && a != &app; a = a->get_parent()) {
+        for (const CLI::Option *opt : a->get_options()) {
+            if (opt->count() > 0) {
+                std::string where = "llmkv " + a->get_name();
+                std::fprintf(stderr, "%s: %s is not an option of '%s %s'; give it after '%s'\n", where.c_str(),
+                             opt->get_name().c_str(), where.c_str(), chosen->get_name().c_str(),
+                             chosen->get_name().c_str());
+                return 2;
+            }
+        }
+    }
+    for (const Command &c : commands) {
+        if (c.app == chosen) return c.action();
+    }
     return 2;
 }
