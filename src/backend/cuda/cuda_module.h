@@ -19,11 +19,26 @@
  *  - No call aborts the process or lets a C++ exception escape.
  *  - A context is not thread-safe: calls on one context must be serialized by the caller
  *    (the engine does). Any thread may make them (each call selects the context's device).
- *  - All device memory is allocated in create (weights, activations for max_batch_tokens,
- *    the sealed-block pool and the tail slots, workspaces); forward() allocates nothing
- *    except when a step's block tables exceed every earlier step's (buffers then double).
+ *  - Device memory is allocated in create (KV pools, per-batch tables, workspaces) and in the
+ *    set-up calls (upload_matrix, upload_vector, alloc_activation); the ops of a batch
+ *    allocate nothing, except begin_batch when a batch's block tables exceed every earlier
+ *    batch's (the tables then double; a failed growth changes nothing).
  *
- * KV layouts are EXACTLY those of src/kv/kv_cache.h and src/kv/codec.h (sealed blocks of
+ * Level of the ABI (version 2): OPERATIONS, not a model. The architecture's forward pass is
+ * written once in libllmkv (src/model/arch/) against the Backend interface
+ * (src/backend/backend.h); the module executes its ops on the device. One batch is
+ *     begin_batch (spans: tokens, positions, block tables, tail slots, logit rows)
+ *     embed / rms_norm / matmul / rope / write_kv / attention / add / swiglu /
+ *     gather_logit_rows ...        queued on the compute stream, no host synchronization
+ *     logits                       the only op that synchronizes (f32 rows to host memory)
+ *     end_batch
+ * Activations are device buffers of f32 rows (alloc_activation), named by
+ * llmkv_cuda_tensor {data, rows, cols}; an op checks that every tensor lies inside one
+ * buffer from alloc_activation. Weights are handles returned by upload_matrix (fp16 on the
+ * device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
+ * span; attention(layer) must follow it for the same layer before the next write_kv.
+ *
+ * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h (sealed blocks of
  * sealed_block_bytes, tail slots of tail_block_bytes), so read_block / write_block move the
  * same bytes the CPU backend stores: snapshots and the host tier are backend-independent.
  */
@@ -37,7 +52,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 1u
+#define LLMKV_CUDA_ABI_VERSION 2u
 #define LLMKV_CUDA_MODULE_NAME "libllmkv-cuda.so"
 #define LLMKV_CUDA_GET_API_SYMBOL "llmkv_cuda_get_api"
 
@@ -57,47 +72,10 @@ typedef int32_t llmkv_cuda_status;
 #define LLMKV_CUDA_KV_INT8 3u
 #define LLMKV_CUDA_KV_INT4 4u
 
-/* Weights of one layer: HOST pointers, read only during create / upload_layer (the module
- * copies them to the device; the caller frees them afterwards). Matrices are fp16 (IEEE
- * binary16 bit patterns), row-major [out][in]: row r holds the weights of output feature r. */
-typedef struct llmkv_cuda_layer_weights {
-    const uint16_t *wq;     /* [n_heads * head_dim][n_embd] */
-    const uint16_t *wk;     /* [n_kv_heads * head_dim][n_embd] */
-    const uint16_t *wv;     /* [n_kv_heads * head_dim][n_embd] */
-    const uint16_t *wo;     /* [n_embd][n_heads * head_dim] */
-    const uint16_t *w_gate; /* [n_ff][n_embd] */
-    const uint16_t *w_up;   /* [n_ff][n_embd] */
-    const uint16_t *w_down; /* [n_embd][n_ff] */
-    const float *attn_norm; /* [n_embd] f32 */
-    const float *ffn_norm;  /* [n_embd] f32 */
-} llmkv_cuda_layer_weights;
-
-/* The model: Llama architecture. */
-typedef struct llmkv_cuda_model_desc {
-    uint32_t struct_size; /* sizeof(llmkv_cuda_model_desc) */
-    uint32_t n_layers;
-    uint32_t n_embd;
-    uint32_t n_heads;
-    uint32_t n_kv_heads;
-    uint32_t head_dim;
-    uint32_t n_ff;
-    uint32_t n_vocab;
-    uint32_t rope_dim; /* rotated dims per head (even, <= head_dim) */
-    float rms_eps;
-    float rope_freq_scale; /* positions are multiplied by this (linear scaling) */
-    const float *inv_freq; /* [rope_dim / 2] host: final per-pair frequencies (factors applied) */
-    const uint16_t *token_embd; /* [n_vocab][n_embd] fp16, host */
-    const uint16_t *output;     /* [n_vocab][n_embd] fp16, host; may equal token_embd (tied:
-                                   uploaded once) */
-    const float *output_norm;   /* [n_embd] f32, host */
-    /* [n_layers] host, or NULL: then create only allocates the layers and the caller uploads
-     * each one with upload_layer() before the first forward (bounds the host temporaries to
-     * one layer). */
-    const llmkv_cuda_layer_weights *layers;
-} llmkv_cuda_model_desc;
-
-/* The KV store: mirrors KvGeometry plus the pool sizes. The module recomputes both byte
- * sizes from the geometry and rejects a mismatch (a cheap layout-agreement check). */
+/* The KV store: KvGeometry (src/kv/kv_layout.h) plus the pool sizes, as plain C. Built
+ * from a KvGeometry in one place on each side (CudaBackend, module.cpp: geometry_of). The
+ * module recomputes both byte sizes from the geometry and rejects a mismatch (a cheap
+ * layout-agreement check). */
 typedef struct llmkv_cuda_kv_desc {
     uint32_t struct_size; /* sizeof(llmkv_cuda_kv_desc) */
     uint32_t n_layers;
@@ -119,12 +97,12 @@ typedef struct llmkv_cuda_kv_desc {
 typedef struct llmkv_cuda_context_params {
     uint32_t struct_size;               /* sizeof(llmkv_cuda_context_params) */
     int32_t device;                     /* CUDA ordinal */
-    uint32_t max_batch_tokens;          /* most tokens (sum of span n) in one forward */
-    uint32_t max_spans;                 /* most spans in one forward; 0 = max_batch_tokens */
+    uint32_t max_batch_tokens;          /* most tokens (sum of span n) in one batch */
+    uint32_t max_spans;                 /* most spans in one batch; 0 = max_batch_tokens */
     uint64_t attention_workspace_bytes; /* split-context partial results; 0 = 128 MiB */
 } llmkv_cuda_context_params;
 
-/* One span of a forward step: consecutive tokens of one session (ForwardSpan). */
+/* One span of a batch: consecutive tokens of one session (ForwardSpan). */
 typedef struct llmkv_cuda_span {
     const uint32_t *blocks; /* host: the session's sealed block ids in position order */
     uint32_t n_blocks;      /* >= sealed_blocks(pos0 + n) (blocks past it are ignored) */
@@ -135,6 +113,22 @@ typedef struct llmkv_cuda_span {
     uint32_t want_logits;   /* 0/1: logits for the span's last token */
     uint32_t all_logits;    /* 0/1: with want_logits, logits for every token of the span */
 } llmkv_cuda_span;
+
+/* An activation: rows x cols f32 values, row-major (row stride = cols), at a device address
+ * inside a buffer from alloc_activation. */
+typedef struct llmkv_cuda_tensor {
+    void *data;
+    uint32_t rows;
+    uint32_t cols;
+} llmkv_cuda_tensor;
+
+/* A weight on the device: a matrix (upload_matrix) or a vector (upload_vector); 0 is never
+ * a valid handle. Handles live as long as the context. */
+typedef uint32_t llmkv_cuda_weight;
+
+/* Pair styles of rope(). */
+#define LLMKV_CUDA_ROPE_ADJACENT 0u /* (v[2i], v[2i+1]): GGUF Llama q/k */
+#define LLMKV_CUDA_ROPE_HALVES 1u   /* (v[i], v[i + rope_dim/2]): NeoX */
 
 typedef struct llmkv_cuda_context llmkv_cuda_context;
 
@@ -150,30 +144,85 @@ typedef struct llmkv_cuda_api {
                                      uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                                      size_t err_cap);
 
-    /* Creates a context: uploads the model (unless desc->layers is NULL), allocates the KV
-     * pools (cudaMalloc, never managed memory; contents zeroed) and every buffer a forward
-     * of params->max_batch_tokens needs. OUT_OF_MEMORY when the device cannot hold it all
-     * (nothing is left allocated). *out is NULL on failure. */
-    llmkv_cuda_status (*create)(const llmkv_cuda_model_desc *model, const llmkv_cuda_kv_desc *kv,
+    /* ---- set-up ---------------------------------------------------------------------- */
+    /* Creates a context: the KV pools (cudaMalloc, never managed memory; contents zeroed),
+     * the per-batch tables for params->max_batch_tokens / max_spans, the KV window, the
+     * attention / cuBLAS / logits workspaces. OUT_OF_MEMORY when the device cannot hold it
+     * all (nothing is left allocated). *out is NULL on failure. */
+    llmkv_cuda_status (*create)(const llmkv_cuda_kv_desc *kv,
                                 const llmkv_cuda_context_params *params, llmkv_cuda_context **out,
                                 char *err, size_t err_cap);
     /* Frees everything (waits for in-flight work). NULL is fine. */
     void (*destroy)(llmkv_cuda_context *ctx);
-    /* Uploads layer `layer`'s weights (host pointers as in llmkv_cuda_layer_weights). */
-    llmkv_cuda_status (*upload_layer)(llmkv_cuda_context *ctx, uint32_t layer,
-                                      const llmkv_cuda_layer_weights *weights);
+    /* Copies a weight matrix to the device: fp16 (IEEE binary16 bit patterns) row-major
+     * [rows][cols], row r = output feature r; HOST memory, read only during the call.
+     * Synchronous. */
+    llmkv_cuda_status (*upload_matrix)(llmkv_cuda_context *ctx, const uint16_t *host,
+                                       uint32_t rows, uint32_t cols, llmkv_cuda_weight *out);
+    /* Copies an f32 vector of n values (norm weights, rope frequencies) to the device. */
+    llmkv_cuda_status (*upload_vector)(llmkv_cuda_context *ctx, const float *host, uint32_t n,
+                                       llmkv_cuda_weight *out);
+    /* A zeroed device buffer of rows x cols f32 (rows <= max_batch_tokens). */
+    llmkv_cuda_status (*alloc_activation)(llmkv_cuda_context *ctx, uint32_t rows, uint32_t cols,
+                                          llmkv_cuda_tensor *out);
 
-    /* Runs one batched forward pass, exactly Forward::run's contract: the spans' KV
-     * (tail slot, sealed blocks completed by the span) is written on the device, and
-     * logits_host receives one n_vocab row of f32 per span with want_logits (n rows with
-     * all_logits), in span order. Validates everything first (INVALID changes nothing).
-     * Synchronous: returns when the logits are on the host. The caller advances its
-     * n_tokens. logits_host may be NULL when no span wants logits. */
-    llmkv_cuda_status (*forward)(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
-                                 uint32_t n_spans, float *logits_host);
+    /* ---- one batch (ops run in call order on the compute stream) ----------------------- */
+    /* Validates the spans (tail slots distinct and in range, block ids in range and enough
+     * of them, token ids >= 0, at most max_batch_tokens / max_spans; INVALID changes nothing
+     * and leaves no batch open) and uploads the batch's tables once: tokens, positions,
+     * row -> span, block tables, seal jobs, logit rows. *n_tokens / *n_logit_rows (may be
+     * NULL) receive the batch's row counts. A batch still open is replaced. */
+    llmkv_cuda_status (*begin_batch)(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
+                                     uint32_t n_spans, uint32_t *n_tokens,
+                                     uint32_t *n_logit_rows);
+    /* out (T, cols) = rows of matrix `table` for the batch's tokens (T = the batch's tokens;
+     * the table's cols = out.cols; INVALID, before any work, if a token id >= the table's
+     * rows). */
+    llmkv_cuda_status (*embed)(llmkv_cuda_context *ctx, llmkv_cuda_weight table,
+                               llmkv_cuda_tensor out);
+    /* out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps) for x.rows rows; weight a vector of
+     * x.cols. out may equal x. */
+    llmkv_cuda_status (*rms_norm)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                  llmkv_cuda_weight weight, float eps, llmkv_cuda_tensor out);
+    /* y (x.rows, w.rows) = x * w^T (cuBLAS: x rounded to fp16, fp16 weights, f32
+     * accumulation and output). y must not overlap x. */
+    llmkv_cuda_status (*matmul)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
+                                llmkv_cuda_tensor x, llmkv_cuda_tensor y);
+    /* Rotates the first n_heads heads (head_dim wide) of each row r < x.rows at the batch
+     * position of row r: pair i < rope_dim / 2 by pos * freq_scale * inv_freq[i];
+     * inv_freq a vector of rope_dim / 2; style LLMKV_CUDA_ROPE_*. */
+    llmkv_cuda_status (*rope)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, uint32_t n_heads,
+                              uint32_t head_dim, uint32_t rope_dim, uint32_t style,
+                              float freq_scale, llmkv_cuda_weight inv_freq);
+    /* Layer `layer`'s K and V (T, n_kv_heads * head_dim) into the KV store: builds each
+     * span's fp16 window (tail rows + the new rows), seals the blocks the span completes
+     * into the sealed pool, writes the rows that stay unsealed back to the tail slot. */
+    llmkv_cuda_status (*write_kv)(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor k,
+                                  llmkv_cuda_tensor v);
+    /* Causal paged attention of q (T, n_heads * head_dim) over each span's sealed blocks and
+     * window of `layer` (the layer of the last write_kv of this batch) -> out (T, n_heads *
+     * head_dim). UNSUPPORTED when the attention workspace cannot hold one row's context. */
+    llmkv_cuda_status (*attention)(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                   uint32_t n_heads, float scale, llmkv_cuda_tensor out);
+    /* x += y, elementwise over x.rows rows (same shapes). */
+    llmkv_cuda_status (*add)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, llmkv_cuda_tensor y);
+    /* gate = silu(gate) * up, elementwise over gate.rows rows (same shapes). */
+    llmkv_cuda_status (*swiglu)(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                                llmkv_cuda_tensor up);
+    /* out's first n_logit_rows rows = the rows of x whose logits the batch wants, in span
+     * order (same cols). */
+    llmkv_cuda_status (*gather_logit_rows)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                           llmkv_cuda_tensor out);
+    /* host (x.rows, w.rows) f32 = x * w^T, in chunks through a device buffer; returns when
+     * the rows are in host memory (synchronizes the compute stream). */
+    llmkv_cuda_status (*logits)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
+                                llmkv_cuda_tensor x, float *host);
+    /* Closes the batch (queued work keeps running; later calls are ordered after it). */
+    llmkv_cuda_status (*end_batch)(llmkv_cuda_context *ctx);
 
+    /* ---- KV copies ----------------------------------------------------------------------- */
     /* Synchronous copies between the device KV pools and host memory (any host memory),
-     * ordered after every forward and async copy submitted before. Sizes are the
+     * ordered after every op and async copy submitted before. Sizes are the
      * sealed_block_bytes / tail_block_bytes of the kv desc. */
     llmkv_cuda_status (*read_block)(llmkv_cuda_context *ctx, uint32_t block, void *host);
     llmkv_cuda_status (*write_block)(llmkv_cuda_context *ctx, uint32_t block, const void *host);
@@ -184,10 +233,10 @@ typedef struct llmkv_cuda_api {
 
     /* Asynchronous sealed-block copies on the context's copy stream (host tier offload and
      * onboard). host[i] should be pinned (host_alloc) for the copy to overlap compute.
-     * A read starts after every forward submitted before it (it sees their writes); every
-     * later forward and synchronous copy waits for writes submitted before it. The caller
-     * must keep the block ids and host buffers untouched until the ticket completes.
-     * *ticket identifies the batch of copies (tickets increase; 0 is never used). */
+     * A read starts after every op submitted before it (it sees their writes); every later
+     * op and synchronous copy waits for writes submitted before it. The caller must keep
+     * the block ids and host buffers untouched until the ticket completes. *ticket
+     * identifies the batch of copies (tickets increase; 0 is never used). */
     llmkv_cuda_status (*read_blocks_async)(llmkv_cuda_context *ctx, const uint32_t *blocks,
                                            uint32_t n, void *const *host, uint64_t *ticket);
     llmkv_cuda_status (*write_blocks_async)(llmkv_cuda_context *ctx, const uint32_t *blocks,
@@ -196,8 +245,9 @@ typedef struct llmkv_cuda_api {
     llmkv_cuda_status (*copy_query)(llmkv_cuda_context *ctx, uint64_t ticket);
     llmkv_cuda_status (*copy_wait)(llmkv_cuda_context *ctx, uint64_t ticket);
 
-    /* Pinned host memory (cudaHostAlloc, portable) for the host tier. host_free(NULL) is
-     * fine. Memory must be freed before destroy(ctx). */
+    /* Pinned host memory (cudaHostAlloc, portable) for the host tier. host_free(ctx or NULL,
+     * p) is fine with p NULL; it needs no context (portable memory), so memory may outlive
+     * the context that allocated it. */
     llmkv_cuda_status (*host_alloc)(llmkv_cuda_context *ctx, uint64_t bytes, void **out);
     void (*host_free)(llmkv_cuda_context *ctx, void *p);
 
