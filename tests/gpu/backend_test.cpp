@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
+#include "common/half.h"
 #include "common/thread_pool.h"
 #include "kv/codec.h"
 #include "kv/kv_cache.h"
@@ -407,6 +408,81 @@ TEST(CudaBackend, BlocksAndTailsCopyBitForBit) {
         EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
     }
     tw.read_block(0, back.data());  // still usable
+}
+
+// The module's op-level ABI directly: argument errors (bad spans, ops out of order, unknown
+// handles, token ids beyond the table) return LLMKV_CUDA_ERR_INVALID, leave the KV bytes as
+// they were and are not sticky.
+TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 2;
+    g.head_dim = 16;
+    g.block_tokens = 4;
+    llmkv_cuda_kv_desc kd{};
+    kd.struct_size = sizeof kd;
+    kd.n_layers = g.n_layers;
+    kd.n_kv_heads = g.n_kv_heads;
+    kd.head_dim = g.head_dim;
+    kd.block_tokens = g.block_tokens;
+    kd.n_sealed_blocks = 4;
+    kd.n_tail_slots = 2;
+    kd.sealed_block_bytes = g.sealed_block_bytes();
+    kd.tail_block_bytes = g.tail_block_bytes();
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = 8;
+    llmkv_cuda_context *ctx = nullptr;
+    char err[512] = {0};
+    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
+    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    const size_t tb = g.tail_block_bytes();
+    std::vector<uint8_t> tail(tb), back(tb);
+    for (size_t i = 0; i < tb; ++i) tail[i] = uint8_t(i * 7 + 1);
+    ASSERT_EQ(api->write_tail(ctx, 0, tail.data()), LLMKV_CUDA_OK);
+
+    const uint32_t E = 32, kvd = g.n_kv_heads * g.head_dim, vocab = 10;
+    std::vector<uint16_t> table(size_t(vocab) * E, fp32_to_fp16(0.5f));
+    llmkv_cuda_weight h_table = 0;
+    ASSERT_EQ(api->upload_matrix(ctx, table.data(), vocab, E, &h_table), LLMKV_CUDA_OK);
+    llmkv_cuda_tensor x{}, k{}, v{}, q{}, out{};
+    ASSERT_EQ(api->alloc_activation(ctx, 8, E, &x), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &k), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &v), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &q), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &out), LLMKV_CUDA_OK);
+    llmkv_cuda_tensor too_big = x;
+    too_big.rows = 9;
+    llmkv_cuda_tensor fake{reinterpret_cast<void *>(uintptr_t(64)), 1, 1};
+
+    EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_ERR_INVALID);  // no batch
+    std::vector<int32_t> tokens = {1, 2};
+    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0};
+    EXPECT_EQ(api->begin_batch(ctx, &bad_slot, 1, nullptr, nullptr), LLMKV_CUDA_ERR_INVALID);
+    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0};
+    uint32_t n = 0, n_logits = 0;
+    ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(n, 2u);
+    EXPECT_EQ(n_logits, 1u);
+    EXPECT_EQ(api->embed(ctx, h_table + 7, x), LLMKV_CUDA_ERR_INVALID);  // unknown handle
+    EXPECT_EQ(api->embed(ctx, h_table, too_big), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->add(ctx, fake, fake), LLMKV_CUDA_ERR_INVALID);  // not an activation
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_OK);
+    EXPECT_EQ(api->write_kv(ctx, 1, k, v), LLMKV_CUDA_ERR_INVALID);  // no layer 1
+    EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
+    // Nothing written so far: the tail slot still holds its bytes.
+    ASSERT_EQ(api->read_tail(ctx, 0, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(0, std::memcmp(back.data(), tail.data(), tb));
+    EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_ERR_INVALID);  // twice in one batch
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_OK)
+        << api->last_error(ctx);
+    EXPECT_EQ(api->end_batch(ctx), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->read_tail(ctx, 0, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
 }
 
 // ---- SmolLM2 --------------------------------------------------------------------------------
