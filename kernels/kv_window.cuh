@@ -1,5 +1,5 @@
 // The fp16 KV window of each span, per layer: load the tail rows, append the new K/V rows,
-// write the rows that stay unsealed back to the tail slot (Forward::write_kv_window).
+// write the rows that stay unsealed back to the tail slot (the CPU backend's write_kv).
 #pragma once
 
 #include <cuda_runtime_api.h>
