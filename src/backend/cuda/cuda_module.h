@@ -38,9 +38,10 @@
  * device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
  * span; attention(layer) must follow it for the same layer before the next write_kv.
  *
- * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h (sealed blocks of
- * sealed_block_bytes, tail slots of tail_block_bytes), so read_block / write_block move the
- * same bytes the CPU backend stores: snapshots and the host tier are backend-independent.
+ * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h
+ * (sealed blocks of sealed_block_bytes, tail slots of tail_block_bytes), so read_block /
+ * write_block move the same bytes the CPU backend stores: snapshots and the host tier are
+ * backend-independent.
  */
 #ifndef LLMKV_CUDA_MODULE_H
 #define LLMKV_CUDA_MODULE_H
