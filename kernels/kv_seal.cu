@@ -155,7 +155,7 @@ __device__ void encode_head(uint32_t codec, bool rotate, bool is_v,
 }
 
 __global__ void __launch_bounds__(kThreads)
-    seal_kernel(KvLayout g, uint32_t layer, const uint16_t *__restrict__ window,
+    seal_kernel(KvGeometry g, uint32_t layer, const uint16_t *__restrict__ window,
                 const StepSpan *__restrict__ spans, const SealJob *__restrict__ jobs,
                 uint8_t *__restrict__ pool) {
     extern __shared__ float x[];  // f32 [B][D]
@@ -164,10 +164,10 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t h = blockIdx.y;
     const bool is_v = blockIdx.z != 0;
     const uint16_t *src =
-        window + sp.win_offset + ((size_t(is_v) * g.H + h) * sp.win_cap + job.win_row) * g.D;
+        window + sp.win_offset + ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + job.win_row) * g.head_dim;
     uint8_t *dst = pool + size_t(job.block_id) * g.sealed_block_bytes() +
                    (is_v ? g.sealed_v_offset(layer, h) : g.sealed_k_offset(layer, h));
-    encode_head(is_v ? g.codec_v : g.codec_k, is_v ? g.rotate_v : g.rotate_k, is_v, src, g.B, g.D,
+    encode_head(is_v ? g.dtype_v : g.dtype_k, is_v ? g.rotate_v : g.rotate_k, is_v, src, g.block_tokens, g.head_dim,
                 dst, x);
 }
 
@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-cudaError_t launch_kv_seal(const KvLayout &g, uint32_t layer, const uint16_t *window,
+cudaError_t launch_kv_seal(const KvGeometry &g, uint32_t layer, const uint16_t *window,
                            const StepSpan *spans, const SealJob *jobs, uint32_t n_jobs,
                            uint8_t *pool, cudaStream_t stream) {
     if (n_jobs == 0) return cudaSuccess;
     if (kv_layout_unsupported(g)) return cudaErrorInvalidValue;
-    const size_t smem = size_t(g.B) * g.D * sizeof(float);
-    seal_kernel<<<dim3(n_jobs, g.H, 2), kThreads, smem, stream>>>(g, layer, window, spans, jobs,
+    const size_t smem = size_t(g.block_tokens) * g.head_dim * sizeof(float);
+    seal_kernel<<<dim3(n_jobs, g.n_kv_heads, 2), kThreads, smem, stream>>>(g, layer, window, spans, jobs,
                                                                   pool);
     return cudaGetLastError();
 }
@@ -196,17 +196,17 @@ cudaError_t launch_codec_encode_heads(uint32_t codec, bool rotate, bool is_v, co
                                       uint32_t n_heads, uint32_t B, uint32_t D, uint8_t *dst,
                                       cudaStream_t stream) {
     if (n_heads == 0) return cudaSuccess;
-    KvLayout g;
+    KvGeometry g;
     g.n_layers = 1;
-    g.H = 1;
-    g.B = B;
-    g.D = D;
-    g.codec_k = g.codec_v = codec;
+    g.n_kv_heads = 1;
+    g.block_tokens = B;
+    g.head_dim = D;
+    g.dtype_k = g.dtype_v = llmkv_kv_dtype(codec);
     g.rotate_k = g.rotate_v = rotate;
     if (kv_layout_unsupported(g)) return cudaErrorInvalidValue;
     const size_t smem = size_t(B) * D * sizeof(float);
     encode_heads_kernel<<<n_heads, kThreads, smem, stream>>>(codec, rotate, is_v, src, B, D,
-                                                             head_bytes(codec, is_v, B, D), dst);
+                                                             kv_head_bytes(codec, is_v, B, D), dst);
     return cudaGetLastError();
 }
 

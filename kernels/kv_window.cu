@@ -1,6 +1,6 @@
 // Window build / tail write-back. Layouts: tail slot (kv_layout.cuh) for each layer K
 // [H][B+R][D] fp16 then V [H][B+R][D]; window per span K [H][win_cap][D] then V (step.cuh);
-// kv f32 rows [n_rows][ld]. Pure copies plus f32 -> fp16 (bit-exact port of the CPU's
+// K and V f32 rows [n_rows][ld_k] / [n_rows][ld_v]. Pure copies plus f32 -> fp16 (bit-exact port of the CPU's
 // fp32_to_fp16), so windows and tails are bitwise identical to the CPU's.
 // Grids: load/store: (n_spans, H, 2 = K/V) CTAs copying 16-byte vectors (D % 8 == 0, all
 // row starts 16-byte aligned); append: one CTA per batch row.
@@ -22,7 +22,7 @@ __device__ __forceinline__ void copy_rows(const uint16_t *src, uint16_t *dst, ui
     for (uint32_t i = threadIdx.x; i < n_vec; i += blockDim.x) d[i] = s[i];
 }
 
-__global__ void load_tail_kernel(KvLayout g, uint32_t layer, const uint8_t *__restrict__ tails,
+__global__ void load_tail_kernel(KvGeometry g, uint32_t layer, const uint8_t *__restrict__ tails,
                                  const StepSpan *__restrict__ spans,
                                  uint16_t *__restrict__ window) {
     const StepSpan sp = spans[blockIdx.x];
@@ -31,65 +31,67 @@ __global__ void load_tail_kernel(KvLayout g, uint32_t layer, const uint8_t *__re
     if (old_rows == 0) return;
     const uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
                           (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
-    uint16_t *dst = window + sp.win_offset + (size_t(is_v) * g.H + h) * sp.win_cap * g.D;
-    copy_rows(reinterpret_cast<const uint16_t *>(tail), dst, old_rows, g.D);
+    uint16_t *dst = window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim;
+    copy_rows(reinterpret_cast<const uint16_t *>(tail), dst, old_rows, g.head_dim);
 }
 
-__global__ void store_tail_kernel(KvLayout g, uint32_t layer, const uint16_t *__restrict__ window,
+__global__ void store_tail_kernel(KvGeometry g, uint32_t layer, const uint16_t *__restrict__ window,
                                   const StepSpan *__restrict__ spans, uint8_t *__restrict__ tails) {
     const StepSpan sp = spans[blockIdx.x];
     const uint32_t h = blockIdx.y, is_v = blockIdx.z;
     const uint32_t end = sp.pos0 + sp.n;
-    const uint32_t tail_start = g.sealed_blocks(end) * g.B;
+    const uint32_t tail_start = g.sealed_blocks(end) * g.block_tokens;
     if (end <= tail_start) return;
     uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
                     (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
-    const uint16_t *src = window + sp.win_offset + (size_t(is_v) * g.H + h) * sp.win_cap * g.D +
-                          size_t(tail_start - sp.win_start) * g.D;
-    copy_rows(src, reinterpret_cast<uint16_t *>(tail), end - tail_start, g.D);
+    const uint16_t *src = window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim +
+                          size_t(tail_start - sp.win_start) * g.head_dim;
+    copy_rows(src, reinterpret_cast<uint16_t *>(tail), end - tail_start, g.head_dim);
 }
 
-__global__ void append_kernel(KvLayout g, const float *__restrict__ kv, uint32_t ld, uint32_t k_col,
-                              uint32_t v_col, const uint32_t *__restrict__ row_span,
+__global__ void append_kernel(KvGeometry g, const float *__restrict__ k, uint32_t ld_k,
+                              const float *__restrict__ v, uint32_t ld_v,
+                              const uint32_t *__restrict__ row_span,
                               const StepSpan *__restrict__ spans, uint16_t *__restrict__ window) {
     const uint32_t row = blockIdx.x;
     const StepSpan sp = spans[row_span[row]];
     const uint32_t win_row = sp.pos0 + (row - sp.row0) - sp.win_start;
-    const uint32_t width = g.H * g.D;
-    const float *src = kv + size_t(row) * ld;
-    for (uint32_t k = threadIdx.x; k < 2 * width; k += blockDim.x) {
-        const uint32_t is_v = k / width, hd = k % width, h = hd / g.D, d = hd % g.D;
-        const float v = src[(is_v ? v_col : k_col) + hd];
-        window[sp.win_offset + ((size_t(is_v) * g.H + h) * sp.win_cap + win_row) * g.D + d] =
-            f32_to_fp16_bits(v);
+    const uint32_t width = g.n_kv_heads * g.head_dim;
+    const float *src_k = k + size_t(row) * ld_k;
+    const float *src_v = v + size_t(row) * ld_v;
+    for (uint32_t i = threadIdx.x; i < 2 * width; i += blockDim.x) {
+        const uint32_t is_v = i / width, hd = i % width, h = hd / g.head_dim, d = hd % g.head_dim;
+        const float x = is_v ? src_v[hd] : src_k[hd];
+        window[sp.win_offset + ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + win_row) * g.head_dim + d] =
+            f32_to_fp16_bits(x);
     }
 }
 
 }  // namespace
 
-cudaError_t launch_window_load_tail(const KvLayout &g, uint32_t layer, const uint8_t *tails,
+cudaError_t launch_window_load_tail(const KvGeometry &g, uint32_t layer, const uint8_t *tails,
                                     const StepSpan *spans, uint32_t n_spans, uint16_t *window,
                                     cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    load_tail_kernel<<<dim3(n_spans, g.H, 2), kThreads, 0, stream>>>(g, layer, tails, spans,
+    load_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, tails, spans,
                                                                      window);
     return cudaGetLastError();
 }
 
-cudaError_t launch_window_append(const KvLayout &g, const float *kv, uint32_t ld, uint32_t k_col,
-                                 uint32_t v_col, const uint32_t *row_span, uint32_t n_rows,
-                                 const StepSpan *spans, uint16_t *window, cudaStream_t stream) {
+cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t ld_k,
+                                 const float *v, uint32_t ld_v, const uint32_t *row_span,
+                                 uint32_t n_rows, const StepSpan *spans, uint16_t *window,
+                                 cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
-    append_kernel<<<n_rows, kThreads, 0, stream>>>(g, kv, ld, k_col, v_col, row_span, spans,
-                                                   window);
+    append_kernel<<<n_rows, kThreads, 0, stream>>>(g, k, ld_k, v, ld_v, row_span, spans, window);
     return cudaGetLastError();
 }
 
-cudaError_t launch_window_store_tail(const KvLayout &g, uint32_t layer, const uint16_t *window,
+cudaError_t launch_window_store_tail(const KvGeometry &g, uint32_t layer, const uint16_t *window,
                                      const StepSpan *spans, uint32_t n_spans, uint8_t *tails,
                                      cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    store_tail_kernel<<<dim3(n_spans, g.H, 2), kThreads, 0, stream>>>(g, layer, window, spans,
+    store_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, window, spans,
                                                                       tails);
     return cudaGetLastError();
 }

@@ -1,7 +1,9 @@
-// The CUDA module's C ABI (src/backend/cuda_module.h): one context = one device, the model
-// weights in fp16, the KV pools in the CPU's byte layouts, activation buffers for
-// max_batch_tokens, a compute stream (forward, synchronous block / tail copies) and a copy
-// stream (asynchronous block copies for the host tier), cuBLAS for the GEMMs.
+// The CUDA module's C ABI, version 2 (src/backend/cuda/cuda_module.h): one context = one
+// device, the KV pools in the CPU's byte layouts (llmkv::KvGeometry), weights uploaded one
+// matrix / vector at a time as handles, activation buffers, and the operations of a forward
+// pass (the architecture itself lives in libllmkv, src/model/arch/). A compute stream runs
+// the ops and the synchronous block / tail copies; a copy stream runs the asynchronous block
+// copies of the host tier; cuBLAS does the GEMMs.
 // Host code only (compiled by the host compiler); kernels are called through their
 // launchers. Every CUDA / cuBLAS call is checked; a failure becomes the context's sticky
 // error.
@@ -17,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda_module.h"
+#include "backend/cuda/cuda_module.h"
+#include "elementwise.cuh"
 #include "embedding.cuh"
 #include "gemm.cuh"
 #include "kv_layout.cuh"
@@ -35,7 +38,7 @@ namespace {
 
 constexpr uint64_t kDefaultAttentionWorkspace = 128ull << 20;
 constexpr size_t kCublasWorkspace = 32ull << 20;
-constexpr size_t kLogitsBufferBytes = 64ull << 20;  // device logits of one output-head chunk
+constexpr size_t kLogitsBufferBytes = 64ull << 20;  // device logits of one chunk of rows
 constexpr uint32_t kTicketEvents = 1024;            // copy tickets in flight before a wait
 
 std::string vformat(const char *fmt, va_list args) {
@@ -64,58 +67,72 @@ std::string cuda_text(cudaError_t e) {
     return format("%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-struct LayerDevice {
-    uint16_t *wqkv = nullptr;    // fp16 [QD + 2 KVD][E]: wq rows, then wk, then wv
-    uint16_t *wo = nullptr;      // fp16 [E][QD]
-    uint16_t *wgu = nullptr;     // fp16 [2 FF][E]: gate rows, then up
-    uint16_t *wdown = nullptr;   // fp16 [E][FF]
-    float *attn_norm = nullptr;  // f32 [E]
-    float *ffn_norm = nullptr;   // f32 [E]
-    bool uploaded = false;
+// The one conversion of the ABI's plain C KV description into the kernels' layout.
+KvGeometry geometry_of(const llmkv_cuda_kv_desc &kv) {
+    KvGeometry g;
+    g.n_layers = kv.n_layers;
+    g.n_kv_heads = kv.n_kv_heads;
+    g.head_dim = kv.head_dim;
+    g.block_tokens = kv.block_tokens;
+    g.residual_tokens = kv.residual_tokens;
+    g.dtype_k = llmkv_kv_dtype(kv.dtype_k);
+    g.dtype_v = llmkv_kv_dtype(kv.dtype_v);
+    g.rotate_k = kv.rotate_k != 0;
+    g.rotate_v = kv.rotate_v != 0;
+    return g;
+}
+
+// A weight on the device: an fp16 matrix [rows][cols] or an f32 vector (rows = 1, cols = n).
+struct DeviceWeight {
+    void *data = nullptr;
+    uint32_t rows = 0, cols = 0;
+    bool matrix = false;
+};
+
+// A buffer of alloc_activation.
+struct Activation {
+    const uint8_t *data = nullptr;
+    size_t bytes = 0;
+};
+
+// A device allocation and the usage counter it is charged to.
+struct DeviceAlloc {
+    void *p;
+    size_t bytes;
+    uint64_t *counter;
 };
 
 }  // namespace
 
 struct llmkv_cuda_context {
     int device = 0;
-    // model
-    uint32_t n_layers = 0, E = 0, n_heads = 0, n_kv_heads = 0, D = 0, FF = 0, V = 0, rope_dim = 0;
-    uint32_t QD = 0, KVD = 0, QKVD = 0;
-    float rms_eps = 0, rope_freq_scale = 1;
-    bool tied = false;
     // KV
-    KvLayout g;
-    uint32_t n_sealed = 0, n_tail = 0;
+    KvGeometry g;
+    uint32_t n_sealed = 0, n_tail = 0, kvd = 0;
     size_t block_bytes = 0, tail_bytes = 0;
     // limits
-    uint32_t max_tokens = 0, max_spans = 0, max_jobs = 0, logit_chunk = 0;
+    uint32_t max_tokens = 0, max_spans = 0, max_jobs = 0;
     size_t window_elems = 0;
 
     cudaStream_t compute = nullptr, copy = nullptr;
     cublasHandle_t cublas = nullptr;
-    std::vector<void *> device_allocs;
+    std::vector<DeviceAlloc> device_allocs;
     std::vector<void *> host_allocs;  // pinned staging owned by the context
     uint64_t weight_bytes = 0, kv_bytes = 0, other_bytes = 0;
 
-    std::vector<LayerDevice> layers;
-    uint16_t *embd = nullptr, *output = nullptr;  // fp16 [V][E]
-    float *output_norm = nullptr, *inv_freq = nullptr;
+    std::vector<DeviceWeight> weights;   // handle h = index h - 1
+    std::vector<Activation> activations;
     uint8_t *pool = nullptr;   // [n_sealed][block_bytes]
     uint8_t *tails = nullptr;  // [n_tail][tail_bytes]
-    // activations (max_tokens rows)
-    float *x = nullptr;          // f32 [T][E]
-    uint16_t *xn = nullptr;      // fp16 [T][max(E, FF)]: normed input of a GEMM
-    float *qkv = nullptr;        // f32 [T][QKVD]
-    uint16_t *attn = nullptr;    // fp16 [T][QD]
-    float *gu = nullptr;         // f32 [T][2 FF]
-    uint16_t *hidden = nullptr;  // fp16 [T][FF]
-    uint16_t *window = nullptr;  // fp16 window buffer (step.cuh)
+    uint16_t *window = nullptr;  // fp16 window buffer (step.cuh), one layer at a time
     float *attn_ws = nullptr;
     size_t attn_ws_bytes = 0;
-    float *logits_dev = nullptr;  // f32 [logit_chunk][V]
+    float *logits_dev = nullptr;  // f32, kLogitsBufferBytes
     void *cublas_ws = nullptr;
+    uint16_t *xh = nullptr;  // fp16 copy of a GEMM input: max_tokens x the widest activation
+    size_t xh_elems = 0;
 
-    // per-step tables: device and pinned host mirrors
+    // per-batch tables: device and pinned host mirrors
     int32_t *d_tokens = nullptr, *d_pos = nullptr, *d_logit_rows = nullptr;  // [T]
     uint32_t *d_row_span = nullptr;                                          // [T]
     StepSpan *d_spans = nullptr;                                             // [max_spans]
@@ -126,8 +143,17 @@ struct llmkv_cuda_context {
     SealJob *h_jobs = nullptr;
     uint32_t *d_block_ids = nullptr, *h_block_ids = nullptr;  // grown by doubling
     size_t block_ids_cap = 0;
-    std::vector<uint32_t> tail_stamp;  // tail slot -> last step that used it (distinctness)
+    cudaEvent_t tables_uploaded = nullptr;  // the host mirrors may be rewritten after it
+    bool tables_pending = false;
+    std::vector<uint32_t> tail_stamp;  // tail slot -> last batch that used it (distinctness)
     uint32_t step_counter = 0;
+
+    // the open batch
+    bool in_batch = false;
+    uint32_t T = 0, n_spans = 0, n_jobs = 0, n_lrows = 0, max_ctx = 0;
+    int32_t max_token = 0;
+    int64_t window_layer = -1;           // layer whose window write_kv built last
+    std::vector<uint32_t> layer_stamp;  // layer -> batch (step_counter) of its write_kv
 
     // async copies
     std::vector<cudaEvent_t> ticket_events;
@@ -157,10 +183,10 @@ struct llmkv_cuda_context {
             format("cuBLAS %s: %s (%s)", what, cublasGetStatusString(s), cublasGetStatusName(s)));
     }
 
-    // Device allocation counted in `counter`; OUT_OF_MEMORY names the buffer.
+    // Device allocation charged to `counter`; OUT_OF_MEMORY names the buffer. p is only
+    // assigned on success: a failure changes nothing the caller holds.
     template <class T>
     llmkv_cuda_status alloc(T *&p, size_t bytes, uint64_t &counter, const char *what) {
-        p = nullptr;
         if (bytes == 0) bytes = 16;
         void *raw = nullptr;
         cudaError_t e = cudaMalloc(&raw, bytes);
@@ -177,14 +203,24 @@ struct llmkv_cuda_context {
                           bytes / 1048576.0, what, cuda_text(e).c_str(), free_b / 1048576.0,
                           total_b / 1048576.0));
         }
-        device_allocs.push_back(raw);
+        device_allocs.push_back({raw, bytes, &counter});
         counter += bytes;
         p = static_cast<T *>(raw);
         return LLMKV_CUDA_OK;
     }
+    // Frees one buffer of alloc (waits for the device: only outside the hot path).
+    void free_device(void *p) {
+        for (size_t i = 0; i < device_allocs.size(); ++i) {
+            if (device_allocs[i].p != p) continue;
+            *device_allocs[i].counter -= device_allocs[i].bytes;
+            cudaFree(p);
+            cudaGetLastError();
+            device_allocs.erase(device_allocs.begin() + std::ptrdiff_t(i));
+            return;
+        }
+    }
     template <class T>
     llmkv_cuda_status alloc_host(T *&p, size_t bytes, const char *what) {
-        p = nullptr;
         if (bytes == 0) bytes = 16;
         void *raw = nullptr;
         cudaError_t e = cudaHostAlloc(&raw, bytes, cudaHostAllocPortable);
@@ -199,6 +235,13 @@ struct llmkv_cuda_context {
         p = static_cast<T *>(raw);
         return LLMKV_CUDA_OK;
     }
+    void free_host(void *p) {
+        auto it = std::find(host_allocs.begin(), host_allocs.end(), p);
+        if (it == host_allocs.end()) return;
+        cudaFreeHost(p);
+        cudaGetLastError();
+        host_allocs.erase(it);
+    }
 
     void release_all() {
         if (compute) cudaStreamSynchronize(compute);
@@ -207,8 +250,10 @@ struct llmkv_cuda_context {
         ticket_events.clear();
         if (compute_marker) cudaEventDestroy(compute_marker);
         if (copy_marker) cudaEventDestroy(copy_marker);
+        if (tables_uploaded) cudaEventDestroy(tables_uploaded);
+        compute_marker = copy_marker = tables_uploaded = nullptr;
         if (cublas) cublasDestroy(cublas);
-        for (void *p : device_allocs) cudaFree(p);
+        for (const DeviceAlloc &a : device_allocs) cudaFree(a.p);
         for (void *p : host_allocs) cudaFreeHost(p);
         device_allocs.clear();
         host_allocs.clear();
@@ -327,92 +372,28 @@ llmkv_cuda_status api_device_info(int32_t device, char *name, size_t name_cap, u
 
 // ---- create ----------------------------------------------------------------------------
 
-std::string check_descs(const llmkv_cuda_model_desc *m, const llmkv_cuda_kv_desc *kv,
-                        const llmkv_cuda_context_params *p) {
-    if (!m || !kv || !p) return "null model, kv or params description";
-    if (m->struct_size < sizeof(llmkv_cuda_model_desc))
-        return format("model desc struct_size %u is too small", m->struct_size);
+std::string check_descs(const llmkv_cuda_kv_desc *kv, const llmkv_cuda_context_params *p) {
+    if (!kv || !p) return "null kv or params description";
     if (kv->struct_size < sizeof(llmkv_cuda_kv_desc))
         return format("kv desc struct_size %u is too small", kv->struct_size);
     if (p->struct_size < sizeof(llmkv_cuda_context_params))
         return format("params struct_size %u is too small", p->struct_size);
-    if (m->n_layers == 0 || m->n_embd == 0 || m->n_heads == 0 || m->n_kv_heads == 0 ||
-        m->head_dim == 0 || m->n_ff == 0 || m->n_vocab == 0) {
-        return "model dimensions must be non-zero";
-    }
-    if (m->n_heads % m->n_kv_heads != 0)
-        return format("n_heads %u is not a multiple of n_kv_heads %u", m->n_heads, m->n_kv_heads);
-    if (m->rope_dim % 2 != 0 || m->rope_dim > m->head_dim)
-        return format("rope_dim %u (head_dim %u)", m->rope_dim, m->head_dim);
-    if (m->rope_dim > 0 && !m->inv_freq) return "inv_freq is null";
-    if (!m->token_embd || !m->output || !m->output_norm)
-        return "token_embd, output and output_norm are required";
-    if (kv->n_layers != m->n_layers || kv->n_kv_heads != m->n_kv_heads ||
-        kv->head_dim != m->head_dim) {
-        return "KV geometry disagrees with the model (layers, kv heads, head_dim)";
-    }
     if (kv->n_sealed_blocks == 0 || kv->n_tail_slots == 0) return "empty KV pools";
     if (p->max_batch_tokens == 0) return "max_batch_tokens must be > 0";
     return std::string();
 }
 
-llmkv_cuda_status upload_layer_impl(Ctx *ctx, uint32_t l, const llmkv_cuda_layer_weights *w) {
-    if (l >= ctx->n_layers || !w)
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                         format("upload_layer: layer %u of %u", l, ctx->n_layers));
-    if (!w->wq || !w->wk || !w->wv || !w->wo || !w->w_gate || !w->w_up || !w->w_down ||
-        !w->attn_norm || !w->ffn_norm) {
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                         format("upload_layer: layer %u has a null tensor", l));
-    }
-    LayerDevice &L = ctx->layers[l];
-    const size_t E = ctx->E, QD = ctx->QD, KVD = ctx->KVD, FF = ctx->FF;
-    CK(ctx, cudaMemcpy(L.wqkv, w->wq, QD * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wqkv + QD * E, w->wk, KVD * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wqkv + (QD + KVD) * E, w->wv, KVD * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wo, w->wo, E * QD * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wgu, w->w_gate, FF * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wgu + FF * E, w->w_up, FF * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.wdown, w->w_down, E * FF * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.attn_norm, w->attn_norm, E * 4, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(L.ffn_norm, w->ffn_norm, E * 4, cudaMemcpyHostToDevice));
-    L.uploaded = true;
-    return LLMKV_CUDA_OK;
-}
-
-llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
-                              const llmkv_cuda_kv_desc *kv, const llmkv_cuda_context_params *p) {
+llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
+                              const llmkv_cuda_context_params *p) {
     ctx->device = p->device;
-    ctx->n_layers = m->n_layers;
-    ctx->E = m->n_embd;
-    ctx->n_heads = m->n_heads;
-    ctx->n_kv_heads = m->n_kv_heads;
-    ctx->D = m->head_dim;
-    ctx->FF = m->n_ff;
-    ctx->V = m->n_vocab;
-    ctx->rope_dim = m->rope_dim;
-    ctx->QD = m->n_heads * m->head_dim;
-    ctx->KVD = m->n_kv_heads * m->head_dim;
-    ctx->QKVD = ctx->QD + 2 * ctx->KVD;
-    ctx->rms_eps = m->rms_eps;
-    ctx->rope_freq_scale = m->rope_freq_scale;
-    ctx->tied = m->output == m->token_embd;
-
-    KvLayout &g = ctx->g;
-    g.n_layers = kv->n_layers;
-    g.H = kv->n_kv_heads;
-    g.D = kv->head_dim;
-    g.B = kv->block_tokens;
-    g.R = kv->residual_tokens;
-    g.codec_k = kv->dtype_k;
-    g.codec_v = kv->dtype_v;
-    g.rotate_k = kv->rotate_k != 0;
-    g.rotate_v = kv->rotate_v != 0;
+    const KvGeometry g = geometry_of(*kv);
+    ctx->g = g;
     if (const char *why = kv_layout_unsupported(g)) {
         return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
                          format("CUDA KV layout not supported: %s (head_dim %u, block_tokens %u, "
                                 "dtypes %u/%u, rotation %u/%u)",
-                                why, g.D, g.B, g.codec_k, g.codec_v, kv->rotate_k, kv->rotate_v));
+                                why, g.head_dim, g.block_tokens, kv->dtype_k, kv->dtype_v,
+                                kv->rotate_k, kv->rotate_v));
     }
     if (g.sealed_block_bytes() != kv->sealed_block_bytes ||
         g.tail_block_bytes() != kv->tail_block_bytes) {
@@ -423,6 +404,7 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
                    (unsigned long long)kv->tail_block_bytes, g.sealed_block_bytes(),
                    g.tail_block_bytes()));
     }
+    ctx->kvd = g.n_kv_heads * g.head_dim;
     ctx->block_bytes = g.sealed_block_bytes();
     ctx->tail_bytes = g.tail_block_bytes();
     ctx->n_sealed = kv->n_sealed_blocks;
@@ -430,11 +412,10 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
     ctx->max_tokens = p->max_batch_tokens;
     ctx->max_spans =
         p->max_spans ? std::min(p->max_spans, p->max_batch_tokens) : p->max_batch_tokens;
-    const size_t window_rows = size_t(ctx->max_spans) * (g.B + g.R - 1) + ctx->max_tokens;
-    ctx->window_elems = window_rows * 2 * ctx->KVD;
-    ctx->max_jobs = uint32_t(window_rows / g.B + 1);
-    ctx->logit_chunk =
-        uint32_t(std::clamp<size_t>(kLogitsBufferBytes / (size_t(ctx->V) * 4), 1, ctx->max_tokens));
+    const size_t window_rows =
+        size_t(ctx->max_spans) * (g.tail_capacity() - 1) + ctx->max_tokens;
+    ctx->window_elems = window_rows * 2 * ctx->kvd;
+    ctx->max_jobs = uint32_t(window_rows / g.block_tokens + 1);
     ctx->attn_ws_bytes =
         p->attention_workspace_bytes ? p->attention_workspace_bytes : kDefaultAttentionWorkspace;
 
@@ -453,6 +434,7 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
     CK(ctx, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
     CK(ctx, cudaEventCreateWithFlags(&ctx->compute_marker, cudaEventDisableTiming));
     CK(ctx, cudaEventCreateWithFlags(&ctx->copy_marker, cudaEventDisableTiming));
+    CK(ctx, cudaEventCreateWithFlags(&ctx->tables_uploaded, cudaEventDisableTiming));
     ctx->ticket_events.reserve(kTicketEvents);
     for (uint32_t i = 0; i < kTicketEvents; ++i) {
         cudaEvent_t ev = nullptr;
@@ -460,27 +442,6 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
         ctx->ticket_events.push_back(ev);
     }
 
-    // Weights.
-    const size_t E = ctx->E, V = ctx->V, FF = ctx->FF;
-    CKS(ctx->alloc(ctx->embd, V * E * 2, ctx->weight_bytes, "token embedding"));
-    if (ctx->tied) {
-        ctx->output = ctx->embd;
-    } else {
-        CKS(ctx->alloc(ctx->output, V * E * 2, ctx->weight_bytes, "output head"));
-    }
-    CKS(ctx->alloc(ctx->output_norm, E * 4, ctx->weight_bytes, "output norm"));
-    CKS(ctx->alloc(ctx->inv_freq, std::max<size_t>(ctx->rope_dim / 2, 1) * 4, ctx->other_bytes,
-                   "rope frequencies"));
-    ctx->layers.resize(ctx->n_layers);
-    for (LayerDevice &L : ctx->layers) {
-        CKS(ctx->alloc(L.wqkv, size_t(ctx->QKVD) * E * 2, ctx->weight_bytes,
-                       "attention qkv weights"));
-        CKS(ctx->alloc(L.wo, E * ctx->QD * 2, ctx->weight_bytes, "attention output weights"));
-        CKS(ctx->alloc(L.wgu, 2 * FF * E * 2, ctx->weight_bytes, "mlp gate/up weights"));
-        CKS(ctx->alloc(L.wdown, E * FF * 2, ctx->weight_bytes, "mlp down weights"));
-        CKS(ctx->alloc(L.attn_norm, E * 4, ctx->weight_bytes, "attention norm"));
-        CKS(ctx->alloc(L.ffn_norm, E * 4, ctx->weight_bytes, "mlp norm"));
-    }
     // KV pools (zeroed: a never-written tail reads as zeros, not garbage).
     CKS(ctx->alloc(ctx->pool, size_t(ctx->n_sealed) * ctx->block_bytes, ctx->kv_bytes,
                    "sealed KV pool"));
@@ -488,60 +449,44 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_model_desc *m,
                    "KV tail slots"));
     CK(ctx, cudaMemsetAsync(ctx->pool, 0, size_t(ctx->n_sealed) * ctx->block_bytes, ctx->compute));
     CK(ctx, cudaMemsetAsync(ctx->tails, 0, size_t(ctx->n_tail) * ctx->tail_bytes, ctx->compute));
-    // Activations and workspaces.
+    // Window, workspaces, batch tables.
     const size_t T = ctx->max_tokens;
     uint64_t &o = ctx->other_bytes;
-    CKS(ctx->alloc(ctx->x, T * E * 4, o, "activations x"));
-    CKS(ctx->alloc(ctx->xn, T * E * 2, o, "normed activations"));
-    CKS(ctx->alloc(ctx->qkv, T * ctx->QKVD * 4, o, "qkv activations"));
-    CKS(ctx->alloc(ctx->attn, T * ctx->QD * 2, o, "attention output"));
-    CKS(ctx->alloc(ctx->gu, T * 2 * FF * 4, o, "gate/up activations"));
-    CKS(ctx->alloc(ctx->hidden, T * FF * 2, o, "mlp hidden activations"));
     CKS(ctx->alloc(ctx->window, ctx->window_elems * 2, o, "KV window"));
     CKS(ctx->alloc(ctx->attn_ws, ctx->attn_ws_bytes, o, "attention workspace"));
-    CKS(ctx->alloc(ctx->logits_dev, size_t(ctx->logit_chunk) * V * 4, o, "logits"));
+    CKS(ctx->alloc(ctx->logits_dev, kLogitsBufferBytes, o, "logits"));
     CKS(ctx->alloc(ctx->cublas_ws, kCublasWorkspace, o, "cuBLAS workspace"));
-    CKS(ctx->alloc(ctx->d_tokens, T * 4, o, "step tokens"));
-    CKS(ctx->alloc(ctx->d_pos, T * 4, o, "step positions"));
-    CKS(ctx->alloc(ctx->d_logit_rows, T * 4, o, "step logit rows"));
-    CKS(ctx->alloc(ctx->d_row_span, T * 4, o, "step row spans"));
-    CKS(ctx->alloc(ctx->d_spans, size_t(ctx->max_spans) * sizeof(StepSpan), o, "step spans"));
-    CKS(ctx->alloc(ctx->d_jobs, size_t(ctx->max_jobs) * sizeof(SealJob), o, "step seal jobs"));
-    CKS(ctx->alloc_host(ctx->h_tokens, T * 4, "step tokens"));
-    CKS(ctx->alloc_host(ctx->h_pos, T * 4, "step positions"));
-    CKS(ctx->alloc_host(ctx->h_logit_rows, T * 4, "step logit rows"));
-    CKS(ctx->alloc_host(ctx->h_row_span, T * 4, "step row spans"));
-    CKS(ctx->alloc_host(ctx->h_spans, size_t(ctx->max_spans) * sizeof(StepSpan), "step spans"));
-    CKS(ctx->alloc_host(ctx->h_jobs, size_t(ctx->max_jobs) * sizeof(SealJob), "step seal jobs"));
-    ctx->block_ids_cap = std::max<size_t>(4096, size_t(ctx->n_sealed));
-    CKS(ctx->alloc(ctx->d_block_ids, ctx->block_ids_cap * 4, o, "step block tables"));
-    CKS(ctx->alloc_host(ctx->h_block_ids, ctx->block_ids_cap * 4, "step block tables"));
+    CKS(ctx->alloc(ctx->d_tokens, T * 4, o, "batch tokens"));
+    CKS(ctx->alloc(ctx->d_pos, T * 4, o, "batch positions"));
+    CKS(ctx->alloc(ctx->d_logit_rows, T * 4, o, "batch logit rows"));
+    CKS(ctx->alloc(ctx->d_row_span, T * 4, o, "batch row spans"));
+    CKS(ctx->alloc(ctx->d_spans, size_t(ctx->max_spans) * sizeof(StepSpan), o, "batch spans"));
+    CKS(ctx->alloc(ctx->d_jobs, size_t(ctx->max_jobs) * sizeof(SealJob), o, "batch seal jobs"));
+    CKS(ctx->alloc_host(ctx->h_tokens, T * 4, "batch tokens"));
+    CKS(ctx->alloc_host(ctx->h_pos, T * 4, "batch positions"));
+    CKS(ctx->alloc_host(ctx->h_logit_rows, T * 4, "batch logit rows"));
+    CKS(ctx->alloc_host(ctx->h_row_span, T * 4, "batch row spans"));
+    CKS(ctx->alloc_host(ctx->h_spans, size_t(ctx->max_spans) * sizeof(StepSpan), "batch spans"));
+    CKS(ctx->alloc_host(ctx->h_jobs, size_t(ctx->max_jobs) * sizeof(SealJob), "batch seal jobs"));
+    const size_t ids = std::max<size_t>(4096, size_t(ctx->n_sealed));
+    CKS(ctx->alloc(ctx->d_block_ids, ids * 4, o, "batch block tables"));
+    CKS(ctx->alloc_host(ctx->h_block_ids, ids * 4, "batch block tables"));
+    ctx->block_ids_cap = ids;
     ctx->tail_stamp.assign(ctx->n_tail, 0);
+    ctx->layer_stamp.assign(g.n_layers, 0);
 
     CKB(ctx, cublasCreate(&ctx->cublas));
     CKB(ctx, cublasSetStream(ctx->cublas, ctx->compute));
     CKB(ctx, cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, kCublasWorkspace));
-
-    // Upload.
-    CK(ctx, cudaMemcpy(ctx->embd, m->token_embd, V * E * 2, cudaMemcpyHostToDevice));
-    if (!ctx->tied) CK(ctx, cudaMemcpy(ctx->output, m->output, V * E * 2, cudaMemcpyHostToDevice));
-    CK(ctx, cudaMemcpy(ctx->output_norm, m->output_norm, E * 4, cudaMemcpyHostToDevice));
-    if (ctx->rope_dim > 0)
-        CK(ctx, cudaMemcpy(ctx->inv_freq, m->inv_freq, size_t(ctx->rope_dim / 2) * 4,
-                           cudaMemcpyHostToDevice));
-    if (m->layers) {
-        for (uint32_t l = 0; l < ctx->n_layers; ++l) CKS(upload_layer_impl(ctx, l, &m->layers[l]));
-    }
     CK(ctx, cudaStreamSynchronize(ctx->compute));
     return LLMKV_CUDA_OK;
 }
 
-llmkv_cuda_status api_create(const llmkv_cuda_model_desc *m, const llmkv_cuda_kv_desc *kv,
-                             const llmkv_cuda_context_params *p, llmkv_cuda_context **out,
-                             char *err, size_t err_cap) {
+llmkv_cuda_status api_create(const llmkv_cuda_kv_desc *kv, const llmkv_cuda_context_params *p,
+                             llmkv_cuda_context **out, char *err, size_t err_cap) {
     if (!out) return LLMKV_CUDA_ERR_INVALID;
     *out = nullptr;
-    const std::string bad = check_descs(m, kv, p);
+    const std::string bad = check_descs(kv, p);
     if (!bad.empty()) {
         write_err(err, err_cap, bad);
         return LLMKV_CUDA_ERR_INVALID;
@@ -549,7 +494,7 @@ llmkv_cuda_status api_create(const llmkv_cuda_model_desc *m, const llmkv_cuda_kv
     Ctx *ctx = nullptr;
     try {
         ctx = new Ctx();
-        const llmkv_cuda_status s = create_impl(ctx, m, kv, p);
+        const llmkv_cuda_status s = create_impl(ctx, kv, p);
         if (s != LLMKV_CUDA_OK) {
             write_err(err, err_cap, ctx->err);
             ctx->release_all();
@@ -578,108 +523,190 @@ void api_destroy(llmkv_cuda_context *ctx) {
     delete ctx;
 }
 
-llmkv_cuda_status api_upload_layer(llmkv_cuda_context *ctx, uint32_t layer,
-                                   const llmkv_cuda_layer_weights *w) {
-    return guarded(ctx, [&] { return upload_layer_impl(ctx, layer, w); });
+// ---- weights and activations -------------------------------------------------------------
+
+llmkv_cuda_status upload_weight(Ctx *ctx, const void *host, uint32_t rows, uint32_t cols,
+                                size_t elem, bool matrix, llmkv_cuda_weight *out) {
+    if (!host || !out || rows == 0 || cols == 0)
+        return ctx->fail(LLMKV_CUDA_ERR_INVALID, "upload: null or empty weight");
+    const size_t bytes = size_t(rows) * cols * elem;
+    void *dev = nullptr;
+    CKS(ctx->alloc(dev, bytes, ctx->weight_bytes, matrix ? "a weight matrix" : "a weight vector"));
+    const cudaError_t e = cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        ctx->free_device(dev);
+        return ctx->cuda_fail("cudaMemcpy (weight upload)", e);
+    }
+    ctx->weights.push_back(DeviceWeight{dev, rows, cols, matrix});
+    *out = llmkv_cuda_weight(ctx->weights.size());
+    return LLMKV_CUDA_OK;
 }
 
-// ---- forward ---------------------------------------------------------------------------
+llmkv_cuda_status api_upload_matrix(llmkv_cuda_context *ctx, const uint16_t *host, uint32_t rows,
+                                    uint32_t cols, llmkv_cuda_weight *out) {
+    return guarded(ctx, [&] { return upload_weight(ctx, host, rows, cols, 2, true, out); });
+}
 
+llmkv_cuda_status api_upload_vector(llmkv_cuda_context *ctx, const float *host, uint32_t n,
+                                    llmkv_cuda_weight *out) {
+    return guarded(ctx, [&] { return upload_weight(ctx, host, 1, n, 4, false, out); });
+}
+
+llmkv_cuda_status api_alloc_activation(llmkv_cuda_context *ctx, uint32_t rows, uint32_t cols,
+                                       llmkv_cuda_tensor *out) {
+    return guarded(ctx, [&] {
+        if (!out || rows == 0 || cols == 0 || rows > ctx->max_tokens)
+            return ctx->fail(LLMKV_CUDA_ERR_INVALID,
+                             format("alloc_activation: %u x %u (max_batch_tokens %u)", rows, cols,
+                                    ctx->max_tokens));
+        // The fp16 copy of a GEMM input must hold max_tokens rows of the widest activation.
+        const size_t need_xh = size_t(ctx->max_tokens) * cols;
+        uint16_t *xh = ctx->xh;
+        if (need_xh > ctx->xh_elems)
+            CKS(ctx->alloc(xh, need_xh * 2, ctx->other_bytes, "fp16 GEMM input"));
+        float *p = nullptr;
+        const size_t bytes = size_t(rows) * cols * 4;
+        const llmkv_cuda_status s = ctx->alloc(p, bytes, ctx->other_bytes, "activations");
+        if (s != LLMKV_CUDA_OK) {
+            if (xh != ctx->xh) ctx->free_device(xh);  // an out-of-memory changes nothing
+            return s;
+        }
+        if (xh != ctx->xh) {
+            if (ctx->xh) ctx->free_device(ctx->xh);
+            ctx->xh = xh;
+            ctx->xh_elems = need_xh;
+        }
+        CK(ctx, cudaMemsetAsync(p, 0, bytes, ctx->compute));
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        ctx->activations.push_back(Activation{reinterpret_cast<const uint8_t *>(p), bytes});
+        *out = llmkv_cuda_tensor{p, rows, cols};
+        return LLMKV_CUDA_OK;
+    });
+}
+
+// ---- argument checks of the ops (cheap: a handful of buffers) ---------------------------
+
+// The tensor lies inside one buffer of alloc_activation.
+llmkv_cuda_status check_tensor(Ctx *ctx, const llmkv_cuda_tensor &t, const char *op,
+                               const char *name) {
+    if (!t.data || t.cols == 0)
+        return ctx->fail(LLMKV_CUDA_ERR_INVALID, format("%s: %s is null or empty", op, name));
+    const uint8_t *p = static_cast<const uint8_t *>(t.data);
+    const size_t bytes = size_t(t.rows) * t.cols * 4;
+    for (const Activation &a : ctx->activations) {
+        if (p >= a.data && p < a.data + a.bytes && bytes <= size_t(a.data + a.bytes - p))
+            return LLMKV_CUDA_OK;
+    }
+    return ctx->fail(LLMKV_CUDA_ERR_INVALID,
+                     format("%s: %s (%u x %u) is not inside an activation buffer", op, name,
+                            t.rows, t.cols));
+}
+
+const DeviceWeight *weight_of(Ctx *ctx, llmkv_cuda_weight h, bool matrix) {
+    if (h == 0 || h > ctx->weights.size()) return nullptr;
+    const DeviceWeight &w = ctx->weights[h - 1];
+    return w.matrix == matrix ? &w : nullptr;
+}
+
+llmkv_cuda_status bad(Ctx *ctx, const char *op, const std::string &what) {
+    return ctx->fail(LLMKV_CUDA_ERR_INVALID, std::string(op) + ": " + what);
+}
+
+llmkv_cuda_status need_batch(Ctx *ctx, const char *op) {
+    return ctx->in_batch ? LLMKV_CUDA_OK : bad(ctx, op, "no batch begun");
+}
+
+// ---- one batch ------------------------------------------------------------------------------
+
+// Grows the block tables to hold `need` ids. Both new buffers are allocated before either
+// replaces the old ones: an out-of-memory leaves the tables (and capacity) as they were.
 llmkv_cuda_status grow_block_ids(Ctx *ctx, size_t need) {
     if (need <= ctx->block_ids_cap) return LLMKV_CUDA_OK;
     size_t cap = ctx->block_ids_cap;
     while (cap < need) cap *= 2;
-    // The old buffers stay allocated until destroy (at most log2 growth steps); this keeps
-    // the bookkeeping trivial and happens only at a new high-water mark.
-    CKS(ctx->alloc(ctx->d_block_ids, cap * 4, ctx->other_bytes, "step block tables"));
-    CKS(ctx->alloc_host(ctx->h_block_ids, cap * 4, "step block tables"));
+    uint32_t *d = nullptr, *h = nullptr;
+    CKS(ctx->alloc(d, cap * 4, ctx->other_bytes, "batch block tables"));
+    const llmkv_cuda_status s = ctx->alloc_host(h, cap * 4, "batch block tables");
+    if (s != LLMKV_CUDA_OK) {
+        ctx->free_device(d);
+        return s;
+    }
+    // The old tables may still be read by queued work: free them once it is done (rare: a
+    // new high-water mark).
+    CK(ctx, cudaStreamSynchronize(ctx->compute));
+    ctx->free_device(ctx->d_block_ids);
+    ctx->free_host(ctx->h_block_ids);
+    ctx->d_block_ids = d;
+    ctx->h_block_ids = h;
     ctx->block_ids_cap = cap;
     return LLMKV_CUDA_OK;
 }
 
-llmkv_cuda_status forward_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t n_spans,
-                               float *logits_host) {
-    if (n_spans == 0) return LLMKV_CUDA_OK;
-    if (!spans) return ctx->fail(LLMKV_CUDA_ERR_INVALID, "forward: spans is null");
-    if (n_spans > ctx->max_spans) {
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                         format("forward: %u spans exceed the limit %u", n_spans, ctx->max_spans));
-    }
-    for (const LayerDevice &L : ctx->layers) {
-        if (!L.uploaded)
-            return ctx->fail(LLMKV_CUDA_ERR_INVALID, "forward: model layers were not all uploaded");
-    }
-    const KvLayout &g = ctx->g;
-    const uint32_t B = g.B;
+llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t n_spans,
+                                   uint32_t *n_tokens, uint32_t *n_logit_rows) {
+    ctx->in_batch = false;
+    if (n_spans == 0 || !spans) return bad(ctx, "begin_batch", "no spans");
+    if (n_spans > ctx->max_spans)
+        return bad(ctx, "begin_batch",
+                   format("%u spans exceed the limit %u", n_spans, ctx->max_spans));
+    const KvGeometry &g = ctx->g;
+    const uint32_t B = g.block_tokens;
 
     // Validate everything before any device work.
     uint64_t T = 0, n_blocks_total = 0;
     uint32_t n_logits = 0, max_ctx = 0;
+    int32_t max_token = 0;
     ++ctx->step_counter;
     if (ctx->step_counter == 0) {  // wrapped: restart the stamps
         std::fill(ctx->tail_stamp.begin(), ctx->tail_stamp.end(), 0u);
+        std::fill(ctx->layer_stamp.begin(), ctx->layer_stamp.end(), 0u);
         ctx->step_counter = 1;
     }
     for (uint32_t i = 0; i < n_spans; ++i) {
         const llmkv_cuda_span &s = spans[i];
-        if (s.n == 0 || !s.tokens)
-            return ctx->fail(LLMKV_CUDA_ERR_INVALID, format("forward: span %u is empty", i));
+        if (s.n == 0 || !s.tokens) return bad(ctx, "begin_batch", format("span %u is empty", i));
         if (uint64_t(s.pos0) + s.n > 0x7fffffffu)
-            return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                             format("forward: span %u position overflow", i));
-        if (s.tail_slot >= ctx->n_tail) {
-            return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                             format("forward: span %u tail slot %u out of range (%u)", i,
-                                    s.tail_slot, ctx->n_tail));
-        }
-        if (ctx->tail_stamp[s.tail_slot] == ctx->step_counter) {
-            return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                             format("forward: tail slot %u used by two spans", s.tail_slot));
-        }
+            return bad(ctx, "begin_batch", format("span %u position overflow", i));
+        if (s.tail_slot >= ctx->n_tail)
+            return bad(ctx, "begin_batch",
+                       format("span %u tail slot %u out of range (%u)", i, s.tail_slot,
+                              ctx->n_tail));
+        if (ctx->tail_stamp[s.tail_slot] == ctx->step_counter)
+            return bad(ctx, "begin_batch", format("tail slot %u used by two spans", s.tail_slot));
         ctx->tail_stamp[s.tail_slot] = ctx->step_counter;
         const uint32_t need = g.sealed_blocks(s.pos0 + s.n);
-        if (s.n_blocks < need || (need > 0 && !s.blocks)) {
-            return ctx->fail(
-                LLMKV_CUDA_ERR_INVALID,
-                format("forward: span %u has %u sealed blocks, needs %u", i, s.n_blocks, need));
-        }
+        if (s.n_blocks < need || (need > 0 && !s.blocks))
+            return bad(ctx, "begin_batch",
+                       format("span %u has %u sealed blocks, needs %u", i, s.n_blocks, need));
         for (uint32_t b = 0; b < need; ++b) {
-            if (s.blocks[b] >= ctx->n_sealed) {
-                return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                                 format("forward: span %u block %u id %u out of range (%u)", i, b,
-                                        s.blocks[b], ctx->n_sealed));
-            }
+            if (s.blocks[b] >= ctx->n_sealed)
+                return bad(ctx, "begin_batch",
+                           format("span %u block %u id %u out of range (%u)", i, b, s.blocks[b],
+                                  ctx->n_sealed));
         }
         for (uint32_t t = 0; t < s.n; ++t) {
-            if (s.tokens[t] < 0 || uint32_t(s.tokens[t]) >= ctx->V) {
-                return ctx->fail(
-                    LLMKV_CUDA_ERR_INVALID,
-                    format("token id %d outside the vocabulary (%u)", s.tokens[t], ctx->V));
-            }
+            if (s.tokens[t] < 0)
+                return bad(ctx, "begin_batch", format("token id %d is negative", s.tokens[t]));
+            max_token = std::max(max_token, s.tokens[t]);
         }
         T += s.n;
         n_blocks_total += need;
         n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
         max_ctx = std::max(max_ctx, s.pos0 + s.n);
     }
-    if (T > ctx->max_tokens) {
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                         format("forward: %llu tokens exceed the batch limit %u",
-                                (unsigned long long)T, ctx->max_tokens));
-    }
-    if (n_logits > 0 && !logits_host)
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID, "forward: logits_host is null");
-    const size_t need_ws = attention_min_workspace(ctx->n_heads, ctx->D, max_ctx);
-    if (need_ws > ctx->attn_ws_bytes) {
-        return ctx->fail(
-            LLMKV_CUDA_ERR_UNSUPPORTED,
-            format(
-                "forward: context %u needs %zu bytes of attention workspace, the context has %zu",
-                max_ctx, need_ws, ctx->attn_ws_bytes));
+    if (T > ctx->max_tokens)
+        return bad(ctx, "begin_batch",
+                   format("%llu tokens exceed the batch limit %u", (unsigned long long)T,
+                          ctx->max_tokens));
+    // The previous batch's table uploads read the pinned mirrors: wait for them before
+    // rewriting (they are at the head of that batch's work).
+    if (ctx->tables_pending) {
+        CK(ctx, cudaEventSynchronize(ctx->tables_uploaded));
+        ctx->tables_pending = false;
     }
     CKS(grow_block_ids(ctx, n_blocks_total));
 
-    // Step tables.
+    // Batch tables.
     uint32_t row = 0, n_jobs = 0, n_lrows = 0;
     uint64_t win_off = 0;
     size_t blocks_off = 0;
@@ -687,8 +714,7 @@ llmkv_cuda_status forward_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t 
         const llmkv_cuda_span &s = spans[i];
         const uint32_t ws = g.sealed_blocks(s.pos0) * B;
         const uint32_t cap = s.pos0 - ws + s.n;
-        const uint32_t end = s.pos0 + s.n;
-        const uint32_t need = g.sealed_blocks(end);
+        const uint32_t need = g.sealed_blocks(s.pos0 + s.n);
         StepSpan &d = ctx->h_spans[i];
         d.pos0 = s.pos0;
         d.n = s.n;
@@ -702,8 +728,7 @@ llmkv_cuda_status forward_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t 
         if (need) std::memcpy(ctx->h_block_ids + blocks_off, s.blocks, size_t(need) * 4);
         for (uint32_t b = ws / B; b < need; ++b) {
             if (n_jobs >= ctx->max_jobs)
-                return ctx->fail(LLMKV_CUDA_ERR_INVALID,
-                                 "forward: too many blocks sealed in one step");
+                return bad(ctx, "begin_batch", "too many blocks sealed in one batch");
             ctx->h_jobs[n_jobs++] = SealJob{i, s.blocks[b], b * B - ws};
         }
         for (uint32_t t = 0; t < s.n; ++t) {
@@ -715,20 +740,20 @@ llmkv_cuda_status forward_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t 
             for (uint32_t t = s.all_logits ? 0 : s.n - 1; t < s.n; ++t)
                 ctx->h_logit_rows[n_lrows++] = int32_t(row + t);
         }
-        win_off += 2ull * g.H * cap * g.D;
+        win_off += 2ull * ctx->kvd * cap;
         blocks_off += need;
         row += s.n;
     }
     if (win_off > ctx->window_elems)
-        return ctx->fail(LLMKV_CUDA_ERR_INVALID, "forward: KV window buffer too small (internal)");
+        return bad(ctx, "begin_batch", "KV window buffer too small (internal)");
 
     cudaStream_t st = ctx->compute;
     CKS(order_after_copies(ctx));
-    CK(ctx,
-       cudaMemcpyAsync(ctx->d_tokens, ctx->h_tokens, size_t(T) * 4, cudaMemcpyHostToDevice, st));
-    CK(ctx, cudaMemcpyAsync(ctx->d_pos, ctx->h_pos, size_t(T) * 4, cudaMemcpyHostToDevice, st));
-    CK(ctx, cudaMemcpyAsync(ctx->d_row_span, ctx->h_row_span, size_t(T) * 4, cudaMemcpyHostToDevice,
+    CK(ctx, cudaMemcpyAsync(ctx->d_tokens, ctx->h_tokens, size_t(T) * 4, cudaMemcpyHostToDevice,
                             st));
+    CK(ctx, cudaMemcpyAsync(ctx->d_pos, ctx->h_pos, size_t(T) * 4, cudaMemcpyHostToDevice, st));
+    CK(ctx, cudaMemcpyAsync(ctx->d_row_span, ctx->h_row_span, size_t(T) * 4,
+                            cudaMemcpyHostToDevice, st));
     CK(ctx, cudaMemcpyAsync(ctx->d_spans, ctx->h_spans, size_t(n_spans) * sizeof(StepSpan),
                             cudaMemcpyHostToDevice, st));
     if (n_jobs)
@@ -740,70 +765,272 @@ llmkv_cuda_status forward_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t 
     if (blocks_off)
         CK(ctx, cudaMemcpyAsync(ctx->d_block_ids, ctx->h_block_ids, blocks_off * 4,
                                 cudaMemcpyHostToDevice, st));
+    CK(ctx, cudaEventRecord(ctx->tables_uploaded, st));
+    ctx->tables_pending = true;
 
-    const uint32_t Tn = uint32_t(T);
-    const uint32_t E = ctx->E, QD = ctx->QD, KVD = ctx->KVD, QKVD = ctx->QKVD, FF = ctx->FF;
-    CK(ctx, launch_embedding(ctx->embd, E, ctx->d_tokens, Tn, ctx->x, st));
-
-    AttentionArgs aa;
-    aa.g = g;
-    aa.n_heads = ctx->n_heads;
-    aa.scale = 1.0f / std::sqrt(float(ctx->D));
-    aa.q = ctx->qkv;
-    aa.q_stride = QKVD;
-    aa.pool = ctx->pool;
-    aa.block_ids = ctx->d_block_ids;
-    aa.window = ctx->window;
-    aa.spans = ctx->d_spans;
-    aa.row_span = ctx->d_row_span;
-    aa.n_rows = Tn;
-    aa.max_context = max_ctx;
-    aa.out_f16 = ctx->attn;
-    aa.out_stride = QD;
-    aa.workspace = ctx->attn_ws;
-    aa.workspace_bytes = ctx->attn_ws_bytes;
-
-    for (uint32_t l = 0; l < ctx->n_layers; ++l) {
-        const LayerDevice &L = ctx->layers[l];
-        CK(ctx, launch_rms_norm(ctx->x, E, nullptr, Tn, L.attn_norm, E, ctx->rms_eps, ctx->xn,
-                                nullptr, st));
-        CKB(ctx, gemm_f16_f32(ctx->cublas, L.wqkv, QKVD, E, ctx->xn, E, Tn, ctx->qkv, QKVD, 0.0f));
-        CK(ctx, launch_rope(ctx->qkv, QKVD, Tn, ctx->d_pos, ctx->n_heads, ctx->n_kv_heads, ctx->D,
-                            ctx->rope_dim, ctx->rope_freq_scale, ctx->inv_freq, st));
-        CK(ctx, launch_window_load_tail(g, l, ctx->tails, ctx->d_spans, n_spans, ctx->window, st));
-        CK(ctx, launch_window_append(g, ctx->qkv, QKVD, QD, QD + KVD, ctx->d_row_span, Tn,
-                                     ctx->d_spans, ctx->window, st));
-        CK(ctx,
-           launch_kv_seal(g, l, ctx->window, ctx->d_spans, ctx->d_jobs, n_jobs, ctx->pool, st));
-        CK(ctx, launch_window_store_tail(g, l, ctx->window, ctx->d_spans, n_spans, ctx->tails, st));
-        aa.layer = l;
-        CK(ctx, launch_paged_attention(aa, st));
-        CKB(ctx, gemm_f16_f32(ctx->cublas, L.wo, E, QD, ctx->attn, QD, Tn, ctx->x, E, 1.0f));
-        CK(ctx, launch_rms_norm(ctx->x, E, nullptr, Tn, L.ffn_norm, E, ctx->rms_eps, ctx->xn,
-                                nullptr, st));
-        CKB(ctx,
-            gemm_f16_f32(ctx->cublas, L.wgu, 2 * FF, E, ctx->xn, E, Tn, ctx->gu, 2 * FF, 0.0f));
-        CK(ctx, launch_swiglu(ctx->gu, FF, Tn, ctx->hidden, st));
-        CKB(ctx, gemm_f16_f32(ctx->cublas, L.wdown, E, FF, ctx->hidden, FF, Tn, ctx->x, E, 1.0f));
-    }
-
-    // Final norm and the output head over the rows that want logits, chunk by chunk.
-    for (uint32_t c0 = 0; c0 < n_lrows; c0 += ctx->logit_chunk) {
-        const uint32_t nc = std::min(ctx->logit_chunk, n_lrows - c0);
-        CK(ctx, launch_rms_norm(ctx->x, E, ctx->d_logit_rows + c0, nc, ctx->output_norm, E,
-                                ctx->rms_eps, ctx->xn, nullptr, st));
-        CKB(ctx, gemm_f16_f32(ctx->cublas, ctx->output, ctx->V, E, ctx->xn, E, nc, ctx->logits_dev,
-                              ctx->V, 0.0f));
-        CK(ctx, cudaMemcpyAsync(logits_host + size_t(c0) * ctx->V, ctx->logits_dev,
-                                size_t(nc) * ctx->V * 4, cudaMemcpyDeviceToHost, st));
-    }
-    CK(ctx, cudaStreamSynchronize(st));
+    ctx->T = uint32_t(T);
+    ctx->n_spans = n_spans;
+    ctx->n_jobs = n_jobs;
+    ctx->n_lrows = n_lrows;
+    ctx->max_ctx = max_ctx;
+    ctx->max_token = max_token;
+    ctx->window_layer = -1;
+    ctx->in_batch = true;
+    if (n_tokens) *n_tokens = uint32_t(T);
+    if (n_logit_rows) *n_logit_rows = n_logits;
     return LLMKV_CUDA_OK;
 }
 
-llmkv_cuda_status api_forward(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
-                              uint32_t n_spans, float *logits) {
-    return guarded(ctx, [&] { return forward_impl(ctx, spans, n_spans, logits); });
+llmkv_cuda_status api_begin_batch(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
+                                  uint32_t n_spans, uint32_t *n_tokens, uint32_t *n_logit_rows) {
+    return guarded(ctx,
+                   [&] { return begin_batch_impl(ctx, spans, n_spans, n_tokens, n_logit_rows); });
+}
+
+llmkv_cuda_status api_embed(llmkv_cuda_context *ctx, llmkv_cuda_weight table,
+                            llmkv_cuda_tensor out) {
+    return guarded(ctx, [&] {
+        const char *op = "embed";
+        CKS(need_batch(ctx, op));
+        CKS(check_tensor(ctx, out, op, "out"));
+        const DeviceWeight *w = weight_of(ctx, table, true);
+        if (!w) return bad(ctx, op, "table is not a matrix handle");
+        if (w->cols != out.cols || out.rows < ctx->T)
+            return bad(ctx, op, format("table %u x %u, out %u x %u, %u tokens", w->rows, w->cols,
+                                       out.rows, out.cols, ctx->T));
+        if (uint32_t(ctx->max_token) >= w->rows)
+            return bad(ctx, op, format("token id %d outside the vocabulary (%u)", ctx->max_token,
+                                       w->rows));
+        CK(ctx, launch_embedding(static_cast<const uint16_t *>(w->data), w->cols, ctx->d_tokens,
+                                 ctx->T, static_cast<float *>(out.data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_rms_norm(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                               llmkv_cuda_weight weight, float eps, llmkv_cuda_tensor out) {
+    return guarded(ctx, [&] {
+        const char *op = "rms_norm";
+        CKS(check_tensor(ctx, x, op, "x"));
+        CKS(check_tensor(ctx, out, op, "out"));
+        const DeviceWeight *w = weight_of(ctx, weight, false);
+        if (!w) return bad(ctx, op, "weight is not a vector handle");
+        if (w->cols != x.cols || out.cols != x.cols || out.rows < x.rows)
+            return bad(ctx, op, format("x %u x %u, weight %u, out %u x %u", x.rows, x.cols,
+                                       w->cols, out.rows, out.cols));
+        CK(ctx, launch_rms_norm(static_cast<const float *>(x.data), x.cols, nullptr, x.rows,
+                                static_cast<const float *>(w->data), x.cols, eps, nullptr,
+                                static_cast<float *>(out.data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+// x (f32) -> the fp16 GEMM input buffer.
+llmkv_cuda_status to_fp16_input(Ctx *ctx, const llmkv_cuda_tensor &x, const char *op) {
+    const size_t n = size_t(x.rows) * x.cols;
+    if (n > ctx->xh_elems) return bad(ctx, op, "x is wider than every activation buffer");
+    CK(ctx, launch_f32_to_f16(static_cast<const float *>(x.data), n, ctx->xh, ctx->compute));
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status api_matmul(llmkv_cuda_context *ctx, llmkv_cuda_weight weight,
+                             llmkv_cuda_tensor x, llmkv_cuda_tensor y) {
+    return guarded(ctx, [&] {
+        const char *op = "matmul";
+        CKS(check_tensor(ctx, x, op, "x"));
+        CKS(check_tensor(ctx, y, op, "y"));
+        const DeviceWeight *w = weight_of(ctx, weight, true);
+        if (!w) return bad(ctx, op, "w is not a matrix handle");
+        if (w->cols != x.cols || y.cols != w->rows || y.rows < x.rows || x.data == y.data)
+            return bad(ctx, op, format("w %u x %u, x %u x %u, y %u x %u", w->rows, w->cols,
+                                       x.rows, x.cols, y.rows, y.cols));
+        CKS(to_fp16_input(ctx, x, op));
+        CKB(ctx, gemm_f16_f32(ctx->cublas, static_cast<const uint16_t *>(w->data), w->rows,
+                              w->cols, ctx->xh, x.cols, x.rows, static_cast<float *>(y.data),
+                              y.cols, 0.0f));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_rope(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, uint32_t n_heads,
+                           uint32_t head_dim, uint32_t rope_dim, uint32_t style, float freq_scale,
+                           llmkv_cuda_weight inv_freq) {
+    return guarded(ctx, [&] {
+        const char *op = "rope";
+        CKS(need_batch(ctx, op));
+        CKS(check_tensor(ctx, x, op, "x"));
+        if (x.rows > ctx->T) return bad(ctx, op, "x has more rows than the batch");
+        if (style > LLMKV_CUDA_ROPE_HALVES) return bad(ctx, op, format("style %u", style));
+        if (rope_dim % 2 != 0 || rope_dim > head_dim || size_t(n_heads) * head_dim > x.cols)
+            return bad(ctx, op, format("rope_dim %u, head_dim %u, %u heads, x.cols %u", rope_dim,
+                                       head_dim, n_heads, x.cols));
+        if (rope_dim == 0) return LLMKV_CUDA_OK;
+        const DeviceWeight *f = weight_of(ctx, inv_freq, false);
+        if (!f || f->cols < rope_dim / 2) return bad(ctx, op, "inv_freq: no vector of rope_dim / 2");
+        CK(ctx, launch_rope(static_cast<float *>(x.data), x.cols, x.rows, ctx->d_pos, n_heads,
+                            head_dim, rope_dim, style == LLMKV_CUDA_ROPE_HALVES, freq_scale,
+                            static_cast<const float *>(f->data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_write_kv(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor k,
+                               llmkv_cuda_tensor v) {
+    return guarded(ctx, [&] {
+        const char *op = "write_kv";
+        CKS(need_batch(ctx, op));
+        CKS(check_tensor(ctx, k, op, "k"));
+        CKS(check_tensor(ctx, v, op, "v"));
+        if (layer >= ctx->g.n_layers)
+            return bad(ctx, op, format("layer %u of %u", layer, ctx->g.n_layers));
+        if (k.rows < ctx->T || v.rows < ctx->T || k.cols < ctx->kvd || v.cols < ctx->kvd)
+            return bad(ctx, op, format("k %u x %u, v %u x %u for %u tokens of %u values", k.rows,
+                                       k.cols, v.rows, v.cols, ctx->T, ctx->kvd));
+        // A second write of one layer would reload the tail it already advanced.
+        if (ctx->layer_stamp[layer] == ctx->step_counter)
+            return bad(ctx, op, format("layer %u written twice in one batch", layer));
+        CKS(order_after_copies(ctx));
+        const KvGeometry &g = ctx->g;
+        cudaStream_t st = ctx->compute;
+        CK(ctx, launch_window_load_tail(g, layer, ctx->tails, ctx->d_spans, ctx->n_spans,
+                                        ctx->window, st));
+        CK(ctx, launch_window_append(g, static_cast<const float *>(k.data), k.cols,
+                                     static_cast<const float *>(v.data), v.cols, ctx->d_row_span,
+                                     ctx->T, ctx->d_spans, ctx->window, st));
+        CK(ctx, launch_kv_seal(g, layer, ctx->window, ctx->d_spans, ctx->d_jobs, ctx->n_jobs,
+                               ctx->pool, st));
+        CK(ctx, launch_window_store_tail(g, layer, ctx->window, ctx->d_spans, ctx->n_spans,
+                                         ctx->tails, st));
+        ctx->layer_stamp[layer] = ctx->step_counter;
+        ctx->window_layer = layer;
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                uint32_t n_heads, float scale, llmkv_cuda_tensor out) {
+    return guarded(ctx, [&] {
+        const char *op = "attention";
+        CKS(need_batch(ctx, op));
+        CKS(check_tensor(ctx, q, op, "q"));
+        CKS(check_tensor(ctx, out, op, "out"));
+        const KvGeometry &g = ctx->g;
+        if (ctx->window_layer != int64_t(layer))
+            return bad(ctx, op, format("layer %u is not the layer of the last write_kv", layer));
+        const size_t width = size_t(n_heads) * g.head_dim;
+        if (n_heads == 0 || n_heads % g.n_kv_heads != 0 || q.cols < width || out.cols < width ||
+            q.rows < ctx->T || out.rows < ctx->T)
+            return bad(ctx, op, format("%u heads (%u kv heads), q %u x %u, out %u x %u", n_heads,
+                                       g.n_kv_heads, q.rows, q.cols, out.rows, out.cols));
+        const size_t need_ws = attention_min_workspace(n_heads, g.head_dim, ctx->max_ctx);
+        if (need_ws > ctx->attn_ws_bytes)
+            return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                             format("attention: context %u needs %zu bytes of attention "
+                                    "workspace, the context has %zu",
+                                    ctx->max_ctx, need_ws, ctx->attn_ws_bytes));
+        CKS(order_after_copies(ctx));
+        AttentionArgs aa;
+        aa.g = g;
+        aa.layer = layer;
+        aa.n_heads = n_heads;
+        aa.scale = scale;
+        aa.q = static_cast<const float *>(q.data);
+        aa.q_stride = q.cols;
+        aa.pool = ctx->pool;
+        aa.block_ids = ctx->d_block_ids;
+        aa.window = ctx->window;
+        aa.spans = ctx->d_spans;
+        aa.row_span = ctx->d_row_span;
+        aa.n_rows = ctx->T;
+        aa.max_context = ctx->max_ctx;
+        aa.out_f32 = static_cast<float *>(out.data);
+        aa.out_stride = out.cols;
+        aa.workspace = ctx->attn_ws;
+        aa.workspace_bytes = ctx->attn_ws_bytes;
+        CK(ctx, launch_paged_attention(aa, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status same_shape(Ctx *ctx, const char *op, const llmkv_cuda_tensor &a,
+                             const llmkv_cuda_tensor &b) {
+    CKS(check_tensor(ctx, a, op, "first tensor"));
+    CKS(check_tensor(ctx, b, op, "second tensor"));
+    if (a.cols != b.cols || b.rows < a.rows)
+        return bad(ctx, op, format("%u x %u and %u x %u", a.rows, a.cols, b.rows, b.cols));
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status api_add(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, llmkv_cuda_tensor y) {
+    return guarded(ctx, [&] {
+        CKS(same_shape(ctx, "add", x, y));
+        CK(ctx, launch_add(static_cast<float *>(x.data), static_cast<const float *>(y.data),
+                           size_t(x.rows) * x.cols, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_swiglu(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                             llmkv_cuda_tensor up) {
+    return guarded(ctx, [&] {
+        CKS(same_shape(ctx, "swiglu", gate, up));
+        CK(ctx, launch_swiglu(static_cast<float *>(gate.data), static_cast<const float *>(up.data),
+                              size_t(gate.rows) * gate.cols, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_gather_logit_rows(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                        llmkv_cuda_tensor out) {
+    return guarded(ctx, [&] {
+        const char *op = "gather_logit_rows";
+        CKS(need_batch(ctx, op));
+        CKS(check_tensor(ctx, x, op, "x"));
+        CKS(check_tensor(ctx, out, op, "out"));
+        if (x.cols != out.cols || x.rows < ctx->T || out.rows < ctx->n_lrows || x.data == out.data)
+            return bad(ctx, op, format("x %u x %u, out %u x %u, %u tokens, %u logit rows", x.rows,
+                                       x.cols, out.rows, out.cols, ctx->T, ctx->n_lrows));
+        CK(ctx, launch_gather_rows(static_cast<const float *>(x.data), x.cols, ctx->d_logit_rows,
+                                   ctx->n_lrows, static_cast<float *>(out.data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_logits(llmkv_cuda_context *ctx, llmkv_cuda_weight weight,
+                             llmkv_cuda_tensor x, float *host) {
+    return guarded(ctx, [&] {
+        const char *op = "logits";
+        CKS(check_tensor(ctx, x, op, "x"));
+        const DeviceWeight *w = weight_of(ctx, weight, true);
+        if (!w) return bad(ctx, op, "w is not a matrix handle");
+        if (w->cols != x.cols) return bad(ctx, op, "x.cols differs from the matrix's cols");
+        if (x.rows == 0) return LLMKV_CUDA_OK;
+        if (!host) return bad(ctx, op, "host is null");
+        const size_t row_bytes = size_t(w->rows) * 4;
+        if (row_bytes > kLogitsBufferBytes)
+            return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                             format("logits: %u outputs exceed the logits buffer", w->rows));
+        const uint32_t chunk = uint32_t(std::min<size_t>(kLogitsBufferBytes / row_bytes, x.rows));
+        CKS(to_fp16_input(ctx, x, op));
+        for (uint32_t r0 = 0; r0 < x.rows; r0 += chunk) {
+            const uint32_t nc = std::min(chunk, x.rows - r0);
+            CKB(ctx, gemm_f16_f32(ctx->cublas, static_cast<const uint16_t *>(w->data), w->rows,
+                                  w->cols, ctx->xh + size_t(r0) * x.cols, x.cols, nc,
+                                  ctx->logits_dev, w->rows, 0.0f));
+            CK(ctx, cudaMemcpyAsync(host + size_t(r0) * w->rows, ctx->logits_dev, nc * row_bytes,
+                                    cudaMemcpyDeviceToHost, ctx->compute));
+        }
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_end_batch(llmkv_cuda_context *ctx) {
+    return guarded(ctx, [&] {
+        ctx->in_batch = false;
+        ctx->window_layer = -1;
+        return LLMKV_CUDA_OK;
+    });
 }
 
 // ---- synchronous copies -----------------------------------------------------------------
@@ -999,8 +1226,21 @@ const llmkv_cuda_api kApi = {
     api_device_info,
     api_create,
     api_destroy,
-    api_upload_layer,
-    api_forward,
+    api_upload_matrix,
+    api_upload_vector,
+    api_alloc_activation,
+    api_begin_batch,
+    api_embed,
+    api_rms_norm,
+    api_matmul,
+    api_rope,
+    api_write_kv,
+    api_attention,
+    api_add,
+    api_swiglu,
+    api_gather_logit_rows,
+    api_logits,
+    api_end_batch,
     api_read_block,
     api_write_block,
     api_read_tail,

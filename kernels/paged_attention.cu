@@ -144,15 +144,15 @@ template <uint32_t KC, uint32_t VC, uint32_t GMAX>
 __global__ void __launch_bounds__(kThreads)
     attention_partition_kernel(const AttentionArgs a, const LaunchShape sh) {
     extern __shared__ float smem[];
-    const KvLayout &g = a.g;
-    const uint32_t D = g.D, B = g.B;
+    const KvGeometry &g = a.g;
+    const uint32_t D = g.head_dim, B = g.block_tokens;
     const uint32_t part = blockIdx.x;
     const uint32_t kvh = blockIdx.y / sh.head_chunks, chunk = blockIdx.y % sh.head_chunks;
     const uint32_t row_local = blockIdx.z, row = sh.row_begin + row_local;
     const StepSpan sp = a.spans[a.row_span[row]];
     const uint32_t pos = sp.pos0 + (row - sp.row0);
     const uint32_t n_ctx = pos + 1;
-    const uint32_t group = a.n_heads / g.H;
+    const uint32_t group = a.n_heads / g.n_kv_heads;
     const uint32_t h_first = kvh * group + chunk * GMAX;
     const uint32_t nh = min(GMAX, group - chunk * GMAX);
     float *ws_ml = a.workspace;                        // f32 [entries_cap][2]
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kThreads)
         load_q(false);
         const size_t head_rows = size_t(kvh) * sp.win_cap;
         const uint16_t *wk = a.window + sp.win_offset;
-        const uint16_t *wv = wk + size_t(g.H) * sp.win_cap * D;
+        const uint16_t *wv = wk + size_t(g.n_kv_heads) * sp.win_cap * D;
         for (uint32_t base = w_begin; base < t1; base += n_groups) {
             const uint32_t t = base + grp;
             const bool valid = t < t1;
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // One CTA per (row, head), one thread per dim: merges the partitions in order.
 __global__ void attention_merge_kernel(const AttentionArgs a, const LaunchShape sh) {
-    const uint32_t D = a.g.D;
+    const uint32_t D = a.g.head_dim;
     const uint32_t d = threadIdx.x;
     if (d >= D) return;
     const uint32_t row_local = blockIdx.x, h = blockIdx.y;
@@ -403,20 +403,20 @@ size_t attention_min_workspace(uint32_t n_heads, uint32_t head_dim, uint32_t max
 
 cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) {
     if (a.n_rows == 0) return cudaSuccess;
-    const KvLayout &g = a.g;
-    if (kv_layout_unsupported(g) || a.n_heads == 0 || a.n_heads % g.H != 0)
+    const KvGeometry &g = a.g;
+    if (kv_layout_unsupported(g) || a.n_heads == 0 || a.n_heads % g.n_kv_heads != 0)
         return cudaErrorInvalidValue;
     if ((a.out_f32 == nullptr) == (a.out_f16 == nullptr) || a.workspace == nullptr)
         return cudaErrorInvalidValue;
-    const uint32_t D = g.D;
+    const uint32_t D = g.head_dim;
     uint32_t lanes = 1;
     while (lanes * 8 < D) lanes *= 2;  // D <= 256: lanes <= 32
-    const uint32_t group = a.n_heads / g.H;
+    const uint32_t group = a.n_heads / g.n_kv_heads;
     const bool wide = group > 4;
     const uint32_t gmax = wide ? 8 : 4;
     const uint32_t head_chunks = (group + gmax - 1) / gmax;
-    if (size_t(g.H) * head_chunks > 65535) return cudaErrorInvalidValue;
-    PartitionKernel kernel = pick_kernel(g.codec_k, g.codec_v, wide);
+    if (size_t(g.n_kv_heads) * head_chunks > 65535) return cudaErrorInvalidValue;
+    PartitionKernel kernel = pick_kernel(g.dtype_k, g.dtype_v, wide);
     if (!kernel) return cudaErrorInvalidValue;
 
     LaunchShape sh{};
@@ -424,7 +424,7 @@ cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) 
     sh.lanes = lanes;
     sh.head_chunks = head_chunks;
     sh.entries_cap = a.workspace_bytes / ((size_t(D) + 2) * sizeof(float));
-    sh.aligned = g.vector_aligned() && (reinterpret_cast<uintptr_t>(a.pool) % 16 == 0);
+    sh.aligned = kv_vector_aligned(g) && (reinterpret_cast<uintptr_t>(a.pool) % 16 == 0);
     sh.hadamard_scale = float(1.0 / sqrt(double(D)));
     const size_t per_row = size_t(a.n_heads) * sh.n_parts;
     if (sh.entries_cap < per_row) return cudaErrorInvalidValue;
@@ -437,7 +437,7 @@ cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) 
         const uint32_t rows = uint32_t(a.n_rows - row_begin < rows_per_launch ? a.n_rows - row_begin
                                                                               : rows_per_launch);
         sh.row_begin = row_begin;
-        kernel<<<dim3(sh.n_parts, g.H * head_chunks, rows), kThreads, smem, stream>>>(a, sh);
+        kernel<<<dim3(sh.n_parts, g.n_kv_heads * head_chunks, rows), kThreads, smem, stream>>>(a, sh);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
         attention_merge_kernel<<<dim3(rows, a.n_heads), merge_threads, 0, stream>>>(a, sh);

@@ -17,9 +17,9 @@ namespace llmkv::cuda {
 constexpr uint32_t kAttentionPartitionTokens = 256;
 
 struct AttentionArgs {
-    KvLayout g;
+    KvGeometry g;
     uint32_t layer = 0;
-    uint32_t n_heads = 0;  // query heads; n_heads % g.H == 0
+    uint32_t n_heads = 0;  // query heads; n_heads % g.n_kv_heads == 0
     float scale = 0.0f;    // usually 1 / sqrt(head_dim)
     const float *q =
         nullptr;  // f32 [n_rows][q_stride], head h at columns [h*D, h*D + D), RoPE applied

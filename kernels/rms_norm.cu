@@ -1,6 +1,6 @@
 // RMSNorm. Layouts: x f32 [rows][ld_x]; weight f32 [n]; out fp16 or f32 [n_rows][n].
 // One CTA (256 threads) per row. The sum of squares is accumulated in double like the CPU
-// (rms_norm in src/engine/forward.cpp); only the summation order differs, so the scale
+// (rms_norm of src/backend/cpu/cpu_backend.h); only the summation order differs, so the scale
 // matches the CPU's except in rare last-bit cases, and x * scale * weight is evaluated in
 // the same order without FMA contraction. fp16 outputs are rounded to nearest even.
 #include "device_math.cuh"
@@ -13,9 +13,9 @@ namespace {
 constexpr uint32_t kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_kernel(const float *__restrict__ x, uint32_t ld_x, const int32_t *__restrict__ rows,
-                    const float *__restrict__ weight, uint32_t n, float eps,
-                    uint16_t *__restrict__ out_f16, float *__restrict__ out_f32) {
+    rms_norm_kernel(const float *x, uint32_t ld_x, const int32_t *__restrict__ rows,
+                    const float *__restrict__ weight, uint32_t n, float eps, uint16_t *out_f16,
+                    float *out_f32) {  // x and out_f32 may be one buffer (in place)
     __shared__ double partial[kThreads / 32];
     __shared__ float scale_shared;
     const uint32_t i = blockIdx.x;

@@ -1,8 +1,8 @@
-// Per-step descriptors the module builds on the host for one forward pass and uploads once
+// Per-batch descriptors the module builds on the host in begin_batch and uploads once
 // (plain structs shared by host and device code).
 //
-// The fp16 "window" of a span (per layer, rebuilt every layer, as in Forward::
-// write_kv_window): rows for positions [win_start, pos0 + n) where win_start =
+// The fp16 "window" of a span (per layer, rebuilt by every write_kv, as the CPU backend's
+// write_kv builds it): rows for positions [win_start, pos0 + n) where win_start =
 // sealed_blocks(pos0) * B; rows [0, pos0 - win_start) come from the tail slot, the rest are
 // the new K/V. Window buffer layout of one span (fp16, elements from win_offset):
 //   K [H][win_cap][D], then V [H][win_cap][D],   win_cap = pos0 - win_start + n.

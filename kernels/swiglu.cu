@@ -1,34 +1,26 @@
-// SwiGLU. Layouts: gate_up f32 [n_rows][2 * n_ff] (gate columns then up columns, the
-// output of the fused gate/up GEMM); out fp16 [n_rows][n_ff] (input of the down GEMM).
-// Grid-stride over all elements. expf is CUDA's accurate version (few ulp vs the CPU).
-#include "device_math.cuh"
+// SwiGLU. Layouts: gate, up f32 [n] (the rows of the gate and up projections, contiguous);
+// the result replaces gate (input of the down projection). Grid-stride over all elements.
+// expf is CUDA's accurate version (few ulp vs the CPU).
 #include "swiglu.cuh"
 
 namespace llmkv::cuda {
 
 namespace {
 
-__global__ void swiglu_kernel(const float *__restrict__ gate_up, uint32_t n_ff, size_t total,
-                              uint16_t *__restrict__ out) {
-    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+__global__ void swiglu_kernel(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
          k += size_t(gridDim.x) * blockDim.x) {
-        const size_t t = k / n_ff, i = k % n_ff;
-        const float g = gate_up[t * 2 * n_ff + i];
-        const float u = gate_up[t * 2 * n_ff + n_ff + i];
-        const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-        out[k] = f32_to_fp16_bits(v);
+        const float g = gate[k];
+        gate[k] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[k]);
     }
 }
 
 }  // namespace
 
-cudaError_t launch_swiglu(const float *gate_up, uint32_t n_ff, uint32_t n_rows, uint16_t *out,
-                          cudaStream_t stream) {
-    const size_t total = size_t(n_ff) * n_rows;
-    if (total == 0) return cudaSuccess;
-    const size_t blocks = (total + 255) / 256;
-    swiglu_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gate_up, n_ff,
-                                                                                 total, out);
+cudaError_t launch_swiglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    const size_t blocks = (n + 255) / 256;
+    swiglu_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gate, up, n);
     return cudaGetLastError();
 }
 

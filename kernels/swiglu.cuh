@@ -1,14 +1,14 @@
-// SwiGLU activation of the fused gate/up projection.
+// SwiGLU activation: gate = silu(gate) * up, in place.
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
 
 namespace llmkv::cuda {
 
-// out[t][i] = g / (1 + exp(-g)) * u with g = gate_up[t][i], u = gate_up[t][n_ff + i].
-// gate_up: f32 [n_rows][2 * n_ff] (device); out: fp16 [n_rows][n_ff] (device).
-cudaError_t launch_swiglu(const float *gate_up, uint32_t n_ff, uint32_t n_rows, uint16_t *out,
-                          cudaStream_t stream);
+// gate[i] = g / (1 + exp(-g)) * up[i] with g = gate[i], for i < n.
+// gate, up: f32 [n] (device; rows x n_ff contiguous).
+cudaError_t launch_swiglu(float *gate, const float *up, size_t n, cudaStream_t stream);
 
 }  // namespace llmkv::cuda

@@ -1,7 +1,8 @@
-// The CUDA backend end to end (libllmkv's CudaBackend -> libllmkv-cuda.so): module loading,
-// tiny synthetic models against the CPU Forward for every KV codec, chunking / batching,
-// block and tail copies in the CPU byte layouts, error handling; SmolLM2 greedy decoding
-// against the CPU when the model file is present.
+// The CUDA backend end to end (the Llama Forward of src/model/arch/ on make_cuda_backend ->
+// libllmkv-cuda.so's op-level ABI): module loading, tiny synthetic models against the same
+// Forward on the CPU backend for every KV codec, chunking / batching, block and tail copies
+// in the CPU byte layouts through the backend's transfer queue, error handling; SmolLM2
+// greedy decoding against the CPU when the model file is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,9 +11,14 @@
 #include <fstream>
 #include <memory>
 
-#include "backend/cuda_backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
-#include "engine/forward.h"
+#include "common/half.h"
+#include "common/thread_pool.h"
+#include "kv/codec.h"
+#include "kv/kv_cache.h"
+#include "model/arch/forward.h"
 #include "gpu_test_util.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
@@ -27,7 +33,7 @@ using testing::TinyModelSpec;
 #define LLMKV_REQUIRE_MODULE_DEVICE()                             \
     do {                                                          \
         std::string why_;                                         \
-        if (CudaModule::get().device_count(&why_) == 0) {         \
+        if (cuda_device_count(&why_) == 0) {                      \
             std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
             GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
         }                                                         \
@@ -70,15 +76,17 @@ KvGeometry geometry_for(const LlamaConfig &c, const KvConfig &kc) {
     return g;
 }
 
-// One model, a CPU Forward and a CudaBackend over twin KV caches (same block ids).
+// One model, the Forward on the CPU backend and on the CUDA backend, over twin KV caches
+// (same block ids; the GPU one is the bookkeeping of the device pools).
 struct Twin {
     std::vector<uint8_t> bytes;
     std::shared_ptr<GgufFile> file;
     std::unique_ptr<LlamaModel> model;
-    std::unique_ptr<KvCache> cpu_cache, gpu_cache;  // gpu_cache: bookkeeping of the device pools
+    std::unique_ptr<KvCache> cpu_cache, gpu_cache;
     std::unique_ptr<ThreadPool> pool;
-    std::unique_ptr<Forward> forward;
-    std::unique_ptr<CudaBackend> gpu;
+    std::unique_ptr<Backend> cpu_backend, gpu_backend;
+    std::unique_ptr<Forward> forward, gpu;  // forward: CPU, gpu: CUDA
+    std::unique_ptr<KvTransferQueue> copies;  // the GPU pools' transfer queue
 
     Twin(std::shared_ptr<GgufFile> f, const KvConfig &kc, uint32_t n_blocks = 256,
          uint32_t max_tokens = 128) {
@@ -88,17 +96,32 @@ struct Twin {
         cpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
         gpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
         pool = std::make_unique<ThreadPool>(2);
-        forward = std::make_unique<Forward>(*model, *cpu_cache, *pool, max_tokens);
+        cpu_backend = std::make_unique<CpuBackend>(*cpu_cache, *pool, max_tokens);
+        forward = Forward::create(*model, *cpu_backend, max_tokens);
         CudaBackendOptions o;
         o.max_batch_tokens = max_tokens;
         o.n_sealed_blocks = n_blocks;
         o.n_tail_slots = 8;
-        gpu = std::make_unique<CudaBackend>(*model, g, o);
+        gpu_backend = make_cuda_backend(g, o);
+        gpu = Forward::create(*model, *gpu_backend, max_tokens);
+        copies = gpu_backend->make_transfer_queue(true);
+    }
+    ~Twin() {
+        copies.reset();  // the queue goes before its backend
     }
     static std::shared_ptr<GgufFile> tiny(const TinyModelSpec &spec,
                                           std::vector<uint8_t> &storage) {
         storage = testing::build_tiny_model(spec);
         return std::shared_ptr<GgufFile>(GgufFile::from_memory(storage.data(), storage.size()));
+    }
+    // Synchronous copies of whole blocks / tail slots between the device pools and host memory.
+    void read_block(uint32_t id, void *host) { copies->submit({{KvTransfer::kBlockOut, id, host}}, true); }
+    void write_block(uint32_t id, const void *host) {
+        copies->submit({{KvTransfer::kBlockIn, id, const_cast<void *>(host)}}, true);
+    }
+    void read_tail(int64_t slot, void *host) { copies->submit({{KvTransfer::kTailOut, slot, host}}, true); }
+    void write_tail(int64_t slot, const void *host) {
+        copies->submit({{KvTransfer::kTailIn, slot, const_cast<void *>(host)}}, true);
     }
 };
 
@@ -142,7 +165,7 @@ TEST(CudaModule, LoadsOrSaysWhyNot) {
         EXPECT_FALSE(m.error().empty());
     }
     std::string why;
-    if (m.device_count(&why) == 0) {
+    if (cuda_device_count(&why) == 0) {
         EXPECT_FALSE(why.empty()) << "no device must come with a reason";
         // Creating a backend then fails with LLMKV_ERR_BACKEND and the reason, never aborts.
         std::vector<uint8_t> storage;
@@ -153,7 +176,7 @@ TEST(CudaModule, LoadsOrSaysWhyNot) {
         o.n_sealed_blocks = 4;
         o.n_tail_slots = 1;
         try {
-            CudaBackend b(*model, g, o);
+            std::unique_ptr<Backend> b = make_cuda_backend(g, o);
             FAIL() << "a backend was created without a device";
         } catch (const Error &e) {
             EXPECT_EQ(e.status(), LLMKV_ERR_BACKEND);
@@ -238,7 +261,7 @@ TEST_P(TinyModelParity, LogitsMatchTheCpuForward) {
     std::vector<float> a(size_t(g.block_tokens) * g.head_dim), b(a.size());
     ASSERT_EQ(c[0].blocks.size(), d[0].blocks.size());
     for (size_t j = 0; j < d[0].blocks.size(); ++j) {
-        tw.gpu->read_block(d[0].blocks[j], gpu_block.data());
+        tw.read_block(d[0].blocks[j], gpu_block.data());
         const uint8_t *cpu_block = tw.cpu_cache->sealed_data(c[0].blocks[j]);
         for (uint32_t l = 0; l < g.n_layers; ++l) {
             for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
@@ -344,43 +367,122 @@ TEST(CudaBackend, BlocksAndTailsCopyBitForBit) {
     std::vector<uint8_t> storage;
     Twin tw(Twin::tiny(TinyModelSpec{}, storage),
             KvConfig{LLMKV_KV_INT4, LLMKV_KV_INT4, true, true, 16, 0}, 16);
-    const size_t bb = tw.gpu->sealed_block_bytes(), tb = tw.gpu->tail_block_bytes();
+    const KvGeometry &g = tw.gpu_cache->geometry();
+    const size_t bb = g.sealed_block_bytes(), tb = g.tail_block_bytes();
     std::vector<uint8_t> blk(bb), tail(tb), back(std::max(bb, tb));
     for (size_t i = 0; i < bb; ++i) blk[i] = uint8_t(i * 131 + 7);
     for (size_t i = 0; i < tb; ++i) tail[i] = uint8_t(i * 29 + 3);
-    tw.gpu->write_block(5, blk.data());
-    tw.gpu->read_block(5, back.data());
+    tw.write_block(5, blk.data());
+    tw.read_block(5, back.data());
     EXPECT_EQ(0, std::memcmp(back.data(), blk.data(), bb));
-    tw.gpu->write_tail(2, tail.data());
-    tw.gpu->copy_tail(2, 6);
-    tw.gpu->read_tail(6, back.data());
+    tw.write_tail(2, tail.data());
+    tw.gpu_backend->copy_tail(2, 6);
+    tw.read_tail(6, back.data());
     EXPECT_EQ(0, std::memcmp(back.data(), tail.data(), tb));
-    // Async: offload block 5 into pinned memory, onboard it into blocks 7 and 8.
-    uint8_t *pinned = static_cast<uint8_t *>(tw.gpu->host_alloc(2 * bb));
+    // Async: offload block 5 into pinned memory (the backend's host allocator), onboard it
+    // into blocks 7 and 8.
+    HostAllocator host = tw.gpu_backend->host_allocator();
+    EXPECT_EQ(host.name, "cudaHostAlloc");
+    bool locked = false;
+    uint8_t *pinned = static_cast<uint8_t *>(host.alloc(2 * bb, 4096, locked));
     ASSERT_NE(pinned, nullptr);
-    uint32_t src = 5;
-    void *dst[1] = {pinned};
-    const uint64_t t1 = tw.gpu->read_blocks_async(&src, 1, dst);
-    tw.gpu->copy_wait(t1);
-    EXPECT_TRUE(tw.gpu->copy_done(t1));
+    EXPECT_TRUE(locked);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(pinned) % 4096, 0u);
+    const Ticket t1 = tw.copies->submit({{KvTransfer::kBlockOut, 5, pinned}}, false);
+    tw.copies->wait(t1);
+    EXPECT_TRUE(tw.copies->done(t1));
     EXPECT_EQ(0, std::memcmp(pinned, blk.data(), bb));
     std::memcpy(pinned + bb, pinned, bb);
-    uint32_t ids[2] = {7, 8};
-    const void *srcs[2] = {pinned, pinned + bb};
-    const uint64_t t2 = tw.gpu->write_blocks_async(ids, 2, srcs);
+    const Ticket t2 = tw.copies->submit(
+        {{KvTransfer::kBlockIn, 7, pinned}, {KvTransfer::kBlockIn, 8, pinned + bb}}, false);
     EXPECT_GT(t2, t1);
-    tw.gpu->read_block(8, back.data());  // ordered after the async writes
+    tw.read_block(8, back.data());  // ordered after the async writes
     EXPECT_EQ(0, std::memcmp(back.data(), blk.data(), bb));
-    tw.gpu->copy_wait(t2);
-    tw.gpu->host_free(pinned);
+    tw.copies->wait_all();
+    host.free(pinned, 2 * bb);
     // Out-of-range ids are argument errors, not device errors.
     try {
-        tw.gpu->read_block(16, back.data());
+        tw.read_block(16, back.data());
         FAIL() << "no error for block 16 of 16";
     } catch (const Error &e) {
         EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
     }
-    tw.gpu->read_block(0, back.data());  // still usable
+    tw.read_block(0, back.data());  // still usable
+}
+
+// The module's op-level ABI directly: argument errors (bad spans, ops out of order, unknown
+// handles, token ids beyond the table) return LLMKV_CUDA_ERR_INVALID, leave the KV bytes as
+// they were and are not sticky.
+TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 2;
+    g.head_dim = 16;
+    g.block_tokens = 4;
+    llmkv_cuda_kv_desc kd{};
+    kd.struct_size = sizeof kd;
+    kd.n_layers = g.n_layers;
+    kd.n_kv_heads = g.n_kv_heads;
+    kd.head_dim = g.head_dim;
+    kd.block_tokens = g.block_tokens;
+    kd.n_sealed_blocks = 4;
+    kd.n_tail_slots = 2;
+    kd.sealed_block_bytes = g.sealed_block_bytes();
+    kd.tail_block_bytes = g.tail_block_bytes();
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = 8;
+    llmkv_cuda_context *ctx = nullptr;
+    char err[512] = {0};
+    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
+    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    const size_t tb = g.tail_block_bytes();
+    std::vector<uint8_t> tail(tb), back(tb);
+    for (size_t i = 0; i < tb; ++i) tail[i] = uint8_t(i * 7 + 1);
+    ASSERT_EQ(api->write_tail(ctx, 0, tail.data()), LLMKV_CUDA_OK);
+
+    const uint32_t E = 32, kvd = g.n_kv_heads * g.head_dim, vocab = 10;
+    std::vector<uint16_t> table(size_t(vocab) * E, fp32_to_fp16(0.5f));
+    llmkv_cuda_weight h_table = 0;
+    ASSERT_EQ(api->upload_matrix(ctx, table.data(), vocab, E, &h_table), LLMKV_CUDA_OK);
+    llmkv_cuda_tensor x{}, k{}, v{}, q{}, out{};
+    ASSERT_EQ(api->alloc_activation(ctx, 8, E, &x), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &k), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &v), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &q), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx, 8, kvd, &out), LLMKV_CUDA_OK);
+    llmkv_cuda_tensor too_big = x;
+    too_big.rows = 9;
+    llmkv_cuda_tensor fake{reinterpret_cast<void *>(uintptr_t(64)), 1, 1};
+
+    EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_ERR_INVALID);  // no batch
+    std::vector<int32_t> tokens = {1, 2};
+    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0};
+    EXPECT_EQ(api->begin_batch(ctx, &bad_slot, 1, nullptr, nullptr), LLMKV_CUDA_ERR_INVALID);
+    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0};
+    uint32_t n = 0, n_logits = 0;
+    ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(n, 2u);
+    EXPECT_EQ(n_logits, 1u);
+    EXPECT_EQ(api->embed(ctx, h_table + 7, x), LLMKV_CUDA_ERR_INVALID);  // unknown handle
+    EXPECT_EQ(api->embed(ctx, h_table, too_big), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->add(ctx, fake, fake), LLMKV_CUDA_ERR_INVALID);  // not an activation
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_OK);
+    EXPECT_EQ(api->write_kv(ctx, 1, k, v), LLMKV_CUDA_ERR_INVALID);  // no layer 1
+    EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
+    // Nothing written so far: the tail slot still holds its bytes.
+    ASSERT_EQ(api->read_tail(ctx, 0, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(0, std::memcmp(back.data(), tail.data(), tb));
+    EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_ERR_INVALID);  // twice in one batch
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_OK)
+        << api->last_error(ctx);
+    EXPECT_EQ(api->end_batch(ctx), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->read_tail(ctx, 0, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
 }
 
 // ---- SmolLM2 --------------------------------------------------------------------------------

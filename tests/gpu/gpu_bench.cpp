@@ -17,9 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
-#include "engine/forward.h"
+#include "kv/kv_cache.h"
+#include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "paged_attention.cuh"
@@ -96,18 +97,18 @@ struct AttnResult {
 // One decode step of `batch` sessions at `context` tokens, Llama-3-8B attention shape
 // (32 query heads, 8 KV heads, head_dim 128, 16-token blocks), one layer.
 AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint32_t batch) {
-    cuda::KvLayout g;
+    KvGeometry g;
     g.n_layers = 1;
-    g.H = 8;
-    g.D = 128;
-    g.B = 16;
-    g.R = 0;
-    g.codec_k = g.codec_v = codec;
+    g.n_kv_heads = 8;
+    g.head_dim = 128;
+    g.block_tokens = 16;
+    g.residual_tokens = 0;
+    g.dtype_k = g.dtype_v = llmkv_kv_dtype(codec);
     g.rotate_k = g.rotate_v = rotate;
     const uint32_t n_heads = 32;
     const uint32_t pos = context - 1;
     const uint32_t n_sealed = g.sealed_blocks(pos);
-    const uint32_t ws = n_sealed * g.B, cap = pos - ws + 1;
+    const uint32_t ws = n_sealed * g.block_tokens, cap = pos - ws + 1;
     const size_t pool_bytes = size_t(batch) * n_sealed * g.sealed_block_bytes();
     uint8_t *pool = nullptr;
     BENCH_CUDA(device_alloc(&pool, std::max<size_t>(pool_bytes, 256)));
@@ -116,7 +117,7 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t(i);
     std::vector<cuda::StepSpan> spans(batch);
     std::vector<uint32_t> row_span(batch);
-    const size_t win_elems = size_t(2) * g.H * cap * g.D;
+    const size_t win_elems = size_t(2) * g.n_kv_heads * cap * g.head_dim;
     for (uint32_t s = 0; s < batch; ++s) {
         spans[s] = cuda::StepSpan{pos, 1, s, s, ws, cap, s * win_elems, s * n_sealed, n_sealed};
         row_span[s] = s;
@@ -126,26 +127,26 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     uint16_t *window = nullptr;
     float *q = nullptr, *out = nullptr, *ws_buf = nullptr;
     const size_t ws_bytes =
-        std::max<size_t>(cuda::attention_min_workspace(n_heads, g.D, context) * batch, 1 << 20);
+        std::max<size_t>(cuda::attention_min_workspace(n_heads, g.head_dim, context) * batch, 1 << 20);
     BENCH_CUDA(device_alloc(&d_ids, std::max<size_t>(ids.size(), 1) * 4));
     BENCH_CUDA(device_alloc(&d_row_span, batch * 4));
     BENCH_CUDA(device_alloc(&d_spans, batch * sizeof(cuda::StepSpan)));
     BENCH_CUDA(device_alloc(&window, win_elems * batch * 2));
-    BENCH_CUDA(device_alloc(&q, size_t(batch) * n_heads * g.D * 4));
-    BENCH_CUDA(device_alloc(&out, size_t(batch) * n_heads * g.D * 4));
+    BENCH_CUDA(device_alloc(&q, size_t(batch) * n_heads * g.head_dim * 4));
+    BENCH_CUDA(device_alloc(&out, size_t(batch) * n_heads * g.head_dim * 4));
     BENCH_CUDA(device_alloc(&ws_buf, ws_bytes));
     BENCH_CUDA(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaMemcpy(d_row_span, row_span.data(), batch * 4, cudaMemcpyHostToDevice));
     BENCH_CUDA(
         cudaMemcpy(d_spans, spans.data(), batch * sizeof(cuda::StepSpan), cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaMemset(window, 0x11, win_elems * batch * 2));
-    BENCH_CUDA(cudaMemset(q, 0, size_t(batch) * n_heads * g.D * 4));
+    BENCH_CUDA(cudaMemset(q, 0, size_t(batch) * n_heads * g.head_dim * 4));
     cuda::AttentionArgs a;
     a.g = g;
     a.n_heads = n_heads;
     a.scale = 1.0f / std::sqrt(128.0f);
     a.q = q;
-    a.q_stride = n_heads * g.D;
+    a.q_stride = n_heads * g.head_dim;
     a.pool = pool;
     a.block_ids = d_ids;
     a.window = window;
@@ -154,12 +155,12 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     a.n_rows = batch;
     a.max_context = context;
     a.out_f32 = out;
-    a.out_stride = n_heads * g.D;
+    a.out_stride = n_heads * g.head_dim;
     a.workspace = ws_buf;
     a.workspace_bytes = ws_bytes;
     const double t =
         time_calls([&] { BENCH_CUDA(cuda::launch_paged_attention(a, nullptr)); }, g_quick ? 5 : 20);
-    const double bytes = double(pool_bytes) + double(batch) * cap * 2 * g.H * g.D * 2;
+    const double bytes = double(pool_bytes) + double(batch) * cap * 2 * g.n_kv_heads * g.head_dim * 2;
     cudaFree(pool);
     cudaFree(d_ids);
     cudaFree(d_row_span);
@@ -250,25 +251,6 @@ void synthetic_layer_bench() {
     std::vector<float> norm(E, 1.0f), inv_freq(D / 2);
     for (uint32_t i = 0; i < D / 2; ++i)
         inv_freq[i] = float(1.0 / std::pow(500000.0, double(2 * i) / D));
-    llmkv_cuda_layer_weights lw{wq.data(), wk.data(), wv.data(),   wo.data(),  wg.data(),
-                                wu.data(), wd.data(), norm.data(), norm.data()};
-    llmkv_cuda_model_desc md{};
-    md.struct_size = sizeof md;
-    md.n_layers = 1;
-    md.n_embd = E;
-    md.n_heads = NH;
-    md.n_kv_heads = NKV;
-    md.head_dim = D;
-    md.n_ff = FF;
-    md.n_vocab = V;
-    md.rope_dim = D;
-    md.rms_eps = 1e-5f;
-    md.rope_freq_scale = 1.0f;
-    md.inv_freq = inv_freq.data();
-    md.token_embd = embd.data();
-    md.output = embd.data();
-    md.output_norm = norm.data();
-    md.layers = &lw;
     KvGeometry g;
     g.n_layers = 1;
     g.n_kv_heads = NKV;
@@ -292,10 +274,68 @@ void synthetic_layer_bench() {
     cp.max_spans = max_batch;
     llmkv_cuda_context *ctx = nullptr;
     char err[1024] = {0};
-    if (api->create(&md, &kd, &cp, &ctx, err, sizeof err) != LLMKV_CUDA_OK) {
+    if (api->create(&kd, &cp, &ctx, err, sizeof err) != LLMKV_CUDA_OK) {
         std::printf("  create failed: %s\n", err);
         return;
     }
+    // Weights and activations of one layer, then the layer's ops as the Llama forward pass
+    // (src/model/arch/) issues them through the Backend.
+    llmkv_cuda_weight h_embd = 0, h_wq = 0, h_wk = 0, h_wv = 0, h_wo = 0, h_wg = 0, h_wu = 0,
+                      h_wd = 0, h_norm = 0, h_freq = 0;
+    llmkv_cuda_tensor x{}, xn{}, q{}, k{}, v{}, attn{}, tmp{}, gate{}, up{};
+    const uint32_t QD = NH * D, KVD = NKV * D;
+    bool ok = api->upload_matrix(ctx, embd.data(), V, E, &h_embd) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wq.data(), QD, E, &h_wq) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wk.data(), KVD, E, &h_wk) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wv.data(), KVD, E, &h_wv) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wo.data(), E, QD, &h_wo) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wg.data(), FF, E, &h_wg) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wu.data(), FF, E, &h_wu) == LLMKV_CUDA_OK &&
+              api->upload_matrix(ctx, wd.data(), E, FF, &h_wd) == LLMKV_CUDA_OK &&
+              api->upload_vector(ctx, norm.data(), E, &h_norm) == LLMKV_CUDA_OK &&
+              api->upload_vector(ctx, inv_freq.data(), D / 2, &h_freq) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, E, &x) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, E, &xn) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, QD, &q) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, KVD, &k) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, KVD, &v) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, QD, &attn) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, E, &tmp) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, FF, &gate) == LLMKV_CUDA_OK &&
+              api->alloc_activation(ctx, T, FF, &up) == LLMKV_CUDA_OK;
+    if (!ok) {
+        std::printf("  set-up failed: %s\n", api->last_error(ctx));
+        api->destroy(ctx);
+        return;
+    }
+    auto rows = [](llmkv_cuda_tensor t, uint32_t n) { return llmkv_cuda_tensor{t.data, n, t.cols}; };
+    // One layer over a batch, synchronized at the end (the module shares the process's
+    // primary context, so cudaDeviceSynchronize waits for its streams).
+    auto layer = [&](const std::vector<llmkv_cuda_span> &sp) {
+        uint32_t n = 0;
+        const float eps = 1e-5f;
+        bool good = api->begin_batch(ctx, sp.data(), uint32_t(sp.size()), &n, nullptr) == LLMKV_CUDA_OK &&
+                    api->embed(ctx, h_embd, rows(x, n)) == LLMKV_CUDA_OK &&
+                    api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wq, rows(xn, n), rows(q, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wk, rows(xn, n), rows(k, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wv, rows(xn, n), rows(v, n)) == LLMKV_CUDA_OK &&
+                    api->rope(ctx, rows(q, n), NH, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
+                    api->rope(ctx, rows(k, n), NKV, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
+                    api->write_kv(ctx, 0, rows(k, n), rows(v, n)) == LLMKV_CUDA_OK &&
+                    api->attention(ctx, 0, rows(q, n), NH, 1.0f / std::sqrt(float(D)), rows(attn, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wo, rows(attn, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+                    api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+                    api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wg, rows(xn, n), rows(gate, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wu, rows(xn, n), rows(up, n)) == LLMKV_CUDA_OK &&
+                    api->swiglu(ctx, rows(gate, n), rows(up, n)) == LLMKV_CUDA_OK &&
+                    api->matmul(ctx, h_wd, rows(gate, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+                    api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+                    api->end_batch(ctx) == LLMKV_CUDA_OK && cudaDeviceSynchronize() == cudaSuccess;
+        if (!good) std::printf("  layer failed: %s\n", api->last_error(ctx));
+        return good;
+    };
     std::printf("  %6s %14s %16s %22s\n", "batch", "layer ms/step", "layer tok/s",
                 "x32 layers tok/s (est.)");
     for (uint32_t batch : {1u, 32u, 128u}) {
@@ -309,13 +349,7 @@ void synthetic_layer_bench() {
         for (uint32_t i = 0; i < T; ++i) tokens[i] = int32_t((i * 7919u) % V);
         // Prefill every session to `context` tokens, spans of at most T tokens per call.
         std::vector<llmkv_cuda_span> spans;
-        auto run = [&](std::vector<llmkv_cuda_span> &sp) {
-            if (api->forward(ctx, sp.data(), uint32_t(sp.size()), nullptr) != LLMKV_CUDA_OK) {
-                std::printf("  forward failed: %s\n", api->last_error(ctx));
-                return false;
-            }
-            return true;
-        };
+        auto run = [&](std::vector<llmkv_cuda_span> &sp) { return layer(sp); };
         for (uint32_t s = 0; s < batch;) {
             spans.clear();
             uint32_t used = 0;
@@ -355,15 +389,13 @@ void synthetic_layer_bench() {
         std::vector<int32_t> tokens(T, 1);
         llmkv_cuda_span sp{blk.data(), uint32_t(blk.size()), 0, 0, tokens.data(), T, 0, 0};
         const auto t0 = std::chrono::steady_clock::now();
-        if (api->forward(ctx, &sp, 1, nullptr) == LLMKV_CUDA_OK) {
+        if (layer({sp})) {
             const double sec =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::printf(
                 "  prefill %u tokens (one session): %.2f ms per layer, %.0f tok/s per layer\n", T,
                 sec * 1e3, T / sec);
             result("llama8b_layer_prefill2048_ms", sec * 1e3);
-        } else {
-            std::printf("  prefill failed: %s\n", api->last_error(ctx));
         }
     }
 done:
@@ -400,7 +432,8 @@ void smollm2_bench() {
         o.max_spans = max_batch;
         o.n_sealed_blocks = cache.sealed_pool().n_total();
         o.n_tail_slots = max_batch;
-        CudaBackend gpu(*model, g, o);
+        std::unique_ptr<Backend> gpu = make_cuda_backend(g, o);
+        std::unique_ptr<Forward> forward = Forward::create(*model, *gpu, o.max_batch_tokens);
         std::printf("  KV %s\n  %6s %12s %12s\n", codec_name(dt), "batch", "ms/step", "tok/s");
         for (uint32_t batch : {1u, 32u, 128u}) {
             std::vector<SessionKv> kvs(batch);
@@ -413,7 +446,7 @@ void smollm2_bench() {
                     cache.reserve(kvs[s], prompt);
                     spans.push_back({&kvs[s], tokens.data(), prompt, true});
                 }
-                gpu.run(spans, logits);
+                forward->run(spans, logits);
             }
             std::vector<int32_t> next(batch, 1);
             std::vector<ForwardSpan> spans(batch);
@@ -423,7 +456,7 @@ void smollm2_bench() {
                     cache.reserve(kvs[s], kvs[s].n_tokens + 1);
                     spans[s] = {&kvs[s], &next[s], 1, true};
                 }
-                gpu.run(spans, logits);
+                forward->run(spans, logits);
                 for (uint32_t s = 0; s < batch; ++s) {
                     next[s] = int32_t(std::max_element(logits.begin() + size_t(s) * c.n_vocab,
                                                        logits.begin() + size_t(s + 1) * c.n_vocab) -

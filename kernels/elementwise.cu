@@ -1,0 +1,57 @@
+// Elementwise kernels: grid-stride loops over all elements (add, conversion) or one CTA per
+// gathered row. Pure f32 arithmetic / copies: bitwise what the CPU computes.
+#include "device_math.cuh"
+#include "elementwise.cuh"
+
+namespace llmkv::cuda {
+
+namespace {
+
+constexpr uint32_t kThreads = 256;
+
+unsigned grid_for(size_t n) {
+    const size_t blocks = (n + kThreads - 1) / kThreads;
+    return unsigned(blocks < 65536 ? blocks : 65536);
+}
+
+__global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, size_t n) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x)
+        x[k] = __fadd_rn(x[k], y[k]);
+}
+
+__global__ void to_f16_kernel(const float *__restrict__ x, size_t n, uint16_t *__restrict__ out) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x)
+        out[k] = f32_to_fp16_bits(x[k]);
+}
+
+__global__ void gather_rows_kernel(const float *__restrict__ x, uint32_t cols,
+                                   const int32_t *__restrict__ rows, float *__restrict__ out) {
+    const float *src = x + size_t(rows[blockIdx.x]) * cols;
+    float *dst = out + size_t(blockIdx.x) * cols;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+}  // namespace
+
+cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_f32_to_f16(const float *x, size_t n, uint16_t *out, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    to_f16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, out);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows,
+                               uint32_t n_rows, float *out, cudaStream_t stream) {
+    if (n_rows == 0 || cols == 0) return cudaSuccess;
+    gather_rows_kernel<<<n_rows, kThreads, 0, stream>>>(x, cols, rows, out);
+    return cudaGetLastError();
+}
+
+}  // namespace llmkv::cuda

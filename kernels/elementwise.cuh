@@ -1,0 +1,22 @@
+// Small elementwise kernels of the op-level ABI: residual add, f32 -> fp16 conversion of a
+// GEMM input, and the gather of the rows whose logits a batch wants.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace llmkv::cuda {
+
+// x[i] += y[i] for i < n (f32, device).
+cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream);
+
+// out[i] = fp16(x[i]) for i < n, round to nearest even exactly as fp32_to_fp16 of
+// src/common/half.h (x f32, out fp16 bit patterns, device).
+cudaError_t launch_f32_to_f16(const float *x, size_t n, uint16_t *out, cudaStream_t stream);
+
+// out row i = x row rows[i] for i < n_rows (f32 rows of `cols`; rows int32, device).
+cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows,
+                               uint32_t n_rows, float *out, cudaStream_t stream);
+
+}  // namespace llmkv::cuda

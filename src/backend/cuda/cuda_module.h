@@ -1,0 +1,270 @@
+/*
+ * cuda_module.h - the C ABI between libllmkv and the run-time loaded CUDA module
+ * libllmkv-cuda.so (built from kernels/). Plain C, no CUDA types: libllmkv is compiled and
+ * shipped without any CUDA header or library and dlopens the module when it is present.
+ *
+ * The module exports exactly one symbol:
+ *     const llmkv_cuda_api *llmkv_cuda_get_api(uint32_t abi_version);
+ * which returns NULL when abi_version != LLMKV_CUDA_ABI_VERSION. Every struct begins with
+ * (or carries) struct_size; fields are only appended, and the ABI version is bumped on any
+ * change of meaning.
+ *
+ * Conventions
+ *  - Every fallible function returns an llmkv_cuda_status (0 = ok, negative = error).
+ *    Functions taking `err` write a NUL-terminated message there (truncated to err_cap).
+ *    Functions on a context leave their message in last_error(ctx).
+ *  - Device (CUDA / cuBLAS) errors are STICKY: after one, every later call on that context
+ *    fails with LLMKV_CUDA_ERR_DEVICE and the first error's text; only destroy is useful.
+ *    Argument errors (LLMKV_CUDA_ERR_INVALID) are not sticky and change nothing.
+ *  - No call aborts the process or lets a C++ exception escape.
+ *  - A context is not thread-safe: calls on one context must be serialized by the caller
+ *    (the engine does). Any thread may make them (each call selects the context's device).
+ *  - Device memory is allocated in create (KV pools, per-batch tables, workspaces) and in the
+ *    set-up calls (upload_matrix, upload_vector, alloc_activation); the ops of a batch
+ *    allocate nothing, except begin_batch when a batch's block tables exceed every earlier
+ *    batch's (the tables then double; a failed growth changes nothing).
+ *
+ * Level of the ABI (version 2): OPERATIONS, not a model. The architecture's forward pass is
+ * written once in libllmkv (src/model/arch/) against the Backend interface
+ * (src/backend/backend.h); the module executes its ops on the device. One batch is
+ *     begin_batch (spans: tokens, positions, block tables, tail slots, logit rows)
+ *     embed / rms_norm / matmul / rope / write_kv / attention / add / swiglu /
+ *     gather_logit_rows ...        queued on the compute stream, no host synchronization
+ *     logits                       the only op that synchronizes (f32 rows to host memory)
+ *     end_batch
+ * Activations are device buffers of f32 rows (alloc_activation), named by
+ * llmkv_cuda_tensor {data, rows, cols}; an op checks that every tensor lies inside one
+ * buffer from alloc_activation. Weights are handles returned by upload_matrix (fp16 on the
+ * device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
+ * span; attention(layer) must follow it for the same layer before the next write_kv.
+ *
+ * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h
+ * (sealed blocks of sealed_block_bytes, tail slots of tail_block_bytes), so read_block /
+ * write_block move the same bytes the CPU backend stores: snapshots and the host tier are
+ * backend-independent.
+ */
+#ifndef LLMKV_CUDA_MODULE_H
+#define LLMKV_CUDA_MODULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMKV_CUDA_ABI_VERSION 2u
+#define LLMKV_CUDA_MODULE_NAME "libllmkv-cuda.so"
+#define LLMKV_CUDA_GET_API_SYMBOL "llmkv_cuda_get_api"
+
+typedef int32_t llmkv_cuda_status;
+#define LLMKV_CUDA_OK 0
+#define LLMKV_CUDA_NOT_READY 1            /* copy_query: the copy is still in flight */
+#define LLMKV_CUDA_ERR_INVALID (-1)       /* bad argument; nothing changed */
+#define LLMKV_CUDA_ERR_OUT_OF_MEMORY (-2) /* cudaMalloc / cudaHostAlloc failed */
+#define LLMKV_CUDA_ERR_UNSUPPORTED (-3)   /* shape or codec the kernels do not handle */
+#define LLMKV_CUDA_ERR_NO_DEVICE (-4)     /* no CUDA device / driver, or bad ordinal */
+#define LLMKV_CUDA_ERR_DEVICE (-5)        /* CUDA or cuBLAS failure: sticky */
+
+/* KV dtypes: the values of llmkv_kv_dtype in include/llmkv.h. */
+#define LLMKV_CUDA_KV_F16 0u
+#define LLMKV_CUDA_KV_BF16 1u
+#define LLMKV_CUDA_KV_FP8_E4M3 2u
+#define LLMKV_CUDA_KV_INT8 3u
+#define LLMKV_CUDA_KV_INT4 4u
+
+/* The KV store: KvGeometry (src/kv/kv_layout.h) plus the pool sizes, as plain C. Built
+ * from a KvGeometry in one place on each side (CudaBackend, module.cpp: geometry_of). The
+ * module recomputes both byte sizes from the geometry and rejects a mismatch (a cheap
+ * layout-agreement check). */
+typedef struct llmkv_cuda_kv_desc {
+    uint32_t struct_size; /* sizeof(llmkv_cuda_kv_desc) */
+    uint32_t n_layers;
+    uint32_t n_kv_heads;
+    uint32_t head_dim;
+    uint32_t block_tokens;
+    uint32_t residual_tokens;
+    uint32_t dtype_k; /* LLMKV_CUDA_KV_* */
+    uint32_t dtype_v;
+    uint32_t rotate_k; /* 0/1: sealed K stored Hadamard-rotated */
+    uint32_t rotate_v;
+    uint32_t n_sealed_blocks; /* device sealed pool: block ids [0, n_sealed_blocks) */
+    uint32_t n_tail_slots;    /* device tail pool: slot ids [0, n_tail_slots) */
+    uint64_t sealed_block_bytes;
+    uint64_t tail_block_bytes;
+} llmkv_cuda_kv_desc;
+
+/* Limits of one context. */
+typedef struct llmkv_cuda_context_params {
+    uint32_t struct_size;               /* sizeof(llmkv_cuda_context_params) */
+    int32_t device;                     /* CUDA ordinal */
+    uint32_t max_batch_tokens;          /* most tokens (sum of span n) in one batch */
+    uint32_t max_spans;                 /* most spans in one batch; 0 = max_batch_tokens */
+    uint64_t attention_workspace_bytes; /* split-context partial results; 0 = 128 MiB */
+} llmkv_cuda_context_params;
+
+/* One span of a batch: consecutive tokens of one session (ForwardSpan). */
+typedef struct llmkv_cuda_span {
+    const uint32_t *blocks; /* host: the session's sealed block ids in position order */
+    uint32_t n_blocks;      /* >= sealed_blocks(pos0 + n) (blocks past it are ignored) */
+    uint32_t tail_slot;     /* the session's tail slot */
+    uint32_t pos0;          /* tokens already computed (= SessionKv::n_tokens) */
+    const int32_t *tokens;  /* host: n token ids */
+    uint32_t n;             /* > 0 */
+    uint32_t want_logits;   /* 0/1: logits for the span's last token */
+    uint32_t all_logits;    /* 0/1: with want_logits, logits for every token of the span */
+} llmkv_cuda_span;
+
+/* An activation: rows x cols f32 values, row-major (row stride = cols), at a device address
+ * inside a buffer from alloc_activation. */
+typedef struct llmkv_cuda_tensor {
+    void *data;
+    uint32_t rows;
+    uint32_t cols;
+} llmkv_cuda_tensor;
+
+/* A weight on the device: a matrix (upload_matrix) or a vector (upload_vector); 0 is never
+ * a valid handle. Handles live as long as the context. */
+typedef uint32_t llmkv_cuda_weight;
+
+/* Pair styles of rope(). */
+#define LLMKV_CUDA_ROPE_ADJACENT 0u /* (v[2i], v[2i+1]): GGUF Llama q/k */
+#define LLMKV_CUDA_ROPE_HALVES 1u   /* (v[i], v[i + rope_dim/2]): NeoX */
+
+typedef struct llmkv_cuda_context llmkv_cuda_context;
+
+typedef struct llmkv_cuda_api {
+    uint32_t struct_size; /* sizeof(llmkv_cuda_api) as built into the module */
+    uint32_t abi_version; /* LLMKV_CUDA_ABI_VERSION */
+
+    /* Number of usable devices. 0 devices is LLMKV_CUDA_ERR_NO_DEVICE with the reason
+     * (no driver, no device) in err. */
+    llmkv_cuda_status (*device_count)(int32_t *count, char *err, size_t err_cap);
+    /* Device name and memory, for logs and automatic budgets. */
+    llmkv_cuda_status (*device_info)(int32_t device, char *name, size_t name_cap,
+                                     uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                                     size_t err_cap);
+
+    /* ---- set-up ---------------------------------------------------------------------- */
+    /* Creates a context: the KV pools (cudaMalloc, never managed memory; contents zeroed),
+     * the per-batch tables for params->max_batch_tokens / max_spans, the KV window, the
+     * attention / cuBLAS / logits workspaces. OUT_OF_MEMORY when the device cannot hold it
+     * all (nothing is left allocated). *out is NULL on failure. */
+    llmkv_cuda_status (*create)(const llmkv_cuda_kv_desc *kv,
+                                const llmkv_cuda_context_params *params, llmkv_cuda_context **out,
+                                char *err, size_t err_cap);
+    /* Frees everything (waits for in-flight work). NULL is fine. */
+    void (*destroy)(llmkv_cuda_context *ctx);
+    /* Copies a weight matrix to the device: fp16 (IEEE binary16 bit patterns) row-major
+     * [rows][cols], row r = output feature r; HOST memory, read only during the call.
+     * Synchronous. */
+    llmkv_cuda_status (*upload_matrix)(llmkv_cuda_context *ctx, const uint16_t *host,
+                                       uint32_t rows, uint32_t cols, llmkv_cuda_weight *out);
+    /* Copies an f32 vector of n values (norm weights, rope frequencies) to the device. */
+    llmkv_cuda_status (*upload_vector)(llmkv_cuda_context *ctx, const float *host, uint32_t n,
+                                       llmkv_cuda_weight *out);
+    /* A zeroed device buffer of rows x cols f32 (rows <= max_batch_tokens). */
+    llmkv_cuda_status (*alloc_activation)(llmkv_cuda_context *ctx, uint32_t rows, uint32_t cols,
+                                          llmkv_cuda_tensor *out);
+
+    /* ---- one batch (ops run in call order on the compute stream) ----------------------- */
+    /* Validates the spans (tail slots distinct and in range, block ids in range and enough
+     * of them, token ids >= 0, at most max_batch_tokens / max_spans; INVALID changes nothing
+     * and leaves no batch open) and uploads the batch's tables once: tokens, positions,
+     * row -> span, block tables, seal jobs, logit rows. *n_tokens / *n_logit_rows (may be
+     * NULL) receive the batch's row counts. A batch still open is replaced. */
+    llmkv_cuda_status (*begin_batch)(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
+                                     uint32_t n_spans, uint32_t *n_tokens,
+                                     uint32_t *n_logit_rows);
+    /* out (T, cols) = rows of matrix `table` for the batch's tokens (T = the batch's tokens;
+     * the table's cols = out.cols; INVALID, before any work, if a token id >= the table's
+     * rows). */
+    llmkv_cuda_status (*embed)(llmkv_cuda_context *ctx, llmkv_cuda_weight table,
+                               llmkv_cuda_tensor out);
+    /* out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps) for x.rows rows; weight a vector of
+     * x.cols. out may equal x. */
+    llmkv_cuda_status (*rms_norm)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                  llmkv_cuda_weight weight, float eps, llmkv_cuda_tensor out);
+    /* y (x.rows, w.rows) = x * w^T (cuBLAS: x rounded to fp16, fp16 weights, f32
+     * accumulation and output). y must not overlap x. */
+    llmkv_cuda_status (*matmul)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
+                                llmkv_cuda_tensor x, llmkv_cuda_tensor y);
+    /* Rotates the first n_heads heads (head_dim wide) of each row r < x.rows at the batch
+     * position of row r: pair i < rope_dim / 2 by pos * freq_scale * inv_freq[i];
+     * inv_freq a vector of rope_dim / 2; style LLMKV_CUDA_ROPE_*. */
+    llmkv_cuda_status (*rope)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, uint32_t n_heads,
+                              uint32_t head_dim, uint32_t rope_dim, uint32_t style,
+                              float freq_scale, llmkv_cuda_weight inv_freq);
+    /* Layer `layer`'s K and V (T, n_kv_heads * head_dim) into the KV store: builds each
+     * span's fp16 window (tail rows + the new rows), seals the blocks the span completes
+     * into the sealed pool, writes the rows that stay unsealed back to the tail slot. */
+    llmkv_cuda_status (*write_kv)(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor k,
+                                  llmkv_cuda_tensor v);
+    /* Causal paged attention of q (T, n_heads * head_dim) over each span's sealed blocks and
+     * window of `layer` (the layer of the last write_kv of this batch) -> out (T, n_heads *
+     * head_dim). UNSUPPORTED when the attention workspace cannot hold one row's context. */
+    llmkv_cuda_status (*attention)(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                   uint32_t n_heads, float scale, llmkv_cuda_tensor out);
+    /* x += y, elementwise over x.rows rows (same shapes). */
+    llmkv_cuda_status (*add)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, llmkv_cuda_tensor y);
+    /* gate = silu(gate) * up, elementwise over gate.rows rows (same shapes). */
+    llmkv_cuda_status (*swiglu)(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                                llmkv_cuda_tensor up);
+    /* out's first n_logit_rows rows = the rows of x whose logits the batch wants, in span
+     * order (same cols). */
+    llmkv_cuda_status (*gather_logit_rows)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                           llmkv_cuda_tensor out);
+    /* host (x.rows, w.rows) f32 = x * w^T, in chunks through a device buffer; returns when
+     * the rows are in host memory (synchronizes the compute stream). */
+    llmkv_cuda_status (*logits)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
+                                llmkv_cuda_tensor x, float *host);
+    /* Closes the batch (queued work keeps running; later calls are ordered after it). */
+    llmkv_cuda_status (*end_batch)(llmkv_cuda_context *ctx);
+
+    /* ---- KV copies ----------------------------------------------------------------------- */
+    /* Synchronous copies between the device KV pools and host memory (any host memory),
+     * ordered after every op and async copy submitted before. Sizes are the
+     * sealed_block_bytes / tail_block_bytes of the kv desc. */
+    llmkv_cuda_status (*read_block)(llmkv_cuda_context *ctx, uint32_t block, void *host);
+    llmkv_cuda_status (*write_block)(llmkv_cuda_context *ctx, uint32_t block, const void *host);
+    llmkv_cuda_status (*read_tail)(llmkv_cuda_context *ctx, uint32_t slot, void *host);
+    llmkv_cuda_status (*write_tail)(llmkv_cuda_context *ctx, uint32_t slot, const void *host);
+    /* Device-to-device copy of a whole tail slot (fork / prefix share), stream-ordered. */
+    llmkv_cuda_status (*copy_tail)(llmkv_cuda_context *ctx, uint32_t from, uint32_t to);
+
+    /* Asynchronous sealed-block copies on the context's copy stream (host tier offload and
+     * onboard). host[i] should be pinned (host_alloc) for the copy to overlap compute.
+     * A read starts after every op submitted before it (it sees their writes); every later
+     * op and synchronous copy waits for writes submitted before it. The caller must keep
+     * the block ids and host buffers untouched until the ticket completes. *ticket
+     * identifies the batch of copies (tickets increase; 0 is never used). */
+    llmkv_cuda_status (*read_blocks_async)(llmkv_cuda_context *ctx, const uint32_t *blocks,
+                                           uint32_t n, void *const *host, uint64_t *ticket);
+    llmkv_cuda_status (*write_blocks_async)(llmkv_cuda_context *ctx, const uint32_t *blocks,
+                                            uint32_t n, const void *const *host, uint64_t *ticket);
+    /* LLMKV_CUDA_OK when the ticket's copies are complete, LLMKV_CUDA_NOT_READY if not. */
+    llmkv_cuda_status (*copy_query)(llmkv_cuda_context *ctx, uint64_t ticket);
+    llmkv_cuda_status (*copy_wait)(llmkv_cuda_context *ctx, uint64_t ticket);
+
+    /* Pinned host memory (cudaHostAlloc, portable) for the host tier. host_free(ctx or NULL,
+     * p) is fine with p NULL; it needs no context (portable memory), so memory may outlive
+     * the context that allocated it. */
+    llmkv_cuda_status (*host_alloc)(llmkv_cuda_context *ctx, uint64_t bytes, void **out);
+    void (*host_free)(llmkv_cuda_context *ctx, void *p);
+
+    /* The sticky device error (LLMKV_CUDA_OK while healthy) and the message of the last
+     * failing call on this context ("" if none). The string lives until the next call. */
+    llmkv_cuda_status (*sticky_error)(const llmkv_cuda_context *ctx);
+    const char *(*last_error)(const llmkv_cuda_context *ctx);
+    /* Device bytes held by the context: weights, KV pools, everything else. */
+    llmkv_cuda_status (*memory_usage)(const llmkv_cuda_context *ctx, uint64_t *weight_bytes,
+                                      uint64_t *kv_bytes, uint64_t *other_bytes);
+} llmkv_cuda_api;
+
+typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMKV_CUDA_MODULE_H */
