@@ -343,9 +343,7 @@ public:
     }
 
     uint32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
-    // The layout of the device pools. (Backend::kv_geometry() in the restructured
-    // backend.h: add `override` once that declaration is merged.)
-    const KvGeometry &kv_geometry() const { return geometry_; }
+    const KvGeometry &kv_geometry() const override { return geometry_; }
 
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override {
         spans_.resize(spans.size());
