@@ -14,15 +14,6 @@
 #include "common/error.h"
 #include "common/half.h"
 
-// Hides a float from the optimizer so that `a * b + c` is not contracted into one fma.
-#if defined(__x86_64__) || defined(__i386__)
-#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+x"(v))
-#elif defined(__aarch64__)
-#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+w"(v))
-#else
-#define LLMKV_OPAQUE_FLOAT(v) asm("" : "+m"(v))
-#endif
-
 namespace llmkv::cpu {
 
 using detail::kQBlock;
