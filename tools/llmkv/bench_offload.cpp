@@ -22,6 +22,13 @@ namespace llmkv_cli {
 
 namespace {
 
+// Remembers the status of the first ERROR event of a run.
+void record_error(const llmkv_event *ev, void *user_data) {
+    auto *status = static_cast<llmkv_status *>(user_data);
+    if (ev->kind == LLMKV_EVENT_ERROR && *status == LLMKV_OK) *status = ev->status;
+}
+
+
 llmkv_engine *make_engine(const std::string &model, uint32_t threads, uint64_t device_bytes, uint64_t host_bytes) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
@@ -189,21 +196,29 @@ int cmd_bench_offload(const OffloadOptions &o) {
         const uint64_t device_bytes = uint64_t(long_ctx / 4 + 128) * per_token;
         std::vector<int32_t> out[2];
         double gen_tps[2] = {0, 0}, prefill_s[2] = {0, 0};
+        llmkv_status failed[2] = {LLMKV_OK, LLMKV_OK};  // an ERROR event's status
         for (int constrained = 0; constrained < 2; ++constrained) {
             llmkv_engine *q = make_engine(model, threads, constrained ? device_bytes : 0, constrained ? (512ull << 20) : 0);
             llmkv_session *s = nullptr;
             llmkv_session_create(q, &sp, &s);
             llmkv_session_append(s, p.data(), p.size());
             double t0 = now();
-            llmkv_run(q, nullptr, nullptr);
+            llmkv_run(q, record_error, &failed[constrained]);
             prefill_s[constrained] = now() - t0;
             llmkv_session_generate(s, 64);
             t0 = now();
-            llmkv_run(q, nullptr, nullptr);
+            llmkv_run(q, record_error, &failed[constrained]);
             gen_tps[constrained] = 64 / (now() - t0);
             out[constrained] = tokens_of(s);
             llmkv_session_destroy(s);
             llmkv_engine_destroy(q);
+        }
+        if (failed[0] != LLMKV_OK || failed[1] != LLMKV_OK) {
+            // E.g. a context so short that a quarter of it is less than the device must keep
+            // for one step (max_batch_tokens): the engine refuses the session.
+            std::printf("one %u-token session: the %s run failed with %s; no timing (raise --context)\n", long_ctx,
+                        failed[0] != LLMKV_OK ? "unconstrained" : "quarter-pool", llmkv_status_string(failed[0] != LLMKV_OK ? failed[0] : failed[1]));
+            return 1;
         }
         std::printf("| one %u-token session | prefill s | decode tok/s |\n|---|---|---|\n", long_ctx);
         std::printf("| no device limit | %.2f | %.1f |\n", prefill_s[0], gen_tps[0]);
