@@ -116,8 +116,9 @@ public:
     virtual const KvGeometry &kv_geometry() const = 0;
 
     // ---- one batch --------------------------------------------------------------------
-    // Takes a validated batch: its tokens, positions, block tables and tail slots. The
-    // spans (and their SessionKv) stay valid and unchanged until end_batch.
+    // Takes a validated batch: its tokens, positions, block tables and tail slots, read now
+    // (the forward pass advances each span's n_tokens once the layers have written the KV,
+    // before the logits). The spans stay valid until end_batch.
     virtual void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) = 0;
     // out (T, n_embd) = rows of the embedding table for the batch's tokens.
     virtual void embed(const WeightMatrix &table, Tensor out) = 0;
@@ -141,7 +142,7 @@ public:
     virtual void gather_logit_rows(Tensor x, Tensor out) = 0;
     // logits (x.rows, w.rows) = x * w^T, into host memory; synchronous.
     virtual void logits(const WeightMatrix &w, Tensor x, float *host) = 0;
-    // Ends the batch (after its last op); advances nothing: the caller advances n_tokens.
+    // Ends the batch (after its last op).
     virtual void end_batch() = 0;
 
     // ---- KV storage and tiers -----------------------------------------------------------

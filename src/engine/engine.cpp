@@ -174,6 +174,7 @@ Engine::~Engine() {
             delete static_cast<Session *>(r);
         }
         for (Prefix *p : prefixes_) {
+            kv_->unpin_handle(&p->state);
             kv_->drop(p->state);
             delete p;
         }
@@ -298,8 +299,8 @@ void Engine::share_state(const Session &from, Session &to) {
 }
 
 Prefix *Engine::adopt_prefix(std::unique_ptr<Prefix> p) {
-    kv_->pin_handle(&p->state);
     prefixes_.push_back(p.get());
+    kv_->pin_handle(&p->state);  // after the push: a throwing push leaves nothing pinned
     return p.release();
 }
 
@@ -546,10 +547,21 @@ void Engine::run_forward(const std::vector<ForwardSpan> &spans) { forward_->run(
 
 // One step: the scheduler's plan, one batched forward pass, sampling, events.
 void Engine::step() {
-    scheduler_->schedule(sessions_, plan_);
-    for (Request *r : plan_.failed) {
-        push_event(static_cast<Session *>(r), LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
+    // Requests the scheduler failed are already ended: their ERROR events go out even if
+    // planning throws afterwards.
+    auto report_failed = [this] {
+        for (Request *r : plan_.failed) {
+            push_event(static_cast<Session *>(r), LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
+        }
+        plan_.failed.clear();
+    };
+    try {
+        scheduler_->schedule(sessions_, plan_);
+    } catch (...) {
+        report_failed();
+        throw;
     }
+    report_failed();
     if (plan_.spans.empty()) return;
 
     spans_.clear();

@@ -371,10 +371,18 @@ SnapshotMeta KvManager::snapshot_meta(const std::string &model_fingerprint, cons
 
 void KvManager::save_snapshot(const KvSeq &s, SnapshotMeta m, const std::string &path) {
     m.n_cached = s.kv.n_tokens;
-    // The pools may be device memory: the bytes come to host memory first.
-    std::vector<uint8_t> staged(s.kv.blocks.size() * m.block_bytes);
-    std::vector<uint8_t> tail_bytes(m.tail_bytes, 0);
     std::vector<const uint8_t *> blocks;
+    std::vector<uint8_t> tail_bytes(m.tail_bytes, 0);
+    const uint8_t *tail = tail_bytes.data();
+    if (transfers_->host_view_block(0)) {
+        // Pools in host memory: written from where they are.
+        for (uint32_t id : s.kv.blocks) blocks.push_back(transfers_->host_view_block(id));
+        if (s.kv.tail >= 0) tail = transfers_->host_view_tail(s.kv.tail);
+        write_snapshot(path, m, blocks, tail);
+        return;
+    }
+    // Device pools: the bytes come to host memory first.
+    std::vector<uint8_t> staged(s.kv.blocks.size() * m.block_bytes);
     std::vector<KvTransfer> t;
     for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
         t.push_back({KvTransfer::kBlockOut, s.kv.blocks[i], staged.data() + i * m.block_bytes});
@@ -382,7 +390,7 @@ void KvManager::save_snapshot(const KvSeq &s, SnapshotMeta m, const std::string 
     }
     if (s.kv.tail >= 0) t.push_back({KvTransfer::kTailOut, s.kv.tail, tail_bytes.data()});
     transfers_->submit(t, true);
-    write_snapshot(path, m, blocks, tail_bytes.data());
+    write_snapshot(path, m, blocks, tail);
 }
 
 void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path) {

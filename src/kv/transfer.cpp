@@ -49,4 +49,10 @@ void PoolMemoryTransferQueue::wait_all() {
 
 uint64_t PoolMemoryTransferQueue::copy_ns() const { return copier_ ? copier_->stats().copy_ns : 0; }
 
+const uint8_t *PoolMemoryTransferQueue::host_view_block(uint32_t id) const { return cache_.sealed_data(id); }
+
+const uint8_t *PoolMemoryTransferQueue::host_view_tail(int64_t slot) const {
+    return cache_.tail_pool().data(uint32_t(slot));
+}
+
 }  // namespace llmkv

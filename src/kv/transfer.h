@@ -33,6 +33,10 @@ public:
     virtual void wait_all() = 0;
     // Time spent copying so far (0 where the device does not tell).
     virtual uint64_t copy_ns() const = 0;
+    // Where the pools are host memory: the bytes of a sealed block / tail slot, readable in
+    // place (snapshots are written from there without a copy). nullptr elsewhere.
+    virtual const uint8_t *host_view_block(uint32_t /*id*/) const { return nullptr; }
+    virtual const uint8_t *host_view_tail(int64_t /*slot*/) const { return nullptr; }
 };
 
 // Transfers for pools in host memory (the CPU backend): memcpy of the pool's bytes, on a
@@ -46,6 +50,8 @@ public:
     void wait(Ticket t) override;
     void wait_all() override;
     uint64_t copy_ns() const override;
+    const uint8_t *host_view_block(uint32_t id) const override;
+    const uint8_t *host_view_tail(int64_t slot) const override;
 
 private:
     KvCache &cache_;

@@ -85,6 +85,8 @@ public:
             be_.matmul(L.w_down, gate, tmp);
             be_.add(x, tmp);
         }
+        for (const ForwardSpan &s : spans) s.kv->n_tokens += s.n;  // the KV is written
+
         // Final norm and logits for the rows that need them.
         logits.resize(size_t(n_logits) * cfg_.n_vocab);
         if (n_logits > 0) {
@@ -94,7 +96,6 @@ public:
             be_.logits(model_.output(), last_norm, logits.data());
         }
         be_.end_batch();
-        for (const ForwardSpan &s : spans) s.kv->n_tokens += s.n;
     }
 
 private:
