@@ -421,16 +421,7 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     g.n_kv_heads = 2;
     g.head_dim = 16;
     g.block_tokens = 4;
-    llmkv_cuda_kv_desc kd{};
-    kd.struct_size = sizeof kd;
-    kd.n_layers = g.n_layers;
-    kd.n_kv_heads = g.n_kv_heads;
-    kd.head_dim = g.head_dim;
-    kd.block_tokens = g.block_tokens;
-    kd.n_sealed_blocks = 4;
-    kd.n_tail_slots = 2;
-    kd.sealed_block_bytes = g.sealed_block_bytes();
-    kd.tail_block_bytes = g.tail_block_bytes();
+    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, 4, 2);
     llmkv_cuda_context_params cp{};
     cp.struct_size = sizeof cp;
     cp.max_batch_tokens = 8;

@@ -108,6 +108,26 @@ int cuda_device_count(std::string *why) {
     return CudaModule::get().device_count(why);
 }
 
+// The one conversion of a KvGeometry (and the pool sizes) into the ABI's plain C struct.
+llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &g, uint32_t n_sealed_blocks, uint32_t n_tail_slots) {
+    llmkv_cuda_kv_desc kd{};
+    kd.struct_size = sizeof kd;
+    kd.n_layers = g.n_layers;
+    kd.n_kv_heads = g.n_kv_heads;
+    kd.head_dim = g.head_dim;
+    kd.block_tokens = g.block_tokens;
+    kd.residual_tokens = g.residual_tokens;
+    kd.dtype_k = uint32_t(g.dtype_k);
+    kd.dtype_v = uint32_t(g.dtype_v);
+    kd.rotate_k = g.rotate_k ? 1 : 0;
+    kd.rotate_v = g.rotate_v ? 1 : 0;
+    kd.n_sealed_blocks = n_sealed_blocks;
+    kd.n_tail_slots = n_tail_slots;
+    kd.sealed_block_bytes = g.sealed_block_bytes();
+    kd.tail_block_bytes = g.tail_block_bytes();
+    return kd;
+}
+
 namespace {
 
 llmkv_status status_of(llmkv_cuda_status s) {
@@ -123,25 +143,6 @@ llmkv_status status_of(llmkv_cuda_status s) {
     }
 }
 
-// The one conversion of a KvGeometry (and the pool sizes) into the ABI's plain C struct.
-llmkv_cuda_kv_desc kv_desc_of(const KvGeometry &g, const CudaBackendOptions &o) {
-    llmkv_cuda_kv_desc kd{};
-    kd.struct_size = sizeof kd;
-    kd.n_layers = g.n_layers;
-    kd.n_kv_heads = g.n_kv_heads;
-    kd.head_dim = g.head_dim;
-    kd.block_tokens = g.block_tokens;
-    kd.residual_tokens = g.residual_tokens;
-    kd.dtype_k = uint32_t(g.dtype_k);
-    kd.dtype_v = uint32_t(g.dtype_v);
-    kd.rotate_k = g.rotate_k ? 1 : 0;
-    kd.rotate_v = g.rotate_v ? 1 : 0;
-    kd.n_sealed_blocks = o.n_sealed_blocks;
-    kd.n_tail_slots = o.n_tail_slots;
-    kd.sealed_block_bytes = g.sealed_block_bytes();
-    kd.tail_block_bytes = g.tail_block_bytes();
-    return kd;
-}
 
 // A weight matrix (rows x cols in its GGUF type) as fp16 [rows][cols], decoded with the
 // reference dequantization.
@@ -284,7 +285,7 @@ public:
         }
         device_name_ = name;
 
-        const llmkv_cuda_kv_desc kd = kv_desc_of(geometry_, options_);
+        const llmkv_cuda_kv_desc kd = cuda_kv_desc(geometry_, options_.n_sealed_blocks, options_.n_tail_slots);
         llmkv_cuda_context_params cp{};
         cp.struct_size = sizeof cp;
         cp.device = options_.device;

@@ -59,6 +59,10 @@ struct CudaBackendOptions {
 // Number of CUDA devices; 0 with the reason in *why (module missing, no driver, no device).
 int cuda_device_count(std::string *why);
 
+// The one conversion of a KvGeometry (and the pool sizes) into the module ABI's plain C
+// KV description (the module converts it back in one place too).
+llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);
+
 // The CUDA backend on options.device: KV pools of the geometry's layout, batch tables for
 // options.max_batch_tokens, workspaces. Weights come later (load_weights: dequantized to
 // fp16 on the host one matrix at a time, then uploaded). Throws llmkv::Error:
