@@ -159,7 +159,11 @@ void Scheduler::schedule(const std::vector<Request *> &requests, StepPlan &plan)
         }
     }
     for (Request *r : requests) {
-        if (r->host.phase == HostKv::Phase::kNone && r->pending_runnable() > 0) kv_.match_prefix(*r, r->tokens);
+        if (r->host.phase != HostKv::Phase::kNone || r->pending_runnable() == 0) continue;
+        kv_.match_prefix(*r, r->tokens);
+        // The cache may have served every token there was to compute: the request is then
+        // idle until it asks to generate (it would otherwise stay QUEUED forever).
+        r->refresh_state();
     }
     candidates_.clear();
     uint32_t n_running = 0;

@@ -330,6 +330,49 @@ llmkv_stats stats_of(llmkv_engine *e) {
     return st;
 }
 
+// A prompt whose every cacheable block is served by the prefix cache leaves nothing to
+// compute before generate: the session must become IDLE, not stay QUEUED forever (a host
+// loop stepping until nothing is queued would spin). Also after session_to_prefix of a
+// session whose tokens were still queued.
+TEST_F(EngineTest, APromptServedEntirelyFromThePrefixCacheDoesNotStayQueued) {
+    llmkv_engine *e = make_engine();
+    const std::vector<int32_t> prompt = byte_tokens(33, 5);  // 4-token blocks: 32 cacheable tokens
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    llmkv_session *a = nullptr, *b = nullptr;
+    ASSERT_EQ(llmkv_session_create(e, &sp, &a), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(a, prompt.data(), prompt.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    ASSERT_EQ(stats_of(e).sessions_queued, 0u);
+    ASSERT_EQ(llmkv_session_create(e, &sp, &b), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(b, prompt.data(), prompt.size()), LLMKV_OK);
+    EXPECT_EQ(stats_of(e).sessions_queued, 1u);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    llmkv_stats st = stats_of(e);
+    EXPECT_EQ(st.sessions_queued, 0u);
+    EXPECT_EQ(st.sessions_idle, 2u);
+    EXPECT_EQ(st.prefix_hit_tokens, 32u);
+    // Generation from there equals a session that computed the prompt itself.
+    ASSERT_EQ(llmkv_session_generate(b, 6), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(a, 6), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(tokens_of(a), tokens_of(b));
+
+    // A handle made from a session whose tokens are still queued: the handle computes them,
+    // and the session then finds them all cached.
+    llmkv_session *c = nullptr;
+    const std::vector<int32_t> other = byte_tokens(29, 6);
+    ASSERT_EQ(llmkv_session_create(e, &sp, &c), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(c, other.data(), other.size()), LLMKV_OK);
+    llmkv_prefix *handle = nullptr;
+    ASSERT_EQ(llmkv_session_to_prefix(c, &handle), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(stats_of(e).sessions_queued, 0u);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_prefix_release(handle);
+    llmkv_engine_destroy(e);
+}
+
 TEST_F(EngineTest, SharedPromptIsServedFromThePrefixCacheWithIdenticalTokens) {
     std::vector<int32_t> shared = byte_tokens(50, 21);
     std::vector<int32_t> second = shared;
