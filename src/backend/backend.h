@@ -110,8 +110,6 @@ public:
     virtual void load_weights(const WeightSet &weights) = 0;
     // An activation buffer of rows x cols, zeroed.
     virtual Tensor alloc(uint32_t rows, uint32_t cols) = 0;
-    // Most tokens of one batch.
-    virtual uint32_t max_batch_tokens() const = 0;
     // The layout of the KV pools the backend reads and writes.
     virtual const KvGeometry &kv_geometry() const = 0;
 

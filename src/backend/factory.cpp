@@ -27,7 +27,7 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
         }
         LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
     }
-    return std::make_unique<CpuBackend>(*r.cache, *r.pool, r.max_batch_tokens);
+    return std::make_unique<CpuBackend>(*r.cache, *r.pool);
 }
 
 }  // namespace llmkv

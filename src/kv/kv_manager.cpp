@@ -412,7 +412,6 @@ void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::s
 uint64_t KvManager::host_bytes_total() const { return host_ ? host_->bytes_total() : 0; }
 uint64_t KvManager::host_region_used() const { return host_ ? host_->bytes_used() : 0; }
 size_t KvManager::host_blocks() const { return host_ ? host_->blocks_used() : 0; }
-bool KvManager::host_locked() const { return host_ && host_->locked(); }
 
 void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
     cache_->sealed_pool().check_invariants();

@@ -50,8 +50,6 @@ struct KvSeq {
     std::vector<void *> offloaded;
     uint32_t n_offloaded = 0;
     std::vector<const uint8_t *> block_ptrs;
-
-    bool parked_or_moving() const { return host.phase != HostKv::Phase::kNone; }
 };
 
 struct KvManagerConfig {
@@ -170,7 +168,6 @@ public:
     uint64_t host_region_used() const;  // the region's live block bytes (allocator view)
     size_t host_blocks() const;
     uint64_t copy_ns() const { return transfers_ ? transfers_->copy_ns() : 0; }
-    bool host_locked() const;
     // Throws LLMKV_ERR_INTERNAL if a pool invariant does not hold for these sequences
     // (every live sequence and handle).
     void check_invariants(const std::vector<const KvSeq *> &seqs) const;

@@ -76,7 +76,6 @@ public:
     // always scheduled when any candidate has work.
     void plan_step(std::vector<SchedCandidate> &candidates, std::vector<SchedItem> &plan) const;
 
-    uint32_t max_batch_tokens() const { return max_batch_tokens_; }
     const SchedCounters &counters() const { return counters_; }
 
 private:

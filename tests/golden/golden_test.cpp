@@ -80,7 +80,7 @@ protected:
         g.head_dim = c.head_dim;
         KvCache cache(g, 64, 1);
         ThreadPool pool(2);
-        CpuBackend backend(cache, pool, 512);
+        CpuBackend backend(cache, pool);
         std::unique_ptr<Forward> forward = Forward::create(*model_, backend, 512);
         SessionKv kv;
         std::vector<std::vector<float>> out;

@@ -96,7 +96,7 @@ struct Twin {
         cpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
         gpu_cache = std::make_unique<KvCache>(g, n_blocks, 8);
         pool = std::make_unique<ThreadPool>(2);
-        cpu_backend = std::make_unique<CpuBackend>(*cpu_cache, *pool, max_tokens);
+        cpu_backend = std::make_unique<CpuBackend>(*cpu_cache, *pool);
         forward = Forward::create(*model, *cpu_backend, max_tokens);
         CudaBackendOptions o;
         o.max_batch_tokens = max_tokens;

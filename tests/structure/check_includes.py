@@ -30,7 +30,6 @@ RULES = {
     "src/parallel": {"common", "kv", "model", "backend/backend.h", "parallel"},
     "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h"},
 }
-# Model data (everything in model/ but model/arch/) must not reach into model/arch.
 ALWAYS_OK = {"llmkv.h", "snapshot_generated.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

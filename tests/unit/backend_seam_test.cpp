@@ -34,7 +34,6 @@ public:
         in_.load_weights(w);
     }
     Tensor alloc(uint32_t rows, uint32_t cols) override { return in_.alloc(rows, cols); }
-    uint32_t max_batch_tokens() const override { return in_.max_batch_tokens(); }
     const KvGeometry &kv_geometry() const override { return in_.kv_geometry(); }
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override {
         rec("begin_batch");
@@ -109,7 +108,7 @@ TEST(BackendSeam, AForwardPassRunsTheDocumentedOpsOnAnyBackendWithIdenticalResul
     TinyQ8Model s;
     ThreadPool pool(2);
     KvCache direct_cache(s.g, 32, 2), wrapped_cache(s.g, 32, 2);
-    CpuBackend direct(direct_cache, pool, 64), inner(wrapped_cache, pool, 64);
+    CpuBackend direct(direct_cache, pool), inner(wrapped_cache, pool);
     RecordingBackend recording(inner);
     std::unique_ptr<Forward> f_direct = Forward::create(*s.model, direct, 64);
     std::unique_ptr<Forward> f_rec = Forward::create(*s.model, recording, 64);
@@ -155,7 +154,7 @@ TEST(BackendSeam, ABatchThatFailsValidationNeverReachesTheBackend) {
     TinyQ8Model s;
     ThreadPool pool(1);
     KvCache cache(s.g, 16, 2);
-    CpuBackend inner(cache, pool, 16);
+    CpuBackend inner(cache, pool);
     RecordingBackend recording(inner);
     std::unique_ptr<Forward> f = Forward::create(*s.model, recording, 16);
     SessionKv kv;

@@ -46,7 +46,7 @@ struct Harness {
         if (tweak) tweak(g);
         cache = std::make_unique<KvCache>(g, 256, 8);
         pool = std::make_unique<ThreadPool>(threads);
-        backend = std::make_unique<CpuBackend>(*cache, *pool, 128);
+        backend = std::make_unique<CpuBackend>(*cache, *pool);
         forward = Forward::create(*model, *backend, 128);
     }
 

@@ -3,7 +3,6 @@
 // can never fit) and the exact block counts it leaves behind.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -31,11 +30,8 @@ struct Rig {
         c.n_sealed_blocks = n_blocks;
         c.n_tail_slots = tails;
         kv = std::make_unique<KvManager>(c);
-        KvCache &cache = kv->cache();
-        kv->attach(std::make_unique<PoolMemoryTransferQueue>(cache, false), mmap_host_allocator(),
-                   [&cache](int64_t from, int64_t to) {
-                       std::memcpy(cache.tail_data(to), cache.tail_data(from), cache.tail_pool().block_bytes());
-                   });
+        // No tail copier: the cache copies tail slots in its host slabs itself.
+        kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), false), mmap_host_allocator(), nullptr);
         sched = std::make_unique<Scheduler>(*kv, budget);
     }
 

@@ -168,7 +168,7 @@ int cmd_bench_quality(const QualityOptions &o) {
             for (size_t pi = 0; pi < pairs.size(); ++pi) {
                 KvGeometry g = geometry_for(c, pairs[pi]);
                 runners[pi].cache = std::make_unique<llmkv::KvCache>(g, L / g.block_tokens + 2, 1);
-                runners[pi].backend = std::make_unique<llmkv::CpuBackend>(*runners[pi].cache, pool, step);
+                runners[pi].backend = std::make_unique<llmkv::CpuBackend>(*runners[pi].cache, pool);
                 runners[pi].forward = llmkv::Forward::create(*model, *runners[pi].backend, step);
             }
             double t0 = now();

@@ -56,8 +56,7 @@ float *rows(const Tensor &t) { return static_cast<float *>(t.data); }
 
 }  // namespace
 
-CpuBackend::CpuBackend(KvCache &cache, ThreadPool &pool, uint32_t max_batch_tokens)
-    : cache_(cache), pool_(pool), max_tokens_(max_batch_tokens) {}
+CpuBackend::CpuBackend(KvCache &cache, ThreadPool &pool) : cache_(cache), pool_(pool) {}
 
 Tensor CpuBackend::alloc(uint32_t n_rows, uint32_t cols) {
     const size_t n = size_t(n_rows) * cols;

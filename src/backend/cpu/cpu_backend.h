@@ -17,7 +17,7 @@ namespace llmkv {
 
 class CpuBackend final : public Backend {
 public:
-    CpuBackend(KvCache &cache, ThreadPool &pool, uint32_t max_batch_tokens);
+    CpuBackend(KvCache &cache, ThreadPool &pool);
 
     const char *name() const override { return "cpu"; }
     std::string device_name() const override { return cpu::matmul_kernel_name(); }
@@ -26,7 +26,6 @@ public:
 
     void load_weights(const WeightSet &) override {}
     Tensor alloc(uint32_t rows, uint32_t cols) override;
-    uint32_t max_batch_tokens() const override { return max_tokens_; }
     const KvGeometry &kv_geometry() const override { return cache_.geometry(); }
 
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override;
@@ -53,7 +52,6 @@ private:
 
     KvCache &cache_;
     ThreadPool &pool_;
-    uint32_t max_tokens_;
     std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
     uint64_t buffer_bytes_ = 0;
     cpu::MatmulScratch matmul_scratch_;

@@ -294,10 +294,6 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
     }
 }
 
-void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n) {
-    dequantize_row_reference(type, src, dst, n);
-}
-
 }  // namespace detail
 
 // ---- dispatch -----------------------------------------------------------------------------------
@@ -470,7 +466,7 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n) {
         return;
     }
 #endif
-    detail::dequantize_row_portable(type, src, dst, n);
+    dequantize_row_reference(type, src, dst, n);
 }
 
 void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens,
@@ -478,7 +474,7 @@ void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_
     check_args(w, x, ldx, n_tokens, y, ldy, "matmul_reference");
     std::vector<float> row(size_t(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) {
-        detail::dequantize_row_portable(
+        dequantize_row_reference(
             w.type, static_cast<const uint8_t *>(w.data) + size_t(r) * w.row_bytes, row.data(),
             w.cols);
         for (int64_t t = 0; t < n_tokens; ++t) {

@@ -115,7 +115,6 @@ struct MatmulJob {
 // Computes Y[t][r] for all tokens and rows r in [r0, r1).
 void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1);
 void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
-void dequantize_row_portable(TensorType type, const void *src, float *dst, int64_t n);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define LLMKV_MATMUL_HAVE_AVX2 1

@@ -143,6 +143,13 @@ llmkv_status status_of(llmkv_cuda_status s) {
     }
 }
 
+// Throws the llmkv::Error for a failed module call, with the context's message.
+void check_cuda(const llmkv_cuda_api *api, const llmkv_cuda_context *ctx, llmkv_cuda_status s, const char *what) {
+    if (s == LLMKV_CUDA_OK) return;
+    const char *msg = (api && ctx) ? api->last_error(ctx) : "";
+    fail(status_of(s), "CUDA backend: %s: %s", what, msg && *msg ? msg : "failed");
+}
+
 
 // A weight matrix (rows x cols in its GGUF type) as fp16 [rows][cols], decoded with the
 // reference dequantization.
@@ -249,11 +256,7 @@ public:
     uint64_t copy_ns() const override { return 0; }
 
 private:
-    void check(llmkv_cuda_status s, const char *what) const {
-        if (s == LLMKV_CUDA_OK) return;
-        const char *msg = api_->last_error(ctx_);
-        fail(status_of(s), "CUDA backend: %s: %s", what, msg && *msg ? msg : "failed");
-    }
+    void check(llmkv_cuda_status s, const char *what) const { check_cuda(api_, ctx_, s, what); }
 
     const llmkv_cuda_api *api_;
     llmkv_cuda_context *ctx_;
@@ -343,7 +346,6 @@ public:
         return Tensor{t.data, t.rows, t.cols};
     }
 
-    uint32_t max_batch_tokens() const override { return options_.max_batch_tokens; }
     const KvGeometry &kv_geometry() const override { return geometry_; }
 
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override {
@@ -467,11 +469,7 @@ private:
         std::vector<float> values;  // what was uploaded (a reused address is re-checked)
     };
 
-    void check(llmkv_cuda_status status, const char *what) const {
-        if (status == LLMKV_CUDA_OK) return;
-        const char *msg = (api_ && ctx_) ? api_->last_error(ctx_) : "";
-        fail(status_of(status), "CUDA backend: %s: %s", what, msg && *msg ? msg : "failed");
-    }
+    void check(llmkv_cuda_status status, const char *what) const { check_cuda(api_, ctx_, status, what); }
     llmkv_cuda_weight matrix(const WeightMatrix &w) const {
         auto it = matrices_.find(w.data);
         if (it == matrices_.end() || it->second.rows != uint64_t(w.rows) ||
