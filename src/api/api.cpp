@@ -1,6 +1,7 @@
 // The C API: argument checks, locking, and the exception-to-status boundary. No engine
 // logic lives here; every entry point catches everything and records the message in the
 // thread-local last error.
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -57,11 +58,26 @@ const Session *session_of(const llmkv_session *s) { return reinterpret_cast<cons
     } while (0)
 
 // Output structs: the caller states its size, which must be the size of a version of the
-// struct this library knows (only one version exists so far).
+// struct this library knows: the whole struct, or where its 0.1 version ended.
+template <typename T>
+size_t size_v1() {
+    return sizeof(T);
+}
+template <>
+size_t size_v1<llmkv_stats>() {
+    return offsetof(llmkv_stats, sample_ns);
+}
+template <>
+size_t size_v1<llmkv_session_info>() {
+    return offsetof(llmkv_session_info, stop_string);
+}
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size == sizeof(T);
+    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>();
 }
+
+// session_params of 0.1 ended at user_data.
+constexpr size_t kSessionParamsV1 = offsetof(llmkv_session_params, stop_strings);
 
 template <typename T>
 void copy_out(T *dst, const T &src) {
@@ -262,13 +278,15 @@ LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session
     *out = nullptr;
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(p, "params is NULL");
-    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_session_params),
-                  "session_params.struct_size = %u is not a known size (%zu); call llmkv_session_params_init",
-                  p->struct_size, sizeof(llmkv_session_params));
+    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_session_params) || p->struct_size == kSessionParamsV1,
+                  "session_params.struct_size = %u is not a known size (%zu or %zu); call llmkv_session_params_init",
+                  p->struct_size, sizeof(llmkv_session_params), kSessionParamsV1);
+    llmkv_session_params params{};  // fields the caller's version lacks stay zero
+    std::memcpy(&params, p, p->struct_size);
     return guarded([&] {
         Engine *engine = engine_of(e);
         std::lock_guard<std::mutex> lock(engine->mutex());
-        Session *s = engine->create_session(*p);
+        Session *s = engine->create_session(params);
         s->handle = reinterpret_cast<llmkv_session *>(s);
         *out = s->handle;
     });
@@ -302,6 +320,11 @@ LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s) {
     LLMKV_SESSION_CALL(s, session->engine->park(session));
 }
 
+LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind, const char *text,
+                                                 size_t len, const char *root) {
+    LLMKV_SESSION_CALL(s, session->engine->set_grammar(session, uint32_t(kind), text, len, root));
+}
+
 LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes) {
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
@@ -332,6 +355,11 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
                     : session->n_offloaded > 0                          ? LLMKV_TIER_MIXED
                                                                         : LLMKV_TIER_DEVICE;
         info.priority = session->priority;
+        info.stop_string = session->stops.matched();
+        info.text_held = uint32_t(session->stops.held());
+        const llmkv::GrammarState &g = session->constraints.grammar;
+        info.has_grammar = g ? 1 : 0;
+        info.grammar_complete = g && g.masker->accepting(g.state) ? 1 : 0;
         copy_out(out, info);
     });
 }

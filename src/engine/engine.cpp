@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -62,6 +63,9 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     e->file_ = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
     e->model_ = LlamaModel::load(e->file_);
     e->tokenizer_ = Tokenizer::from_gguf(*e->file_);
+    for (size_t i = 0; i < e->tokenizer_->n_vocab(); ++i) {
+        if (e->tokenizer_->is_end_of_generation(int32_t(i))) e->eog_ids_.push_back(int32_t(i));
+    }
     const LlamaConfig &c = e->model_->config();
     if (e->tokenizer_->n_vocab() != c.n_vocab) {
         fail(LLMKV_ERR_MODEL_FORMAT, "tokenizer has %zu tokens but token_embd.weight has %u rows",
@@ -262,6 +266,10 @@ void Engine::get_stats(llmkv_stats &out) const {
     out.resumes = kc.resumes;
     out.demotions = kc.demotions;
     out.promotions = kc.promotions;
+    out.sample_ns = sample_ns_;
+    out.grammar_mask_ns = constraint_counters_.mask_ns;
+    out.grammar_masks = constraint_counters_.masks;
+    out.grammar_mask_cache_hits = constraint_counters_.mask_cache_hits;
     if (kv_->has_host_tier()) {
         out.host_bytes_total = kv_->host_bytes_total();
         out.host_bytes_used = kv_->host_bytes_used();
@@ -419,8 +427,9 @@ Session *Engine::fork(Session *src) {
     s->user_data = src->user_data;
     s->priority = src->priority;
     s->default_max_new_tokens = src->default_max_new_tokens;
-    s->stop_tokens = src->stop_tokens;
     s->sampler = std::make_unique<Sampler>(*src->sampler);  // same RNG state: same continuation
+    s->constraints = src->constraints;                      // grammar state included
+    s->stops = src->stops;
     s->finish_reason = src->finish_reason;
     share_state(*src, *s);
     s->refresh_state();
@@ -443,14 +452,22 @@ Session *Engine::create_session(const llmkv_session_params &p) {
                  p.stop_tokens[i], n_vocab);
         }
     }
+    std::vector<std::string> stop_strings = copy_stop_strings(p);
+    std::vector<std::pair<int32_t, float>> bias = copy_logit_bias(p, n_vocab);
+    std::shared_ptr<TokenMasker> masker = grammar_masker(p.grammar_kind, p.grammar, p.grammar_len, p.grammar_root);
     require_handle_room();
     auto s = std::make_unique<Session>();
     s->engine = this;
     s->user_data = p.user_data;
     s->priority = p.priority;
     s->default_max_new_tokens = p.max_new_tokens;
-    s->stop_tokens.assign(p.stop_tokens, p.stop_tokens + p.n_stop_tokens);
     s->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
+    s->constraints.set_stop_tokens(std::vector<int32_t>(p.stop_tokens, p.stop_tokens + p.n_stop_tokens), eog_ids_);
+    s->constraints.bias = std::move(bias);
+    s->constraints.min_new_tokens = p.min_new_tokens;
+    s->constraints.grammar.masker = std::move(masker);
+    s->constraints.grammar.restart();
+    s->stops = StopStrings(std::move(stop_strings));
     if (from) {
         share_state(from->state, *s);
         s->refresh_state();
@@ -480,6 +497,7 @@ void Engine::append(Session *s, const int32_t *tokens, size_t n) {
     }
     if (n == 0) return;
     s->tokens.insert(s->tokens.end(), tokens, tokens + n);
+    s->constraints.grammar.restart();  // new input: the next output is a new sentence
     s->kv_dropped = false;
     s->last_active = ++activity_clock_;
     if (!s->started) s->admit_seq = next_admit_seq_++;
@@ -501,6 +519,8 @@ void Engine::generate(Session *s, uint32_t max_new_tokens) {
         fail(LLMKV_ERR_KV_CAPACITY, "session holds %zu tokens, the max_context (%u): no room to generate",
              s->tokens.size(), max_context_);
     }
+    s->text.push(s->stops.flush());  // bytes an earlier generation ended holding (after an error)
+    s->stops.reset();
     s->generate_requested = true;
     s->generate_limit = max_new_tokens ? max_new_tokens : s->default_max_new_tokens;
     s->n_generated = 0;
@@ -510,6 +530,47 @@ void Engine::generate(Session *s, uint32_t max_new_tokens) {
     s->kv_dropped = false;
     s->last_active = ++activity_clock_;
     s->refresh_state();
+}
+
+std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *text, size_t len, const char *root) {
+    if (kind == LLMKV_GRAMMAR_NONE) return nullptr;
+    if (kind != LLMKV_GRAMMAR_GBNF && kind != LLMKV_GRAMMAR_JSON_SCHEMA) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar kind %u is not a llmkv_grammar_kind", kind);
+    }
+    if (!text && len > 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar text is NULL with length %zu", len);
+    std::string_view body(text ? text : "", len);
+    std::string_view start = root ? std::string_view(root) : std::string_view("root");
+    std::string key = std::to_string(kind) + ':' + std::string(start) + '\n' + std::string(body);
+    auto it = maskers_.find(key);
+    if (it != maskers_.end()) {
+        if (std::shared_ptr<TokenMasker> m = it->second.lock()) return m;
+    }
+    std::shared_ptr<const Grammar> g =
+        kind == LLMKV_GRAMMAR_GBNF ? Grammar::from_gbnf(body, start) : Grammar::from_json_schema(body);
+    if (!grammar_vocab_) {
+        const size_t n = tokenizer_->n_vocab();
+        std::vector<std::string> bytes(n);
+        std::vector<uint8_t> eligible(n);
+        for (size_t i = 0; i < n; ++i) {
+            bytes[i] = tokenizer_->token_bytes(int32_t(i));
+            // Markup (control, unknown) and byteless tokens are never grammar text.
+            eligible[i] = !tokenizer_->is_special(int32_t(i)) && !bytes[i].empty();
+        }
+        grammar_vocab_ = std::make_shared<const GrammarVocab>(std::move(bytes), std::move(eligible));
+    }
+    auto m = std::make_shared<TokenMasker>(std::move(g), grammar_vocab_);
+    for (auto e = maskers_.begin(); e != maskers_.end();) {  // forget grammars no session uses
+        e = e->second.expired() ? maskers_.erase(e) : std::next(e);
+    }
+    maskers_[key] = m;
+    return m;
+}
+
+void Engine::set_grammar(Session *s, uint32_t kind, const char *text, size_t len, const char *root) {
+    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; set its grammar before generate or after DONE");
+    std::shared_ptr<TokenMasker> m = grammar_masker(kind, text, len, root);
+    s->constraints.grammar.masker = std::move(m);
+    s->constraints.grammar.restart();
 }
 
 void Engine::cancel(Session *s) {
@@ -539,6 +600,9 @@ void Engine::push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_
 void Engine::finish(Session *s, llmkv_finish_reason reason) {
     s->generate_requested = false;
     s->finish_reason = reason;
+    s->text.push(s->stops.flush());  // nothing when a stop string matched
+    // A complete sentence (or one no token can continue) ends the grammar's turn.
+    if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT) s->constraints.grammar.restart();
     push_event(s, LLMKV_EVENT_DONE, -1, reason, LLMKV_OK);
     s->refresh_state();
 }
@@ -597,20 +661,34 @@ void Engine::step() {
         tokens_prefilled_ += s->n_generated == 0 ? spans_[i].n : 0;
         float *row = logits_.data() + logit_row * n_vocab;
         ++logit_row;
-        int32_t token = s->sampler->sample(row, s->tokens);
+        auto t0 = std::chrono::steady_clock::now();
+        bool any = s->constraints.apply(row, n_vocab, s->n_generated, constraint_counters_);
+        int32_t token = any ? s->sampler->sample(row, s->tokens) : -1;
+        sample_ns_ += uint64_t(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        if (!any) {  // the grammar, bias and bans leave nothing: the context is unchanged
+            finish(s, LLMKV_FINISH_CONSTRAINT);
+            continue;
+        }
+        bool is_stop = s->constraints.is_stop_token(token);
+        if (!is_stop && !s->constraints.advance(*tokenizer_, token)) {  // a mask never allows this
+            LLMKV_LOG_ERROR_F("sampled token %d is outside the session's grammar; generation ends", token);
+            finish(s, LLMKV_FINISH_CONSTRAINT);
+            continue;
+        }
         s->tokens.push_back(token);
         s->n_committed = std::max<uint32_t>(s->n_committed, uint32_t(s->tokens.size()));
-        bool is_stop = tokenizer_->is_end_of_generation(token) ||
-                       std::find(s->stop_tokens.begin(), s->stop_tokens.end(), token) != s->stop_tokens.end();
         if (is_stop) {
             finish(s, LLMKV_FINISH_STOP);
             continue;
         }
         ++s->n_generated;
         ++tokens_generated_;
-        s->text.push(tokenizer_->token_bytes(token));
+        s->text.push(s->stops.feed(tokenizer_->token_bytes(token)));
         push_event(s, LLMKV_EVENT_TOKEN, token, LLMKV_FINISH_NONE, LLMKV_OK);
-        if (s->generate_limit && s->n_generated >= s->generate_limit) {
+        if (s->stops.matched() >= 0) {
+            finish(s, LLMKV_FINISH_STOP);
+        } else if (s->generate_limit && s->n_generated >= s->generate_limit) {
             finish(s, LLMKV_FINISH_LENGTH);
         } else if (s->tokens.size() >= max_context_) {
             finish(s, LLMKV_FINISH_CONTEXT);

@@ -3,7 +3,9 @@
 // `version`. `run` uses only the public C API.
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +33,47 @@ struct RunOptions {
     int kv_dtype_v = -1;  // -1: same as kv_dtype
     llmkv_kv_dtype kv_dtype_v_choice = LLMKV_KV_F16;  // --kv-dtype-v as parsed
     uint32_t kv_residual = 0;
+    // Constrained generation.
+    std::vector<std::string> stop;        // --stop, repeatable
+    std::vector<std::string> logit_bias;  // --logit-bias TOKEN=BIAS, repeatable
+    uint32_t min_new_tokens = 0;
+    std::string grammar_file;             // --grammar FILE (GBNF)
+    std::string json_schema_file;         // --json-schema FILE
+    std::string grammar_root = "root";
 };
+
+bool read_file(const std::string &path, std::string &out) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) {
+        std::fprintf(stderr, "llmkv run: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+        return false;
+    }
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    bool ok = !std::ferror(f);
+    std::fclose(f);
+    if (!ok) std::fprintf(stderr, "llmkv run: cannot read %s\n", path.c_str());
+    return ok;
+}
+
+// "TOKEN=BIAS": BIAS a number or -inf (bans the token).
+bool parse_logit_bias(const std::string &spec, llmkv_logit_bias &out) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) return false;
+    char *end = nullptr;
+    long id = std::strtol(spec.c_str(), &end, 10);
+    if (end != spec.c_str() + eq || id < 0 || id > INT32_MAX) return false;
+    std::string b = spec.substr(eq + 1);
+    if (b == "-inf" || b == "-INF" || b == "ban") {
+        out = {int32_t(id), -INFINITY};
+        return true;
+    }
+    float v = std::strtof(b.c_str(), &end);
+    if (*end != '\0' || !std::isfinite(v)) return false;
+    out = {int32_t(id), v};
+    return true;
+}
 
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -166,6 +208,41 @@ int cmd_run(const RunOptions &o) {
 
     sp.sampling = o.sampling;
     sp.prefix = prefix;
+    std::vector<const char *> stops;
+    std::vector<size_t> stop_lengths;
+    for (const std::string &st : o.stop) {
+        stops.push_back(st.data());
+        stop_lengths.push_back(st.size());
+    }
+    sp.stop_strings = stops.data();
+    sp.stop_string_lengths = stop_lengths.data();
+    sp.n_stop_strings = uint32_t(stops.size());
+    std::vector<llmkv_logit_bias> bias(o.logit_bias.size());
+    for (size_t i = 0; i < o.logit_bias.size(); ++i) {
+        if (!parse_logit_bias(o.logit_bias[i], bias[i])) {
+            std::fprintf(stderr, "llmkv run: --logit-bias %s: expected TOKEN=BIAS (BIAS a number or -inf)\n",
+                         o.logit_bias[i].c_str());
+            llmkv_prefix_release(prefix);
+            llmkv_engine_destroy(engine);
+            return 2;
+        }
+    }
+    sp.logit_bias = bias.data();
+    sp.n_logit_bias = uint32_t(bias.size());
+    sp.min_new_tokens = o.min_new_tokens;
+    std::string grammar;
+    if (!o.grammar_file.empty() || !o.json_schema_file.empty()) {
+        bool schema = !o.json_schema_file.empty();
+        if (!read_file(schema ? o.json_schema_file : o.grammar_file, grammar)) {
+            llmkv_prefix_release(prefix);
+            llmkv_engine_destroy(engine);
+            return 1;
+        }
+        sp.grammar_kind = schema ? LLMKV_GRAMMAR_JSON_SCHEMA : LLMKV_GRAMMAR_GBNF;
+        sp.grammar = grammar.data();
+        sp.grammar_len = grammar.size();
+        sp.grammar_root = o.grammar_root.c_str();
+    }
     llmkv_session *session = nullptr;
     int rc = check(llmkv_session_create(engine, &sp, &session), "session_create");
     if (!rc) rc = check(llmkv_session_append_text(session, text.data(), text.size()), "append_text");
@@ -210,7 +287,7 @@ int cmd_run(const RunOptions &o) {
     double t_end = now_seconds();
     std::printf("\n");
     if (!rc) {
-        static const char *reasons[] = {"none", "stop", "length", "cancelled", "context"};
+        static const char *reasons[] = {"none", "stop", "length", "cancelled", "context", "constraint"};
         double prefill_s = (t_first > 0 ? t_first : t_end) - t_start;
         double decode_s = t_end - (t_first > 0 ? t_first : t_end);
         struct rusage ru;
@@ -223,7 +300,7 @@ int cmd_run(const RunOptions &o) {
                      "generated %u tokens, %.1f tok/s decode | finish: %s | %u threads | peak RSS %.1f MiB\n",
                      t_load * 1e3, n_prompt, prefill_s * 1e3, prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_generated,
                      (n_generated > 1 && decode_s > 0) ? (n_generated - 1) / decode_s : 0.0,
-                     finish < 5 ? reasons[finish] : "?", ei.n_threads, ru.ru_maxrss / 1024.0);
+                     finish < 6 ? reasons[finish] : "?", ei.n_threads, ru.ru_maxrss / 1024.0);
     }
     llmkv_session_destroy(session);
     llmkv_prefix_release(prefix);
@@ -259,6 +336,19 @@ Command add_run(CLI::App &parent) {
                                                "KV dtype of V, when it differs from --kv-dtype");
     dtype_v->default_str("same as --kv-dtype");
     add_uint_option(*app, "--kv-residual", &o->kv_residual, "most recent tokens kept unquantized");
+    app->add_option("--stop", o->stop, "end generation where the text contains STR (repeatable; not printed)")
+        ->type_name("STR")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app->add_option("--logit-bias", o->logit_bias, "add BIAS to token ID's logit; -inf bans it (repeatable)")
+        ->type_name("ID=BIAS")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    add_uint_option(*app, "--min-new-tokens", &o->min_new_tokens, "ban end-of-generation until this many tokens");
+    CLI::Option *grammar = app->add_option("--grammar", o->grammar_file, "constrain the output to a GBNF grammar")
+                               ->type_name("FILE");
+    app->add_option("--json-schema", o->json_schema_file, "constrain the output to JSON valid under a JSON Schema")
+        ->type_name("FILE")
+        ->excludes(grammar);
+    app->add_option("--grammar-root", o->grammar_root, "the GBNF start rule")->type_name("RULE")->needs(grammar);
     return {app, [o, dtype_v] {
                 o->kv_dtype_v = dtype_v->count() ? int(o->kv_dtype_v_choice) : -1;
                 return cmd_run(*o);
