@@ -324,8 +324,23 @@ LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path
  * rotation, block size and CPU kernel variant; anything else, and any corruption
  * (truncation, a flipped byte anywhere), is LLMKV_ERR_SNAPSHOT_FORMAT with a message saying
  * what, and the engine is unchanged. Other errors: INVALID_ARGUMENT, IO (missing or
- * unreadable file), KV_CAPACITY. */
+ * unreadable file), KV_CAPACITY.
+ *
+ * What a snapshot's checksums protect against: accidents (truncation, bit rot, a file of
+ * another model or configuration). Not intent: whoever can write the file can change its
+ * tokens or KV and recompute the checksums, and the loaded prefix then continues from KV
+ * that does not belong to its tokens. So a loaded prefix serves only the sessions created
+ * from it (and their forks and prefixes): its blocks, and blocks those sessions compute
+ * after them, are never offered to the automatic prefix cache, where a session of another
+ * host component sending the same tokens would pick them up. llmkv_prefix_load_ex with
+ * LLMKV_PREFIX_LOAD_SHARE opts in for files the host trusts as much as its own computation. */
 LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmkv_prefix **out);
+
+#define LLMKV_PREFIX_LOAD_SHARE 0x1u /* offer the loaded KV to the automatic prefix cache */
+
+/* llmkv_prefix_load with flags (LLMKV_PREFIX_LOAD_*; unknown bits are INVALID_ARGUMENT). */
+LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, uint32_t flags,
+                                            llmkv_prefix **out);
 
 /* Number of tokens of the prefix (0 for NULL). */
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p);

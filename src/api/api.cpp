@@ -423,7 +423,20 @@ LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmk
     return guarded([&] {
         Engine *engine = engine_of(e);
         std::lock_guard<std::mutex> lock(engine->mutex());
-        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path));
+        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, false));
+    });
+}
+
+LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, uint32_t flags, llmkv_prefix **out) {
+    LLMKV_REQUIRE(out, "out is NULL");
+    *out = nullptr;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(path && *path, "path is NULL or empty");
+    LLMKV_REQUIRE((flags & ~uint32_t(LLMKV_PREFIX_LOAD_SHARE)) == 0, "flags 0x%x has unknown bits", flags);
+    return guarded([&] {
+        Engine *engine = engine_of(e);
+        std::lock_guard<std::mutex> lock(engine->mutex());
+        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, (flags & LLMKV_PREFIX_LOAD_SHARE) != 0));
     });
 }
 

@@ -390,7 +390,7 @@ void Engine::save_prefix(const Prefix *p, const std::string &path) const {
     kv_->save_snapshot(p->state, std::move(m), path);
 }
 
-Prefix *Engine::load_prefix(const std::string &path) {
+Prefix *Engine::load_prefix(const std::string &path, bool share) {
     LoadedSnapshot snap = read_snapshot(path, snapshot_meta());
     const SnapshotMeta &m = snap.meta();
     if (m.tokens.empty()) fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: no tokens", path.c_str());
@@ -414,6 +414,9 @@ Prefix *Engine::load_prefix(const std::string &path) {
     s.engine = this;
     s.tokens = m.tokens;
     kv_->load_snapshot(s, snap, path);
+    // Checksums catch accidents, not intent: a snapshot is trusted by the host that loads it,
+    // not by every session of the engine, so its KV reaches the shared cache only on request.
+    s.unshared = !share;
     kv_->publish_sealed(s, s.tokens);
     return adopt_prefix(std::move(p));
 }

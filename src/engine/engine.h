@@ -79,7 +79,8 @@ public:
     Prefix *session_to_prefix(Session *s);
     void release_prefix(Prefix *p);
     void save_prefix(const Prefix *p, const std::string &path) const;
-    Prefix *load_prefix(const std::string &path);
+    // share: offer the loaded KV to the automatic prefix cache (LLMKV_PREFIX_LOAD_SHARE).
+    Prefix *load_prefix(const std::string &path, bool share);
 
     // One scheduling iteration; events go to the queue.
     void step();
@@ -87,6 +88,9 @@ public:
     // Moves up to capacity queued events into out; returns how many.
     size_t take_events(llmkv_event *out, size_t capacity);
     size_t pending_events() const { return events_.size(); }
+
+    // What a snapshot of this engine must declare (model fingerprint, codecs, shapes).
+    SnapshotMeta snapshot_meta() const;
 
     // For tests: throws LLMKV_ERR_INTERNAL if a pool invariant does not hold.
     void check_invariants() const;
@@ -98,7 +102,6 @@ private:
     void finish(Session *s, llmkv_finish_reason reason);
     void check_tokens(const int32_t *tokens, size_t n) const;
     void require_handle_room() const;
-    SnapshotMeta snapshot_meta() const;
     // Copies tokens, shared KV and block keys of `from` into `to` (KV_CAPACITY when no tail slot is free).
     void share_state(const Session &from, Session &to);
     // Runs the context of a session that never steps (a prefix state) to n_tokens - 1 now.

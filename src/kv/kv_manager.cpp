@@ -139,7 +139,7 @@ void KvManager::match_prefix(KvSeq &s, const std::vector<int32_t> &tokens) {
 }
 
 void KvManager::publish_sealed(KvSeq &s, const std::vector<int32_t> &tokens) {
-    if (!prefix_) return;
+    if (!prefix_ || s.unshared) return;
     const uint32_t B = geometry().block_tokens;
     for (size_t i = s.block_keys.size(); i < s.kv.blocks.size(); ++i) {
         const BlockHashKey &parent = i ? s.block_keys[i - 1] : kRootBlockKey;
@@ -164,6 +164,7 @@ void KvManager::share(const KvSeq &from, KvSeq &to, uint32_t max_sessions) {
         fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot (max_sessions = %u counts sessions and prefixes)", max_sessions);
     }
     to.block_keys = from.block_keys;
+    to.unshared = from.unshared;
 }
 
 // ---- host tier ----------------------------------------------------------------------------
@@ -305,6 +306,7 @@ bool KvManager::reap(KvSeq &s, bool wait) {
 }
 
 void KvManager::drop(KvSeq &s) {
+    s.unshared = false;  // what it vouched nothing for is gone; recomputed KV is the engine's own
     if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfers_->wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);

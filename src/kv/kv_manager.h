@@ -43,6 +43,10 @@ struct HostKv {
 struct KvSeq {
     SessionKv kv;                          // kv.n_tokens = tokens whose KV is computed
     std::vector<BlockHashKey> block_keys;  // prefix-cache key of each sealed block offered so far
+    // KV from a source the engine does not vouch for (a loaded snapshot): none of its blocks,
+    // nor any computed after them (they attended to it), is offered to the shared prefix
+    // cache. Inherited by share(); cleared when the KV is dropped.
+    bool unshared = false;
     HostKv host;
     // Long context: a sequence whose KV exceeds the device pool keeps its older blocks in the
     // host tier; per block-table entry, the host copy (entry = SessionKv::kHostBlock) or

@@ -7,6 +7,8 @@
 #include <map>
 #include <random>
 
+#include "engine/engine.h"
+#include "kv/snapshot.h"
 #include "llmkv.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
@@ -615,6 +617,65 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
     EXPECT_EQ(st.blocks_free + st.blocks_cached, st.blocks_total);
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     llmkv_engine_destroy(e);
+}
+
+// The defect: a snapshot whose tokens were changed and whose checksums were recomputed
+// loaded fine and its KV went into the automatic prefix cache under the changed tokens, so
+// an unrelated session sending those tokens got another prompt's KV.
+TEST_F(EngineTest, ACraftedSnapshotDoesNotPoisonTheSharedPrefixCache) {
+    const std::vector<int32_t> real = byte_tokens(45, 61), claimed = byte_tokens(45, 62);
+    const std::vector<int32_t> suffix = byte_tokens(5, 63);
+    std::vector<int32_t> victim = claimed;
+    victim.insert(victim.end(), suffix.begin(), suffix.end());
+    llmkv_session_params sp = sampling_params(0.0f, 0);
+    const std::string honest = testing::temp_path("honest.llmkvsnap"), forged = testing::temp_path("forged.llmkvsnap");
+    {
+        llmkv_engine *e = make_engine();
+        llmkv_prefix *prefix = nullptr;
+        ASSERT_EQ(llmkv_prefix_create(e, real.data(), real.size(), &prefix), LLMKV_OK);
+        ASSERT_EQ(llmkv_prefix_save(prefix, honest.c_str()), LLMKV_OK) << llmkv_last_error();
+        // The forgery: the real prompt's KV under the claimed tokens, checksums recomputed.
+        LoadedSnapshot snap = read_snapshot(honest, reinterpret_cast<Engine *>(e)->snapshot_meta());
+        SnapshotMeta m = snap.meta();
+        m.tokens = claimed;
+        std::vector<const uint8_t *> blocks;
+        for (size_t i = 0; i < snap.n_blocks(); ++i) blocks.push_back(snap.block(i));
+        write_snapshot(forged, m, blocks, snap.tail());
+        llmkv_prefix_release(prefix);
+        llmkv_engine_destroy(e);
+    }
+    llmkv_engine *clean = make_engine();
+    const std::vector<int32_t> expected = solo_run(clean, sp, victim, 8);
+    llmkv_engine_destroy(clean);
+
+    // Loaded by one part of the host (and used: a session from it computes more blocks after
+    // the forged ones), then another part sends the claimed tokens.
+    llmkv_engine *e = make_engine();
+    llmkv_prefix *loaded = nullptr;
+    ASSERT_EQ(llmkv_prefix_load(e, forged.c_str(), &loaded), LLMKV_OK) << llmkv_last_error();
+    run_from_prefix(e, loaded, sp, suffix, 8);
+    const uint64_t hits = stats_of(e).prefix_hit_tokens;
+    EXPECT_EQ(solo_run(e, sp, victim, 8), expected);
+    EXPECT_EQ(stats_of(e).prefix_hit_tokens, hits) << "the loaded KV reached the shared cache";
+    // The same tokens computed honestly are cached as usual.
+    EXPECT_EQ(solo_run(e, sp, victim, 8), expected);
+    EXPECT_GT(stats_of(e).prefix_hit_tokens, hits);
+    llmkv_prefix_release(loaded);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(e);
+
+    // A host that trusts its files opts in: the loaded blocks serve the cache.
+    e = make_engine();
+    EXPECT_EQ(llmkv_prefix_load_ex(e, honest.c_str(), 0x2u, &loaded), LLMKV_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(llmkv_prefix_load_ex(e, honest.c_str(), LLMKV_PREFIX_LOAD_SHARE, &loaded), LLMKV_OK);
+    std::vector<int32_t> real_victim = real;
+    real_victim.insert(real_victim.end(), suffix.begin(), suffix.end());
+    solo_run(e, sp, real_victim, 2);
+    EXPECT_EQ(stats_of(e).prefix_hit_tokens, 44u);  // 11 full blocks of 4 tokens
+    llmkv_prefix_release(loaded);
+    llmkv_engine_destroy(e);
+    std::remove(honest.c_str());
+    std::remove(forged.c_str());
 }
 
 TEST_F(EngineTest, PrefixSnapshotLoadsInAFreshEngineAndGivesIdenticalTokens) {
