@@ -231,13 +231,13 @@ uint32_t Compiler::parse_hex(int digits) {
     size_t start = p_;
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
-        if (at_end()) error(start, "expected %d hex digits", digits);
+        if (at_end()) error(start - 2, "expected %d hex digits", digits);
         char c = t_[p_];
         uint32_t d;
         if (c >= '0' && c <= '9') d = c - '0';
         else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
         else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else error(p_, "expected %d hex digits", digits);
+        else error(start - 2, "expected %d hex digits", digits);
         v = v * 16 + d;
         ++p_;
     }

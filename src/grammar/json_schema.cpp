@@ -24,7 +24,7 @@ const char *const kPrimitives[][2] = {
     {"array", "\"[\" ( value ( \",\" sp value )* )? \"]\""},
     {"string", "\"\\\"\" char* \"\\\"\""},
     {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )"},
-    {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?"},
+    {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?"},
     {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )"},
     {"boolean", "\"true\" | \"false\""},
     {"null", "\"null\""},
