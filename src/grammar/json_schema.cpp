@@ -413,7 +413,7 @@ private:
         }
         // tail[i]: the members from i on, each preceded by a comma (optional ones omittable).
         std::vector<std::string> tail(n + 1);
-        for (size_t i = n; i-- > 0;) {
+        for (size_t i = n; i-- > 1;) {  // tail[0] is never used
             bool req = required.count(props[i].first) != 0;
             std::string body = req ? "\",\" sp " + kv[i] : "( \",\" sp " + kv[i] + " )?";
             if (!tail[i + 1].empty()) body += " " + tail[i + 1];

@@ -184,6 +184,35 @@ TEST(GrammarMatch, StarKeepsTheStateCountBounded) {
     EXPECT_TRUE(m.m.accepting(m.m.advance(s, "]")));
 }
 
+TEST(GrammarMatch, DeepNestingIsIterative) {
+    Matcher m("root ::= \"(\" root \")\" | \"x\"");
+    const int depth = 20000;
+    std::string s = std::string(depth, '(') + "x" + std::string(depth, ')');
+    EXPECT_TRUE(m.accepts(s));
+    EXPECT_FALSE(m.accepts(s.substr(1)));
+    EXPECT_EQ(m.m.stats().limit_hits, 0u);
+}
+
+TEST(GrammarMatch, RunTimeLimitsMakeTransitionsDead) {
+    // Ambiguous: after n "a"s there are 2^n distinct stacks. The closure limit stops it.
+    auto g = Grammar::from_gbnf("root ::= \"a\" root \"b\" | \"a\" root \"c\" | \"\"");
+    Matcher m(g);
+    State s = m.m.start();
+    int n = 0;
+    while (n < 40 && s != TokenMasker::kDead) {
+        s = m.m.advance(s, "a");
+        ++n;
+    }
+    EXPECT_EQ(s, TokenMasker::kDead);
+    EXPECT_GT(n, 10);
+    EXPECT_GE(m.m.stats().limit_hits, 1u);
+    // The dead transition is recorded: asking again is immediate and gives the same answer.
+    State again = m.m.advance(m.m.start(), std::string(n, 'a'));
+    EXPECT_EQ(again, TokenMasker::kDead);
+    // Shorter prefixes still work.
+    EXPECT_TRUE(m.accepts("aabc"));
+}
+
 TEST(GrammarMatch, AcceptingAndCanContinue) {
     Matcher m("root ::= \"ab\" | \"abc\"");
     TokenMasker &t = m.m;
@@ -299,6 +328,7 @@ void check_mask_brute_force(std::shared_ptr<const Grammar> g, size_t max_states)
         for (size_t i = toks.size(); i < m.mask_words() * 64; ++i) ASSERT_FALSE(bit(copy.data(), i));
     }
     EXPECT_GT(checked, 5u);
+    if (getenv("LLMKV_GRAMMAR_TEST_VERBOSE")) printf("brute force: %zu states, %zu allowed\n", checked, allowed_total);
     EXPECT_GT(allowed_total, checked);
 }
 
@@ -389,6 +419,7 @@ item ::= "ab" | [c-e]+ "x"? | "(" [a-c]* ")"
         }
     }
     EXPECT_GT(accepted, 50);
+    if (getenv("LLMKV_GRAMMAR_TEST_VERBOSE")) printf("regex: %d of 4000 accepted\n", accepted);
     // Random walks over allowed tokens produce strings the regex accepts.
     auto vocab = synthetic_vocab(synthetic_tokens(11));
     TokenMasker t(Grammar::from_gbnf(gbnf), vocab);
