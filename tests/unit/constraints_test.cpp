@@ -3,12 +3,16 @@
 // tiny model through the C API.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/constraints.h"
 #include "llmkv.h"
@@ -356,6 +360,295 @@ TEST_F(ConstraintsTest, AForkContinuesIdenticallyUnderStopStrings) {
     EXPECT_EQ(ta.find(stop), std::string::npos);
     llmkv_session_destroy(a);
     llmkv_session_destroy(b);
+}
+
+
+// ---- grammars in the engine ----------------------------------------------------------------
+
+namespace grammar_cases {
+
+const char *kNpcSchema = R"({
+  "type": "object",
+  "properties": {
+    "say": {"type": "string", "maxLength": 24},
+    "action": {"enum": ["wave", "attack", "flee", "trade"]},
+    "mood": {"type": "integer"},
+    "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}
+  },
+  "required": ["say", "action", "mood"]
+})";
+
+// The schema above, checked independently of the grammar engine.
+bool valid_npc(const std::string &text, std::string &why) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const std::exception &e) {
+        why = e.what();
+        return false;
+    }
+    if (!j.is_object()) return why = "not an object", false;
+    for (const char *k : {"say", "action", "mood"}) {
+        if (!j.contains(k)) return why = std::string("missing ") + k, false;
+    }
+    for (const auto &[k, v] : j.items()) {
+        if (k == "say") {
+            if (!v.is_string()) return why = "say", false;
+            // maxLength counts code points.
+            size_t cps = 0;
+            for (unsigned char c : v.get<std::string>()) cps += (c & 0xC0) != 0x80;
+            if (cps > 24) return why = "say too long", false;
+        } else if (k == "action") {
+            static const std::vector<std::string> ok = {"wave", "attack", "flee", "trade"};
+            if (!v.is_string() || std::find(ok.begin(), ok.end(), v.get<std::string>()) == ok.end()) {
+                return why = "action", false;
+            }
+        } else if (k == "mood") {
+            if (!v.is_number_integer()) return why = "mood", false;
+        } else if (k == "items") {
+            if (!v.is_array() || v.size() > 3) return why = "items", false;
+            for (const auto &x : v) {
+                if (!x.is_boolean()) return why = "items[]", false;
+            }
+        } else {
+            return why = "extra key " + k, false;
+        }
+    }
+    return true;
+}
+
+// root ::= ("yes" | "no") ", " [0-9]{1,3} " item" "s"? "."
+const char *kAnswerGbnf = "root ::= (\"yes\" | \"no\") \", \" [0-9]{1,3} \" item\" \"s\"? \".\"\n";
+const std::regex kAnswerRegex("(yes|no), [0-9]{1,3} items?\\.");
+
+}  // namespace grammar_cases
+
+TEST_F(ConstraintsTest, EveryOutputUnderAJsonSchemaParsesAndValidates) {
+    int complete = 0;
+    for (uint64_t seed = 1; seed <= 12; ++seed) {
+        for (float temperature : {0.0f, 0.7f, 1.5f}) {
+            llmkv_session_params sp = params(temperature, seed);
+            sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
+            sp.grammar = grammar_cases::kNpcSchema;
+            sp.grammar_len = std::strlen(grammar_cases::kNpcSchema);
+            Result r = generate(sp, 200, uint32_t(seed));
+            ASSERT_NE(r.finish, LLMKV_FINISH_CONSTRAINT) << "seed " << seed;
+            if (r.finish != LLMKV_FINISH_STOP) continue;  // random weights may ramble to the limit
+            ++complete;
+            std::string why;
+            EXPECT_TRUE(grammar_cases::valid_npc(r.text, why)) << why << ": " << r.text;
+            EXPECT_EQ(r.info.has_grammar, 1u);
+        }
+    }
+    EXPECT_GE(complete, 18) << "most constrained runs should complete their JSON";
+}
+
+TEST_F(ConstraintsTest, EveryOutputUnderAGbnfGrammarMatchesItsLanguage) {
+    for (uint64_t seed = 1; seed <= 16; ++seed) {
+        llmkv_session_params sp = params(seed % 4 == 0 ? 0.0f : 1.2f, seed);
+        sp.grammar_kind = LLMKV_GRAMMAR_GBNF;
+        sp.grammar = grammar_cases::kAnswerGbnf;
+        sp.grammar_len = std::strlen(grammar_cases::kAnswerGbnf);
+        Result r = generate(sp, 64, uint32_t(seed));
+        ASSERT_EQ(r.finish, LLMKV_FINISH_STOP) << "seed " << seed << ": " << r.text;
+        EXPECT_TRUE(std::regex_match(r.text, grammar_cases::kAnswerRegex)) << r.text;
+        // The sentence is complete when generation ends: the grammar restarted for the next one.
+        EXPECT_TRUE(r.tokens.back() == TinyVocab::kEndOfText || r.tokens.back() == TinyVocab::kImEnd)
+            << r.tokens.back();
+    }
+}
+
+TEST_F(ConstraintsTest, GrammarSessionsInOneBatchEqualTheirSoloRunsBitwise) {
+    // Each its own grammar (two kinds, two seeds), batched, against one at a time.
+    auto make = [](int i) {
+        llmkv_session_params sp = params(0.9f, 100 + uint64_t(i));
+        const char *g = i % 2 ? grammar_cases::kNpcSchema : grammar_cases::kAnswerGbnf;
+        sp.grammar_kind = i % 2 ? LLMKV_GRAMMAR_JSON_SCHEMA : LLMKV_GRAMMAR_GBNF;
+        sp.grammar = g;
+        sp.grammar_len = std::strlen(g);
+        return sp;
+    };
+    const int kSessions = 6;
+    std::vector<Result> solo;
+    for (int i = 0; i < kSessions; ++i) solo.push_back(generate(make(i), 60, uint32_t(i)));
+    std::vector<llmkv_session *> s(kSessions);
+    for (int i = 0; i < kSessions; ++i) {
+        llmkv_session_params sp = make(i);
+        ASSERT_EQ(llmkv_session_create(e_, &sp, &s[i]), LLMKV_OK);
+        std::vector<int32_t> prompt = byte_tokens(9, uint32_t(i));
+        ASSERT_EQ(llmkv_session_append(s[i], prompt.data(), prompt.size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_generate(s[i], 60), LLMKV_OK);
+    }
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    for (int i = 0; i < kSessions; ++i) {
+        std::vector<int32_t> t = tokens_of(s[i]);
+        t.erase(t.begin(), t.begin() + 9);
+        EXPECT_EQ(t, solo[i].tokens) << "session " << i;
+        llmkv_session_destroy(s[i]);
+    }
+    llmkv_stats st;
+    st.struct_size = sizeof(st);
+    ASSERT_EQ(llmkv_engine_get_stats(e_, &st), LLMKV_OK);
+    EXPECT_GT(st.grammar_masks, 0u);
+    EXPECT_GT(st.grammar_mask_cache_hits, 0u);  // the batch revisits the solo runs' states
+    EXPECT_GE(st.sample_ns, st.grammar_mask_ns);
+}
+
+TEST_F(ConstraintsTest, AForkMidSentenceContinuesTheSameSentence) {
+    llmkv_session_params sp = params(1.0f, 8);
+    sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
+    sp.grammar = grammar_cases::kNpcSchema;
+    sp.grammar_len = std::strlen(grammar_cases::kNpcSchema);
+    Result whole = generate(sp, 200, 4);
+    ASSERT_EQ(whole.finish, LLMKV_FINISH_STOP);
+    ASSERT_GT(whole.tokens.size(), 6u);
+
+    llmkv_session *a = nullptr, *b = nullptr;
+    ASSERT_EQ(llmkv_session_create(e_, &sp, &a), LLMKV_OK);
+    std::vector<int32_t> prompt = byte_tokens(9, 4);
+    ASSERT_EQ(llmkv_session_append(a, prompt.data(), prompt.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(a, 5), LLMKV_OK);  // stops mid-object: LENGTH
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    llmkv_session_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_session_get_info(a, &info), LLMKV_OK);
+    ASSERT_EQ(info.finish_reason, LLMKV_FINISH_LENGTH);
+    EXPECT_EQ(info.grammar_complete, 0u);
+    ASSERT_EQ(llmkv_session_fork(a, &b), LLMKV_OK);
+    for (llmkv_session *s : {a, b}) ASSERT_EQ(llmkv_session_generate(s, 200), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    std::vector<int32_t> ta = tokens_of(a), tb = tokens_of(b);
+    EXPECT_EQ(ta, tb);
+    ta.erase(ta.begin(), ta.begin() + 9);
+    EXPECT_EQ(ta, whole.tokens) << "continuing after LENGTH must not restart the sentence";
+    std::string text;
+    char buf[512];
+    size_t n = 0;
+    while (llmkv_session_read_text(a, buf, sizeof(buf), &n) == LLMKV_OK && n) text.append(buf, n);
+    std::string why;
+    EXPECT_TRUE(grammar_cases::valid_npc(text, why)) << why << ": " << text;
+    llmkv_session_destroy(a);
+    llmkv_session_destroy(b);
+}
+
+TEST_F(ConstraintsTest, PreemptionAndRecomputationDoNotChangeConstrainedOutput) {
+    // A pool that holds about one session: the others are preempted and recomputed.
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path_->c_str();
+    p.backend = LLMKV_BACKEND_CPU;
+    p.n_threads = 2;
+    p.kv_block_tokens = 4;
+    llmkv_engine_info ei;
+    ei.struct_size = sizeof(ei);
+    ASSERT_EQ(llmkv_engine_get_info(e_, &ei), LLMKV_OK);
+    p.kv_device_bytes = ei.kv_bytes_per_token_device * 4 * 30;  // 30 blocks
+    llmkv_engine *small = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&p, &small), LLMKV_OK) << llmkv_last_error();
+    const int kSessions = 4;
+    std::vector<llmkv_session *> s(kSessions);
+    std::vector<Result> solo;
+    for (int i = 0; i < kSessions; ++i) {
+        llmkv_session_params sp = params(0.8f, 40 + uint64_t(i));
+        sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
+        sp.grammar = grammar_cases::kNpcSchema;
+        sp.grammar_len = std::strlen(grammar_cases::kNpcSchema);
+        solo.push_back(generate(sp, 70, uint32_t(i)));
+        ASSERT_EQ(llmkv_session_create(small, &sp, &s[i]), LLMKV_OK);
+        std::vector<int32_t> prompt = byte_tokens(9, uint32_t(i));
+        ASSERT_EQ(llmkv_session_append(s[i], prompt.data(), prompt.size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_generate(s[i], 70), LLMKV_OK);
+    }
+    ASSERT_EQ(llmkv_run(small, nullptr, nullptr), LLMKV_OK);
+    llmkv_stats st;
+    st.struct_size = sizeof(st);
+    ASSERT_EQ(llmkv_engine_get_stats(small, &st), LLMKV_OK);
+    EXPECT_GT(st.preemptions, 0u) << "the pool was meant to be too small for all four";
+    for (int i = 0; i < kSessions; ++i) {
+        std::vector<int32_t> t = tokens_of(s[i]);
+        t.erase(t.begin(), t.begin() + 9);
+        EXPECT_EQ(t, solo[i].tokens) << "session " << i;
+        llmkv_session_destroy(s[i]);
+    }
+    EXPECT_EQ(llmkv_engine_validate(small), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(small);
+}
+
+TEST_F(ConstraintsTest, ACompleteSentenceEndsGenerationAndAnUnspellableOneIsAConstraintFinish) {
+    llmkv_session_params sp = params(1.0f, 2);
+    const char *ok = "root ::= \"ok\"";
+    sp.grammar_kind = LLMKV_GRAMMAR_GBNF;
+    sp.grammar = ok;
+    sp.grammar_len = std::strlen(ok);
+    Result r = generate(sp, 50);
+    EXPECT_EQ(r.text, "ok");
+    EXPECT_EQ(r.finish, LLMKV_FINISH_STOP);
+    ASSERT_EQ(r.tokens.size(), 3u);  // 'o', 'k', then an end-of-generation token (the only ones allowed)
+    EXPECT_EQ(r.tokens[0], 'o');
+    EXPECT_EQ(r.tokens[1], 'k');
+    EXPECT_TRUE(r.tokens[2] == TinyVocab::kEndOfText || r.tokens[2] == TinyVocab::kImEnd) << r.tokens[2];
+    // min_new_tokens cannot hold a complete sentence open.
+    sp.min_new_tokens = 10;
+    EXPECT_EQ(generate(sp, 50).text, "ok");
+
+    // The grammar needs 'k', the bias bans it: no token can follow "o".
+    llmkv_logit_bias ban[] = {{'k', -INFINITY}};
+    sp.logit_bias = ban;
+    sp.n_logit_bias = 1;
+    Result stuck = generate(sp, 50);
+    EXPECT_EQ(stuck.finish, LLMKV_FINISH_CONSTRAINT);
+    EXPECT_EQ(stuck.text, "o");
+    EXPECT_EQ(stuck.tokens, std::vector<int32_t>{'o'});
+}
+
+TEST_F(ConstraintsTest, BadGrammarsPointAtTheErrorAndSetGrammarFollowsTheRules) {
+    llmkv_session_params sp = params(0.0f, 0);
+    llmkv_session *s = nullptr;
+    const char *bad = "root ::= \"a\" | [b-\n";
+    sp.grammar_kind = LLMKV_GRAMMAR_GBNF;
+    sp.grammar = bad;
+    sp.grammar_len = std::strlen(bad);
+    EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("line 1, column"), std::string::npos) << llmkv_last_error();
+    const char *undefined = "root ::= item\n";
+    sp.grammar = undefined;
+    sp.grammar_len = std::strlen(undefined);
+    EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("'item'"), std::string::npos) << llmkv_last_error();
+    const char *schema = R"({"type":"object","properties":{"a":{"type":"strnig"}}})";
+    sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
+    sp.grammar = schema;
+    sp.grammar_len = std::strlen(schema);
+    EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("/properties/a"), std::string::npos) << llmkv_last_error();
+    EXPECT_EQ(s, nullptr);
+
+    // A conversation whose turns want different formats.
+    sp = params(0.5f, 3);
+    ASSERT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_OK);
+    std::vector<int32_t> prompt = byte_tokens(6, 9);
+    ASSERT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
+    EXPECT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_GBNF, bad, std::strlen(bad), nullptr),
+              LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_GBNF, grammar_cases::kAnswerGbnf,
+                                        std::strlen(grammar_cases::kAnswerGbnf), "nope"),
+              LLMKV_ERR_INVALID_ARGUMENT);  // no such root rule
+    const char *two = "answer ::= \"2\"\nroot ::= \"1\"";
+    ASSERT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_GBNF, two, std::strlen(two), "answer"), LLMKV_OK)
+        << llmkv_last_error();
+    ASSERT_EQ(llmkv_session_generate(s, 10), LLMKV_OK);
+    EXPECT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_NONE, nullptr, 0, nullptr), LLMKV_ERR_STATE);
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    char buf[64];
+    size_t n = 0;
+    ASSERT_EQ(llmkv_session_read_text(s, buf, sizeof(buf), &n), LLMKV_OK);
+    EXPECT_EQ(std::string(buf, n), "2");
+    ASSERT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_NONE, nullptr, 0, nullptr), LLMKV_OK);
+    llmkv_session_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_session_get_info(s, &info), LLMKV_OK);
+    EXPECT_EQ(info.has_grammar, 0u);
+    llmkv_session_destroy(s);
 }
 
 }  // namespace
