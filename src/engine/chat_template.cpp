@@ -139,6 +139,12 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
                 i = 1;
             }
             bool first = true;
+            if (!system.empty() && (i == n || std::string(msgs[i].role) != "user")) {
+                // No user message follows to carry the system prompt: it gets a turn of its own
+                // (it used to be dropped silently).
+                out += "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
+                first = false;
+            }
             for (; i < n; ++i) {
                 std::string role = msgs[i].role;
                 if (role == "user") {

@@ -112,6 +112,15 @@ TEST(ChatTemplate, RolesEachFamilyDoesNotKnowAreRefused) {
     EXPECT_NE(out.find("\\x01\\xff"), std::string::npos) << out;
 }
 
+TEST(ChatTemplate, Llama2KeepsASystemMessageNoUserMessageFollows) {
+    // Found by the chat fuzz target: the system prompt was dropped without a word.
+    std::string out;
+    ASSERT_EQ(llama2().format({{"system", "S"}}, out), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n [/INST]");
+    ASSERT_EQ(llama2().format({{"system", "S"}, {"assistant", "A"}, {"user", "U"}}, out), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n [/INST] A </s><s>[INST] U [/INST]");
+}
+
 TEST(ChatTemplate, CApiRefusesAnInjectingRole) {
     testing::TinyModelSpec spec;
     std::string path = testing::temp_path("chat_roles.gguf");
