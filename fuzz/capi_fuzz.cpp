@@ -225,14 +225,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 size_t slot = r.free_slot(r.sessions);
                 if (!s || slot == kSlots) break;
                 st = llmkv_session_fork(s, &r.sessions[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY}, "fork");
+                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED}, "fork");
                 break;
             }
             case 13: {  // to_prefix
                 size_t slot = r.free_slot(r.prefixes);
                 if (!s || slot == kSlots) break;
                 st = llmkv_session_to_prefix(s, &r.prefixes[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY}, "to_prefix");
+                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED}, "to_prefix");
                 r.saved[slot] = false;
                 break;
             }

@@ -459,11 +459,14 @@ LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t 
 
 /* A new session with the same context, sharing its sealed blocks (and copying its tail),
  * sampling parameters and RNG state: given the same calls, both continue identically.
- * Errors: STATE (the session is generating), KV_CAPACITY (max_sessions reached). */
+ * Errors: STATE (the session is generating), KV_CAPACITY (max_sessions reached),
+ * UNSUPPORTED (a long context whose older blocks live in the host tier, session_info.tier =
+ * LLMKV_TIER_MIXED). */
 LLMKV_API llmkv_status llmkv_session_fork(llmkv_session *s, llmkv_session **out);
 
 /* A prefix handle holding the session's current context (shares its blocks). Errors: STATE
- * (the session is generating or empty), KV_CAPACITY (no tail slot). */
+ * (the session is generating or empty), KV_CAPACITY (no tail slot), UNSUPPORTED (as for
+ * llmkv_session_fork: older blocks in the host tier). */
 LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **out);
 
 /* Frees the session and returns its blocks to the pool. Events already queued for it are
