@@ -280,14 +280,18 @@ LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *to
                                         char *buf, size_t capacity, size_t *n_bytes);
 
 typedef struct llmkv_chat_message {
-    const char *role; /* "system", "user", "assistant" */
+    const char *role; /* "system", "user" or "assistant" ("ipython" too for Llama 3); exact */
     const char *content;
 } llmkv_chat_message;
 
 /* Formats messages with the model's chat template (recognised families only; a template
  * in the file is never executed). Same capacity rule as llmkv_detokenize; the output is
- * NUL-terminated when capacity allows (the NUL is not counted). Errors: INVALID_ARGUMENT,
- * UNSUPPORTED (no known template for this model). */
+ * NUL-terminated when capacity allows (the NUL is not counted). Roles are checked, never
+ * pasted in unchecked: ChatML and Llama 2 accept "system", "user" and "assistant" (Llama 2
+ * a "system" message only as msgs[0]), Llama 3 those and "ipython"; any other role is
+ * INVALID_ARGUMENT naming the message and the role. Contents are inserted as given.
+ * Errors: INVALID_ARGUMENT (NULL arguments, a role the family does not accept, capacity),
+ * UNSUPPORTED (no known template for this model; checked before the roles). */
 LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat_message *msgs,
                                          size_t n, int add_generation_prompt, char *buf,
                                          size_t capacity, size_t *n_bytes);
@@ -528,11 +532,14 @@ LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t 
 
 /* A new session with the same context, sharing its sealed blocks (and copying its tail),
  * sampling parameters and RNG state: given the same calls, both continue identically.
- * Errors: STATE (the session is generating), KV_CAPACITY (max_sessions reached). */
+ * Errors: STATE (the session is generating), KV_CAPACITY (max_sessions reached),
+ * UNSUPPORTED (a long context whose older blocks live in the host tier, session_info.tier =
+ * LLMKV_TIER_MIXED). */
 LLMKV_API llmkv_status llmkv_session_fork(llmkv_session *s, llmkv_session **out);
 
 /* A prefix handle holding the session's current context (shares its blocks). Errors: STATE
- * (the session is generating or empty), KV_CAPACITY (no tail slot). */
+ * (the session is generating or empty), KV_CAPACITY (no tail slot), UNSUPPORTED (as for
+ * llmkv_session_fork: older blocks in the host tier). */
 LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **out);
 
 /* Replaces the session's grammar (LLMKV_GRAMMAR_NONE removes it) for the generations that

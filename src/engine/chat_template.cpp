@@ -26,6 +26,55 @@ std::string chatml_default_system(const std::string &tmpl) {
     return s;
 }
 
+const char *family_name(ChatFamily f) {
+    switch (f) {
+        case ChatFamily::chatml: return "ChatML";
+        case ChatFamily::llama3: return "Llama 3";
+        case ChatFamily::llama2: return "Llama 2";
+        case ChatFamily::none: break;
+    }
+    return "none";
+}
+
+// Up to 64 bytes of a role for a message, bytes outside printable ASCII as \xNN.
+std::string shown_role(const char *role) {
+    std::string out;
+    size_t k = 0;
+    for (; role[k] != '\0' && k < 64; ++k) {
+        unsigned char c = static_cast<unsigned char>(role[k]);
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            out += char(c);
+        } else {
+            out += strprintf("\\x%02x", c);
+        }
+    }
+    if (role[k] != '\0') out += "...";
+    return out;
+}
+
+// A role is pasted into the family's markup, so only the roles the family defines are
+// accepted (exact, case-sensitive): anything else could carry markup of its own and inject
+// turns. Llama 2 has a place for a system message only at the start.
+void check_roles(ChatFamily family, const llmkv_chat_message *msgs, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const std::string role = msgs[i].role;
+        bool ok = role == "user" || role == "assistant" || role == "system";
+        const char *accepted = "system, user, assistant";
+        if (family == ChatFamily::llama3) {
+            ok = ok || role == "ipython";
+            accepted = "system, user, assistant, ipython";
+        }
+        if (!ok) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs[%zu].role \"%s\" is not a role of the %s chat format (accepted: %s)",
+                 i, shown_role(msgs[i].role).c_str(), family_name(family), accepted);
+        }
+        if (family == ChatFamily::llama2 && role == "system" && i != 0) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "msgs[%zu].role \"system\": the Llama 2 chat format takes a system message only as msgs[0]", i);
+        }
+    }
+}
+
 }  // namespace
 
 ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) {
@@ -49,8 +98,11 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs[%zu] has a NULL role or content", i);
         }
     }
+    const ChatFamily family = detect_chat_family(file, tokenizer);
+    if (family == ChatFamily::none) fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
+    check_roles(family, msgs, n);
     std::string out;
-    switch (detect_chat_family(file, tokenizer)) {
+    switch (family) {
         case ChatFamily::chatml: {
             std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
             std::string default_system = chatml_default_system(tmpl);
@@ -87,6 +139,12 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
                 i = 1;
             }
             bool first = true;
+            if (!system.empty() && (i == n || std::string(msgs[i].role) != "user")) {
+                // No user message follows to carry the system prompt: it gets a turn of its own
+                // (it used to be dropped silently).
+                out += "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
+                first = false;
+            }
             for (; i < n; ++i) {
                 std::string role = msgs[i].role;
                 if (role == "user") {
@@ -95,7 +153,7 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
                     out += msgs[i].content;
                     out += " [/INST]";
                     first = false;
-                } else {
+                } else {  // assistant (roles were checked)
                     out += " ";
                     out += msgs[i].content;
                     out += " </s>";

@@ -16,7 +16,9 @@ enum class ChatFamily { none, chatml, llama3, llama2 };
 ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer);
 
 // Throws LLMKV_ERR_UNSUPPORTED when the family is unknown, INVALID_ARGUMENT for NULL
-// roles/contents.
+// roles/contents and for a role the family does not define (ChatML and Llama 2: system,
+// user, assistant; Llama 3: those and ipython; Llama 2 takes system only as msgs[0]),
+// naming the message and the role.
 std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
                         const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt);
 
