@@ -2,7 +2,7 @@
 # Runs every test: installs dependencies, fetches the model (golden and model-backed tests
 # need it), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
 # C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again, and
-# the host-tier tests under ThreadSanitizer.
+# the host-tier tests under ThreadSanitizer, then every fuzz target for a bounded time.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
@@ -29,4 +29,6 @@ cmake -S "$ROOT" -B "$ROOT/build-tsan" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDeb
 cmake --build "$ROOT/build-tsan" -j "$JOBS" --target llmkv_unit_tests >&2
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L unit \
     -R 'EngineHostTier|CopyEngine|HostTier'
+echo "== Fuzz targets (libFuzzer + ASan/UBSan, 30 s each from the committed corpora; scripts/fuzz.sh runs longer)" >&2
+"$ROOT/scripts/fuzz.sh" "${LLMKV_FUZZ_SECONDS:-30}"
 echo "== all tests passed" >&2

@@ -254,7 +254,7 @@ LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat
             llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed", capacity,
                         text.size());
         }
-        std::memcpy(buf, text.data(), text.size());
+        if (!text.empty()) std::memcpy(buf, text.data(), text.size());
         if (text.size() < capacity) buf[text.size()] = '\0';
     });
 }
