@@ -203,6 +203,9 @@ typedef struct llmkv_engine_info {
     int32_t bos_token;          /* -1 if none */
     int32_t eos_token;          /* -1 if none */
     int32_t eot_token;          /* -1 if none */
+    /* ---- Appended in 0.2 (the 0.1 size is still accepted). ---- */
+    uint32_t n_unrepresentable_bytes; /* byte values the vocabulary has no token for (dropped by
+                                         tokenization unless LLMKV_TOKENIZE_STRICT); 0 for most models */
 } llmkv_engine_info;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */
@@ -264,11 +267,21 @@ LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e);
 #define LLMKV_TOKENIZE_ADD_BOS 0x1u       /* prepend BOS if the model's file asks for one
                                              (tokenizer.ggml.add_bos_token) */
 #define LLMKV_TOKENIZE_PARSE_SPECIAL 0x2u /* "<|im_start|>" in text becomes its token */
+#define LLMKV_TOKENIZE_STRICT 0x4u        /* a byte the vocabulary has no token for is an error */
 
-/* Tokenizes len bytes of UTF-8 text (invalid UTF-8 is encoded byte by byte). Writes at
- * most capacity tokens; *n_tokens receives the count. If capacity is too small:
- * LLMKV_ERR_INVALID_ARGUMENT with *n_tokens = the required count (tokens may be NULL
- * when capacity is 0). */
+/* Tokenizes len bytes of UTF-8 text. Invalid UTF-8 is encoded byte by byte, through the
+ * vocabulary's byte tokens (byte-level symbols, or <0xNN> byte-fallback tokens). A byte the
+ * vocabulary has no token for at all (no byte token and no unknown token: SmolLM2's
+ * vocabulary lacks 21 of the 256 byte values: six ASCII control characters, 0x04 0x06 0x13
+ * 0x14 0x16 0x1d, the lead bytes 0xf1 0xf2 of rare 4-byte characters, and 13 bytes that never
+ * occur in valid UTF-8) is dropped,
+ * as the reference tokenizers do; llmkv_engine_info.n_unrepresentable_bytes says how many
+ * byte values that can happen to. With LLMKV_TOKENIZE_STRICT such a byte is
+ * LLMKV_ERR_INVALID_ARGUMENT instead (the message gives the count and the first byte).
+ * llmkv_session_append_text always drops them; a host that must know tokenizes with
+ * LLMKV_TOKENIZE_STRICT and appends the tokens. Writes at most capacity tokens; *n_tokens
+ * receives the count. If capacity is too small: LLMKV_ERR_INVALID_ARGUMENT with *n_tokens =
+ * the required count (tokens may be NULL when capacity is 0). */
 LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, size_t len,
                                       uint32_t flags, int32_t *tokens, size_t capacity,
                                       size_t *n_tokens);

@@ -68,6 +68,10 @@ size_t size_v1<llmkv_stats>() {
     return offsetof(llmkv_stats, sample_ns);
 }
 template <>
+size_t size_v1<llmkv_engine_info>() {
+    return offsetof(llmkv_engine_info, n_unrepresentable_bytes);
+}
+template <>
 size_t size_v1<llmkv_session_info>() {
     return offsetof(llmkv_session_info, stop_string);
 }
@@ -163,6 +167,7 @@ LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine
         llmkv_engine_info info{};
         info.struct_size = sizeof(info);
         engine->get_info(info);
+        info.n_unrepresentable_bytes = engine->tokenizer().n_unrepresentable_bytes();
         copy_out(out, info);
     });
 }
@@ -197,14 +202,21 @@ LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, s
     *n_tokens = 0;
     LLMKV_REQUIRE(text || len == 0, "text is NULL with len = %zu", len);
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
-    LLMKV_REQUIRE((flags & ~(LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL)) == 0,
+    LLMKV_REQUIRE((flags & ~(LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_STRICT)) == 0,
                   "tokenize flags 0x%x has unknown bits", flags);
     return guarded([&] {
         const Engine *engine = engine_of(e);
+        llmkv::DroppedBytes dropped;
         std::vector<int32_t> ids = engine->tokenizer().encode(std::string_view(text ? text : "", len),
                                                               (flags & LLMKV_TOKENIZE_ADD_BOS) &&
                                                                   engine->tokenizer().add_bos_default(),
-                                                              flags & LLMKV_TOKENIZE_PARSE_SPECIAL);
+                                                              flags & LLMKV_TOKENIZE_PARSE_SPECIAL, &dropped);
+        if ((flags & LLMKV_TOKENIZE_STRICT) && dropped.count > 0) {
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT,
+                        "the vocabulary has no token for %zu byte(s) of the text (the first: 0x%02x); without "
+                        "LLMKV_TOKENIZE_STRICT they are dropped",
+                        dropped.count, dropped.first);
+        }
         *n_tokens = ids.size();
         if (ids.size() > capacity) {
             llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu tokens needed", capacity,

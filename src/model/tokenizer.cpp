@@ -299,6 +299,13 @@ const std::string &Tokenizer::token_piece(int32_t id) const {
     return pieces_[size_t(id)];
 }
 
+uint32_t Tokenizer::n_unrepresentable_bytes() const {
+    if (kind_ == Kind::kSpm && unk_ >= 0) return 0;
+    uint32_t n = 0;
+    for (int32_t id : byte_tokens_) n += id < 0;
+    return n;
+}
+
 int32_t Tokenizer::token_type(int32_t id) const {
     check_id(id);
     return types_[size_t(id)];
@@ -315,13 +322,13 @@ bool Tokenizer::is_special(int32_t id) const {
     return t == kTokenControl || t == kTokenUnknown;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
-                                       bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special,
+                                       DroppedBytes *dropped) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 2);
     if (add_bos && bos_ >= 0) out.push_back(bos_);
     if (!parse_special) {
-        encode_fragment(text, out);
+        encode_fragment(text, out, dropped);
         return out;
     }
     size_t start = 0;  // first byte of the pending text fragment
@@ -341,16 +348,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
             ++p;
             continue;
         }
-        if (p > start) encode_fragment(text.substr(start, p - start), out);
+        if (p > start) encode_fragment(text.substr(start, p - start), out, dropped);
         out.push_back(hit);
         p += tokens_[size_t(hit)].size();
         start = p;
     }
-    if (start < text.size()) encode_fragment(text.substr(start), out);
+    if (start < text.size()) encode_fragment(text.substr(start), out, dropped);
     return out;
 }
 
-void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out) const {
+void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const {
     if (kind_ == Kind::kSpm) {
         // The space prefix goes in front of every text fragment (at the start of the text
         // and after each special token), as llama.cpp does.
@@ -364,15 +371,15 @@ void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out
                 s += c;
             }
         }
-        encode_spm(s, out);
+        encode_spm(s, out, dropped);
         return;
     }
     std::vector<std::string_view> words;
     pretokenize(pre_kind_, text, words);
-    for (std::string_view w : words) encode_bpe_word(w, out);
+    for (std::string_view w : words) encode_bpe_word(w, out, dropped);
 }
 
-void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out) const {
+void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out, DroppedBytes *dropped) const {
     const size_t n = word.size();
     if (n == 0) return;
     const auto *bytes = reinterpret_cast<const unsigned char *>(word.data());
@@ -406,7 +413,11 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
     std::vector<int32_t> ids;
     ids.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-        if (byte_tokens_[bytes[i]] >= 0) ids.push_back(byte_tokens_[bytes[i]]);
+        if (byte_tokens_[bytes[i]] >= 0) {
+            ids.push_back(byte_tokens_[bytes[i]]);
+        } else if (dropped) {
+            dropped->add(bytes[i]);
+        }
     }
     const size_t m = ids.size();
     if (m <= 1) {
@@ -447,15 +458,19 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
     for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
 }
 
-void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out) const {
+void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out, DroppedBytes *dropped) const {
     for (char ch : bytes) {
         int32_t id = byte_tokens_[uint8_t(ch)];
         if (id < 0) id = unk_;
-        if (id >= 0) out.push_back(id);
+        if (id >= 0) {
+            out.push_back(id);
+        } else if (dropped) {
+            dropped->add(uint8_t(ch));
+        }
     }
 }
 
-void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out) const {
+void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const {
     if (text.empty()) return;
     // A token SentencePiece may produce from text (not control, byte or unknown tokens).
     auto text_token = [this](std::string_view s) -> int32_t {
@@ -520,7 +535,7 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out) con
         if (id >= 0) {
             out.push_back(id);
         } else {
-            push_bytes_spm(piece, out);
+            push_bytes_spm(piece, out, dropped);
         }
     }
 }

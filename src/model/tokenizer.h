@@ -52,6 +52,15 @@ enum class PreTokenizer {
 // as one code point that is neither letter, number nor space.
 void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view> &out);
 
+// Bytes Tokenizer::encode dropped because the vocabulary has no token for them.
+struct DroppedBytes {
+    size_t count = 0;
+    int first = -1;  // the first dropped byte's value
+    void add(uint8_t b) {
+        if (count++ == 0) first = b;
+    }
+};
+
 // Immutable after construction; every const member is safe to call from many threads.
 class Tokenizer {
 public:
@@ -71,9 +80,13 @@ public:
     // when the vocabulary has one (callers that honour the model's preference pass
     // add_bos_default()). parse_special: text equal to a control or user-defined token
     // becomes that token (leftmost, longest match first); otherwise such text is ordinary
-    // text. Bytes whose byte-level symbol is missing from a "gpt2" vocabulary are dropped,
-    // as HuggingFace's BPE without an unknown token does.
-    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+    // text. A byte the vocabulary cannot represent (a "gpt2" vocabulary without its byte-level
+    // symbol; a "llama" vocabulary without its <0xNN> token and without an unknown token) is
+    // dropped, as the reference tokenizers do; `dropped`, when given, counts them.
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special,
+                                DroppedBytes *dropped = nullptr) const;
+    // Byte values (0..255) the vocabulary cannot represent at all.
+    uint32_t n_unrepresentable_bytes() const;
 
     // The raw vocabulary string. Throws LLMKV_ERR_INVALID_ARGUMENT for an id outside it.
     const std::string &token_text(int32_t id) const;
@@ -114,10 +127,10 @@ private:
     enum class Kind { kByteBpe, kSpm };
 
     void check_id(int32_t id) const;
-    void encode_fragment(std::string_view text, std::vector<int32_t> &out) const;
-    void encode_bpe_word(std::string_view word, std::vector<int32_t> &out) const;
-    void encode_spm(std::string_view text, std::vector<int32_t> &out) const;
-    void push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out) const;
+    void encode_fragment(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const;
+    void encode_bpe_word(std::string_view word, std::vector<int32_t> &out, DroppedBytes *dropped) const;
+    void encode_spm(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const;
+    void push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out, DroppedBytes *dropped) const;
     int32_t lookup_text(std::string_view text) const;
 
     struct StringHash {

@@ -286,6 +286,22 @@ TEST_F(ConstraintsTest, BadConstraintParamsAreInvalidArguments) {
     EXPECT_EQ(st.sessions_total, 0u);
 }
 
+TEST_F(ConstraintsTest, StrictTokenizationRefusesWhatItWouldDrop) {
+    // The tiny vocabulary has every byte: nothing to drop, strict or not.
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e_, &info), LLMKV_OK);
+    EXPECT_EQ(info.n_unrepresentable_bytes, 0u);
+    int32_t ids[8];
+    size_t n = 0;
+    EXPECT_EQ(llmkv_tokenize(e_, "\x04\xff", 2, LLMKV_TOKENIZE_STRICT, ids, 8, &n), LLMKV_OK);
+    EXPECT_EQ(n, 2u);
+    EXPECT_EQ(llmkv_tokenize(e_, "x", 1, 0x8u, ids, 8, &n), LLMKV_ERR_INVALID_ARGUMENT);
+    // A 0.1 host's engine_info ends at eot_token.
+    info.struct_size = uint32_t(offsetof(llmkv_engine_info, n_unrepresentable_bytes));
+    EXPECT_EQ(llmkv_engine_get_info(e_, &info), LLMKV_OK);
+}
+
 TEST_F(ConstraintsTest, StructsOfVersion01AreStillAccepted) {
     // A 0.1 host: session_params ended at user_data, stats at promotions, session_info at priority.
     llmkv_session_params sp = params(0.0f, 0);

@@ -182,6 +182,21 @@ TEST_F(SmolLM2Tokenizer, VocabularyFacts) {
     EXPECT_EQ(tok_->encode("hi", true, false).front(), 1);
 }
 
+// The header's promise: bytes without a token are dropped (as the reference does), counted,
+// and the 21 byte values SmolLM2 lacks are named.
+TEST_F(SmolLM2Tokenizer, BytesWithoutATokenAreDroppedAndCounted) {
+    EXPECT_EQ(tok_->n_unrepresentable_bytes(), 21u);
+    DroppedBytes d;
+    const std::string text = std::string("a\x04" "b\xff\xc0" "c", 6);
+    EXPECT_EQ(tok_->decode(tok_->encode(text, false, false, &d)), "abc");
+    EXPECT_EQ(d.count, 3u);
+    EXPECT_EQ(d.first, 0x04);
+    DroppedBytes none;
+    tok_->encode("plain text, \xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80", false, true, &none);
+    EXPECT_EQ(none.count, 0u);
+    EXPECT_EQ(none.first, -1);
+}
+
 TEST_F(SmolLM2Tokenizer, MatchesReferenceIds) {
     std::map<std::string, size_t> per_pre;
     for (const FixtureCase &c : *cases_) ++per_pre[c.pre];
@@ -281,6 +296,18 @@ TokenizerVocab small_bpe_vocab() {
     v.bos = 266;
     v.eos = 265;
     return v;
+}
+
+TEST(ByteBpeTokenizer, AVocabularyMissingByteSymbolsDropsAndCountsThoseBytes) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.tokens[0x07] = "\xE2\x90\x87";  // the symbol of byte 0x07 replaced by another string
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.n_unrepresentable_bytes(), 1u);
+    DroppedBytes d;
+    EXPECT_EQ(t.encode(std::string("h\x07i\x07", 4), false, false, &d), (std::vector<int32_t>{'h', 'i'}));
+    EXPECT_EQ(d.count, 2u);
+    EXPECT_EQ(d.first, 0x07);
+    EXPECT_EQ(Tokenizer(small_bpe_vocab()).n_unrepresentable_bytes(), 0u);
 }
 
 TEST(ByteBpeTokenizer, MergesByRank) {
