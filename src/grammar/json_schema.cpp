@@ -487,6 +487,11 @@ Converted convert(std::string_view schema_json) {
         size_t close = msg.find("] ");
         if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
         fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: %s", static_cast<size_t>(e.byte), msg.c_str());
+    } catch (const nlohmann::json::exception &e) {  // a number out of range (out_of_range.406)
+        std::string msg = e.what();
+        size_t close = msg.find("] ");
+        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: %s", msg.c_str());
     }
     Converter c(root);
     Converted out;
