@@ -14,9 +14,29 @@
 // token inside the vocabulary, a known finish reason, or KV_CAPACITY; queries are
 // consistent (n_cached <= n_tokens <= max_context, a known state and tier, token ids inside
 // the vocabulary, read_text never returns more than its capacity).
+//
+// Constraint mode (byte 1 bit 7; inputs without it decode as before): session create also
+// takes stop strings (NUL bytes through stop_string_lengths, or NUL-terminated), logit
+// biases (a few, or -INFINITY bans of a run of tokens), min_new_tokens and a grammar from a
+// fixed list (valid and invalid GBNF and JSON Schemas), sometimes invalid on purpose; two
+// more operations: llmkv_session_set_grammar and a full read of the text. Extra properties:
+//  - create and set_grammar answer INVALID_ARGUMENT exactly for the invalid parameters
+//    (KV_CAPACITY / STATE aside);
+//  - the text read with llmkv_session_read_text during one generate() never contains one of
+//    the session's stop strings (a match that may start in up to 3 bytes of an incomplete
+//    UTF-8 character left by the previous generation is not counted);
+//  - for a session with a grammar and no stop strings whose generation ended with
+//    LLMKV_FINISH_STOP, the text read since the grammar last started (create, set_grammar,
+//    an append that added tokens, a generation that ended with STOP or CONSTRAINT) is a
+//    complete sentence: TokenMasker::advance(start, text) is live and accepting. Text
+//    after a fork or a generation that ended with an error is not checked until the
+//    grammar starts again.
 #include <algorithm>
+#include <cmath>
+#include <memory>
 
 #include "fuzz_common.h"
+#include "grammar/grammar.h"
 #include "model/tokenizer.h"
 #include "tiny_model.h"
 
@@ -31,6 +51,36 @@ constexpr int32_t kVocab = llmkv::testing::TinyVocab::kSize;
 
 std::string *g_model = nullptr;
 
+struct GrammarSpec {
+    llmkv_grammar_kind kind;
+    const char *text;
+    const char *root;  // NULL: "root"
+    bool valid;
+};
+// The grammars sessions draw from. Every valid one starts with an ASCII character (see the
+// UTF-8 remark in Track).
+const GrammarSpec kGrammars[] = {
+    {LLMKV_GRAMMAR_GBNF, "root ::= [a-z ]{1,12} \".\"\n", nullptr, true},
+    {LLMKV_GRAMMAR_GBNF, "root ::= (\"yes\" | \"no\") \"!\"?\n", nullptr, true},
+    {LLMKV_GRAMMAR_GBNF, "answer ::= [0-9]+ (\",\" [0-9]+)*\n", "answer", true},
+    {LLMKV_GRAMMAR_GBNF, "root ::= \"<\" [^<>]{0,6} \">\"\n", nullptr, true},
+    {LLMKV_GRAMMAR_JSON_SCHEMA,
+     R"({"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n"]})", nullptr,
+     true},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"array","items":{"enum":["x","y"]},"maxItems":3})", nullptr, true},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"string","maxLength":5})", nullptr, true},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"anyOf":[{"type":"number"},{"type":"null"}]})", nullptr, true},
+    {LLMKV_GRAMMAR_GBNF, "root ::= (\"a\"\n", nullptr, false},
+    {LLMKV_GRAMMAR_GBNF, "root ::= x\n", nullptr, false},
+    {LLMKV_GRAMMAR_GBNF, "root ::= \"a\"\n", "missing", false},
+    {LLMKV_GRAMMAR_GBNF, "", nullptr, false},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"string","pattern":"^a$"})", nullptr, false},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"object",)", nullptr, false},
+};
+constexpr size_t kNumGrammars = sizeof(kGrammars) / sizeof(kGrammars[0]);
+// A matcher per valid grammar over the 256 single bytes, to check read text.
+std::unique_ptr<llmkv::TokenMasker> *g_check = nullptr;
+
 void setup() {
     if (g_model) return;
     llmkv::fuzz::quiet_logs();
@@ -44,7 +94,43 @@ void setup() {
     spec.weight_type = llmkv::TensorType::Q8_0;
     g_model = new std::string(llmkv::fuzz::scratch_path("capi_tiny.model"));
     llmkv::testing::write_tiny_model(spec, *g_model);
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b)));
+    auto vocab = std::make_shared<const llmkv::GrammarVocab>(std::move(bytes), std::vector<uint8_t>());
+    g_check = new std::unique_ptr<llmkv::TokenMasker>[kNumGrammars];
+    for (size_t i = 0; i < kNumGrammars; ++i) {
+        if (!kGrammars[i].valid) continue;
+        auto g = kGrammars[i].kind == LLMKV_GRAMMAR_GBNF
+                     ? llmkv::Grammar::from_gbnf(kGrammars[i].text, kGrammars[i].root ? kGrammars[i].root : "root")
+                     : llmkv::Grammar::from_json_schema(kGrammars[i].text);
+        g_check[i] = std::make_unique<llmkv::TokenMasker>(g, vocab);
+    }
 }
+
+std::string show(std::string_view s) {
+    std::string out;
+    for (unsigned char c : s.substr(0, 120)) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), c >= 0x20 && c < 0x7f && c != '\\' ? "%c" : "\\x%02x", c);
+        out += buf;
+    }
+    return out;
+}
+
+// What the target knows about a session's generated text (constraint mode).
+struct Track {
+    std::vector<std::string> stops;  // the session's stop strings
+    std::string seg;                 // text read since the current generate() began
+    int grammar = -1;                // index into kGrammars, -1 none
+    bool g_clean = false;            // gtext holds all the text since the grammar started
+    std::string gtext;               // text read since the grammar started
+    bool gen_pending = false;        // a generate() was accepted and not yet accounted for
+
+    void restart_grammar() {
+        gtext.clear();
+        g_clean = true;
+    }
+};
 
 const char *name(llmkv_status s) { return llmkv_status_string(s); }
 
@@ -56,6 +142,74 @@ struct Run {
     bool saved[kSlots] = {};
     size_t op = 0;
     uint8_t opcode = 0;
+    Track track[kSlots];
+
+    // Text read: an incomplete UTF-8 character left by the previous generation can lead the
+    // segment (up to 3 bytes >= 0x80); a match that may start in them is not the session's.
+    void check_stops(size_t slot) {
+        const Track &t = track[slot];
+        for (const std::string &x : t.stops) {
+            for (size_t pos = t.seg.find(x); pos != std::string::npos; pos = t.seg.find(x, pos + 1)) {
+                const bool carried = pos < 3 && uint8_t(t.seg[0]) >= 0x80;
+                FUZZ_CHECK(carried, "op %zu: text read in one generation contains the stop string '%s': '%s'", op,
+                           show(x).c_str(), show(t.seg).c_str());
+            }
+        }
+    }
+    void read_into(size_t slot, size_t cap) {
+        char buf[256];
+        size_t got = 99;
+        cap = std::min(cap, sizeof(buf));
+        expect(llmkv_session_read_text(sessions[slot], cap ? buf : nullptr, cap, &got), {LLMKV_OK}, "read_text");
+        FUZZ_CHECK(got <= cap, "read_text gave %zu bytes for capacity %zu", got, cap);
+        track[slot].seg.append(buf, got);
+        track[slot].gtext.append(buf, got);
+        check_stops(slot);
+    }
+    void drain(size_t slot) {
+        for (int i = 0; i < 64; ++i) {
+            const size_t before = track[slot].seg.size();
+            read_into(slot, 256);
+            if (track[slot].seg.size() == before) break;
+        }
+    }
+    // After a call that succeeds only when the session is not generating: the previous
+    // generation (if any) is over, with the finish reason `before` had.
+    void boundary(size_t slot, const llmkv_session_info &before) {
+        drain(slot);
+        Track &t = track[slot];
+        if (t.gen_pending) {
+            const uint32_t reason = before.finish_reason;
+            if (t.grammar >= 0 && t.g_clean && t.stops.empty() && reason == LLMKV_FINISH_STOP &&
+                (t.gtext.empty() || uint8_t(t.gtext[0]) < 0x80)) {
+                llmkv::TokenMasker &m = *g_check[t.grammar];
+                const llmkv::TokenMasker::State st = m.advance(m.start(), t.gtext);
+                FUZZ_CHECK(st != llmkv::TokenMasker::kDead && m.accepting(st),
+                           "op %zu: generation ended with STOP but the text '%s' is not a sentence of grammar %d "
+                           "(%s)", op, show(t.gtext).c_str(), t.grammar,
+                           st == llmkv::TokenMasker::kDead ? "dead" : "incomplete");
+            }
+            if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT) {
+                t.restart_grammar();
+            } else if (reason == LLMKV_FINISH_NONE) {
+                t.g_clean = false;  // ended by an error: not followed further
+            }
+            t.gen_pending = false;
+        }
+        t.seg.clear();
+    }
+    llmkv_session_info info_of(size_t slot) {
+        llmkv_session_info info;
+        info.struct_size = sizeof(info);
+        expect(llmkv_session_get_info(sessions[slot], &info), {LLMKV_OK}, "session_get_info");
+        return info;
+    }
+    void destroy(size_t slot) {
+        if (sessions[slot]) drain(slot);
+        llmkv_session_destroy(sessions[slot]);
+        sessions[slot] = nullptr;
+        track[slot] = Track();
+    }
 
     void validate() {
         llmkv_status st = llmkv_engine_validate(e);
@@ -78,7 +232,7 @@ struct Run {
                     FUZZ_CHECK(ev[i].token >= 0 && ev[i].token < kVocab, "token %d", ev[i].token);
                     break;
                 case LLMKV_EVENT_DONE:
-                    FUZZ_CHECK(ev[i].finish_reason >= LLMKV_FINISH_STOP && ev[i].finish_reason <= LLMKV_FINISH_CONTEXT,
+                    FUZZ_CHECK(ev[i].finish_reason >= LLMKV_FINISH_STOP && ev[i].finish_reason <= LLMKV_FINISH_CONSTRAINT,
                                "finish reason %u", ev[i].finish_reason);
                     break;
                 case LLMKV_EVENT_ERROR:
@@ -140,8 +294,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < kSlots; ++i) r.paths[i] = llmkv::fuzz::scratch_path("capi_prefix_" + std::to_string(i));
 
     int32_t stop_token = 97;  // 'a'
+    const bool constraints = sess_cfg & 0x80;
     for (r.op = 0; r.op < kMaxOps && !in.empty(); ++r.op) {
-        r.opcode = in.u8() % 20;
+        r.opcode = in.u8() % (constraints ? 22 : 20);
         const size_t si = in.below(kSlots);
         llmkv_session *s = r.sessions[si];
         switch (r.opcode) {
@@ -165,9 +320,82 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     sp.n_stop_tokens = 1;
                 }
                 if (b & 32) sp.sampling.repeat_penalty = 1.3f;
+                bool bad = false;
+                Track t;
+                std::vector<std::string> stop_text;
+                std::vector<const char *> stop_ptrs;
+                std::vector<size_t> stop_lens;
+                std::vector<llmkv_logit_bias> bias;
+                if (constraints && (b & 64)) {
+                    const uint8_t c = in.u8();
+                    const uint32_t stop_mode = c & 3;
+                    if (stop_mode == 1 || stop_mode == 2) {  // with lengths (NUL bytes) / NUL-terminated
+                        const size_t n = 1 + in.below(3);
+                        for (size_t i = 0; i < n; ++i) {
+                            std::string x(1 + in.below(3), '\0');
+                            for (char &ch : x) ch = char(in.u8());
+                            if (stop_mode == 2) {
+                                for (char &ch : x) ch = ch ? ch : ' ';
+                            }
+                            stop_text.push_back(x);
+                        }
+                    } else if (stop_mode == 3) {  // invalid: an empty string, 257 bytes, 65 strings
+                        const uint32_t what = in.below(3);
+                        stop_text.push_back(what == 0 ? std::string() : std::string(what == 1 ? 257 : 1, 'x'));
+                        if (what == 2) stop_text.resize(65, "y");
+                        bad = true;
+                    }
+                    for (const std::string &x : stop_text) {
+                        stop_ptrs.push_back(x.c_str());
+                        stop_lens.push_back(x.size());
+                    }
+                    if (!stop_text.empty()) {
+                        sp.stop_strings = stop_ptrs.data();
+                        sp.stop_string_lengths = stop_mode == 2 ? nullptr : stop_lens.data();
+                        sp.n_stop_strings = uint32_t(stop_text.size());
+                        if (!bad) t.stops = stop_text;
+                    }
+                    const uint32_t bias_mode = (c >> 2) & 3;
+                    if (bias_mode == 1) {  // a few biases
+                        static const float kBias[] = {-5.0f, -1.0f, 2.0f, 10.0f, -INFINITY};
+                        const size_t n = 1 + in.below(6);
+                        for (size_t i = 0; i < n; ++i) bias.push_back({int32_t(in.below(kVocab)), kBias[in.below(5)]});
+                    } else if (bias_mode == 2) {  // ban a run of tokens (up to all of them)
+                        const int32_t lo = int32_t(in.u8());
+                        const int32_t len = int32_t(in.below(kVocab + 1));
+                        for (int32_t tok = lo; tok < std::min(kVocab, lo + len); ++tok) bias.push_back({tok, -INFINITY});
+                        if (len > 200 && bias.size() < size_t(kVocab)) bias.push_back({lo, -INFINITY});  // twice
+                    } else if (bias_mode == 3) {  // invalid: outside the vocabulary, NaN, +inf
+                        const uint32_t what = in.below(3);
+                        bias.push_back({what == 0 ? kVocab + int32_t(in.u8()) : 5,
+                                        what == 1 ? NAN : what == 2 ? INFINITY : 1.0f});
+                        bad = true;
+                    }
+                    sp.logit_bias = bias.empty() ? nullptr : bias.data();
+                    sp.n_logit_bias = uint32_t(bias.size());
+                    if (c & 16) sp.min_new_tokens = in.below(8);
+                }
+                if (constraints && (b & 128)) {
+                    const size_t gi = in.below(kNumGrammars);
+                    sp.grammar_kind = kGrammars[gi].kind;
+                    sp.grammar = kGrammars[gi].text;
+                    sp.grammar_len = std::strlen(kGrammars[gi].text);
+                    sp.grammar_root = kGrammars[gi].root;
+                    if (kGrammars[gi].valid) {
+                        t.grammar = int(gi);
+                        t.g_clean = true;
+                    } else {
+                        bad = true;
+                    }
+                }
                 st = llmkv_session_create(r.e, &sp, &r.sessions[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}, "session_create");
+                if (bad) {
+                    r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_KV_CAPACITY}, "session_create (invalid params)");
+                } else {
+                    r.expect(st, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}, "session_create");
+                }
                 FUZZ_CHECK((st == LLMKV_OK) == (r.sessions[slot] != nullptr), "handle vs status");
+                if (st == LLMKV_OK) r.track[slot] = t;
                 break;
             }
             case 1: case 2: {  // append tokens
@@ -178,22 +406,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     const uint8_t t = in.u8();
                     toks[i] = t == 0xFF ? kVocab + int32_t(in.u8()) : int32_t(t) + (t < 8 ? 255 : 0);
                 }
+                const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_append(s, n ? toks : nullptr, n);
                 r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY}, "append");
+                if (st == LLMKV_OK) {
+                    r.boundary(si, before);
+                    if (n > 0) r.track[si].restart_grammar();
+                }
                 break;
             }
             case 3: {  // append text
                 if (!s) break;
                 const std::string text = in.bytes(16);
+                const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_append_text(s, text.data(), text.size());
                 r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
                          "append_text");
+                if (st == LLMKV_OK) {
+                    r.boundary(si, before);
+                    if (r.info_of(si).n_tokens > before.n_tokens) r.track[si].restart_grammar();
+                }
                 break;
             }
             case 4: case 5: {  // generate
                 if (!s) break;
+                const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_generate(s, in.below(7));
                 r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY}, "generate");
+                if (st == LLMKV_OK) {
+                    r.boundary(si, before);  // bytes the last generation held are read here
+                    r.track[si].gen_pending = true;
+                }
                 break;
             }
             case 6: case 7: case 8: {  // step with a tiny event capacity
@@ -226,6 +469,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (!s || slot == kSlots) break;
                 st = llmkv_session_fork(s, &r.sessions[slot]);
                 r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED}, "fork");
+                if (st == LLMKV_OK) {
+                    Track t;
+                    t.stops = r.track[si].stops;
+                    t.grammar = r.track[si].grammar;  // mid-sentence: not checked until it starts again
+                    r.track[slot] = t;
+                }
                 break;
             }
             case 13: {  // to_prefix
@@ -268,8 +517,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 break;
             }
             case 17:  // session destroy
-                llmkv_session_destroy(s);
-                r.sessions[si] = nullptr;
+                r.destroy(si);
                 break;
             case 18: {  // engine queries and prefix tokens
                 llmkv_engine_info info;
@@ -310,16 +558,47 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 FUZZ_CHECK(n == si_info.n_tokens, "get_tokens count %zu vs info %u", n, si_info.n_tokens);
                 r.expect(llmkv_session_get_tokens(s, toks.data(), toks.size(), &n), {LLMKV_OK}, "get_tokens");
                 for (size_t i = 0; i < n; ++i) FUZZ_CHECK(toks[i] >= 0 && toks[i] < kVocab, "token %d", toks[i]);
-                char text[5];
-                size_t tcap = in.below(6), got = 99;
-                r.expect(llmkv_session_read_text(s, tcap ? text : nullptr, tcap, &got), {LLMKV_OK}, "read_text");
-                FUZZ_CHECK(got <= tcap, "read_text gave %zu bytes for capacity %zu", got, tcap);
+                r.read_into(si, in.below(6));
+                FUZZ_CHECK(si_info.has_grammar == (r.track[si].grammar >= 0) || !constraints,
+                           "has_grammar %u", si_info.has_grammar);
                 break;
             }
+            case 20: {  // set_grammar: a listed grammar, NONE, or a kind that does not exist
+                if (!s) break;
+                const size_t gi = in.below(kNumGrammars + 2);
+                const llmkv_session_info before = r.info_of(si);
+                if (gi < kNumGrammars) {
+                    const GrammarSpec &g = kGrammars[gi];
+                    st = llmkv_session_set_grammar(s, g.kind, g.text, std::strlen(g.text), g.root);
+                    if (g.valid) {
+                        r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE}, "set_grammar");
+                    } else {
+                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE}, "set_grammar (invalid)");
+                    }
+                } else {
+                    const bool none = gi == kNumGrammars;
+                    st = llmkv_session_set_grammar(s, none ? LLMKV_GRAMMAR_NONE : llmkv_grammar_kind(7), "x", 1, nullptr);
+                    if (none) {
+                        r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE}, "set_grammar (none)");
+                    } else {
+                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE}, "set_grammar (bad kind)");
+                    }
+                }
+                if (st == LLMKV_OK) {
+                    r.boundary(si, before);
+                    r.track[si].grammar = gi < kNumGrammars ? int(gi) : -1;
+                    r.track[si].restart_grammar();
+                }
+                break;
+            }
+            case 21:  // read all the text there is
+                if (!s) break;
+                r.drain(si);
+                break;
         }
         r.validate();
     }
-    for (llmkv_session *s : r.sessions) llmkv_session_destroy(s);
+    for (size_t i = 0; i < kSlots; ++i) r.destroy(i);
     for (llmkv_prefix *x : r.prefixes) llmkv_prefix_release(x);
     r.validate();
     llmkv_stats stats;
@@ -361,6 +640,34 @@ Seeds seeds() {
     // int4/int8 codecs, residual tokens, an out-of-vocabulary token, sampling and stop token.
     s.push_back({"codecs", ops(0x9F, 0x06, {0, 0, 0x38, 3, 2, 1, 8, 1, 2, 3, 0xFF, 9, 4, 5, 6, 1, 0, 6, 'x', 'y',
                                            'z', 'q', 'r', 's', 4, 0, 0, 9, 0, 1, 19, 0, 4, 4})});
+    // Constraint mode (byte 1 bit 7). A session under a JSON Schema generating until it
+    // stops, then a string schema, an append, GBNF, invalid grammars, NONE, a bad kind.
+    s.push_back({"constraint-grammar",
+                 ops(0x01, 0x80, {0, 0, 0x80, 4, 3, 0, 4, 'h', 'i', '!', ' ', 4, 0, 0, 9, 0, 1, 21, 0, 4, 0, 0, 9, 0, 1,
+                                  20, 0, 6, 3, 0, 2, 'o', 'k', 4, 0, 0, 9, 0, 1, 1, 0, 1, 'x', 20, 0, 1, 3, 0, 1, 'q',
+                                  4, 0, 0, 9, 0, 1, 21, 0, 20, 0, 8, 20, 0, 14, 20, 0, 15, 4, 0, 0, 9, 0, 1, 17, 0})});
+    // Stop strings (one with a NUL byte), a ban of 50 tokens, min_new_tokens 3; generate in
+    // pieces with small reads; a second session with NUL-terminated stop strings and a few
+    // biases.
+    s.push_back({"constraint-stops",
+                 ops(0x00, 0x84, {0, 0, 0x40, 0x19, 1, 0, ' ', 1, 'e', 0, 100, 50, 0, 0, 0, 3, 3, 0, 5, 't', 'h', 'e',
+                                  ' ', 'a', 4, 0, 0, 6, 0, 3, 19, 0, 3, 3, 6, 0, 3, 19, 0, 1, 1, 9, 0, 1, 21, 0, 4, 0,
+                                  0, 9, 0, 1, 0, 1, 0x46, 0x06, 2, 0, 'e', 1, 'o', ' ', 2, 't', 'h', 'e', 3, 1, 1,
+                                  5, 4, 2, 7, 3, 3, 0, 4, 'a', 'b', 'c', 'd', 4, 1, 3, 9, 0, 1, 21, 1, 12, 1, 4, 0,
+                                  0, 9, 0, 1, 21, 0})});
+    // Invalid parameters: stop strings (empty, 257 bytes, 65 strings), biases (outside the
+    // vocabulary, NaN, +inf), invalid grammars; then a ban of every token under a grammar.
+    s.push_back({"constraint-invalid",
+                 ops(0x01, 0x80, {0, 0, 0x40, 0x03, 0, 0, 0, 0x40, 0x03, 1, 0, 0, 0x40, 0x03, 2, 0, 0, 0x40, 0x0C, 0,
+                                  9, 0, 0, 0x40, 0x0C, 1, 0, 0, 0x40, 0x0C, 2, 0, 0, 0x80, 8, 0, 0, 0x80, 12, 0, 0,
+                                  0x80, 13, 0, 0, 0xC0, 0x08, 0, 7, 1, 0, 0, 1, 2, 0, 3, 0, 3, 'a', 'b', 'c', 4, 0, 0,
+                                  9, 0, 1, 19, 0, 5, 5, 21, 0, 17, 0})});
+    // Grammar sessions forked mid-sentence, GBNF with a custom root, a number-or-null
+    // schema, min_new_tokens with a grammar.
+    s.push_back({"constraint-fork",
+                 ops(0x03, 0x83, {0, 0, 0x80, 2, 3, 0, 3, '1', '2', '3', 4, 0, 2, 9, 0, 1, 12, 0, 4, 1, 0, 4, 0, 0, 9,
+                                  0, 1, 21, 0, 21, 1, 0, 2, 0xC0, 0x10, 5, 7, 3, 2, 2, 'x', 'y', 4, 2, 0, 9, 0, 1, 21,
+                                  2, 20, 2, 3, 4, 2, 0, 9, 0, 1, 19, 2, 5, 5, 17, 1, 17, 0})});
     return s;
 }
 

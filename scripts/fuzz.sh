@@ -6,7 +6,7 @@
 # kept under build-fuzz/crashes/<target>/ and fails the script. Prints executions, exec/s,
 # coverage (cov/ft) and corpus size per target from libFuzzer's final stats.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: gguf tokenizer chat snapshot capi
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: gguf tokenizer chat snapshot capi grammar
 # Environment: FUZZ_JOBS (build parallelism, default nproc), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,7 +14,7 @@ BUILD="$ROOT/build-fuzz"
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf tokenizer chat snapshot capi)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf tokenizer chat snapshot capi grammar)
 JOBS="${FUZZ_JOBS:-$(nproc)}"
 
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }

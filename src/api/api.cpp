@@ -334,7 +334,11 @@ LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s) {
 
 LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind, const char *text,
                                                  size_t len, const char *root) {
-    LLMKV_SESSION_CALL(s, session->engine->set_grammar(session, uint32_t(kind), text, len, root));
+    // A C caller may pass any int: read it without an enum-typed load (UB for a value
+    // outside the enumeration); the engine refuses unknown kinds.
+    int32_t kind_value = 0;
+    std::memcpy(&kind_value, &kind, sizeof(kind_value) < sizeof(kind) ? sizeof(kind_value) : sizeof(kind));
+    LLMKV_SESSION_CALL(s, session->engine->set_grammar(session, uint32_t(kind_value), text, len, root));
 }
 
 LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes) {

@@ -23,7 +23,10 @@ const char *const kPrimitives[][2] = {
     {"object", "\"{\" ( string \":\" sp value ( \",\" sp string \":\" sp value )* )? \"}\""},
     {"array", "\"[\" ( value ( \",\" sp value )* )? \"]\""},
     {"string", "\"\\\"\" char* \"\\\"\""},
-    {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )"},
+    // \uXXXX: not a lone surrogate (JSON parsers refuse one); a high surrogate only with
+    // the \uXXXX low surrogate after it.
+    {"char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | )"
+             R"([dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2} ) ))"},
     {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?"},
     {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )"},
     {"boolean", "\"true\" | \"false\""},
@@ -484,6 +487,11 @@ Converted convert(std::string_view schema_json) {
         size_t close = msg.find("] ");
         if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
         fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: %s", static_cast<size_t>(e.byte), msg.c_str());
+    } catch (const nlohmann::json::exception &e) {  // a number out of range (out_of_range.406)
+        std::string msg = e.what();
+        size_t close = msg.find("] ");
+        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: %s", msg.c_str());
     }
     Converter c(root);
     Converted out;

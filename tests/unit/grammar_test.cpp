@@ -454,6 +454,10 @@ TEST(GrammarJsonSchema, Types) {
     SchemaMatcher str(R"({"type": "string"})");
     for (const char *s : {"\"\"", "\"a b\"", "\"\\n\\u00e9\\\"\"", "\"日本\""}) EXPECT_TRUE(str.accepts(s)) << s;
     for (const char *s : {"a", "\"a", "\"\n\"", "\"\\q\"", "1", "\"\\u00g0\""}) EXPECT_FALSE(str.accepts(s)) << s;
+    // Surrogate escapes: only as a high-low pair (found by the grammar fuzz target).
+    for (const char *s : {"\"\\ud83d\\ude00\"", "\"\\uD7FF\\uE000\\uffff\""}) EXPECT_TRUE(str.accepts(s)) << s;
+    for (const char *s : {"\"\\ud812\"", "\"\\udc00\"", "\"\\ud83d\\u0041\"", "\"\\ud83d\\ud83d\""})
+        EXPECT_FALSE(str.accepts(s)) << s;
     SchemaMatcher num(R"({"type": "number"})");
     for (const char *s : {"0", "-1.5", "3e10", "2.5E-3", "12345"}) EXPECT_TRUE(num.accepts(s)) << s;
     for (const char *s : {"01", "1.", ".5", "+1", "-", "1e"}) EXPECT_FALSE(num.accepts(s)) << s;
