@@ -140,8 +140,22 @@ struct LaunchShape {
     float hadamard_scale;
 };
 
+// Minimum CTAs per SM in __launch_bounds__: 0 leaves the register budget to ptxas. int4 K
+// keeps 16 more floats per lane (the cached block's per-channel scale and min); left alone,
+// ptxas for sm_90 (nvcc 13.0) caps int4-K/16-bit-V at GMAX 4 at 128 registers and spills
+// 4 bytes; 1 lets it take the ~150 it needs (3 CTAs per SM, like int4 K with the other V
+// codecs). sm_80/86/89 do not spill there and keep ptxas's choice. tools/cuda-resources.sh
+// checks that no attention kernel spills.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kInt4KeyMinCtas = true;
+#else
+constexpr bool kInt4KeyMinCtas = false;
+#endif
+template <uint32_t KC>
+constexpr unsigned kPartitionMinCtas = (KC == kINT4 && kInt4KeyMinCtas) ? 1u : 0u;
+
 template <uint32_t KC, uint32_t VC, uint32_t GMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     attention_partition_kernel(const AttentionArgs a, const LaunchShape sh) {
     extern __shared__ float smem[];
     const KvGeometry &g = a.g;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One command for a machine with a CUDA GPU (sized for an H200 lent for ~10 minutes):
 # configure + build Release with LLMKV_CUDA=ON into build-gpu, run `ctest -L gpu`, run the
-# GPU benchmark, print a summary table. Every stage has a timeout; nothing can hang.
+# GPU benchmark, then a quick subset of the GPU tests under compute-sanitizer (memcheck,
+# racecheck), print a summary table. Every stage has a timeout; nothing can hang. The
+# sanitizer stage comes last so the test and benchmark numbers are in first; it is bounded
+# by about 3 minutes (SANITIZER_TIMEOUT per tool), so with --prebuilt give the call ~600 s.
 #
 #   tools/gpu-check.sh             build there, test, bench (about 3-5 minutes on 16 cores)
 #   tools/gpu-check.sh --pack      on a machine WITHOUT a GPU but with the build dependencies:
@@ -15,7 +18,10 @@
 # Environment: JOBS (default 16), LLMKV_CUDA_ARCHITECTURES (default 90-real: H100/H200 only,
 # for build time; the default multi-arch list is compiled in CI-like builds), LLMKV_MODEL
 # (SmolLM2 GGUF for the greedy parity tests and the tok/s numbers), OUT (a folder that also
-# receives the logs), BENCH_ARGS (e.g. --quick).
+# receives the logs), BENCH_ARGS (e.g. --quick), GPU_CHECK_SANITIZER (1 by default; 0 skips
+# the compute-sanitizer stage), SANITIZER_TOOLS (default "memcheck racecheck"; synccheck and
+# initcheck also work), SANITIZER_TIMEOUT (seconds per tool, default 90),
+# SANITIZER_FILTER_<tool> (a gtest filter replacing the built-in subset of that tool).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -70,7 +76,12 @@ if [[ $MODE == pack ]]; then
 fi
 
 stage "GPU"
-timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || echo "(nvidia-smi unavailable)"
+HAVE_DEVICE=1
+if ! timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader; then
+  echo "(nvidia-smi unavailable)"
+  timeout 20 nvidia-smi -L >/dev/null 2>&1 || HAVE_DEVICE=0
+fi
+[[ $HAVE_DEVICE == 1 ]] || echo "no CUDA device on this machine: the GPU tests will report skipped, the sanitizer stage will not run"
 nvcc --version 2>/dev/null | tail -1 || true
 
 if [[ $MODE == build ]]; then
@@ -98,12 +109,56 @@ else
   stage "llmkv_gpu_tests (prebuilt)"
   timeout 240 "$PACK/llmkv_gpu_tests" 2>&1 | tee "$LOGDIR/ctest.log"
   TEST_RC=${PIPESTATUS[0]}
+  TESTS_BIN=$PACK/llmkv_gpu_tests
   BENCH_BIN=$PACK/llmkv_gpu_bench
 fi
 
 stage "benchmark"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of words
 timeout 150 "$BENCH_BIN" ${BENCH_ARGS:-} 2>&1 | tee "$LOGDIR/bench.log"
 BENCH_RC=${PIPESTATUS[0]}
+
+# compute-sanitizer over a quick subset of the GPU tests: memcheck (out-of-bounds and
+# misaligned accesses, API errors) on the kernels' parity tests and the backend through the
+# module; racecheck (shared-memory hazards) on the kernels that use shared memory (seal,
+# attention, RMSNorm). A tool's result: "0 errors", "N errors" (fails the check), "timeout"
+# (fails), "skipped (why)".
+declare -A SAN_RESULT=()
+SAN_RC=0
+SAN_TOOLS=${SANITIZER_TOOLS:-memcheck racecheck}
+declare -A SAN_FILTER=(
+  [memcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*:CudaBackend.*:CudaModuleAbi.*'
+  [racecheck]='*SealParity.*:*AttentionParity.*:KernelParity.RmsNorm*'
+  [synccheck]='*SealParity.*:*AttentionParity.*:KernelParity.RmsNorm*'
+  [initcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*')
+SANITIZER=$(command -v compute-sanitizer || true)
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [[ -z $SANITIZER && -x $c ]] && SANITIZER=$c
+done
+for tool in $SAN_TOOLS; do
+  if [[ ${GPU_CHECK_SANITIZER:-1} == 0 ]]; then SAN_RESULT[$tool]="skipped (GPU_CHECK_SANITIZER=0)"; continue; fi
+  if [[ $HAVE_DEVICE == 0 ]]; then SAN_RESULT[$tool]="skipped (no device)"; continue; fi
+  if [[ -z $SANITIZER ]]; then SAN_RESULT[$tool]="skipped (compute-sanitizer not found)"; continue; fi
+  if [[ ! -x ${TESTS_BIN:-} ]]; then SAN_RESULT[$tool]="skipped (no test binary)"; continue; fi
+  var=SANITIZER_FILTER_$tool
+  filter=${!var:-${SAN_FILTER[$tool]:-*KernelParity.*}}
+  stage "compute-sanitizer --tool $tool (--gtest_filter=$filter)"
+  log=$LOGDIR/sanitizer-$tool.log
+  timeout "${SANITIZER_TIMEOUT:-90}" "$SANITIZER" --tool "$tool" --error-exitcode 99 --print-limit 50 \
+    "$TESTS_BIN" --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
+  rc=$?
+  tail -15 "$log"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || true)
+  if [[ $rc == 124 || $rc == 137 ]]; then
+    SAN_RESULT[$tool]="timeout after ${SANITIZER_TIMEOUT:-90}s (log: $log)"; SAN_RC=1
+  elif [[ -n $errors && $errors != 0 ]]; then
+    SAN_RESULT[$tool]="$errors errors (log: $log)"; SAN_RC=1
+  elif [[ $rc != 0 ]]; then
+    SAN_RESULT[$tool]="FAILED, rc=$rc${errors:+, $errors errors} (log: $log)"; SAN_RC=1
+  else
+    SAN_RESULT[$tool]="${errors:-0} errors"
+  fi
+done
 set -e
 
 stage "summary"
@@ -117,10 +172,12 @@ else
 fi
 printf '\n%-44s %14s\n' "benchmark" "value"
 grep '^RESULT ' "$LOGDIR/bench.log" | awk '{printf "%-44s %14s\n", $2, $3}' || true
+printf '\n%-44s %s\n' "compute-sanitizer (quick subset)" "result"
+for tool in $SAN_TOOLS; do printf '%-44s %s\n' "$tool" "${SAN_RESULT[$tool]}"; done
 cat <<EOF
 
 targets (shared design TARGETS.md): attention KV read >= 70% of copy bandwidth ("pct_copy" rows),
 8-bit decode attention >= 1.7x fp16 at 32k ("speedup_vs_f16" rows).
-tests rc=$TEST_RC  bench rc=$BENCH_RC  total $(( $(date +%s) - T0 ))s  logs: $LOGDIR
+tests rc=$TEST_RC  bench rc=$BENCH_RC  sanitizer rc=$SAN_RC  total $(( $(date +%s) - T0 ))s  logs: $LOGDIR
 EOF
-[[ $TEST_RC -eq 0 && $BENCH_RC -eq 0 ]]
+[[ $TEST_RC -eq 0 && $BENCH_RC -eq 0 && $SAN_RC -eq 0 ]]
