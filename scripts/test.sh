@@ -12,6 +12,8 @@ export LLMKV_MODEL="$("$ROOT/scripts/fetch_model.sh")"
 echo "== Release build and full test suite" >&2
 "$ROOT/scripts/build.sh" "$ROOT/build-test"
 ctest --test-dir "$ROOT/build-test" --output-on-failure -j "$JOBS"
+echo "== CUDA kernel resources for sm_90 (ptxas -v; fails if a hot kernel spills; skipped without the CUDA module)" >&2
+CUDA_RESOURCE_ARCHS="${CUDA_RESOURCE_ARCHS:-90}" JOBS="$JOBS" "$ROOT/tools/cuda-resources.sh" "$ROOT/build-test"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build" >&2
 GEN=()
