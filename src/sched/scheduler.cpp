@@ -126,6 +126,18 @@ void Scheduler::fail_capacity(Request *r) {
 }
 
 void Scheduler::schedule(const std::vector<Request *> &requests, StepPlan &plan) {
+    try {
+        schedule_impl(requests, plan);
+    } catch (...) {
+        // An allocation failed part-way: blocks reserved for spans that will not run go
+        // back (every request holds exactly the blocks of its computed tokens between steps).
+        for (Request *r : requests) kv_.trim(*r);
+        plan.spans.clear();
+        throw;
+    }
+}
+
+void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &plan) {
     plan.clear();
     plan_ = &plan;
     struct Reset {
