@@ -592,7 +592,9 @@ void Engine::step() {
         mark_step();
         run_forward(spans_);
     } catch (...) {
-        for (const StepPlan::Span &p : plan_.spans) kv_->trim(*p.request);
+        // A pass that fails part-way may have written (and sealed) some layers of the new
+        // KV: every span's KV is recomputed from scratch instead, with identical tokens.
+        for (const StepPlan::Span &p : plan_.spans) recompute_later(*p.request);
         throw;
     }
     ++steps_;
@@ -660,6 +662,13 @@ void Engine::mark_step() {
     marked_generated_ = tokens_generated_;
 }
 
+void Engine::recompute_later(Request &r) {
+    kv_->drop(r);
+    r.block_keys.clear();
+    r.started = false;
+    r.refresh_state();
+}
+
 void Engine::undo_step(size_t events_mark) noexcept {
     try {
         for (size_t i = 0; i < plan_.spans.size() && i < step_marks_.size(); ++i) {
@@ -672,10 +681,7 @@ void Engine::undo_step(size_t events_mark) noexcept {
             s->generate_requested = m.generate_requested;
             s->finish_reason = m.finish_reason;
             s->text.rollback(m.text);
-            kv_->drop(*s);
-            s->block_keys.clear();
-            s->started = false;
-            s->refresh_state();
+            recompute_later(*s);
         }
         if (events_.size() > events_mark) events_.resize(events_mark);
         tokens_prefilled_ = marked_prefilled_;

@@ -117,6 +117,8 @@ private:
         Utf8Stream::Mark text;
     };
     void mark_step();
+    // Gives up the request's KV (it is recomputed when it next runs).
+    void recompute_later(Request &r);
     void undo_step(size_t events_mark) noexcept;
     std::vector<StepMark> step_marks_;
     uint64_t marked_prefilled_ = 0, marked_generated_ = 0;

@@ -489,6 +489,29 @@ Output workload(uint64_t arm_at, Run &run, bool *fired) {
     return out;
 }
 
+std::string describe_difference(const Output &o, const Output &ref) {
+    std::string d;
+    for (size_t k = 0; k < ref.tokens.size() && k < o.tokens.size(); ++k) {
+        auto first_diff = [](const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+            size_t i = 0;
+            while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+            return i;
+        };
+        if (o.tokens[k] != ref.tokens[k]) {
+            d += "session " + std::to_string(k) + ": context " + std::to_string(o.tokens[k].size()) + " tokens vs " +
+                 std::to_string(ref.tokens[k].size()) + ", first difference at " +
+                 std::to_string(first_diff(o.tokens[k], ref.tokens[k])) + "; ";
+        }
+        if (o.streamed[k] != ref.streamed[k]) {
+            d += "session " + std::to_string(k) + ": " + std::to_string(o.streamed[k].size()) + " TOKEN events vs " +
+                 std::to_string(ref.streamed[k].size()) + ", first difference at " +
+                 std::to_string(first_diff(o.streamed[k], ref.streamed[k])) + "; ";
+        }
+        if (o.text[k] != ref.text[k]) d += "session " + std::to_string(k) + ": text differs; ";
+    }
+    return d;
+}
+
 int sweep_workload() {
     llmkv_log_set(nullptr, nullptr, LLMKV_LOG_ERROR);
     Run ref_run;
@@ -519,7 +542,8 @@ int sweep_workload() {
         for (const auto &kv : run.failed_calls) failed[kv.first] += kv.second;
         if (!fired) break;
         ++injected;
-        CHECK(o == ref, "n=%llu: the completed workload differs from the uninjected run", (unsigned long long)n);
+        CHECK(o == ref, "n=%llu: the completed workload differs from the uninjected run: %s", (unsigned long long)n,
+              describe_difference(o, ref).c_str());
         if (g_errors != before) std::fprintf(stderr, "  (n=%llu: %s)\n", (unsigned long long)n, run.failed_calls.begin()->first.c_str());
         if (n % 500 == 0) std::fprintf(stderr, "  ... n=%llu of ~%llu\n", (unsigned long long)n, (unsigned long long)total);
     }
