@@ -36,6 +36,10 @@ void Scheduler::reap_copies(const std::vector<Request *> &requests) {
 void Scheduler::preempt(Request *v) {
     const bool had_work = v->has_pending_work();
     ++counters_.preemptions;
+    // A victim already planned in this step holds blocks reserved for its span, which is
+    // cancelled below: they hold nothing yet and must not be parked with its KV (it would
+    // come back holding more blocks than its tokens fill).
+    kv_.trim(*v);
     if (kv_.park_out(*v, /*wait=*/true)) {
         // Swapped (or parked, when idle): its KV comes back by copy, not recomputation.
         ++(had_work ? counters_.swaps : counters_.parks);
