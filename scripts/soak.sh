@@ -12,8 +12,54 @@
 #   SOAK_RSS_TOLERANCE_MIB  allowed RSS growth after warm-up (default 32)
 #   BUILD_DIR=dir           an existing build (default build); built here when it lacks the soak
 # CI (short, tiny model, no plot needed):   scripts/soak.sh 0.5
+# Redraw a plot:                            scripts/soak.sh --plot OUTDIR [TITLE]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The plot (gnuplot; for the docs, CI needs none): generated tokens/s and prefill tokens/s
+# (recomputation after preemption included) with live sessions; RSS with the cumulative
+# preemptions and resumes.
+plot() {
+    local csv="$1" png="$2" title="$3"
+    if ! command -v gnuplot >/dev/null; then
+        echo "soak: gnuplot not installed: no plot (apt-get install gnuplot-nox)" >&2
+        return 0
+    fi
+    gnuplot <<GNUPLOT || echo "soak: gnuplot failed; no plot" >&2
+set terminal pngcairo size 1100,700 noenhanced font ",10"
+set output "$png"
+set datafile separator ","
+set key top right opaque box
+set autoscale xfix
+set multiplot layout 2,1 title "$title"
+set xlabel "time (s)"
+set ylabel "tokens/s"
+set y2label "live sessions"
+set y2tics
+set ytics nomirror
+set yrange [0:*]
+set y2range [0:*]
+x0 = 0; p0 = 0
+plot "$csv" every ::1 using 1:2 with linespoints pt 7 ps 0.4 title "generated tokens/s", \
+     "$csv" every ::1 using 1:(dx = \$1 - x0, x0 = \$1, dp = \$9 - p0, p0 = \$9, dp / dx) with lines title "prefilled tokens/s (incl. recomputation)", \
+     "$csv" every ::1 using 1:4 axes x1y2 with steps title "live sessions"
+set ylabel "RSS (MiB)"
+set yrange [0:*]
+set y2label "preemptions / resumes (cumulative)"
+plot "$csv" every ::1 using 1:3 with lines lw 2 title "RSS (MiB)", \
+     "$csv" every ::1 using 1:10 axes x1y2 with lines title "preemptions", \
+     "$csv" every ::1 using 1:13 axes x1y2 with lines title "resumes"
+unset multiplot
+GNUPLOT
+    [[ -f "$png" ]] && echo "soak: plot $png" >&2
+    return 0
+}
+
+# scripts/soak.sh --plot OUTDIR [TITLE]: only (re)draw OUTDIR/soak.png from OUTDIR/soak.csv.
+if [[ "${1:-}" == "--plot" ]]; then
+    plot "$2/soak.csv" "$2/soak.png" "${3:-llmkv soak}"
+    exit 0
+fi
+
 MINUTES="${1:-10}"
 OUT="${2:-$ROOT/build/soak}"
 BUILD="${BUILD_DIR:-$ROOT/build}"
@@ -48,33 +94,6 @@ set +e
 RC=${PIPESTATUS[0]}
 set -e
 
-if command -v gnuplot >/dev/null; then
-    gnuplot <<EOF || echo "soak: gnuplot failed; no plot" >&2
-set terminal pngcairo size 1100,650 noenhanced font ",10"
-set output "$OUT/soak.png"
-set datafile separator ","
-set key top left
-set multiplot layout 2,1 title "llmkv soak: 64 sessions, $(basename "$MODEL"), $MINUTES min"
-set xlabel "time (s)"
-set ylabel "generated tokens/s"
-set y2label "live sessions"
-set y2tics
-set ytics nomirror
-set yrange [0:*]
-set y2range [0:*]
-plot "$CSV" every ::1 using 1:2 with linespoints pt 7 ps 0.4 title "tokens/s", \
-     "$CSV" every ::1 using 1:4 axes x1y2 with steps title "live sessions"
-set ylabel "RSS (MiB)"
-set yrange [0:*]
-set y2label "preemptions / resumes"
-plot "$CSV" every ::1 using 1:3 with lines lw 2 title "RSS (MiB)", \
-     "$CSV" every ::1 using 1:10 axes x1y2 with lines title "preemptions (cumulative)", \
-     "$CSV" every ::1 using 1:13 axes x1y2 with lines title "resumes (cumulative)"
-unset multiplot
-EOF
-    [[ -f "$OUT/soak.png" ]] && echo "soak: plot $OUT/soak.png" >&2
-else
-    echo "soak: gnuplot not installed: no plot (apt-get install gnuplot-nox)" >&2
-fi
+plot "$CSV" "$OUT/soak.png" "llmkv soak: 64 sessions, $(basename "$MODEL"), $MINUTES min"
 echo "soak: CSV $CSV, summary $SUMMARY, log $OUT/soak.log" >&2
 exit "$RC"

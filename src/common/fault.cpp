@@ -30,14 +30,14 @@ const char *site_name(Site s) {
     return "unknown";
 }
 
+#ifdef LLMKV_FAULT_INJECTION
+
 void maybe_fail_thread_start() {
     if (should_fail(Site::kThread)) {
         throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
                                 "injected thread-creation failure");
     }
 }
-
-#ifdef LLMKV_FAULT_INJECTION
 
 namespace {
 

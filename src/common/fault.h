@@ -42,12 +42,11 @@ inline constexpr uint32_t kAllocationSites = 6;  // sites [0, kAllocationSites) 
 
 const char *site_name(Site s);
 
+#ifdef LLMKV_FAULT_INJECTION
+inline constexpr bool kEnabled = true;
 // Throws what std::thread throws when the system cannot start a thread, when the
 // kThread site is told to fail. Call it right before creating a thread.
 void maybe_fail_thread_start();
-
-#ifdef LLMKV_FAULT_INJECTION
-inline constexpr bool kEnabled = true;
 // Whether this hit of `site` must fail. Never allocates, never throws.
 bool should_fail(Site site) noexcept;
 void arm(uint64_t nth) noexcept;
@@ -63,6 +62,7 @@ void reset_counts() noexcept;
 #else
 inline constexpr bool kEnabled = false;
 constexpr bool should_fail(Site) noexcept { return false; }
+inline void maybe_fail_thread_start() {}
 #endif
 
 }  // namespace llmkv::fault

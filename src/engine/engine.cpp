@@ -656,7 +656,7 @@ void Engine::mark_step() {
     for (size_t i = 0; i < plan_.spans.size(); ++i) {
         const Session *s = static_cast<const Session *>(plan_.spans[i].request);
         step_marks_[i] = StepMark{s->tokens.size(), s->n_generated, s->n_committed, s->generate_requested,
-                                  s->started,       s->finish_reason, s->text.mark()};
+                                  s->finish_reason, s->text.mark()};
     }
     marked_prefilled_ = tokens_prefilled_;
     marked_generated_ = tokens_generated_;
@@ -687,7 +687,7 @@ void Engine::undo_step(size_t events_mark) noexcept {
         tokens_prefilled_ = marked_prefilled_;
         tokens_generated_ = marked_generated_;
     } catch (...) {
-        LLMKV_LOG_ERROR_F("step: undoing a failed step failed%s", "");
+        LLMKV_LOG_ERROR_F("step: undoing a failed step failed; llmkv_engine_validate will tell%s", "");
     }
 }
 

@@ -112,7 +112,6 @@ private:
         uint32_t n_generated = 0;
         uint32_t n_committed = 0;
         bool generate_requested = false;
-        bool started = false;
         llmkv_finish_reason finish_reason = LLMKV_FINISH_NONE;
         Utf8Stream::Mark text;
     };
