@@ -70,6 +70,7 @@ std::string g_model;
 
 constexpr uint32_t kBlockTokens = 16;
 constexpr uint64_t kBlockBytes = 2 * 2 * 16 * kBlockTokens * 2 * 2;  // tiny model: layers x kv heads x dims x tokens x fp16 x K,V
+constexpr uint64_t kWorkloadBlocks = 12;  // the workload's device pool (the create sweep uses 23)
 
 llmkv_engine_params engine_params() {
     llmkv_engine_params p;
@@ -80,7 +81,7 @@ llmkv_engine_params engine_params() {
     p.kv_block_tokens = kBlockTokens;
     p.max_batch_tokens = 64;
     p.max_sessions = 19;  // odd pool sizes: the leak check finds the pools among the mappings
-    p.kv_device_bytes = 23 * kBlockBytes;  // small: the workload preempts
+    p.kv_device_bytes = 23 * kBlockBytes;
     p.kv_host_bytes = 32u << 20;
     return p;
 }
@@ -248,6 +249,7 @@ struct Output {
     std::vector<std::vector<int32_t>> tokens;  // per session: its final context
     std::vector<std::vector<int32_t>> streamed;  // per session: TOKEN events
     std::vector<std::string> text;
+    llmkv_stats stats{};  // not compared: a recomputation after a failure adds work
     bool operator==(const Output &o) const { return tokens == o.tokens && streamed == o.streamed && text == o.text; }
 };
 
@@ -257,6 +259,7 @@ struct Run {
     std::vector<llmkv_prefix *> prefixes;
     std::vector<std::vector<int32_t>> streamed;
     std::vector<std::string> text;
+    std::vector<int> awaiting_done;  // per session: generate calls whose DONE has not come
     std::string snap_path;
     bool armed = false;  // the countdown is set and has not fired yet
     bool fired = false;
@@ -298,12 +301,21 @@ struct Run {
         }
         // The injected failure happened in this call: from here on the run is unarmed.
         fault::disarm();
-        if (st == LLMKV_OK && g_nothrow_injected != nothrow_before) {
-            // A nothrow allocation failed and its caller did without (see counted_new.cpp).
+        if (st == LLMKV_OK) {
+            // The call succeeded without what failed: a nothrow allocation whose caller did
+            // without it (see counted_new.cpp), a host-tier block (a full tier: the scheduler
+            // recomputes instead of swapping), or an optional demotion of a prefix-cache block
+            // to the host tier. Its effects stand; the engine must still be consistent, and
+            // the final output identical.
             fault::pause(false);
             armed = false;
             fired = true;
-            ++failed_calls[std::string(name) + " -> absorbed (nothrow) LLMKV_OK"];
+            const char *what = g_nothrow_injected != nothrow_before ? "nothrow operator new"
+                               : fault::failures(Site::kHostBlock) ? "host-tier block"
+                                                                    : "operator new";
+            ++failed_calls[std::string(name) + " -> LLMKV_OK (absorbed: " + what + ")"];
+            CHECK(llmkv_engine_validate(engine) == LLMKV_OK, "%s absorbed a failure (%s); validate then says %s", name,
+                  what, llmkv_last_error());
             return;
         }
         fault::pause(false);  // disarmed: nothing counts any more
@@ -329,6 +341,7 @@ struct Run {
             for (size_t k = 0; k < sessions.size(); ++k) {
                 if (sessions[k] != ev[i].session) continue;
                 if (ev[i].kind == LLMKV_EVENT_TOKEN) streamed[k].push_back(ev[i].token);
+                if (ev[i].kind == LLMKV_EVENT_DONE && awaiting_done[k] > 0) --awaiting_done[k];
                 CHECK(ev[i].kind != LLMKV_EVENT_ERROR, "session %zu got an ERROR event (%s)", k,
                       llmkv_status_string(ev[i].status));
             }
@@ -343,6 +356,7 @@ struct Run {
             collect(ev, n);
             fault::pause(true);  // the harness's own queries do not count
             bool busy = llmkv_pending_events(engine) > 0;
+            for (int w : awaiting_done) busy |= w > 0;  // a generating session may read PARKED (swapped out)
             for (llmkv_session *s : sessions) {
                 if (!s) continue;
                 llmkv_session_info info;
@@ -365,6 +379,7 @@ struct Run {
         sessions.push_back(nullptr);
         streamed.emplace_back();
         text.emplace_back();
+        awaiting_done.push_back(0);
         const size_t k = sessions.size() - 1;
         llmkv_session_params sp;
         llmkv_session_params_init(&sp);
@@ -380,6 +395,7 @@ struct Run {
     }
     void generate(size_t k, uint32_t n) {
         call("llmkv_session_generate", [&] { return llmkv_session_generate(sessions[k], n); });
+        ++awaiting_done[k];
     }
 };
 
@@ -388,6 +404,7 @@ struct Run {
 // preempt, fork, park and resume, cancel.
 Output workload(uint64_t arm_at, Run &run, bool *fired) {
     llmkv_engine_params p = engine_params();
+    p.kv_device_bytes = kWorkloadBlocks * kBlockBytes;  // tight: idle sessions are preempted to the host tier
     if (llmkv_engine_create(&p, &run.engine) != LLMKV_OK) {
         std::fprintf(stderr, "engine_create: %s\n", llmkv_last_error());
         std::exit(1);
@@ -426,6 +443,7 @@ Output workload(uint64_t arm_at, Run &run, bool *fired) {
     run.sessions.push_back(nullptr);
     run.streamed.emplace_back();
     run.text.emplace_back();
+    run.awaiting_done.push_back(0);
     const size_t s4 = run.sessions.size() - 1;
     run.call("llmkv_session_fork", [&] { return llmkv_session_fork(run.sessions[s1], &run.sessions[s4]); },
              [&] { return run.sessions[s4] == nullptr; });
@@ -482,6 +500,8 @@ Output workload(uint64_t arm_at, Run &run, bool *fired) {
         llmkv_session_read_text(s, buf, sizeof(buf), &n);
         out.text.emplace_back(buf, n);
     }
+    out.stats.struct_size = sizeof(out.stats);
+    llmkv_engine_get_stats(run.engine, &out.stats);
     for (llmkv_session *s : run.sessions) llmkv_session_destroy(s);
     for (llmkv_prefix *px : run.prefixes) llmkv_prefix_release(px);
     llmkv_engine_destroy(run.engine);
@@ -528,8 +548,13 @@ int sweep_workload() {
         hits = site_hits();
         for (uint64_t h : hits) total += h;
     }
-    std::printf("workload: %llu allocation-site hits in %llu C API calls per run\n", (unsigned long long)total,
-                (unsigned long long)ref_run.calls);
+    std::printf("workload: %llu allocation-site hits in %llu C API calls per run; uninjected: %u sessions, %llu steps, "
+                "%llu preemptions (%llu swaps, %llu parks), %llu resumes, %llu prefix-hit tokens, %llu demotions\n",
+                (unsigned long long)total, (unsigned long long)ref_run.calls, unsigned(ref.tokens.size()),
+                (unsigned long long)ref.stats.steps, (unsigned long long)ref.stats.preemptions,
+                (unsigned long long)ref.stats.swaps, (unsigned long long)ref.stats.parks,
+                (unsigned long long)ref.stats.resumes, (unsigned long long)ref.stats.prefix_hit_tokens,
+                (unsigned long long)ref.stats.demotions);
     std::map<std::string, uint64_t> failed;
     uint64_t runs = 0, injected = 0, unfired = 0;
     const int errors_before = g_errors;
