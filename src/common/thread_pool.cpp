@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <system_error>
+
+#include "common/error.h"
+#include "common/fault.h"
 
 // No PAUSE instruction in the spin loops: under virtualisation a run of PAUSEs can trap
 // the vCPU (pause-loop exiting) and cost milliseconds. The spin is bounded in time (see
@@ -52,13 +56,27 @@ unsigned ThreadPool::hardware_threads() {
 }
 
 ThreadPool::ThreadPool(unsigned n_threads) : n_threads_(std::max(1u, n_threads)) {
-    workers_.reserve(n_threads_ - 1);
-    for (unsigned i = 1; i < n_threads_; ++i) {
-        workers_.emplace_back([this, i] { worker_loop(i); });
+    // A failure part-way (no thread or no memory for one) stops the workers already
+    // started: destroying a joinable std::thread would terminate the process.
+    try {
+        workers_.reserve(n_threads_ - 1);
+        for (unsigned i = 1; i < n_threads_; ++i) {
+            fault::maybe_fail_thread_start();
+            workers_.emplace_back([this, i] { worker_loop(i); });
+        }
+    } catch (const std::system_error &e) {
+        stop_workers();
+        fail(LLMKV_ERR_OUT_OF_MEMORY, "thread pool: cannot start worker %zu of %u: %s", workers_.size() + 1,
+             n_threads_ - 1, e.what());
+    } catch (...) {
+        stop_workers();
+        throw;
     }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() noexcept {
     stop_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();

@@ -51,6 +51,7 @@ public:
 
 private:
     void worker_loop(unsigned index);
+    void stop_workers() noexcept;
 
     unsigned n_threads_;
     std::vector<std::thread> workers_;

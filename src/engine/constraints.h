@@ -32,6 +32,16 @@ public:
     std::string flush();
     void reset();
     int matched() const { return matched_; }
+    // Where the stream stands, to go back to when a step is undone.
+    struct Mark {
+        std::string held;
+        int matched = -1;
+    };
+    Mark mark() const { return {held_, matched_}; }
+    void rollback(const Mark &m) {
+        held_ = m.held;
+        matched_ = m.matched;
+    }
     size_t held() const { return held_.size(); }
     const std::vector<std::string> &strings() const { return strings_; }
 

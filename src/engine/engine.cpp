@@ -300,15 +300,27 @@ void Engine::check_tokens(const int32_t *tokens, size_t n) const {
 }
 
 void Engine::share_state(const Session &from, Session &to) {
+    to.tokens = from.tokens;  // first: a throwing copy must not leave `to` holding KV
     kv_->share(from, to, params_.max_sessions);
-    to.tokens = from.tokens;
     to.kv_dropped = from.kv_dropped;
     to.n_committed = from.n_committed;
 }
 
 Prefix *Engine::adopt_prefix(std::unique_ptr<Prefix> p) {
-    prefixes_.push_back(p.get());
-    kv_->pin_handle(&p->state);  // after the push: a throwing push leaves nothing pinned
+    // A throwing push must not leave the handle's KV held (or a dangling entry listed).
+    try {
+        prefixes_.push_back(p.get());
+    } catch (...) {
+        kv_->drop(p->state);
+        throw;
+    }
+    try {
+        kv_->pin_handle(&p->state);
+    } catch (...) {
+        prefixes_.pop_back();
+        kv_->drop(p->state);
+        throw;
+    }
     return p.release();
 }
 
@@ -413,11 +425,16 @@ Prefix *Engine::load_prefix(const std::string &path, bool share) {
     Session &s = p->state;
     s.engine = this;
     s.tokens = m.tokens;
-    kv_->load_snapshot(s, snap, path);
     // Checksums catch accidents, not intent: a snapshot is trusted by the host that loads it,
     // not by every session of the engine, so its KV reaches the shared cache only on request.
     s.unshared = !share;
-    kv_->publish_sealed(s, s.tokens);
+    try {
+        kv_->load_snapshot(s, snap, path);
+        kv_->publish_sealed(s, s.tokens);
+    } catch (...) {
+        kv_->drop(s);
+        throw;
+    }
     return adopt_prefix(std::move(p));
 }
 
@@ -434,6 +451,7 @@ Session *Engine::fork(Session *src) {
     s->constraints = src->constraints;                      // grammar state included
     s->stops = src->stops;
     s->finish_reason = src->finish_reason;
+    sessions_.reserve(sessions_.size() + 1);  // the push below cannot throw once KV is shared
     share_state(*src, *s);
     s->refresh_state();
     sessions_.push_back(s.get());
@@ -471,6 +489,7 @@ Session *Engine::create_session(const llmkv_session_params &p) {
     s->constraints.grammar.masker = std::move(masker);
     s->constraints.grammar.restart();
     s->stops = StopStrings(std::move(stop_strings));
+    sessions_.reserve(sessions_.size() + 1);  // the push below cannot throw once KV is shared
     if (from) {
         share_state(from->state, *s);
         s->refresh_state();
@@ -631,19 +650,30 @@ void Engine::step() {
     report_failed();
     if (plan_.spans.empty()) return;
 
-    spans_.clear();
-    for (const StepPlan::Span &p : plan_.spans) {
-        Request *r = p.request;
-        spans_.push_back({&r->kv, r->tokens.data() + r->kv.n_tokens, p.n_tokens, p.want_logits, false, p.block_data});
-    }
     try {
+        spans_.clear();
+        for (const StepPlan::Span &p : plan_.spans) {
+            Request *r = p.request;
+            spans_.push_back({&r->kv, r->tokens.data() + r->kv.n_tokens, p.n_tokens, p.want_logits, false, p.block_data});
+        }
+        mark_step();
         run_forward(spans_);
     } catch (...) {
-        for (const StepPlan::Span &p : plan_.spans) kv_->trim(*p.request);
+        // A pass that fails part-way may have written (and sealed) some layers of the new
+        // KV: every span's KV is recomputed from scratch instead, with identical tokens.
+        for (const StepPlan::Span &p : plan_.spans) recompute_later(*p.request);
         throw;
     }
     ++steps_;
     ++activity_clock_;
+    struct UndoOnThrow {  // the rest of the step is all or nothing (see StepMark)
+        Engine *e;
+        size_t events_mark;
+        bool done = false;
+        ~UndoOnThrow() {
+            if (!done) e->undo_step(events_mark);
+        }
+    } undo_on_throw{this, events_.size()};
     for (const StepPlan::Span &p : plan_.spans) {
         Request *r = p.request;
         kv_->publish_sealed(*r, r->tokens);
@@ -698,6 +728,50 @@ void Engine::step() {
         } else {
             s->refresh_state();
         }
+    }
+    undo_on_throw.done = true;
+}
+
+void Engine::mark_step() {
+    step_marks_.resize(plan_.spans.size());
+    for (size_t i = 0; i < plan_.spans.size(); ++i) {
+        const Session *s = static_cast<const Session *>(plan_.spans[i].request);
+        step_marks_[i] = StepMark{s->tokens.size(), s->n_generated, s->n_committed, s->generate_requested,
+                                  s->finish_reason, s->text.mark(), s->stops.mark(),
+                                  s->constraints.grammar.state};
+    }
+    marked_prefilled_ = tokens_prefilled_;
+    marked_generated_ = tokens_generated_;
+}
+
+void Engine::recompute_later(Request &r) {
+    kv_->drop(r);
+    r.block_keys.clear();
+    r.started = false;
+    r.refresh_state();
+}
+
+void Engine::undo_step(size_t events_mark) noexcept {
+    try {
+        for (size_t i = 0; i < plan_.spans.size() && i < step_marks_.size(); ++i) {
+            if (!plan_.spans[i].want_logits) continue;  // its KV advanced; nothing to undo
+            Session *s = static_cast<Session *>(plan_.spans[i].request);
+            const StepMark &m = step_marks_[i];
+            s->tokens.resize(m.n_tokens);
+            s->n_generated = m.n_generated;
+            s->n_committed = m.n_committed;
+            s->generate_requested = m.generate_requested;
+            s->finish_reason = m.finish_reason;
+            s->text.rollback(m.text);
+            s->stops.rollback(m.stops);
+            s->constraints.grammar.state = m.grammar_state;
+            recompute_later(*s);
+        }
+        if (events_.size() > events_mark) events_.resize(events_mark);
+        tokens_prefilled_ = marked_prefilled_;
+        tokens_generated_ = marked_generated_;
+    } catch (...) {
+        LLMKV_LOG_ERROR_F("step: undoing a failed step failed; llmkv_engine_validate will tell%s", "");
     }
 }
 

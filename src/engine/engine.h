@@ -113,6 +113,27 @@ private:
     // Makes a handle's KV state permanent: pinned blocks, listed among the handles.
     Prefix *adopt_prefix(std::unique_ptr<Prefix> p);
 
+    // A step that fails after its forward pass (an allocation while publishing or sampling)
+    // is undone for every session that was to sample: its tokens, text, events and
+    // generation state are as before the step, and its KV is dropped to be recomputed (the
+    // logits of the pass are gone), which gives identical tokens. Marks taken before the pass.
+    struct StepMark {
+        size_t n_tokens = 0;
+        uint32_t n_generated = 0;
+        uint32_t n_committed = 0;
+        bool generate_requested = false;
+        llmkv_finish_reason finish_reason = LLMKV_FINISH_NONE;
+        Utf8Stream::Mark text;
+        StopStrings::Mark stops;
+        TokenMasker::State grammar_state = 0;
+    };
+    void mark_step();
+    // Gives up the request's KV (it is recomputed when it next runs).
+    void recompute_later(Request &r);
+    void undo_step(size_t events_mark) noexcept;
+    std::vector<StepMark> step_marks_;
+    uint64_t marked_prefilled_ = 0, marked_generated_ = 0;
+
     mutable std::mutex mutex_;
     llmkv_engine_params params_{};
     std::shared_ptr<GgufFile> file_;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/fault.h"
 
 namespace llmkv {
 
@@ -20,16 +21,19 @@ BlockPool::BlockPool(uint32_t n_blocks, size_t block_bytes, const char *name)
         fail(LLMKV_ERR_OUT_OF_MEMORY, "%s pool: %u blocks of %zu bytes overflows", name, n_blocks,
              block_bytes);
     }
-    void *p = mmap(nullptr, slab_bytes_, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    // The bookkeeping first: a throw after the mapping would leak it (no destructor runs).
+    free_list_.reserve(n_blocks);
+    refcount_.assign(n_blocks, 0);
+    void *p = fault::should_fail(fault::Site::kKvPool)
+                  ? (errno = ENOMEM, MAP_FAILED)
+                  : mmap(nullptr, slab_bytes_, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fail(LLMKV_ERR_OUT_OF_MEMORY, "%s pool: cannot map %zu bytes: %s", name, slab_bytes_,
              std::strerror(errno));
     }
     slab_ = static_cast<uint8_t *>(p);
-    free_list_.reserve(n_blocks);
     for (uint32_t i = n_blocks; i-- > 0;) free_list_.push_back(i);
-    refcount_.assign(n_blocks, 0);
 }
 
 BlockPool::~BlockPool() {
@@ -38,6 +42,7 @@ BlockPool::~BlockPool() {
 
 bool BlockPool::allocate_many(uint32_t n, std::vector<uint32_t> &out) {
     if (n > free_list_.size()) return false;
+    out.reserve(out.size() + n);  // may throw: nothing taken yet; the pushes below cannot
     for (uint32_t i = 0; i < n; ++i) {
         uint32_t id = free_list_.back();
         free_list_.pop_back();

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/fault.h"
 
 namespace llmkv {
 
@@ -21,6 +22,7 @@ bool ranges_overlap(const void *a, const void *b, size_t n) {
 
 CopyEngine::CopyEngine() {
     try {
+        fault::maybe_fail_thread_start();
         thread_ = std::thread([this] { copy_thread_main(); });
     } catch (const std::system_error &e) {
         fail(LLMKV_ERR_OUT_OF_MEMORY, "copy engine: cannot start its copy thread: %s", e.what());

@@ -52,6 +52,7 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "common/fault.h"
 #include "common/log.h"
 
 #if __has_include(<mimalloc.h>)
@@ -254,6 +255,11 @@ HostTier::HostTier(uint64_t bytes, HostAllocator allocator) : allocator_(std::mo
     }
     region_bytes_ = (bytes + kArenaAlignment - 1) & ~(kArenaAlignment - 1);
 
+    if (fault::should_fail(fault::Site::kHostRegion)) {
+        fail(LLMKV_ERR_OUT_OF_MEMORY,
+             "host tier: allocator '%s' could not provide %llu bytes of host memory (injected)",
+             allocator_.name.c_str(), (unsigned long long)region_bytes_);
+    }
     if (!take_retired_arena()) {
         bool locked = false;
         region_ = allocator_.alloc(region_bytes_, kArenaAlignment, locked);
@@ -296,10 +302,14 @@ HostTier::HostTier(uint64_t bytes, HostAllocator allocator) : allocator_(std::mo
     }
 
     try {
+        fault::maybe_fail_thread_start();
         heap_thread_ = std::thread([this] { heap_thread_main(); });
     } catch (const std::system_error &e) {
         release_region();
         fail(LLMKV_ERR_OUT_OF_MEMORY, "host tier: cannot start its heap thread: %s", e.what());
+    } catch (...) {  // std::bad_alloc for the thread's state: the region must not leak either
+        release_region();
+        throw;
     }
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [this] { return heap_state_ != 0; });
@@ -409,7 +419,9 @@ void HostTier::heap_thread_main() {
         // bookkeeping queries proceed meanwhile.
         bool ok = true;
         for (size_t i = 0; i < req.count; ++i) {
-            void *p = mi.heap_malloc_aligned(heap, req.bytes, kBlockAlignment);
+            void *p = fault::should_fail(fault::Site::kHostBlock)
+                          ? nullptr
+                          : mi.heap_malloc_aligned(heap, req.bytes, kBlockAlignment);
             if (p == nullptr) {
                 ok = false;
                 break;

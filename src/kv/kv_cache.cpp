@@ -31,6 +31,7 @@ void KvCache::release_sealed(uint32_t id) {
 }
 
 bool KvCache::share(const SessionKv &from, SessionKv &to) {
+    std::vector<uint32_t> blocks = from.blocks;  // may throw: nothing taken yet
     int64_t tail = -1;
     if (from.tail >= 0) {
         uint32_t slot;
@@ -49,7 +50,7 @@ bool KvCache::share(const SessionKv &from, SessionKv &to) {
             sealed_.retain(id);
         }
     }
-    to.blocks = from.blocks;
+    to.blocks = std::move(blocks);
     to.tail = tail;
     to.n_tokens = from.n_tokens;
     return true;

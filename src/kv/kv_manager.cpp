@@ -102,6 +102,18 @@ bool KvManager::could_hold_with_host(const KvSeq &s, uint32_t n_tokens, uint32_t
 
 void KvManager::match_prefix(KvSeq &s, const std::vector<int32_t> &tokens) {
     if (!prefix_ || s.kv.n_tokens != 0 || !s.kv.blocks.empty() || tokens.size() < 2) return;
+    try {
+        match_prefix_impl(s, tokens);
+    } catch (...) {
+        // An allocation failed part-way: the sequence gives back what it matched and starts
+        // from nothing, as before the call (matched blocks stay in the cache).
+        cache_->release(s.kv);
+        s.block_keys.clear();
+        throw;
+    }
+}
+
+void KvManager::match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens) {
     const size_t limit = tokens.size() - 1;
     size_t m = prefix_->match(tokens.data(), limit, s.kv.blocks);
     s.block_keys.clear();
@@ -119,11 +131,32 @@ void KvManager::match_prefix(KvSeq &s, const std::vector<int32_t> &tokens) {
             // block, which may drop the oldest demoted entries to make room.
             void *data = host_prefix_->take(key);
             std::vector<uint32_t> id;
-            if (!cache_->allocate_sealed(1, id)) {
-                host_prefix_->insert(key, data, t, B);
+            bool promoted = false;
+            try {
+                s.kv.blocks.reserve(m + 1);
+                s.block_keys.reserve(m + 1);
+                if (cache_->allocate_sealed(1, id)) {
+                    transfers_->submit({{KvTransfer::kBlockIn, id[0], data}}, true);
+                    promoted = true;
+                } else if (host_prefix_->insert(key, data, t, B)) {
+                    data = nullptr;  // back in the store
+                }
+            } catch (...) {
+                if (!id.empty()) cache_->release_sealed(id[0]);
+                promoted = false;
+                if (data) {
+                    host_->free_block(data);
+                    host_bytes_held_ -= block_bytes;
+                }
+                throw;
+            }
+            if (!promoted) {
+                if (data) {  // could not go back into the store: the demoted copy is dropped
+                    host_->free_block(data);
+                    host_bytes_held_ -= block_bytes;
+                }
                 break;
             }
-            transfers_->submit({{KvTransfer::kBlockIn, id[0], data}}, true);
             host_->free_block(data);
             host_bytes_held_ -= block_bytes;
             counters_.bytes_to_device += block_bytes;
@@ -160,10 +193,11 @@ void KvManager::share(const KvSeq &from, KvSeq &to, uint32_t max_sessions) {
         fail(LLMKV_ERR_UNSUPPORTED, "the session's context exceeds the device pool (%u blocks in the host tier); "
              "it cannot be forked or made a prefix", from.n_offloaded);
     }
+    std::vector<BlockHashKey> keys = from.block_keys;  // may throw: nothing shared yet
     if (!cache_->share(from.kv, to.kv)) {
         fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot (max_sessions = %u counts sessions and prefixes)", max_sessions);
     }
-    to.block_keys = from.block_keys;
+    to.block_keys = std::move(keys);
     to.unshared = from.unshared;
 }
 
@@ -183,14 +217,27 @@ bool KvManager::host_reserve(uint64_t bytes) {
 }
 
 // Prefix-cache eviction hook: copies the block to the host tier (tiered prefix cache).
-void KvManager::demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
+// Never throws: it runs inside the prefix cache's eviction, and a demotion is only an
+// optimisation, so when memory runs out the block is simply not kept.
+void KvManager::demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens) noexcept {
     const size_t block_bytes = cache_->sealed_pool().block_bytes();
-    if (!host_reserve(block_bytes)) return;
-    void *p = host_->allocate_block(block_bytes);
-    if (!p) return;
-    transfers_->submit({{KvTransfer::kBlockOut, block, p}}, true);
-    if (!host_prefix_->insert(key, p, tokens, geometry().block_tokens)) {
-        host_->free_block(p);
+    void *p = nullptr;
+    try {
+        if (!host_reserve(block_bytes)) return;
+        p = host_->allocate_block(block_bytes);
+        if (!p) return;
+        transfers_->submit({{KvTransfer::kBlockOut, block, p}}, true);
+        if (!host_prefix_->insert(key, p, tokens, geometry().block_tokens)) {
+            host_->free_block(p);
+            return;
+        }
+    } catch (...) {
+        if (p) {
+            try {
+                host_->free_block(p);
+            } catch (...) {
+            }
+        }
         return;
     }
     host_bytes_held_ += block_bytes;
@@ -210,23 +257,37 @@ bool KvManager::park_out(KvSeq &s, bool wait) {
     if (!host_reserve(bytes)) return false;
     std::vector<void *> copies;
     if (!moved.empty() && !host_->allocate_blocks(block_bytes, moved.size(), copies)) return false;
-    void *tail = s.kv.tail >= 0 ? host_->allocate_block(tail_bytes) : nullptr;
-    if (s.kv.tail >= 0 && !tail) {
+    // Everything that may throw happens before the sequence changes; a throw gives the
+    // host blocks back.
+    void *tail = nullptr;
+    std::vector<void *> host_blocks;
+    Ticket ticket = 0;
+    try {
+        tail = s.kv.tail >= 0 ? host_->allocate_block(tail_bytes) : nullptr;
+        if (s.kv.tail >= 0 && !tail) {
+            for (void *p : copies) host_->free_block(p);
+            return false;
+        }
+        std::vector<KvTransfer> ops;
+        ops.reserve(moved.size() + 1);
+        host_blocks.assign(s.kv.blocks.size(), nullptr);
+        for (size_t k = 0; k < moved.size(); ++k) {
+            host_blocks[moved[k]] = copies[k];
+            ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[moved[k]], copies[k]});
+        }
+        if (tail) ops.push_back({KvTransfer::kTailOut, s.kv.tail, tail});
+        ticket = transfers_->submit(ops, false);
+    } catch (...) {
         for (void *p : copies) host_->free_block(p);
-        return false;
+        if (tail) host_->free_block(tail);
+        throw;
     }
-    std::vector<KvTransfer> ops;
-    s.host.blocks.assign(s.kv.blocks.size(), nullptr);
-    for (size_t k = 0; k < moved.size(); ++k) {
-        s.host.blocks[moved[k]] = copies[k];
-        ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[moved[k]], copies[k]});
-    }
-    if (tail) ops.push_back({KvTransfer::kTailOut, s.kv.tail, tail});
+    s.host.blocks = std::move(host_blocks);
     s.host.tail = tail;
     s.host.bytes = bytes;
     host_bytes_held_ += bytes;
     counters_.bytes_to_host += bytes;
-    s.host.ticket = transfers_->submit(ops, false);
+    s.host.ticket = ticket;
     s.host.phase = HostKv::Phase::kOut;
     if (wait) {
         transfers_->wait(s.host.ticket);
@@ -265,19 +326,29 @@ bool KvManager::start_resume(KvSeq &s) {
         return false;
     }
     const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
-    std::vector<KvTransfer> ops;
+    // The copies are queued before the block table changes; a throw gives the blocks back.
+    Ticket ticket = 0;
+    try {
+        std::vector<KvTransfer> ops;
+        ops.reserve(ids.size() + 1);
+        size_t k = 0;
+        for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
+            if (s.host.blocks[i]) ops.push_back({KvTransfer::kBlockIn, ids[k++], s.host.blocks[i]});
+        }
+        if (tail >= 0) ops.push_back({KvTransfer::kTailIn, tail, s.host.tail});
+        ticket = transfers_->submit(ops, false);
+    } catch (...) {
+        for (uint32_t id : ids) cache_->release_sealed(id);
+        if (tail >= 0) cache_->tail_pool().release(uint32_t(tail));
+        throw;
+    }
     size_t k = 0;
     for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
-        if (!s.host.blocks[i]) continue;
-        s.kv.blocks[i] = ids[k++];
-        ops.push_back({KvTransfer::kBlockIn, s.kv.blocks[i], s.host.blocks[i]});
+        if (s.host.blocks[i]) s.kv.blocks[i] = ids[k++];
     }
-    if (tail >= 0) {
-        s.kv.tail = tail;
-        ops.push_back({KvTransfer::kTailIn, tail, s.host.tail});
-    }
+    if (tail >= 0) s.kv.tail = tail;
     counters_.bytes_to_device += need * block_bytes + (tail >= 0 ? tail_bytes : 0);
-    s.host.ticket = transfers_->submit(ops, false);
+    s.host.ticket = ticket;
     s.host.phase = HostKv::Phase::kIn;
     return true;
 }
@@ -335,11 +406,18 @@ uint32_t KvManager::offload_blocks(KvSeq &s, uint32_t n) {
     }
     while (!picked.empty() && !host_reserve(picked.size() * block_bytes)) picked.pop_back();
     std::vector<void *> copies;
-    if (picked.empty() || !host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
+    if (picked.empty()) return 0;
     std::vector<KvTransfer> ops;
-    for (size_t k = 0; k < picked.size(); ++k) ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[picked[k]], copies[k]});
-    transfers_->submit(ops, true);
-    s.offloaded.resize(s.kv.blocks.size(), nullptr);
+    ops.reserve(picked.size());
+    s.offloaded.resize(s.kv.blocks.size(), nullptr);  // more null entries change nothing
+    if (!host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
+    try {
+        for (size_t k = 0; k < picked.size(); ++k) ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[picked[k]], copies[k]});
+        transfers_->submit(ops, true);
+    } catch (...) {
+        for (void *p : copies) host_->free_block(p);
+        throw;
+    }
     for (size_t k = 0; k < picked.size(); ++k) {
         cache_->release_sealed(s.kv.blocks[picked[k]]);
         s.kv.blocks[picked[k]] = SessionKv::kHostBlock;

@@ -178,7 +178,8 @@ public:
 
 private:
     bool host_reserve(uint64_t bytes);
-    void demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens);
+    void match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens);
+    void demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens) noexcept;
 
     KvManagerConfig config_;
     std::unique_ptr<KvCache> cache_;

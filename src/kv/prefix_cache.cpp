@@ -309,6 +309,7 @@ uint32_t PrefixCache::evict(uint32_t n_blocks, std::vector<uint32_t> *evicted) {
 
 bool PrefixCache::allocate_with_eviction(uint32_t n, std::vector<uint32_t> &out) {
     const uint32_t n_free = pool_.n_free();
+    out.reserve(out.size() + n);  // before any eviction: a throw here changes nothing
     if (n > n_free) {
         const uint32_t short_by = n - n_free;
         if (short_by > n_cold_) return false;

@@ -17,6 +17,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include "common/error.h"
+#include "common/fault.h"
 #include "snapshot_generated.h"
 
 namespace llmkv {
@@ -119,16 +120,65 @@ std::vector<uint8_t> build_header(const SnapshotMeta &meta, const std::vector<ui
     fail(LLMKV_ERR_INTERNAL, "snapshot header size did not converge");
 }
 
-void write_all(int fd, const uint8_t *p, uint64_t n, const std::string &tmp) {
+// The system calls of the writer, each a fault-injection site (common/fault.h).
+ssize_t sys_write(int fd, const uint8_t *p, size_t n) {
+    if (fault::should_fail(fault::Site::kSnapshotWrite)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    if (fault::should_fail(fault::Site::kSnapshotZeroWrite)) return 0;
+    if (fault::should_fail(fault::Site::kSnapshotShortWrite) && n > 1) n /= 2;
+    return ::write(fd, p, n);
+}
+int sys_fsync(int fd) {
+    if (fault::should_fail(fault::Site::kSnapshotFsync)) {
+        errno = EIO;
+        return -1;
+    }
+    return ::fsync(fd);
+}
+int sys_close(int fd) {
+    const int rc = ::close(fd);  // the descriptor is released either way
+    if (rc == 0 && fault::should_fail(fault::Site::kSnapshotClose)) {
+        errno = EIO;
+        return -1;
+    }
+    return rc;
+}
+int sys_rename(const char *from, const char *to) {
+    if (fault::should_fail(fault::Site::kSnapshotRename)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return ::rename(from, to);
+}
+int sys_create(const char *path) {
+    if (fault::should_fail(fault::Site::kSnapshotCreate)) {
+        errno = EACCES;
+        return -1;
+    }
+    return ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+}
+
+// Writes all n bytes, continuing after partial writes. A write that makes no progress
+// (returns 0) is an error, not a reason to spin.
+void write_all(int fd, const uint8_t *p, uint64_t n, const std::string &path, uint64_t &offset) {
     while (n > 0) {
         const size_t chunk = size_t(std::min<uint64_t>(n, uint64_t(1) << 30));
-        const ssize_t w = ::write(fd, p, chunk);
+        const ssize_t w = sys_write(fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
-            fail(LLMKV_ERR_IO, "snapshot %s: write failed: %s", tmp.c_str(), std::strerror(errno));
+            const int err = errno;
+            fail(LLMKV_ERR_IO, "snapshot %s: write failed at byte %llu: %s%s; nothing was saved", path.c_str(),
+                 (unsigned long long)offset, std::strerror(err), err == ENOSPC ? " (disk full)" : "");
+        }
+        if (w == 0) {
+            fail(LLMKV_ERR_IO, "snapshot %s: write made no progress at byte %llu; nothing was saved", path.c_str(),
+                 (unsigned long long)offset);
         }
         p += w;
         n -= uint64_t(w);
+        offset += uint64_t(w);
     }
 }
 
@@ -200,24 +250,33 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
     TempFile tmp;
     tmp.path = strprintf("%s.tmp.%ld.%llu", path.c_str(), long(::getpid()),
                          (unsigned long long)counter.fetch_add(1));
-    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    tmp.fd = sys_create(tmp.path.c_str());
     if (tmp.fd < 0) {
         const int err = errno;
         tmp.path.clear();  // nothing to unlink
-        fail(LLMKV_ERR_IO, "snapshot %s: cannot create temp file: %s", path.c_str(), std::strerror(err));
+        fail(LLMKV_ERR_IO, "snapshot %s: cannot create temp file: %s; nothing was saved", path.c_str(),
+             std::strerror(err));
     }
-    write_all(tmp.fd, header.data(), header.size(), tmp.path);
-    for (const uint8_t *blk : blocks) write_all(tmp.fd, blk, meta.block_bytes, tmp.path);
-    if (meta.tail_bytes > 0) write_all(tmp.fd, tail, meta.tail_bytes, tmp.path);
-    if (::fsync(tmp.fd) != 0)
-        fail(LLMKV_ERR_IO, "snapshot %s: fsync failed: %s", tmp.path.c_str(), std::strerror(errno));
+    // Every failure below unlinks the temp file (TempFile) and leaves `path` as it was.
+    uint64_t offset = 0;
+    write_all(tmp.fd, header.data(), header.size(), path, offset);
+    for (const uint8_t *blk : blocks) write_all(tmp.fd, blk, meta.block_bytes, path, offset);
+    if (meta.tail_bytes > 0) write_all(tmp.fd, tail, meta.tail_bytes, path, offset);
+    if (sys_fsync(tmp.fd) != 0) {
+        const int err = errno;
+        fail(LLMKV_ERR_IO, "snapshot %s: fsync failed: %s; nothing was saved", path.c_str(), std::strerror(err));
+    }
     const int fd = tmp.fd;
     tmp.fd = -1;
-    if (::close(fd) != 0)
-        fail(LLMKV_ERR_IO, "snapshot %s: close failed: %s", tmp.path.c_str(), std::strerror(errno));
-    if (::rename(tmp.path.c_str(), path.c_str()) != 0)
-        fail(LLMKV_ERR_IO, "snapshot %s: rename from %s failed: %s", path.c_str(), tmp.path.c_str(),
-             std::strerror(errno));
+    if (sys_close(fd) != 0) {
+        const int err = errno;
+        fail(LLMKV_ERR_IO, "snapshot %s: close failed: %s; nothing was saved", path.c_str(), std::strerror(err));
+    }
+    if (sys_rename(tmp.path.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        fail(LLMKV_ERR_IO, "snapshot %s: rename from %s failed: %s; nothing was saved", path.c_str(),
+             tmp.path.c_str(), std::strerror(err));
+    }
     tmp.keep = true;
     // Make the rename durable; a failure here leaves a complete file, so it is not fatal.
     const size_t slash = path.rfind('/');

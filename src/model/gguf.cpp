@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/fault.h"
 
 namespace llmkv {
 
@@ -318,7 +319,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path) {
     }
     if (st.st_size > 0) {
         size_t size = size_t(st.st_size);
-        void *m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *m = fault::should_fail(fault::Site::kModelMmap)
+                      ? (errno = ENOMEM, MAP_FAILED)
+                      : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int e = errno;
             ::close(fd);

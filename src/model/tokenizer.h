@@ -181,6 +181,18 @@ public:
     std::string take_all();
     void clear();
 
+    // The stream's extent now, to undo the pushes made after it (a failed step). Valid only
+    // while nothing is taken in between; rollback never allocates.
+    struct Mark {
+        size_t size = 0;
+        size_t complete_end = 0;
+    };
+    Mark mark() const { return {buf_.size(), complete_end_}; }
+    void rollback(const Mark &m) noexcept {
+        if (m.size <= buf_.size()) buf_.resize(m.size);
+        complete_end_ = m.complete_end;
+    }
+
     // Length of the UTF-8 unit at p[0..avail): the length of a valid character, 1 for a
     // byte that cannot begin one there, or 0 when p is a valid prefix that needs more bytes.
     static size_t unit_length(const unsigned char *p, size_t avail);

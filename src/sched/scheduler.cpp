@@ -36,6 +36,10 @@ void Scheduler::reap_copies(const std::vector<Request *> &requests) {
 void Scheduler::preempt(Request *v) {
     const bool had_work = v->has_pending_work();
     ++counters_.preemptions;
+    // A victim already planned in this step holds blocks reserved for its span, which is
+    // cancelled below: they hold nothing yet and must not be parked with its KV (it would
+    // come back holding more blocks than its tokens fill).
+    kv_.trim(*v);
     if (kv_.park_out(*v, /*wait=*/true)) {
         // Swapped (or parked, when idle): its KV comes back by copy, not recomputation.
         ++(had_work ? counters_.swaps : counters_.parks);
@@ -126,6 +130,18 @@ void Scheduler::fail_capacity(Request *r) {
 }
 
 void Scheduler::schedule(const std::vector<Request *> &requests, StepPlan &plan) {
+    try {
+        schedule_impl(requests, plan);
+    } catch (...) {
+        // An allocation failed part-way: blocks reserved for spans that will not run go
+        // back (every request holds exactly the blocks of its computed tokens between steps).
+        for (Request *r : requests) kv_.trim(*r);
+        plan.spans.clear();
+        throw;
+    }
+}
+
+void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &plan) {
     plan.clear();
     plan_ = &plan;
     struct Reset {

@@ -62,7 +62,8 @@ public:
         : kv_(kv), max_batch_tokens_(max_batch_tokens), admission_watermark_(admission_watermark) {}
 
     // Plans one step over the live requests (in creation order) into plan (cleared first).
-    // Preempts, parks, resumes and reserves KV as it goes.
+    // Preempts, parks, resumes and reserves KV as it goes. When it throws (an allocation),
+    // no request keeps blocks reserved beyond its computed tokens and the plan is empty.
     void schedule(const std::vector<Request *> &requests, StepPlan &plan);
     // Brings a parked request's KV back to the device now, preempting others if needed
     // (KV_CAPACITY when it cannot).
@@ -81,6 +82,7 @@ public:
 private:
     // Preempts victims until `need` blocks are available; all or nothing. Victims that
     // already hold a span in the current plan are removed from it.
+    void schedule_impl(const std::vector<Request *> &requests, StepPlan &plan);
     bool make_room(const std::vector<Request *> &requests, Request *r, uint32_t need, bool fresh);
     void preempt(Request *victim);
     bool start_resume(const std::vector<Request *> &requests, Request *r);

@@ -21,7 +21,7 @@ struct Rig {
     StepPlan plan;
 
     // A pool of n_blocks sealed blocks of 4 tokens (tiny geometry: 1 layer, 1 head, dim 8).
-    Rig(uint32_t n_blocks, uint32_t budget, uint32_t tails = 16) {
+    Rig(uint32_t n_blocks, uint32_t budget, uint32_t tails = 16, uint64_t host_bytes = 0) {
         KvManagerConfig c;
         c.geometry.n_layers = 1;
         c.geometry.n_kv_heads = 1;
@@ -29,6 +29,7 @@ struct Rig {
         c.geometry.block_tokens = 4;
         c.n_sealed_blocks = n_blocks;
         c.n_tail_slots = tails;
+        c.host_bytes = host_bytes;
         kv = std::make_unique<KvManager>(c);
         // No tail copier: the cache copies tail slots in its host slabs itself.
         kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), false), mmap_host_allocator(), nullptr);
@@ -71,6 +72,24 @@ struct Rig {
         for (Request *r : requests) kv->drop(*r);
     }
 };
+
+// Found by the soak: a request already planned in this step (its next block reserved) and
+// then swapped to the host tier to make room for a higher-priority one must not take the
+// reserved, never-written block with it; it would come back holding more blocks than its
+// tokens fill, and llmkv_engine_validate would fail.
+TEST(Scheduler, ARequestSwappedOutAfterItWasPlannedGivesBackItsReservedBlock) {
+    Rig rig(5, 16, 16, 32u << 20);
+    Request *victim = rig.add(11, 1, true, /*priority=*/0);  // decoding: planned first, reserves block 3
+    Request *urgent = rig.add(4, 8, true, /*priority=*/1);   // started prompt: needs 2 more blocks
+    ASSERT_EQ(rig.kv->available(), 2u);
+    rig.sched->schedule(rig.requests, rig.plan);
+    EXPECT_EQ(rig.span_tokens(victim), 0u);
+    EXPECT_EQ(rig.span_tokens(urgent), 8u);
+    EXPECT_EQ(victim->host.phase, HostKv::Phase::kParked);
+    EXPECT_EQ(victim->kv.blocks.size(), 2u);  // the blocks of its 11 computed tokens, no more
+    EXPECT_EQ(rig.sched->counters().swaps, 1u);
+    rig.run_plan();  // checks the invariants
+}
 
 TEST(Scheduler, DecodingRequestsGoFirstThenPromptsInChunksUnderTheBudget) {
     Rig rig(64, 8);
