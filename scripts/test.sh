@@ -2,7 +2,8 @@
 # Runs every test: installs dependencies, fetches the model (golden and model-backed tests
 # need it), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
 # C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again, and
-# the host-tier tests under ThreadSanitizer, then every fuzz target for a bounded time.
+# the host-tier tests under ThreadSanitizer, the allocation-failure sweeps, a 30 s soak, and
+# every fuzz target for a bounded time.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
@@ -31,6 +32,13 @@ cmake -S "$ROOT" -B "$ROOT/build-tsan" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDeb
 cmake --build "$ROOT/build-tsan" -j "$JOBS" --target llmkv_unit_tests >&2
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L unit \
     -R 'EngineHostTier|CopyEngine|HostTier'
+echo "== Fault injection (ASan + UBSan): allocation-failure sweeps, snapshot I/O failures" >&2
+cmake -S "$ROOT" -B "$ROOT/build-fault" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMKV_FAULT_INJECTION=ON \
+    -DLLMKV_SANITIZE=address,undefined -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF -DLLMKV_BUILD_TOOLS=OFF >&2
+cmake --build "$ROOT/build-fault" -j "$JOBS" --target llmkv_fault_tests >&2
+ctest --test-dir "$ROOT/build-fault" --output-on-failure -L fault
+echo "== Soak (30 s on the tiny model; scripts/soak.sh MINUTES for the real one)" >&2
+env -u LLMKV_MODEL BUILD_DIR="$ROOT/build-test" "$ROOT/scripts/soak.sh" 0.5 "$ROOT/build-test/soak"
 echo "== Fuzz targets (libFuzzer + ASan/UBSan, 30 s each from the committed corpora; scripts/fuzz.sh runs longer)" >&2
 "$ROOT/scripts/fuzz.sh" "${LLMKV_FUZZ_SECONDS:-30}"
 echo "== all tests passed" >&2

@@ -738,7 +738,7 @@ void Engine::mark_step() {
         const Session *s = static_cast<const Session *>(plan_.spans[i].request);
         step_marks_[i] = StepMark{s->tokens.size(), s->n_generated, s->n_committed, s->generate_requested,
                                   s->finish_reason, s->text.mark(), s->stops.mark(),
-                                  s->constraints.grammar.state};
+                                  s->constraints.grammar.state, s->sampler->rng()};
     }
     marked_prefilled_ = tokens_prefilled_;
     marked_generated_ = tokens_generated_;
@@ -765,6 +765,7 @@ void Engine::undo_step(size_t events_mark) noexcept {
             s->text.rollback(m.text);
             s->stops.rollback(m.stops);
             s->constraints.grammar.state = m.grammar_state;
+            s->sampler->set_rng(m.rng);
             recompute_later(*s);
         }
         if (events_.size() > events_mark) events_.resize(events_mark);

@@ -126,6 +126,7 @@ private:
         Utf8Stream::Mark text;
         StopStrings::Mark stops;
         TokenMasker::State grammar_state = 0;
+        Rng rng{0};
     };
     void mark_step();
     // Gives up the request's KV (it is recomputed when it next runs).

@@ -35,6 +35,9 @@ public:
     int32_t sample(float *logits, const std::vector<int32_t> &context);
 
     const llmkv_sampling &params() const { return params_; }
+    // The RNG's state, to go back to when a step is undone.
+    const Rng &rng() const { return rng_; }
+    void set_rng(const Rng &r) { rng_ = r; }
 
 private:
     llmkv_sampling params_;
