@@ -699,13 +699,17 @@ void Engine::step() {
         int32_t token = any ? s->sampler->sample(row, s->tokens) : -1;
         sample_ns_ += uint64_t(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-        if (!any) {  // the grammar, bias and bans leave nothing: the context is unchanged
-            finish(s, LLMKV_FINISH_CONSTRAINT);
-            continue;
-        }
-        bool is_stop = s->constraints.is_stop_token(token);
-        if (!is_stop && !s->constraints.advance(*tokenizer_, token)) {  // a mask never allows this
+        bool is_stop = any && s->constraints.is_stop_token(token);
+        if (any && !is_stop && !s->constraints.advance(*tokenizer_, token)) {  // a mask never allows this
             LLMKV_LOG_ERROR_F("sampled token %d is outside the session's grammar; generation ends", token);
+            any = false;
+        }
+        if (!any) {
+            // The grammar, bias and bans leave nothing: the context is unchanged, but its last
+            // token's KV is now computed, and an idle session holds all but its last token.
+            // Its KV is recomputed when it next has work (its sealed blocks from the prefix cache).
+            recompute_later(*s);
+            s->kv_dropped = true;
             finish(s, LLMKV_FINISH_CONSTRAINT);
             continue;
         }

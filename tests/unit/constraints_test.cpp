@@ -617,6 +617,60 @@ TEST_F(ConstraintsTest, ACompleteSentenceEndsGenerationAndAnUnspellableOneIsACon
     EXPECT_EQ(stuck.tokens, std::vector<int32_t>{'o'});
 }
 
+TEST_F(ConstraintsTest, ASessionEndedByItsConstraintsContinuesAndMakesAPrefix) {
+    llmkv_session_params sp = params(0.0f, 0);
+    const char *ok = "root ::= \"ok\"";
+    sp.grammar_kind = LLMKV_GRAMMAR_GBNF;
+    sp.grammar = ok;
+    sp.grammar_len = std::strlen(ok);
+    llmkv_logit_bias ban[] = {{'k', -INFINITY}};
+    sp.logit_bias = ban;
+    sp.n_logit_bias = 1;
+    llmkv_session *s = nullptr;
+    ASSERT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_OK);
+    std::vector<int32_t> prompt = byte_tokens(13, 5);
+    ASSERT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(s, 10), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    llmkv_session_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_session_get_info(s, &info), LLMKV_OK);
+    ASSERT_EQ(info.finish_reason, LLMKV_FINISH_CONSTRAINT);
+    EXPECT_EQ(info.state, LLMKV_SESSION_FINISHED);
+    EXPECT_EQ(info.n_tokens, 14u);
+    EXPECT_EQ(llmkv_engine_validate(e_), LLMKV_OK) << llmkv_last_error();
+    // A prefix of it saves and loads (an idle context holds the KV of all but its last token).
+    llmkv_prefix *p = nullptr, *q = nullptr;
+    ASSERT_EQ(llmkv_session_to_prefix(s, &p), LLMKV_OK) << llmkv_last_error();
+    const std::string path = testing::temp_path("constraint_end.llmkvsnap");
+    ASSERT_EQ(llmkv_prefix_save(p, path.c_str()), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_load(e_, path.c_str(), &q), LLMKV_OK) << llmkv_last_error();
+    std::remove(path.c_str());
+    // Without the grammar it goes on, as a fresh session with the same context would.
+    ASSERT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_NONE, nullptr, 0, nullptr), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(s, 3), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_get_info(s, &info), LLMKV_OK);
+    EXPECT_EQ(info.finish_reason, LLMKV_FINISH_LENGTH);
+    EXPECT_EQ(info.n_generated, 3u);
+    std::vector<int32_t> context = tokens_of(s);
+    ASSERT_EQ(context.size(), 17u);
+    llmkv_session_params plain = params(0.0f, 0);
+    plain.logit_bias = ban;
+    plain.n_logit_bias = 1;
+    llmkv_session *f = nullptr;
+    ASSERT_EQ(llmkv_session_create(e_, &plain, &f), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(f, context.data(), 14), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(f, 3), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(tokens_of(f), context);
+    EXPECT_EQ(llmkv_engine_validate(e_), LLMKV_OK) << llmkv_last_error();
+    llmkv_prefix_release(p);
+    llmkv_prefix_release(q);
+    llmkv_session_destroy(s);
+    llmkv_session_destroy(f);
+}
+
 TEST_F(ConstraintsTest, BadGrammarsPointAtTheErrorAndSetGrammarFollowsTheRules) {
     llmkv_session_params sp = params(0.0f, 0);
     llmkv_session *s = nullptr;
