@@ -21,14 +21,13 @@ StopStrings::StopStrings(std::vector<std::string> strings) : strings_(std::move(
     for (const std::string &s : strings_) max_len_ = std::max(max_len_, s.size());
 }
 
-std::string StopStrings::feed(std::string_view bytes) {
-    held_.append(bytes.data(), bytes.size());
-    if (strings_.empty() || matched_ >= 0) {
-        std::string out;
-        if (matched_ < 0) out.swap(held_);
-        held_.clear();
-        return out;
+void StopStrings::feed(std::string_view bytes, Utf8Stream &out) {
+    if (matched_ >= 0) return;
+    if (strings_.empty()) {
+        out.push(bytes);
+        return;
     }
+    held_.append(bytes.data(), bytes.size());
     size_t best = std::string::npos;
     for (size_t i = 0; i < strings_.size(); ++i) {
         size_t pos = held_.find(strings_[i]);
@@ -38,9 +37,9 @@ std::string StopStrings::feed(std::string_view bytes) {
         }
     }
     if (matched_ >= 0) {
-        std::string out = held_.substr(0, best);
+        out.push(std::string_view(held_).substr(0, best));
         held_.clear();
-        return out;
+        return;
     }
     // Hold back the longest tail that is a proper prefix of some stop string.
     size_t keep = 0;
@@ -53,16 +52,13 @@ std::string StopStrings::feed(std::string_view bytes) {
             }
         }
     }
-    std::string out = held_.substr(0, held_.size() - keep);
+    out.push(std::string_view(held_).substr(0, held_.size() - keep));
     held_.erase(0, held_.size() - keep);
-    return out;
 }
 
-std::string StopStrings::flush() {
-    std::string out;
-    if (matched_ < 0) out.swap(held_);
+void StopStrings::flush(Utf8Stream &out) {
+    if (matched_ < 0) out.push(held_);
     held_.clear();
-    return out;
 }
 
 void StopStrings::reset() {

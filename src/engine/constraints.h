@@ -11,25 +11,25 @@
 
 #include "grammar/grammar.h"
 #include "llmkv.h"
+#include "model/tokenizer.h"
 
 namespace llmkv {
 
-class Tokenizer;
-
-// Stop strings over a byte stream: feed() returns the bytes that can no longer be part of a
+// Stop strings over a byte stream: feed() passes on the bytes that can no longer be part of a
 // match (the caller may show them), holds back the longest tail that could still begin one,
-// and reports a complete match (the bytes from its start on are dropped).
+// and reports a complete match (the bytes from its start on are dropped). Without stop
+// strings the bytes go straight through.
 class StopStrings {
 public:
     StopStrings() = default;
     explicit StopStrings(std::vector<std::string> strings);
 
     bool empty() const { return strings_.empty(); }
-    // Appends bytes; returns what is released. After a match, matched() >= 0 and the
+    // Appends bytes; pushes what is released to out. After a match, matched() >= 0 and the
     // released bytes end where the earliest match begins.
-    std::string feed(std::string_view bytes);
-    // End of generation without a match: everything held.
-    std::string flush();
+    void feed(std::string_view bytes, Utf8Stream &out);
+    // End of generation without a match: everything held goes to out.
+    void flush(Utf8Stream &out);
     void reset();
     int matched() const { return matched_; }
     // Where the stream stands, to go back to when a step is undone.

@@ -541,7 +541,7 @@ void Engine::generate(Session *s, uint32_t max_new_tokens) {
         fail(LLMKV_ERR_KV_CAPACITY, "session holds %zu tokens, the max_context (%u): no room to generate",
              s->tokens.size(), max_context_);
     }
-    s->text.push(s->stops.flush());  // bytes an earlier generation ended holding (after an error)
+    s->stops.flush(s->text);  // bytes an earlier generation ended holding (after an error)
     s->stops.reset();
     s->generate_requested = true;
     s->generate_limit = max_new_tokens ? max_new_tokens : s->default_max_new_tokens;
@@ -622,7 +622,7 @@ void Engine::push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_
 void Engine::finish(Session *s, llmkv_finish_reason reason) {
     s->generate_requested = false;
     s->finish_reason = reason;
-    s->text.push(s->stops.flush());  // nothing when a stop string matched
+    s->stops.flush(s->text);  // nothing when a stop string matched
     // A complete sentence (or one no token can continue) ends the grammar's turn.
     if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT) s->constraints.grammar.restart();
     push_event(s, LLMKV_EVENT_DONE, -1, reason, LLMKV_OK);
@@ -721,7 +721,7 @@ void Engine::step() {
         }
         ++s->n_generated;
         ++tokens_generated_;
-        s->text.push(s->stops.feed(tokenizer_->token_bytes(token)));
+        s->stops.feed(tokenizer_->token_bytes(token), s->text);
         push_event(s, LLMKV_EVENT_TOKEN, token, LLMKV_FINISH_NONE, LLMKV_OK);
         if (s->stops.matched() >= 0) {
             finish(s, LLMKV_FINISH_STOP);

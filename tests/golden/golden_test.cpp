@@ -3,6 +3,8 @@
 // real model: skipped with a reason when it is absent.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +13,6 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/arch/forward.h"
-#include "json_lite.h"
 #include "llmkv.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
@@ -38,16 +39,8 @@ std::string model_path() {
 
 bool file_exists(const std::string &p) { return std::ifstream(p).good(); }
 
-std::vector<int32_t> ints(const json_lite::Value &v) {
-    std::vector<int32_t> out;
-    for (const auto &e : v.array) out.push_back(int32_t(e.number));
-    return out;
-}
-std::vector<double> numbers(const json_lite::Value &v) {
-    std::vector<double> out;
-    for (const auto &e : v.array) out.push_back(e.number);
-    return out;
-}
+std::vector<int32_t> ints(const nlohmann::json &v) { return v.get<std::vector<int32_t>>(); }
+std::vector<double> numbers(const nlohmann::json &v) { return v.get<std::vector<double>>(); }
 
 class Golden : public ::testing::Test {
 protected:
@@ -56,7 +49,7 @@ protected:
         std::ifstream f(LLMKV_TEST_GOLDEN_DIR "/smollm2_golden.json");
         std::stringstream ss;
         ss << f.rdbuf();
-        doc_ = new json_lite::Value(json_lite::parse(ss.str()));
+        doc_ = new nlohmann::json(nlohmann::json::parse(ss.str()));
         file_ = std::shared_ptr<GgufFile>(GgufFile::open(model_path()));
         model_ = LlamaModel::load(file_).release();
     }
@@ -98,23 +91,23 @@ protected:
         return out;
     }
 
-    static json_lite::Value *doc_;
+    static nlohmann::json *doc_;
     static std::shared_ptr<GgufFile> file_;
     static LlamaModel *model_;
 };
-json_lite::Value *Golden::doc_ = nullptr;
+nlohmann::json *Golden::doc_ = nullptr;
 std::shared_ptr<GgufFile> Golden::file_;
 LlamaModel *Golden::model_ = nullptr;
 
 TEST_F(Golden, FinalPromptLogitsAgreeWithTransformers) {
-    for (const auto &p : (*doc_)["prompts"].array) {
-        SCOPED_TRACE(p["name"].string);
-        std::vector<int32_t> prompt = ints(p["prompt_ids"]);
+    for (const auto &p : doc_->at("prompts")) {
+        SCOPED_TRACE(p.at("name").get<std::string>());
+        std::vector<int32_t> prompt = ints(p.at("prompt_ids"));
         auto all = logits_per_position(prompt, prompt.size());
         ASSERT_EQ(all.size(), 1u);
         const std::vector<float> &ours = all[0];
-        std::vector<int32_t> top_ids = ints(p["final_logits"]["top_ids"]);
-        std::vector<double> top_logits = numbers(p["final_logits"]["top_logits"]);
+        std::vector<int32_t> top_ids = ints(p.at("final_logits").at("top_ids"));
+        std::vector<double> top_logits = numbers(p.at("final_logits").at("top_logits"));
         double max_err = 0, sum_err = 0;
         for (size_t k = 0; k < top_ids.size(); ++k) {
             double e = std::fabs(double(ours[size_t(top_ids[k])]) - top_logits[k]);
@@ -123,21 +116,21 @@ TEST_F(Golden, FinalPromptLogitsAgreeWithTransformers) {
         }
         int32_t argmax = int32_t(std::max_element(ours.begin(), ours.end()) - ours.begin());
         std::printf("[golden] %-16s top-40 logits: max |diff| %.3f, mean %.3f; top-1 %d (ref %d)\n",
-                    p["name"].string.c_str(), max_err, sum_err / top_ids.size(), argmax, top_ids[0]);
+                    p.at("name").get<std::string>().c_str(), max_err, sum_err / top_ids.size(), argmax, top_ids[0]);
         EXPECT_LE(max_err, kTopLogitTolerance);
         EXPECT_LE(sum_err / top_ids.size(), kMeanLogitTolerance);
-        if (numbers(p["steps"]["top1_top2_margin"])[0] >= kConfidentMargin) {
+        if (numbers(p.at("steps").at("top1_top2_margin"))[0] >= kConfidentMargin) {
             EXPECT_EQ(argmax, top_ids[0]);
         }
     }
 }
 
 TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
-    for (const auto &p : (*doc_)["prompts"].array) {
-        SCOPED_TRACE(p["name"].string);
-        std::vector<int32_t> tokens = ints(p["prompt_ids"]);
-        std::vector<int32_t> generated = ints(p["generated_ids"]);
-        std::vector<double> margins = numbers(p["steps"]["top1_top2_margin"]);
+    for (const auto &p : doc_->at("prompts")) {
+        SCOPED_TRACE(p.at("name").get<std::string>());
+        std::vector<int32_t> tokens = ints(p.at("prompt_ids"));
+        std::vector<int32_t> generated = ints(p.at("generated_ids"));
+        std::vector<double> margins = numbers(p.at("steps").at("top1_top2_margin"));
         const size_t n_prompt = tokens.size();
         tokens.insert(tokens.end(), generated.begin(), generated.end() - 1);
         auto all = logits_per_position(tokens, n_prompt);
@@ -149,7 +142,7 @@ TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
                 ++confident;
                 EXPECT_EQ(argmax, generated[s]) << "step " << s << " (reference margin " << margins[s] << ")";
             } else {
-                int32_t second = int32_t(p["steps"]["top2_ids"].array[s].number);
+                int32_t second = p.at("steps").at("top2_ids").at(s).get<int32_t>();
                 EXPECT_TRUE(argmax == generated[s] || argmax == second)
                     << "step " << s << ": " << argmax << " is neither the reference top-1 " << generated[s]
                     << " nor top-2 " << second;
@@ -157,7 +150,7 @@ TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
             agreed += argmax == generated[s];
         }
         std::printf("[golden] %-16s teacher-forced: %d/%zu steps agree (%d confident steps all checked)\n",
-                    p["name"].string.c_str(), agreed, generated.size(), confident);
+                    p.at("name").get<std::string>().c_str(), agreed, generated.size(), confident);
     }
 }
 
@@ -174,17 +167,17 @@ TEST_F(Golden, GreedyContinuationsEqualTransformers) {
     llmkv_engine *e = nullptr;
     ASSERT_EQ(llmkv_engine_create(&ep, &e), LLMKV_OK) << llmkv_last_error();
     int compared = 0;
-    for (const auto &p : (*doc_)["prompts"].array) {
-        std::vector<int32_t> prompt = ints(p["prompt_ids"]);
-        std::vector<int32_t> expected = ints(p["generated_ids"]);
-        std::vector<double> margins = numbers(p["steps"]["top1_top2_margin"]);
+    for (const auto &p : doc_->at("prompts")) {
+        std::vector<int32_t> prompt = ints(p.at("prompt_ids"));
+        std::vector<int32_t> expected = ints(p.at("generated_ids"));
+        std::vector<double> margins = numbers(p.at("steps").at("top1_top2_margin"));
         size_t n_expected = 0;  // confident prefix, cut at an end-of-generation token (the engine stops there)
         while (n_expected < expected.size() && margins[n_expected] >= kConfidentMargin) {
             ++n_expected;
             if (expected[n_expected - 1] == 2 || expected[n_expected - 1] == 0) break;  // <|im_end|>, <|endoftext|>
         }
         if (n_expected == 0) continue;
-        SCOPED_TRACE(p["name"].string);
+        SCOPED_TRACE(p.at("name").get<std::string>());
         compared += n_expected == expected.size() ? 1 : 0;
         llmkv_session_params sp;
         llmkv_session_params_init(&sp);

@@ -26,39 +26,51 @@ using testing::byte_tokens;
 using testing::tokens_of;
 using testing::TinyVocab;
 
+// What one feed (or flush) releases.
+std::string fed(StopStrings &s, std::string_view bytes) {
+    Utf8Stream out;
+    s.feed(bytes, out);
+    return out.take_all();
+}
+std::string flushed(StopStrings &s) {
+    Utf8Stream out;
+    s.flush(out);
+    return out.take_all();
+}
+
 TEST(StopStringsTest, MatchesAcrossPiecesAndReleasesOnlyWhatCannotStartAMatch) {
     StopStrings s({"\nPlayer:", "END"});
-    EXPECT_EQ(s.feed("Hello"), "Hello");
-    EXPECT_EQ(s.feed(" there\nPl"), " there");  // "\nPl" could begin "\nPlayer:"
+    EXPECT_EQ(fed(s, "Hello"), "Hello");
+    EXPECT_EQ(fed(s, " there\nPl"), " there");  // "\nPl" could begin "\nPlayer:"
     EXPECT_EQ(s.held(), 3u);
-    EXPECT_EQ(s.feed("ay"), "");
-    EXPECT_EQ(s.feed("er: hi"), "");
+    EXPECT_EQ(fed(s, "ay"), "");
+    EXPECT_EQ(fed(s, "er: hi"), "");
     EXPECT_EQ(s.matched(), 0);
     EXPECT_EQ(s.held(), 0u);
-    EXPECT_EQ(s.flush(), "");  // after a match nothing more is released
+    EXPECT_EQ(flushed(s), "");  // after a match nothing more is released
 }
 
 TEST(StopStringsTest, AFalseStartIsReleasedWhenItStopsMatching) {
     StopStrings s({"END"});
-    EXPECT_EQ(s.feed("EN"), "");
-    EXPECT_EQ(s.feed("D?"), "");
+    EXPECT_EQ(fed(s, "EN"), "");
+    EXPECT_EQ(fed(s, "D?"), "");
     EXPECT_EQ(s.matched(), 0);
     StopStrings t({"END"});
-    EXPECT_EQ(t.feed("EN"), "");
-    EXPECT_EQ(t.feed("X"), "ENX");
-    EXPECT_EQ(t.feed("E"), "");
-    EXPECT_EQ(t.flush(), "E");  // generation ended otherwise: everything held goes out
+    EXPECT_EQ(fed(t, "EN"), "");
+    EXPECT_EQ(fed(t, "X"), "ENX");
+    EXPECT_EQ(fed(t, "E"), "");
+    EXPECT_EQ(flushed(t), "E");  // generation ended otherwise: everything held goes out
     EXPECT_EQ(t.matched(), -1);
 }
 
 TEST(StopStringsTest, TheEarliestMatchWinsAndOverlappingPrefixesAreHeld) {
     StopStrings s({"bcd", "ab"});
-    EXPECT_EQ(s.feed("xa"), "x");
-    EXPECT_EQ(s.feed("bcd"), "");  // "ab" starts before "bcd"
+    EXPECT_EQ(fed(s, "xa"), "x");
+    EXPECT_EQ(fed(s, "bcd"), "");  // "ab" starts before "bcd"
     EXPECT_EQ(s.matched(), 1);
     StopStrings t({"aab"});
-    EXPECT_EQ(t.feed("aaaa"), "aa");  // the longest tail that can begin "aab" is "aa"
-    EXPECT_EQ(t.feed("b"), "");
+    EXPECT_EQ(fed(t, "aaaa"), "aa");  // the longest tail that can begin "aab" is "aa"
+    EXPECT_EQ(fed(t, "b"), "");
     EXPECT_EQ(t.matched(), 0);
 }
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "json_lite.h"
 #include "model/gguf.h"
 
 namespace llmkv {
@@ -118,18 +119,16 @@ protected:
             (*variants_)[pre] = new Tokenizer(std::move(v));
         }
         (*variants_)["smollm"] = tok_;
-        json_lite::Value doc =
-            json_lite::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_smollm2.json"));
-        for (const json_lite::Value &c : doc["cases"].array) {
+        const nlohmann::json doc =
+            nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_smollm2.json"));
+        for (const nlohmann::json &c : doc.at("cases")) {
             FixtureCase fc;
-            fc.text = c["text"].string;
-            const json_lite::Value *pre = c.find("pre");
-            fc.pre = pre ? pre->string : "smollm";
-            const json_lite::Value &ps = c["parse_special"];
-            fc.parse_special = ps.is_null() ? -1 : (ps.boolean ? 1 : 0);
-            for (const json_lite::Value &id : c["ids"].array) fc.ids.push_back(int32_t(id.number));
-            const json_lite::Value *rt = c.find("roundtrip");
-            fc.roundtrip = !rt || rt->boolean;
+            fc.text = c.at("text").get<std::string>();
+            fc.pre = c.value("pre", std::string("smollm"));
+            const nlohmann::json &ps = c.at("parse_special");
+            fc.parse_special = ps.is_null() ? -1 : (ps.get<bool>() ? 1 : 0);
+            for (const nlohmann::json &id : c.at("ids")) fc.ids.push_back(id.get<int32_t>());
+            fc.roundtrip = c.value("roundtrip", true);
             cases_->push_back(std::move(fc));
         }
     }

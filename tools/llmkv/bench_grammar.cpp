@@ -132,16 +132,8 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
 int run(const Options &o) {
     std::string schema = kNpcSchema;
     if (!o.schema_file.empty()) {
-        FILE *f = std::fopen(o.schema_file.c_str(), "rb");
-        if (!f) {
-            std::fprintf(stderr, "llmkv bench grammar: cannot open %s\n", o.schema_file.c_str());
-            return 1;
-        }
         schema.clear();
-        char buf[4096];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) schema.append(buf, n);
-        std::fclose(f);
+        if (!read_file(o.schema_file, schema, "llmkv bench grammar")) return 1;
     }
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);

@@ -55,14 +55,6 @@ const char *kCorpusFiles[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2
                               "MPL-1.1", "Artistic", "CC0-1.0", "GPL-1", "LGPL-3"};
 
 
-std::string read_file(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return "";
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
 bool pair_supported(const CodecPair &p, uint32_t head_dim) {
     bool rk = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
     bool rv = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
@@ -132,10 +124,13 @@ int cmd_bench_quality(const QualityOptions &o) {
         std::string text;
         std::string corpus_name;
         if (!corpus_path.empty()) {
-            text = read_file(corpus_path);
+            read_file(corpus_path, text, "llmkv bench quality", true);
             corpus_name = corpus_path;
         } else {
-            for (const char *name : kCorpusFiles) text += read_file(std::string("/usr/share/common-licenses/") + name) + "\n";
+            for (const char *name : kCorpusFiles) {
+                read_file(std::string("/usr/share/common-licenses/") + name, text, "llmkv bench quality", true);
+                text += "\n";
+            }
             corpus_name = "/usr/share/common-licenses (Debian base-files)";
         }
         std::vector<int32_t> corpus = tokenizer->encode(text, false, false);

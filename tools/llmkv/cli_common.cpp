@@ -39,6 +39,21 @@ std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt) {
 }
 
 
+bool read_file(const std::string &path, std::string &out, const char *who, bool quiet) {
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (!f) {
+        if (!quiet) std::fprintf(stderr, "%s: cannot open %s: %s\n", who, path.c_str(), std::strerror(errno));
+        return false;
+    }
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    const bool ok = !std::ferror(f);
+    std::fclose(f);
+    if (!ok && !quiet) std::fprintf(stderr, "%s: cannot read %s\n", who, path.c_str());
+    return ok;
+}
+
 std::string default_model_path() {
     const char *env = std::getenv("LLMKV_MODEL");
     if (env && *env) return env;

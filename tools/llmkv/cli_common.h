@@ -15,6 +15,9 @@ namespace llmkv_cli {
 
 std::string default_model_path();
 double now();  // seconds, monotonic
+// The whole file into out. False (and a message on stderr naming `who`) when it cannot be
+// opened or read; quiet = no message.
+bool read_file(const std::string &path, std::string &out, const char *who, bool quiet = false);
 std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt);
 
 // A subcommand: its parser (a child of the parent it was added to) and what runs it once the

@@ -3,7 +3,6 @@
 // `version`. `run` uses only the public C API.
 #include <sys/resource.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,21 +40,6 @@ struct RunOptions {
     std::string json_schema_file;         // --json-schema FILE
     std::string grammar_root = "root";
 };
-
-bool read_file(const std::string &path, std::string &out) {
-    FILE *f = std::fopen(path.c_str(), "rb");
-    if (!f) {
-        std::fprintf(stderr, "llmkv run: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
-        return false;
-    }
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-    bool ok = !std::ferror(f);
-    std::fclose(f);
-    if (!ok) std::fprintf(stderr, "llmkv run: cannot read %s\n", path.c_str());
-    return ok;
-}
 
 // "TOKEN=BIAS": BIAS a number or -inf (bans the token).
 bool parse_logit_bias(const std::string &spec, llmkv_logit_bias &out) {
@@ -233,7 +217,7 @@ int cmd_run(const RunOptions &o) {
     std::string grammar;
     if (!o.grammar_file.empty() || !o.json_schema_file.empty()) {
         bool schema = !o.json_schema_file.empty();
-        if (!read_file(schema ? o.json_schema_file : o.grammar_file, grammar)) {
+        if (!llmkv_cli::read_file(schema ? o.json_schema_file : o.grammar_file, grammar, "llmkv run")) {
             llmkv_prefix_release(prefix);
             llmkv_engine_destroy(engine);
             return 1;
