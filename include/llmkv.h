@@ -48,7 +48,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------------- */
 
 #define LLMKV_VERSION_MAJOR 0
-#define LLMKV_VERSION_MINOR 2
+#define LLMKV_VERSION_MINOR 3
 #define LLMKV_VERSION_PATCH 0
 #define LLMKV_VERSION_NUMBER \
     (LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH)
@@ -133,6 +133,10 @@ typedef enum llmkv_kv_rotation {
 
 /* engine_params.flags */
 #define LLMKV_ENGINE_PREFIX_CACHE 0x1u /* automatic prefix cache (default on) */
+/* Models with sliding-window layers (Gemma 3, ...): keep those layers' KV blocks after they
+ * leave the window instead of releasing them (the same results, more memory; for
+ * comparisons). Added in 0.3. */
+#define LLMKV_ENGINE_KEEP_WINDOW_BLOCKS 0x2u
 
 typedef struct llmkv_engine_params {
     uint32_t struct_size;
@@ -206,6 +210,13 @@ typedef struct llmkv_engine_info {
     /* ---- Appended in 0.2 (the 0.1 size is still accepted). ---- */
     uint32_t n_unrepresentable_bytes; /* byte values the vocabulary has no token for (dropped by
                                          tokenization unless LLMKV_TOKENIZE_STRICT); 0 for most models */
+    /* ---- Appended in 0.3 (the 0.1 and 0.2 sizes are still accepted). ---- */
+    uint32_t kv_window;         /* tokens a sliding-window layer sees; 0: the model has none */
+    uint32_t kv_layer_groups;   /* 1, or with window release 1 + the sliding-window layer groups:
+                                   blocks of those groups are released once outside the window */
+    uint64_t kv_bytes_per_token_global; /* with window release: sealed bytes per token once it is
+                                   outside every window (the global layers'); else as
+                                   kv_bytes_per_token_device */
 } llmkv_engine_info;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */

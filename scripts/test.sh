@@ -25,7 +25,7 @@ cmake --build "$ROOT/build-asan" -j "$JOBS" --target llmkv_unit_tests llmkv_test
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L 'unit|capi' \
-    -R 'Gguf|Tokenizer|Utf8|Engine|BlockPool|KvCache|capi|Constraints|StopStrings|Grammar|ChatTemplate|Scheduler'
+    -R 'Gguf|Tokenizer|Utf8|Engine|BlockPool|KvCache|capi|Constraints|StopStrings|Grammar|ChatTemplate|Scheduler|KvGroups'
 echo "== ThreadSanitizer build: the copy thread against the engine (park, swap, destroy in flight)" >&2
 cmake -S "$ROOT" -B "$ROOT/build-tsan" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLLMKV_SANITIZE=thread -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF -DLLMKV_BUILD_TOOLS=OFF >&2

@@ -75,9 +75,19 @@ template <>
 size_t size_v1<llmkv_session_info>() {
     return offsetof(llmkv_session_info, stop_string);
 }
+// Where the 0.2 version ended (its size, padding included).
+template <typename T>
+size_t size_v2() {
+    return sizeof(T);
+}
+template <>
+size_t size_v2<llmkv_engine_info>() {
+    const size_t a = alignof(llmkv_engine_info);
+    return (offsetof(llmkv_engine_info, kv_window) + a - 1) / a * a;
+}
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>();
+    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() || out->struct_size == size_v2<T>();
 }
 
 // session_params of 0.1 ended at user_data.

@@ -14,6 +14,9 @@ BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometr
         if (s.kv->blocks.size() < g.sealed_blocks(s.kv->n_tokens + s.n)) {
             fail(LLMKV_ERR_INTERNAL, "forward: span blocks not reserved");
         }
+        if (s.kv->local.size() != s.kv->blocks.size() * (g.n_groups - 1)) {
+            fail(LLMKV_ERR_INTERNAL, "forward: span local blocks not reserved");
+        }
         for (uint32_t i = 0; i < s.n; ++i) {
             if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= n_vocab) {
                 fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)", s.tokens[i], n_vocab);

@@ -17,6 +17,16 @@ namespace llmkv {
 
 namespace {
 
+// Per layer: the sliding window it attends over, 0 for full attention.
+std::vector<uint32_t> model_layer_windows(const LlamaModel &model) {
+    return std::vector<uint32_t>(model.config().n_layers, 0);
+}
+
+}  // namespace
+
+
+namespace {
+
 constexpr uint32_t kDefaultBlockTokens = 16;
 constexpr uint32_t kDefaultMaxBatchTokens = 512;
 constexpr uint32_t kDefaultMaxSessions = 256;
@@ -103,70 +113,28 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
         LLMKV_LOG_WARN_F("max_context %u exceeds the model's trained context %u; using %u", p.max_context,
                          c.n_ctx_train, c.n_ctx_train);
     }
+    // Sliding-window layers: their blocks are released once outside the window (layer
+    // groups), unless asked to keep them.
+    const std::vector<uint32_t> windows = model_layer_windows(*e->model_);
+    for (uint32_t w : windows) e->window_ = std::max(e->window_, w);
+    if (!(p.flags & LLMKV_ENGINE_KEEP_WINDOW_BLOCKS)) set_layer_groups(g, windows);
     const uint32_t max_sessions = p.max_sessions ? p.max_sessions : kDefaultMaxSessions;
-    const size_t block_bytes = g.sealed_block_bytes();
-    uint64_t budget = p.kv_device_bytes;
-    if (budget == 0) {
-        // Room for four full-length sessions, capped; untouched blocks cost no memory.
-        uint64_t want = uint64_t(4) * (e->max_context_ / g.block_tokens + 1) * block_bytes;
-        budget = std::min(want, std::max<uint64_t>(kMaxAutomaticKvBytes, block_bytes * 64));
-    }
-    uint64_t n_blocks = budget / block_bytes;
-    if (n_blocks == 0) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "kv_device_bytes = %llu is smaller than one block (%zu bytes)",
-             (unsigned long long)budget, block_bytes);
-    }
-    if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
-    e->kv_device_bytes_ = n_blocks * block_bytes;
-    KvManagerConfig kc;
-    kc.geometry = g;
-    kc.n_sealed_blocks = uint32_t(n_blocks);
-    kc.n_tail_slots = max_sessions;
-    kc.host_bytes = p.kv_host_bytes;
-    if (p.flags & LLMKV_ENGINE_PREFIX_CACHE) {
-        if (g.residual_tokens == 0) {
-            // The salt makes blocks of another model, codec, rotation or block size unmatchable.
-            kc.prefix_cache = true;
-            kc.prefix_salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u", e->model_->fingerprint().c_str(),
-                                       codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
-                                       g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens);
-        } else {
-            // A matched block would be read sealed where a recomputation reads fp16 rows,
-            // breaking bitwise equality with the uncached run.
-            LLMKV_LOG_INFO_F("prefix cache off: it needs kv_residual_tokens = 0 (got %u)", g.residual_tokens);
-        }
-    }
-    e->kv_ = std::make_unique<KvManager>(kc);
-
-    unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
-    e->pool_ = std::make_unique<ThreadPool>(threads);
-    e->max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
-
-    // Backend: CUDA when asked for (or AUTO) and the module loads and sees a device.
-    BackendRequest br;
-    br.kind = llmkv_backend(backend);
-    br.device = p.n_devices > 0 ? p.devices[0] : 0;
-    br.max_batch_tokens = e->max_batch_tokens_;
-    br.max_spans = std::min(max_sessions, e->max_batch_tokens_);
-    br.cache = &e->kv_->cache();
-    br.pool = e->pool_.get();
-    e->backend_ = create_backend(br);
-    Backend *be = e->backend_.get();
-    e->kv_->attach(be->make_transfer_queue(p.kv_host_bytes != 0), be->host_allocator(),
-                   [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
-    e->kv_->set_offload_allowed(be->reads_host_blocks());
-    e->forward_ = Forward::create(*e->model_, *be, e->max_batch_tokens_);
+    e->create_kv_and_backend(g, backend, max_sessions);
+    e->forward_ = Forward::create(*e->model_, *e->backend_, e->max_batch_tokens_);
 
     e->scheduler_ = std::make_unique<Scheduler>(*e->kv_, e->max_batch_tokens_);
-    e->params_.n_threads = threads;
+    e->params_.n_threads = e->pool_->size();
     e->params_.kv_block_tokens = g.block_tokens;
     e->params_.max_sessions = max_sessions;
     e->params_.max_batch_tokens = e->max_batch_tokens_;
+    const KvGeometry &kg = e->kv_->geometry();
+    Backend *be = e->backend_.get();
     LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
-                     "(%s), %u threads, KV %s/%s, %llu blocks of %u tokens (%zu bytes)",
+                     "(%s), %u threads, KV %s/%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
                      c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
-                     be->device_name().c_str(), threads, codec_name(g.dtype_k), codec_name(g.dtype_v),
-                     (unsigned long long)n_blocks, g.block_tokens, block_bytes);
+                     be->device_name().c_str(), unsigned(e->pool_->size()), codec_name(kg.dtype_k),
+                     codec_name(kg.dtype_v), e->kv_->total_blocks(), kg.block_tokens, kg.sealed_block_bytes(),
+                     kg.n_groups, kg.n_groups == 1 ? "" : "s");
     return e;
 }
 
@@ -186,6 +154,76 @@ Engine::~Engine() {
     // The KV manager goes first: its host tier may be the backend's memory.
     forward_.reset();
     kv_.reset();
+}
+
+void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions) {
+    const llmkv_engine_params &p = params_;
+    const size_t block_bytes = g.sealed_block_bytes();
+    uint64_t budget = p.kv_device_bytes;
+    if (budget == 0) {
+        // Room for four full-length sessions, capped; untouched blocks cost no memory.
+        // With layer groups a session holds its window's local blocks besides its own.
+        const uint64_t per_session = max_context_ / g.block_tokens + 1 +
+                                     uint64_t(g.n_groups - 1) * (g.window / g.block_tokens + 2);
+        uint64_t want = uint64_t(4) * per_session * block_bytes;
+        budget = std::min(want, std::max<uint64_t>(kMaxAutomaticKvBytes, block_bytes * 64));
+    }
+    uint64_t n_blocks = budget / block_bytes;
+    if (n_blocks == 0) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "kv_device_bytes = %llu is smaller than one block (%zu bytes)",
+             (unsigned long long)budget, block_bytes);
+    }
+    if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
+    kv_device_bytes_ = n_blocks * block_bytes;
+    KvManagerConfig kc;
+    kc.geometry = g;
+    kc.n_sealed_blocks = uint32_t(n_blocks);
+    kc.n_tail_slots = max_sessions;
+    kc.host_bytes = p.kv_host_bytes;
+    if (p.flags & LLMKV_ENGINE_PREFIX_CACHE) {
+        if (g.residual_tokens == 0) {
+            // The salt makes blocks of another model, codec, rotation or block size unmatchable.
+            kc.prefix_cache = true;
+            kc.prefix_salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u", model_->fingerprint().c_str(),
+                                       codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
+                                       g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens);
+        } else {
+            // A matched block would be read sealed where a recomputation reads fp16 rows,
+            // breaking bitwise equality with the uncached run.
+            LLMKV_LOG_INFO_F("prefix cache off: it needs kv_residual_tokens = 0 (got %u)", g.residual_tokens);
+        }
+    }
+    kv_ = std::make_unique<KvManager>(kc);
+
+    if (!pool_) {
+        unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
+        pool_ = std::make_unique<ThreadPool>(threads);
+    }
+    max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
+
+    // Backend: CUDA when asked for (or AUTO) and the module loads and sees a device.
+    BackendRequest br;
+    br.kind = llmkv_backend(backend);
+    br.device = p.n_devices > 0 ? p.devices[0] : 0;
+    br.max_batch_tokens = max_batch_tokens_;
+    br.max_spans = std::min(max_sessions, max_batch_tokens_);
+    br.cache = &kv_->cache();
+    br.pool = pool_.get();
+    backend_ = create_backend(br);
+    Backend *be = backend_.get();
+    if (g.grouped() && be->kind() != LLMKV_BACKEND_CPU) {
+        // Only the CPU backend reads layer-group block tables so far: the window is masked,
+        // and every block kept.
+        LLMKV_LOG_INFO_F("%s backend: sliding-window blocks are kept (no layer groups)", be->name());
+        backend_.reset();
+        kv_.reset();
+        set_layer_groups(g, {});
+        create_kv_and_backend(g, backend, max_sessions);
+        return;
+    }
+    kv_->attach(be->make_transfer_queue(p.kv_host_bytes != 0), be->host_allocator(),
+                   [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
+    kv_->set_offload_allowed(be->reads_host_blocks());
 }
 
 void Engine::get_info(llmkv_engine_info &out) const {
@@ -213,7 +251,10 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.tp_size = 1;
     out.n_params = model_->n_params();
     out.weight_bytes = model_->weight_bytes();
-    out.kv_bytes_per_token_device = g.sealed_block_bytes() / g.block_tokens;
+    out.kv_bytes_per_token_device = g.sealed_block_bytes() * g.n_groups / g.block_tokens;
+    out.kv_window = window_;
+    out.kv_layer_groups = g.n_groups;
+    out.kv_bytes_per_token_global = g.sealed_block_bytes() / g.block_tokens;
     out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.tail_capacity();
     out.kv_device_bytes = kv_device_bytes_;
     out.kv_blocks_total = kv_->cache().sealed_pool().n_total();

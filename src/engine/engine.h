@@ -96,6 +96,9 @@ public:
     void check_invariants() const;
 
 private:
+    // The KV manager, the thread pool (once) and the backend for geometry g; with layer
+    // groups on a backend that cannot read them, again without groups.
+    void create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions);
     Engine() = default;
     void push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
                     llmkv_status status);
@@ -148,6 +151,7 @@ private:
     uint32_t max_context_ = 0;
     uint32_t max_batch_tokens_ = 0;
     uint64_t kv_device_bytes_ = 0;
+    uint32_t window_ = 0;  // the model's sliding window (0: none)
     std::vector<Request *> sessions_;      // every live Session, in creation order
     std::vector<Prefix *> prefixes_;
     std::deque<llmkv_event> events_;

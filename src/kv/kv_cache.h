@@ -28,11 +28,25 @@
 
 namespace llmkv {
 
+// Sets up layer groups (KvGeometry::window ...) for a model whose layer l attends over the
+// last layer_window[l] positions (0: all of them). Leaves g ungrouped (one group, nothing
+// released) when no layer is local, none is global, the local layers' windows differ, or
+// the model has more than 128 layers.
+void set_layer_groups(KvGeometry &g, const std::vector<uint32_t> &layer_window);
+
 // The KV state of one session: its sealed block table and tail slot.
 struct SessionKv {
     // Marks a block table entry whose block lives in the host tier (a parked session).
     static constexpr uint32_t kHostBlock = UINT32_MAX;
-    std::vector<uint32_t> blocks;  // sealed block ids, in position order
+    // Marks a local block-table entry whose block was released: it left every local
+    // layer's window (KvGeometry::local_live_from).
+    static constexpr uint32_t kReleased = UINT32_MAX - 1;
+    std::vector<uint32_t> blocks;  // sealed block ids, in position order (group 0)
+    // With layer groups (KvGeometry::grouped): the local groups' blocks of each sealed token
+    // block, local[j * (n_groups - 1) + (g - 1)] for token block j and group g >= 1;
+    // kReleased before local_live_from(n_tokens). Empty without groups.
+    std::vector<uint32_t> local;
+    size_t local_released = 0;  // local entries before this index are all kReleased
     int64_t tail = -1;             // tail slot id, -1 before the first token
     uint32_t n_tokens = 0;         // positions [0, n_tokens) hold computed KV
 };
@@ -53,7 +67,7 @@ public:
     // complete and a tail slot. All or nothing: returns false and changes nothing when
     // the pool cannot supply them.
     bool reserve(SessionKv &kv, uint32_t new_n_tokens);
-    // Sealed blocks needed to hold n_tokens beyond what kv already has.
+    // Pool blocks needed to hold n_tokens beyond what kv already has (every group's).
     uint32_t blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) const;
     // n more sealed blocks appended to out (evicting cached blocks when needed); all or
     // nothing. For blocks whose contents are copied in (resuming from the host tier).
@@ -64,6 +78,14 @@ public:
     void trim(SessionKv &kv);
     // Returns every block and the tail slot of a session to the pools.
     void release(SessionKv &kv);
+    // Layer groups: releases the local blocks of token blocks before
+    // local_live_from(kv.n_tokens) (no query can see them any more); returns how many.
+    uint32_t release_outside_window(SessionKv &kv);
+    // The block id of token block j for layer `layer` (its group's block).
+    uint32_t block_id(const SessionKv &kv, uint32_t layer, uint32_t j) const {
+        const uint32_t g = geometry_.layer_group(layer);
+        return g == 0 ? kv.blocks[j] : kv.local[size_t(j) * (geometry_.n_groups - 1) + (g - 1)];
+    }
 
     // With a prefix cache attached, sealed blocks are allocated through it (evicting
     // cached-unreferenced blocks when the free list runs out) and released through it (so a

@@ -53,6 +53,68 @@ struct KvGeometry {
     bool rotate_k = false;         // sealed K stored Hadamard-rotated along head_dim
     bool rotate_v = false;         // sealed V stored Hadamard-rotated along head_dim
 
+    // ---- sliding-window layers (layer groups) -------------------------------------------
+    // A model whose local layers attend over the last `window` positions only keeps their
+    // sealed KV in separate blocks, so that blocks no query can see any more are released
+    // for those layers while the global layers keep theirs. The layers are split into
+    // n_groups groups of group_layers layers each, every group's block the same size (one
+    // pool): group 0 holds the global layers (in layer order), groups 1.. the local layers
+    // (in layer order, group_layers per group; the last one may have unused slots). A
+    // session's block table then holds, per token block, its group-0 block
+    // (SessionKv::blocks) and n_groups - 1 local blocks (SessionKv::local), the latter
+    // released once the block leaves every local layer's window.
+    // With n_groups == 1 (the default) every layer is in group 0 and nothing is released:
+    // the layout is the plain one above.
+    uint32_t window = 0;        // tokens a local layer's query sees, itself included
+    uint32_t n_groups = 1;
+    uint32_t group_layers = 0;  // layers per group block (0: n_layers)
+    uint64_t local_mask[2] = {0, 0};  // bit l: layer l is a local (sliding-window) layer
+
+    LLMKV_HD bool grouped() const { return n_groups > 1; }
+    LLMKV_HD uint32_t block_layers() const { return n_groups > 1 ? group_layers : n_layers; }
+    LLMKV_HD bool layer_local(uint32_t l) const {
+        return n_groups > 1 && l < 128 && ((local_mask[l >> 6] >> (l & 63)) & 1u);
+    }
+    // Local layers below layer l.
+    LLMKV_HD uint32_t local_rank(uint32_t l) const {
+        uint32_t n = 0;
+        for (uint32_t w = 0; w < 2; ++w) {
+            const uint32_t lo = w * 64;
+            if (l <= lo) break;
+            const uint32_t bits = l - lo >= 64 ? 64 : l - lo;
+            const uint64_t m = bits == 64 ? local_mask[w] : (local_mask[w] & ((uint64_t(1) << bits) - 1));
+#if defined(__CUDA_ARCH__)
+            n += uint32_t(__popcll(m));
+#else
+            n += uint32_t(__builtin_popcountll(m));
+#endif
+        }
+        return n;
+    }
+    // The group whose blocks hold layer l, and the layer's slot inside such a block.
+    LLMKV_HD uint32_t layer_group(uint32_t l) const {
+        return layer_local(l) ? 1 + local_rank(l) / group_layers : 0;
+    }
+    LLMKV_HD uint32_t layer_slot(uint32_t l) const {
+        if (n_groups <= 1) return l;
+        return layer_local(l) ? local_rank(l) % group_layers : l - local_rank(l);
+    }
+    // First token block whose local-layer KV a query at position n or later can still see
+    // (a query at p sees positions p - window + 1 .. p); with groups, the local blocks of
+    // earlier token blocks are released.
+    LLMKV_HD uint32_t local_live_from(uint32_t n_tokens) const {
+        if (n_groups <= 1 || n_tokens + 1 <= window) return 0;
+        return (n_tokens + 1 - window) / block_tokens;
+    }
+    // Local block-table entries of a session with n_tokens computed whose blocks are held
+    // (not released): (n_groups - 1) per sealed token block from local_live_from.
+    LLMKV_HD uint32_t live_local_blocks(uint32_t n_tokens) const {
+        const uint32_t sealed = sealed_blocks(n_tokens), from = local_live_from(n_tokens);
+        return n_groups > 1 && sealed > from ? (sealed - from) * (n_groups - 1) : 0;
+    }
+    // Pool blocks a session with n_tokens computed holds (group 0 and live local blocks).
+    LLMKV_HD uint32_t held_blocks(uint32_t n_tokens) const { return sealed_blocks(n_tokens) + live_local_blocks(n_tokens); }
+
     // Sealed blocks of a session whose first n_tokens positions hold KV.
     LLMKV_HD uint32_t sealed_blocks(uint32_t n_tokens) const {
         return n_tokens > residual_tokens ? (n_tokens - residual_tokens) / block_tokens : 0;
@@ -62,12 +124,14 @@ struct KvGeometry {
     LLMKV_HD size_t head_bytes_k() const { return kv_head_bytes(dtype_k, false, block_tokens, head_dim); }
     LLMKV_HD size_t head_bytes_v() const { return kv_head_bytes(dtype_v, true, block_tokens, head_dim); }
     LLMKV_HD size_t sealed_layer_bytes() const { return size_t(n_kv_heads) * (head_bytes_k() + head_bytes_v()); }
-    LLMKV_HD size_t sealed_block_bytes() const { return size_t(n_layers) * sealed_layer_bytes(); }
+    // One pool block: block_layers() layers (all of them without groups).
+    LLMKV_HD size_t sealed_block_bytes() const { return size_t(block_layers()) * sealed_layer_bytes(); }
+    // Offsets of layer `layer`'s heads inside the block of the layer's group.
     LLMKV_HD size_t sealed_k_offset(uint32_t layer, uint32_t head) const {
-        return size_t(layer) * sealed_layer_bytes() + size_t(head) * head_bytes_k();
+        return size_t(layer_slot(layer)) * sealed_layer_bytes() + size_t(head) * head_bytes_k();
     }
     LLMKV_HD size_t sealed_v_offset(uint32_t layer, uint32_t head) const {
-        return size_t(layer) * sealed_layer_bytes() + size_t(n_kv_heads) * head_bytes_k() +
+        return size_t(layer_slot(layer)) * sealed_layer_bytes() + size_t(n_kv_heads) * head_bytes_k() +
                size_t(head) * head_bytes_v();
     }
     LLMKV_HD size_t tail_head_bytes() const { return size_t(tail_capacity()) * head_dim * 2; }
@@ -80,7 +144,10 @@ struct KvGeometry {
         return size_t(layer) * tail_layer_bytes() + size_t(n_kv_heads + head) * tail_head_bytes();
     }
     // Sealed bytes per token, scales included.
-    LLMKV_HD double sealed_bytes_per_token() const { return double(sealed_block_bytes()) / block_tokens; }
+    // (All layers: with groups, what a token costs while every group holds it.)
+    LLMKV_HD double sealed_bytes_per_token() const {
+        return double(sealed_block_bytes()) * n_groups / block_tokens;
+    }
 };
 
 }  // namespace llmkv

@@ -11,6 +11,7 @@ namespace llmkv {
 
 KvManager::KvManager(const KvManagerConfig &c) : config_(c) {
     cache_ = std::make_unique<KvCache>(c.geometry, c.n_sealed_blocks, c.n_tail_slots);
+    if (c.geometry.grouped()) offload_allowed_ = false;  // host block addresses cover group 0 only
     if (c.prefix_cache) {
         prefix_ = std::make_unique<PrefixCache>(cache_->sealed_pool(), c.geometry.block_tokens, block_salt(c.prefix_salt));
         cache_->set_prefix_cache(prefix_.get());
@@ -25,7 +26,9 @@ void KvManager::attach(std::unique_ptr<KvTransferQueue> queue, const HostAllocat
     host_ = std::make_unique<HostTier>(config_.host_bytes, host_allocator);
     LLMKV_LOG_INFO_F("host tier: %.1f MiB (%s)", host_->bytes_total() / 1048576.0,
                      host_->locked() ? "locked" : "not locked");
-    if (prefix_) {
+    // The tiered prefix cache promotes chain blocks only; with layer groups a promoted chain
+    // would lack its local blocks, so it is off there.
+    if (prefix_ && !geometry().grouped()) {
         host_prefix_ = std::make_unique<HostPrefixStore>();
         prefix_->set_evict_hook([this](uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
             demote(block, key, tokens);
@@ -63,8 +66,10 @@ uint32_t KvManager::holders(uint32_t block) const {
 
 uint32_t KvManager::freeable_blocks(const KvSeq &s) const {
     uint32_t n = 0;
-    for (uint32_t id : s.kv.blocks) {
-        if (id != SessionKv::kHostBlock && holders(id) == 1) ++n;
+    for (const std::vector<uint32_t> *table : {&s.kv.blocks, &s.kv.local}) {
+        for (uint32_t id : *table) {
+            if (id != SessionKv::kHostBlock && id != SessionKv::kReleased && holders(id) == 1) ++n;
+        }
     }
     return n;
 }
@@ -79,16 +84,26 @@ bool KvManager::could_hold_alone(const KvSeq &s, uint32_t n_tokens) const {
     std::vector<bool> pinned(total, false);
     for (const KvSeq *h : handles_) {
         for (uint32_t id : h->kv.blocks) pinned[id] = true;
+        for (uint32_t id : h->kv.local) {
+            if (id < total) pinned[id] = true;
+        }
     }
-    for (uint32_t id : s.kv.blocks) {
-        if (id != SessionKv::kHostBlock) pinned[id] = false;  // already the sequence's own
+    for (const std::vector<uint32_t> *table : {&s.kv.blocks, &s.kv.local}) {
+        for (uint32_t id : *table) {
+            if (id < total) pinned[id] = false;  // already the sequence's own
+        }
     }
     uint32_t n_pinned = uint32_t(std::count(pinned.begin(), pinned.end(), true));
-    return geometry().sealed_blocks(n_tokens) <= total - n_pinned;
+    // Every group's block of each token block; local blocks already released before the step
+    // stay released (those the step itself pushes out of the window are still reserved).
+    const KvGeometry &g = geometry();
+    const uint32_t sealed = g.sealed_blocks(n_tokens);
+    const uint32_t gone = std::min(g.local_live_from(s.kv.n_tokens), sealed);
+    return uint64_t(sealed) * g.n_groups - uint64_t(gone) * (g.n_groups - 1) <= total - n_pinned;
 }
 
 bool KvManager::could_hold_with_host(const KvSeq &s, uint32_t n_tokens, uint32_t max_step_tokens) const {
-    if (!host_) return false;
+    if (!host_ || !offload_allowed_) return false;
     const KvGeometry &g = geometry();
     const uint64_t block_bytes = cache_->sealed_pool().block_bytes();
     const uint64_t host_room = (config_.host_bytes - host_bytes_held_) / block_bytes;
@@ -116,6 +131,7 @@ void KvManager::match_prefix(KvSeq &s, const std::vector<int32_t> &tokens) {
 void KvManager::match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens) {
     const size_t limit = tokens.size() - 1;
     size_t m = prefix_->match(tokens.data(), limit, s.kv.blocks);
+    if (geometry().grouped()) m = match_local_blocks(s, tokens, m);
     s.block_keys.clear();
     for (uint32_t id : s.kv.blocks) s.block_keys.push_back(prefix_->key_of(id));
     const uint32_t B = geometry().block_tokens;
@@ -171,9 +187,51 @@ void KvManager::match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens) 
     s.kv.n_tokens = uint32_t(m) * B;
 }
 
+// Layer groups: the chain blocks alone cannot continue a sequence, its local layers also need
+// the local blocks of the last window. Takes them from the cache for the longest matched
+// prefix that has all of them (shorter prefixes need fewer); gives back the rest.
+size_t KvManager::match_local_blocks(KvSeq &s, const std::vector<int32_t> &tokens, size_t m) {
+    const KvGeometry &g = geometry();
+    const uint32_t B = g.block_tokens, per = g.n_groups - 1;
+    s.kv.local.reserve(m * per);
+    while (m > 0) {
+        const size_t from = g.local_live_from(uint32_t(m) * B);
+        s.kv.local.assign(m * per, SessionKv::kReleased);
+        bool complete = true;
+        for (size_t j = from; j < m && complete; ++j) {
+            for (uint32_t gr = 1; gr <= per; ++gr) {
+                const uint32_t id = prefix_->match_local(gr, s.kv.blocks[j], tokens.data() + j * B);
+                if (id == PrefixCache::kNoBlock) {
+                    complete = false;
+                    break;
+                }
+                s.kv.local[j * per + gr - 1] = id;
+            }
+        }
+        if (complete) {
+            s.kv.local_released = from * per;
+            return m;
+        }
+        for (uint32_t &id : s.kv.local) {
+            if (id != SessionKv::kReleased) cache_->release_sealed(id);
+            id = SessionKv::kReleased;
+        }
+        cache_->release_sealed(s.kv.blocks.back());
+        s.kv.blocks.pop_back();
+        --m;
+    }
+    s.kv.local.clear();
+    s.kv.local_released = 0;
+    return 0;
+}
+
 void KvManager::publish_sealed(KvSeq &s, const std::vector<int32_t> &tokens) {
-    if (!prefix_ || s.unshared) return;
-    const uint32_t B = geometry().block_tokens;
+    if (prefix_ && !s.unshared) publish_blocks(s, tokens);
+    cache_->release_outside_window(s.kv);
+}
+
+void KvManager::publish_blocks(KvSeq &s, const std::vector<int32_t> &tokens) {
+    const uint32_t B = geometry().block_tokens, per = geometry().n_groups - 1;
     for (size_t i = s.block_keys.size(); i < s.kv.blocks.size(); ++i) {
         const BlockHashKey &parent = i ? s.block_keys[i - 1] : kRootBlockKey;
         uint32_t parent_block =
@@ -184,6 +242,16 @@ void KvManager::publish_sealed(KvSeq &s, const std::vector<int32_t> &tokens) {
             prefix_->acquire(r.block_id);
             prefix_->release(s.kv.blocks[i]);
             s.kv.blocks[i] = r.block_id;
+        }
+        for (uint32_t gr = 1; gr <= per; ++gr) {
+            uint32_t &id = s.kv.local[i * per + gr - 1];
+            if (id == SessionKv::kReleased || id == SessionKv::kHostBlock) continue;
+            PrefixCache::PublishResult lr = prefix_->publish_local(gr, r.key, tokens.data() + i * B, id, s.kv.blocks[i]);
+            if (lr.status == PrefixCache::PublishStatus::kDuplicate && lr.block_id != id) {
+                prefix_->acquire(lr.block_id);
+                prefix_->release(id);
+                id = lr.block_id;
+            }
         }
     }
 }
@@ -248,9 +316,13 @@ void KvManager::demote(uint32_t block, const BlockHashKey &key, const int32_t *t
 bool KvManager::park_out(KvSeq &s, bool wait) {
     if (!host_ || s.host.phase != HostKv::Phase::kNone || (s.kv.tail < 0 && s.kv.blocks.empty())) return false;
     const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
-    std::vector<size_t> moved;  // block-table entries only this sequence holds
-    for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
-        if (s.kv.blocks[i] != SessionKv::kHostBlock && holders(s.kv.blocks[i]) == 1) moved.push_back(i);
+    // Block-table entries only this sequence holds: group-0 entries i, then local entries
+    // as blocks.size() + i.
+    std::vector<size_t> moved;
+    const size_t nb = s.kv.blocks.size();
+    for (size_t i = 0; i < nb + s.kv.local.size(); ++i) {
+        const uint32_t id = i < nb ? s.kv.blocks[i] : s.kv.local[i - nb];
+        if (id != SessionKv::kHostBlock && id != SessionKv::kReleased && holders(id) == 1) moved.push_back(i);
     }
     // The budget is host_bytes; the region itself is rounded up to the arena granularity.
     const uint64_t bytes = moved.size() * block_bytes + (s.kv.tail >= 0 ? tail_bytes : 0);
@@ -260,7 +332,7 @@ bool KvManager::park_out(KvSeq &s, bool wait) {
     // Everything that may throw happens before the sequence changes; a throw gives the
     // host blocks back.
     void *tail = nullptr;
-    std::vector<void *> host_blocks;
+    std::vector<void *> host_blocks, host_local;
     Ticket ticket = 0;
     try {
         tail = s.kv.tail >= 0 ? host_->allocate_block(tail_bytes) : nullptr;
@@ -270,10 +342,12 @@ bool KvManager::park_out(KvSeq &s, bool wait) {
         }
         std::vector<KvTransfer> ops;
         ops.reserve(moved.size() + 1);
-        host_blocks.assign(s.kv.blocks.size(), nullptr);
+        host_blocks.assign(nb, nullptr);
+        host_local.assign(s.kv.local.size(), nullptr);
         for (size_t k = 0; k < moved.size(); ++k) {
-            host_blocks[moved[k]] = copies[k];
-            ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[moved[k]], copies[k]});
+            const size_t i = moved[k];
+            (i < nb ? host_blocks[i] : host_local[i - nb]) = copies[k];
+            ops.push_back({KvTransfer::kBlockOut, i < nb ? s.kv.blocks[i] : s.kv.local[i - nb], copies[k]});
         }
         if (tail) ops.push_back({KvTransfer::kTailOut, s.kv.tail, tail});
         ticket = transfers_->submit(ops, false);
@@ -283,6 +357,7 @@ bool KvManager::park_out(KvSeq &s, bool wait) {
         throw;
     }
     s.host.blocks = std::move(host_blocks);
+    s.host.local = std::move(host_local);
     s.host.tail = tail;
     s.host.bytes = bytes;
     host_bytes_held_ += bytes;
@@ -302,6 +377,11 @@ void KvManager::finish_park_out(KvSeq &s) {
         cache_->release_sealed(s.kv.blocks[i]);
         s.kv.blocks[i] = SessionKv::kHostBlock;
     }
+    for (size_t i = 0; i < s.host.local.size(); ++i) {
+        if (!s.host.local[i]) continue;
+        cache_->release_sealed(s.kv.local[i]);
+        s.kv.local[i] = SessionKv::kHostBlock;
+    }
     if (s.host.tail) {
         cache_->tail_pool().release(uint32_t(s.kv.tail));
         s.kv.tail = -1;
@@ -313,6 +393,7 @@ void KvManager::finish_park_out(KvSeq &s) {
 uint32_t KvManager::resume_blocks(const KvSeq &s) const {
     uint32_t need = 0;
     for (void *p : s.host.blocks) need += p ? 1 : 0;
+    for (void *p : s.host.local) need += p ? 1 : 0;
     return need;
 }
 
@@ -335,6 +416,9 @@ bool KvManager::start_resume(KvSeq &s) {
         for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
             if (s.host.blocks[i]) ops.push_back({KvTransfer::kBlockIn, ids[k++], s.host.blocks[i]});
         }
+        for (size_t i = 0; i < s.host.local.size(); ++i) {
+            if (s.host.local[i]) ops.push_back({KvTransfer::kBlockIn, ids[k++], s.host.local[i]});
+        }
         if (tail >= 0) ops.push_back({KvTransfer::kTailIn, tail, s.host.tail});
         ticket = transfers_->submit(ops, false);
     } catch (...) {
@@ -346,6 +430,9 @@ bool KvManager::start_resume(KvSeq &s) {
     for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
         if (s.host.blocks[i]) s.kv.blocks[i] = ids[k++];
     }
+    for (size_t i = 0; i < s.host.local.size(); ++i) {
+        if (s.host.local[i]) s.kv.local[i] = ids[k++];
+    }
     if (tail >= 0) s.kv.tail = tail;
     counters_.bytes_to_device += need * block_bytes + (tail >= 0 ? tail_bytes : 0);
     s.host.ticket = ticket;
@@ -355,6 +442,7 @@ bool KvManager::start_resume(KvSeq &s) {
 
 void KvManager::finish_resume(KvSeq &s) {
     for (void *p : s.host.blocks) host_->free_block(p);
+    for (void *p : s.host.local) host_->free_block(p);
     if (s.host.tail) host_->free_block(s.host.tail);
     host_bytes_held_ -= s.host.bytes;
     s.host = HostKv{};
@@ -381,6 +469,7 @@ void KvManager::drop(KvSeq &s) {
     if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfers_->wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);
+        for (void *p : s.host.local) host_->free_block(p);
         if (s.host.tail) host_->free_block(s.host.tail);
     }
     host_bytes_held_ -= s.host.bytes;
@@ -451,21 +540,26 @@ SnapshotMeta KvManager::snapshot_meta(const std::string &model_fingerprint, cons
 
 void KvManager::save_snapshot(const KvSeq &s, SnapshotMeta m, const std::string &path) {
     m.n_cached = s.kv.n_tokens;
+    // Group-0 blocks, then the live local blocks (layer groups), as the snapshot stores them.
+    std::vector<uint32_t> ids = s.kv.blocks;
+    for (size_t i = s.kv.local_released; i < s.kv.local.size(); ++i) {
+        if (s.kv.local[i] != SessionKv::kReleased) ids.push_back(s.kv.local[i]);
+    }
     std::vector<const uint8_t *> blocks;
     std::vector<uint8_t> tail_bytes(m.tail_bytes, 0);
     const uint8_t *tail = tail_bytes.data();
     if (transfers_->host_view_block(0)) {
         // Pools in host memory: written from where they are.
-        for (uint32_t id : s.kv.blocks) blocks.push_back(transfers_->host_view_block(id));
+        for (uint32_t id : ids) blocks.push_back(transfers_->host_view_block(id));
         if (s.kv.tail >= 0) tail = transfers_->host_view_tail(s.kv.tail);
         write_snapshot(path, m, blocks, tail);
         return;
     }
     // Device pools: the bytes come to host memory first.
-    std::vector<uint8_t> staged(s.kv.blocks.size() * m.block_bytes);
+    std::vector<uint8_t> staged(ids.size() * m.block_bytes);
     std::vector<KvTransfer> t;
-    for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
-        t.push_back({KvTransfer::kBlockOut, s.kv.blocks[i], staged.data() + i * m.block_bytes});
+    for (size_t i = 0; i < ids.size(); ++i) {
+        t.push_back({KvTransfer::kBlockOut, ids[i], staged.data() + i * m.block_bytes});
         blocks.push_back(staged.data() + i * m.block_bytes);
     }
     if (s.kv.tail >= 0) t.push_back({KvTransfer::kTailOut, s.kv.tail, tail_bytes.data()});
@@ -478,9 +572,13 @@ void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::s
     if (!cache_->reserve(s.kv, m.n_cached)) {
         fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s", m.n_cached, path.c_str());
     }
+    s.kv.n_tokens = m.n_cached;
+    cache_->release_outside_window(s.kv);  // the snapshot holds only the live local blocks
+    std::vector<uint32_t> ids = s.kv.blocks;
+    for (size_t i = s.kv.local_released; i < s.kv.local.size(); ++i) ids.push_back(s.kv.local[i]);
     std::vector<KvTransfer> t;
-    for (size_t i = 0; i < s.kv.blocks.size(); ++i) {
-        t.push_back({KvTransfer::kBlockIn, s.kv.blocks[i], const_cast<uint8_t *>(snap.block(i))});
+    for (size_t i = 0; i < ids.size(); ++i) {
+        t.push_back({KvTransfer::kBlockIn, ids[i], const_cast<uint8_t *>(snap.block(i))});
     }
     t.push_back({KvTransfer::kTailIn, s.kv.tail, const_cast<uint8_t *>(snap.tail())});
     transfers_->submit(t, true);
@@ -513,6 +611,26 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
             }
             if (id != SessionKv::kHostBlock) ++refs[id];
         }
+        // Layer groups: local entries per token block; released exactly before the window.
+        const KvGeometry &g = geometry();
+        const size_t per = g.n_groups - 1;
+        if (s->kv.local.size() != s->kv.blocks.size() * per) {
+            fail(LLMKV_ERR_INTERNAL, "session holds %zu local entries for %zu token blocks", s->kv.local.size(),
+                 s->kv.blocks.size());
+        }
+        const size_t live_from = std::min<size_t>(g.local_live_from(s->kv.n_tokens), s->kv.blocks.size()) * per;
+        for (size_t i = 0; i < s->kv.local.size(); ++i) {
+            const uint32_t id = s->kv.local[i];
+            if ((id == SessionKv::kReleased) != (i < live_from)) {
+                fail(LLMKV_ERR_INTERNAL, "local entry %zu: %s, window starts at entry %zu", i,
+                     id == SessionKv::kReleased ? "released" : "held", live_from);
+            }
+            const bool on_host = parked && i < s->host.local.size() && s->host.local[i] != nullptr;
+            if ((id == SessionKv::kHostBlock) != on_host) {
+                fail(LLMKV_ERR_INTERNAL, "local entry %zu: host marker does not match the parked copies", i);
+            }
+            if (id != SessionKv::kHostBlock && id != SessionKv::kReleased) ++refs[id];
+        }
         if (s->kv.tail >= 0) ++tail_refs[size_t(s->kv.tail)];
     }
     if (prefix_) {
@@ -528,6 +646,7 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
         size_t host_blocks = 0;
         for (const KvSeq *s : seqs) {
             for (void *p : s->host.blocks) host_blocks += p ? 1 : 0;
+            for (void *p : s->host.local) host_blocks += p ? 1 : 0;
             host_blocks += s->host.tail ? 1 : 0;
             for (void *p : s->offloaded) host_blocks += p ? 1 : 0;
         }

@@ -34,6 +34,7 @@ struct HostKv {
     enum class Phase : uint8_t { kNone, kOut, kParked, kIn };
     Phase phase = Phase::kNone;
     std::vector<void *> blocks;  // per block-table entry: its host copy, or nullptr (kept on the device)
+    std::vector<void *> local;   // the same per local block-table entry (layer groups)
     void *tail = nullptr;        // host copy of the tail slot
     Ticket ticket = 0;           // the copy in flight (kOut, kIn)
     uint64_t bytes = 0;          // host bytes held (block and tail sizes)
@@ -122,8 +123,9 @@ public:
     // A sequence about to start from nothing takes the longest cached chain of full blocks
     // of tokens (all but the last token), promoting blocks back from the host tier.
     void match_prefix(KvSeq &s, const std::vector<int32_t> &tokens);
-    // Offers the sequence's newly sealed blocks to the prefix cache (switching to an equal
-    // cached block when there is one).
+    // After a step: offers the sequence's newly sealed blocks to the prefix cache (switching
+    // to an equal cached block when there is one), then, with layer groups, releases the
+    // local blocks that left the window (KvCache::release_outside_window).
     void publish_sealed(KvSeq &s, const std::vector<int32_t> &tokens);
     // Makes `to` share `from`'s sealed blocks and own a copy of its tail. Throws
     // KV_CAPACITY (no tail slot) or UNSUPPORTED (from holds host-tier blocks).
@@ -149,7 +151,8 @@ public:
     // Moves up to n of the sequence's exclusive sealed blocks to the host tier
     // (synchronously; only with a backend that reads host blocks); returns how many moved.
     uint32_t offload_blocks(KvSeq &s, uint32_t n);
-    void set_offload_allowed(bool allowed) { offload_allowed_ = allowed; }
+    // (Never with layer groups: host block addresses cover group 0 only.)
+    void set_offload_allowed(bool allowed) { offload_allowed_ = allowed && !geometry().grouped(); }
     // block_ptrs for a sequence with offloaded blocks (attention reads them in place);
     // nullptr when every block is in the pool.
     const uint8_t *const *block_addresses(KvSeq &s);
@@ -179,6 +182,8 @@ public:
 private:
     bool host_reserve(uint64_t bytes);
     void match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens);
+    size_t match_local_blocks(KvSeq &s, const std::vector<int32_t> &tokens, size_t m);
+    void publish_blocks(KvSeq &s, const std::vector<int32_t> &tokens);
     void demote(uint32_t block, const BlockHashKey &key, const int32_t *tokens) noexcept;
 
     KvManagerConfig config_;

@@ -169,7 +169,7 @@ size_t PrefixCache::match(const int32_t *tokens, size_t n_tokens, std::vector<ui
         if (it == map_.end()) break;
         const uint32_t id = it->second;
         // A hash hit is only a hit if it is the very chain asked for.
-        if (nodes_[id].parent != parent_id || !tokens_equal(id, t)) break;
+        if (nodes_[id].parent != parent_id || nodes_[id].group != 0 || !tokens_equal(id, t)) break;
         out.push_back(id);
         pool_.retain(id);
         if (!nodes_[id].busy) mark_busy(id);
@@ -210,11 +210,37 @@ uint32_t PrefixCache::resolve_parent(const BlockHashKey &parent, uint32_t parent
 
 PrefixCache::PublishResult PrefixCache::publish(const BlockHashKey &parent, const int32_t *tokens,
                                                 uint32_t block_id, uint32_t parent_block) {
+    return publish_in_group(0, parent, tokens, block_id, parent_block);
+}
+
+PrefixCache::PublishResult PrefixCache::publish_local(uint32_t group, const BlockHashKey &chain_key,
+                                                      const int32_t *tokens, uint32_t block_id,
+                                                      uint32_t chain_block) {
+    if (group == 0 || group > 255) fail(LLMKV_ERR_INTERNAL, "prefix cache: local block of group %u", group);
+    return publish_in_group(group, chain_key, tokens, block_id, chain_block);
+}
+
+uint32_t PrefixCache::match_local(uint32_t group, uint32_t chain_block, const int32_t *tokens) {
+    check_id(chain_block, "match_local");
+    if (!nodes_[chain_block].indexed || group == 0) return kNoBlock;
+    const BlockHashKey key = key_for(local_parent_key(nodes_[chain_block].key, group), tokens);
+    auto it = map_.find(key);
+    if (it == map_.end()) return kNoBlock;
+    const uint32_t id = it->second;
+    if (nodes_[id].parent != chain_block || nodes_[id].group != group || !tokens_equal(id, tokens)) return kNoBlock;
+    pool_.retain(id);
+    if (!nodes_[id].busy) mark_busy(id);
+    return id;
+}
+
+PrefixCache::PublishResult PrefixCache::publish_in_group(uint32_t group, const BlockHashKey &parent,
+                                                         const int32_t *tokens, uint32_t block_id,
+                                                         uint32_t parent_block) {
     check_id(block_id, "publish");
     if (pool_.refcount(block_id) == 0) {
         fail(LLMKV_ERR_INTERNAL, "prefix cache: publish of free block %u", block_id);
     }
-    const BlockHashKey key = key_for(parent, tokens);
+    const BlockHashKey key = key_for(group ? local_parent_key(parent, group) : parent, tokens);
     if (nodes_[block_id].indexed) {
         if (nodes_[block_id].key != key) {
             fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u is already cached under another key",
@@ -228,7 +254,8 @@ PrefixCache::PublishResult PrefixCache::publish(const BlockHashKey &parent, cons
     auto it = map_.find(key);
     if (it != map_.end()) {
         const uint32_t existing = it->second;
-        if (nodes_[existing].parent == parent_id && tokens_equal(existing, tokens)) {
+        if (nodes_[existing].parent == parent_id && nodes_[existing].group == group &&
+            tokens_equal(existing, tokens)) {
             nodes_[block_id].dup_of = existing;
             nodes_[block_id].dup_serial = nodes_[existing].serial;
             return {existing, key, PublishStatus::kDuplicate};
@@ -245,6 +272,7 @@ PrefixCache::PublishResult PrefixCache::publish(const BlockHashKey &parent, cons
     nd.serial = next_serial_++;
     nd.parent = parent_id;
     nd.indexed = true;
+    nd.group = uint8_t(group);
     nd.busy = true;  // the publisher holds it
     ++n_cached_;
     ++n_cold_;       // counted cold until update_hot makes it hot
@@ -376,7 +404,11 @@ void PrefixCache::check_invariants() const {
             }
             ++children[nd.parent];
         }
-        if (key_for(parent_key(id), stored_tokens(id)) != nd.key) {
+        const BlockHashKey pk = nd.group ? local_parent_key(parent_key(id), nd.group) : parent_key(id);
+        if (nd.group && nd.parent == kNoBlock) {
+            fail(LLMKV_ERR_INTERNAL, "prefix cache: local block %u has no chain block", id);
+        }
+        if (key_for(pk, stored_tokens(id)) != nd.key) {
             fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u key does not match its parent and tokens", id);
         }
         const uint32_t rc = pool_.refcount(id);

@@ -108,6 +108,24 @@ public:
     PublishResult publish(const BlockHashKey &parent, const int32_t *tokens, uint32_t block_id,
                           uint32_t parent_block);
 
+    // ---- layer groups (KvGeometry::grouped) ----
+    // A token block's local-layer blocks are cached as children of its group-0 block (the
+    // chain block), keyed by key_for(local_parent_key(chain key, group), tokens). They are
+    // leaves: eviction takes them before the chain block they hang from, and a chain match
+    // (match) never returns them.
+    static BlockHashKey local_parent_key(const BlockHashKey &chain_key, uint32_t group) {
+        return {chain_key.lo ^ (0x9E3779B97F4A7C15ull * group), chain_key.hi ^ (0xC2B2AE3D27D4EB4Full * group) ^ 1u};
+    }
+    // Offers the local block of `group` (>= 1) of the token block whose chain block the
+    // caller holds (chain_block, cached under chain_key). Statuses as publish.
+    PublishResult publish_local(uint32_t group, const BlockHashKey &chain_key, const int32_t *tokens,
+                                uint32_t block_id, uint32_t chain_block);
+    // The cached local block of `group` hanging from cached chain block chain_block (whose
+    // tokens are `tokens`), retained for the caller; kNoBlock when there is none.
+    uint32_t match_local(uint32_t group, uint32_t chain_block, const int32_t *tokens);
+    // Layer group of a cached block (0 for chain blocks).
+    uint32_t group_of(uint32_t block_id) const { return contains(block_id) ? nodes_[block_id].group : 0; }
+
     // Takes a holder's reference on a block (a session switching to a canonical block, a
     // fork, a prefix handle); a cached block stops being evictable.
     void acquire(uint32_t block_id);
@@ -169,6 +187,7 @@ private:
         bool indexed = false;
         bool busy = false;           // refcount > 1 (as last told)
         bool hot = false;            // busy, or a hot child: its subtree cannot be reclaimed
+        uint8_t group = 0;           // layer group (0: a chain block; >= 1: a local block)
     };
 
     const int32_t *stored_tokens(uint32_t id) const {
@@ -176,6 +195,8 @@ private:
     }
     bool tokens_equal(uint32_t id, const int32_t *tokens) const;
     BlockHashKey parent_key(uint32_t id) const;
+    PublishResult publish_in_group(uint32_t group, const BlockHashKey &parent, const int32_t *tokens,
+                                   uint32_t block_id, uint32_t parent_block);
     void check_id(uint32_t id, const char *what) const;
     // The cached block to link a child under, kNoBlock for a first block, or kUnlinkable.
     uint32_t resolve_parent(const BlockHashKey &parent, uint32_t parent_block) const;

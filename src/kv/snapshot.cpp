@@ -97,6 +97,10 @@ std::vector<uint8_t> build_header(const SnapshotMeta &meta, const std::vector<ui
         b.add_payload_offset(payload_offset);
         b.add_block_checksums(sums);
         b.add_tail_checksum(tail_sum);
+        if (meta.n_groups > 1) {
+            b.add_n_groups(meta.n_groups);
+            b.add_window(meta.window);
+        }
         fbb.Finish(b.Finish(), fb::SnapshotIdentifier());
 
         const uint64_t fb_len = fbb.GetSize();
@@ -212,6 +216,8 @@ SnapshotMeta snapshot_meta_for(const KvGeometry &g) {
     m.residual_tokens = g.residual_tokens;
     m.block_bytes = g.sealed_block_bytes();
     m.tail_bytes = g.tail_block_bytes();
+    m.n_groups = g.n_groups;
+    m.window = g.grouped() ? g.window : 0;
     return m;
 }
 
@@ -228,9 +234,9 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
     if (meta.tokens.size() < meta.n_cached || meta.tokens.size() > kSnapshotMaxTokens)
         fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot %s: %zu tokens for n_cached %u", path.c_str(),
              meta.tokens.size(), meta.n_cached);
-    if (blocks.size() != meta.sealed_blocks())
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot %s: %zu blocks given, n_cached %u needs %u",
-             path.c_str(), blocks.size(), meta.n_cached, meta.sealed_blocks());
+    if (blocks.size() != meta.stored_blocks())
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot %s: %zu blocks given, n_cached %u needs %llu",
+             path.c_str(), blocks.size(), meta.n_cached, (unsigned long long)meta.stored_blocks());
     if (meta.tail_bytes > 0 && tail == nullptr)
         fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot %s: tail is null with tail_bytes %llu",
              path.c_str(), (unsigned long long)meta.tail_bytes);
@@ -397,6 +403,8 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
     m.block_bytes = s->block_bytes();
     m.tail_bytes = s->tail_bytes();
     m.n_cached = s->n_cached();
+    m.n_groups = s->n_groups() > 1 ? s->n_groups() : 1;
+    m.window = s->window();
 
     // ---- value ranges ----
     if (m.model_fingerprint.size() > kMaxStringBytes || m.codec.size() > kMaxStringBytes)
@@ -413,6 +421,8 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
         bad(path, strprintf("dtype k=%u v=%u out of range", m.dtype_k, m.dtype_v));
     if (m.residual_tokens > kMaxResidual)
         bad(path, strprintf("residual_tokens %u out of range", m.residual_tokens));
+    if (m.n_groups > 256 || (m.n_groups > 1 && (m.window < 1 || m.window > kSnapshotMaxTokens)))
+        bad(path, strprintf("layer groups %u / window %u out of range", m.n_groups, m.window));
 
     // ---- against the engine ----
     if (m.model_fingerprint != expected.model_fingerprint)
@@ -437,6 +447,8 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
     same("residual_tokens", m.residual_tokens, expected.residual_tokens);
     same("block_bytes", m.block_bytes, expected.block_bytes);
     same("tail_bytes", m.tail_bytes, expected.tail_bytes);
+    same("n_groups", m.n_groups, expected.n_groups);
+    same("window", m.window, expected.window);
 
     // ---- tokens and block count ----
     const auto *tokens = s->tokens();
@@ -446,9 +458,9 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
         bad(path, strprintf("%u tokens stored for n_cached %u", tokens->size(), m.n_cached));
     m.tokens.assign(tokens->begin(), tokens->end());
     const uint32_t n_blocks = s->n_blocks();
-    if (n_blocks != m.sealed_blocks())
-        bad(path, strprintf("n_blocks %u, but n_cached %u gives %u sealed blocks", n_blocks, m.n_cached,
-                            m.sealed_blocks()));
+    if (n_blocks != m.stored_blocks())
+        bad(path, strprintf("n_blocks %u, but n_cached %u gives %llu blocks", n_blocks, m.n_cached,
+                            (unsigned long long)m.stored_blocks()));
     const auto *sums = s->block_checksums();
     if (sums->size() != n_blocks)
         bad(path, strprintf("%u block checksums for %u blocks", sums->size(), n_blocks));

@@ -40,6 +40,8 @@ struct SnapshotMeta {
     uint64_t block_bytes = 0;  // bytes of one sealed block
     uint64_t tail_bytes = 0;   // bytes of the tail payload (0: no tail)
     uint32_t n_cached = 0;     // tokens whose KV is stored
+    uint32_t n_groups = 1;     // layer groups (KvGeometry::n_groups)
+    uint32_t window = 0;       // local layers' window (KvGeometry::window)
     std::vector<int32_t> tokens;
 
     // Sealed blocks stored for n_cached tokens (as KvGeometry::sealed_blocks); 0 when
@@ -47,6 +49,14 @@ struct SnapshotMeta {
     uint32_t sealed_blocks() const {
         if (block_tokens == 0 || n_cached <= residual_tokens) return 0;
         return (n_cached - residual_tokens) / block_tokens;
+    }
+    // Blocks stored: the sealed (group-0) blocks, then with layer groups the local blocks
+    // still live at n_cached (KvGeometry::live_local_blocks).
+    uint64_t stored_blocks() const {
+        const uint64_t sealed = sealed_blocks();
+        if (n_groups <= 1) return sealed;
+        const uint64_t from = uint64_t(n_cached) + 1 > window ? (uint64_t(n_cached) + 1 - window) / block_tokens : 0;
+        return sealed + (sealed > from ? (sealed - from) * (n_groups - 1) : 0);
     }
 };
 

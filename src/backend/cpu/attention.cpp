@@ -396,14 +396,14 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
 
             // Scores: sealed blocks in their codec, then the fp16 window.
             for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
-                prefetch_head(sp.block(cache, j) + k_off, k_bytes);
+                prefetch_head(sp.block(cache, params.layer, j) + k_off, k_bytes);
             }
             for (uint32_t j = 0; j < n_sealed; ++j) {
                 if (j + kPrefetchBlocks < n_sealed) {
-                    prefetch_head(sp.block(cache, j + kPrefetchBlocks) + k_off, k_bytes);
+                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + k_off, k_bytes);
                 }
                 for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + size_t(j) * B;
-                score_k(nh, q_k, sp.block(cache, j) + k_off, B, D, sc);
+                score_k(nh, q_k, sp.block(cache, params.layer, j) + k_off, B, D, sc);
             }
             uint32_t first = n_sealed * B;  // first position read from the window
             const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity +
@@ -423,14 +423,14 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 std::memset(acc[h], 0, D * sizeof(float));
             }
             for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
-                prefetch_head(sp.block(cache, j) + v_off, v_bytes);
+                prefetch_head(sp.block(cache, params.layer, j) + v_off, v_bytes);
             }
             for (uint32_t j = 0; j < n_sealed; ++j) {
                 if (j + kPrefetchBlocks < n_sealed) {
-                    prefetch_head(sp.block(cache, j + kPrefetchBlocks) + v_off, v_bytes);
+                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + v_off, v_bytes);
                 }
                 for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * max_context + size_t(j) * B;
-                accumulate_v(nh, w, sp.block(cache, j) + v_off, B, D, acc);
+                accumulate_v(nh, w, sp.block(cache, params.layer, j) + v_off, B, D, acc);
             }
             if (rotated) {
                 for (uint32_t h = 0; h < nh; ++h) {
@@ -466,7 +466,7 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
                 std::vector<float> keys(size_t(p + 1) * D), values(size_t(p + 1) * D);
                 uint32_t n_sealed = g.sealed_blocks(p);
                 for (uint32_t j = 0; j < n_sealed; ++j) {
-                    const uint8_t *blk = sp.block(cache, j);
+                    const uint8_t *blk = sp.block(cache, params.layer, j);
                     codec_decode_head(codecs.k, KvRole::K, blk + g.sealed_k_offset(params.layer, kvh),
                                       B, D, keys.data() + size_t(j) * B * D);
                     codec_decode_head(codecs.v, KvRole::V, blk + g.sealed_v_offset(params.layer, kvh),

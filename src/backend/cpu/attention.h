@@ -27,8 +27,10 @@ struct AttentionSpan {
     // block is a device-pool block, found through kv->blocks.
     const uint8_t *const *block_data = nullptr;
 
-    const uint8_t *block(const KvCache &cache, uint32_t j) const {
-        return block_data ? block_data[j] : cache.sealed_data(kv->blocks[j]);
+    // Token block j's sealed block for `layer` (its group's block with layer groups; host
+    // addresses exist only without groups, see KvManager::offload_blocks).
+    const uint8_t *block(const KvCache &cache, uint32_t layer, uint32_t j) const {
+        return block_data ? block_data[j] : cache.sealed_data(cache.block_id(*kv, layer, j));
     }
 };
 

@@ -163,7 +163,7 @@ void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, cons
         }
         // Seal the blocks that leave the full-precision window with this span.
         for (uint32_t b = ws / B; b < sealed_end; ++b) {
-            uint8_t *blk = cache_.sealed_data(s.kv->blocks[b]);
+            uint8_t *blk = cache_.sealed_data(cache_.block_id(*s.kv, layer, b));
             size_t row = size_t(b * B - ws);
             codec_encode_head(codec_spec_k(g), KvRole::K, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
             codec_encode_head(codec_spec_v(g), KvRole::V, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
