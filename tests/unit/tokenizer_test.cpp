@@ -271,6 +271,151 @@ TEST_F(SmolLM2Tokenizer, EncodesTenThousandTokensQuickly) {
     EXPECT_LT(per_10k, 250.0);  // a few ms in release builds; generous for sanitizers
 }
 
+// ---- Gemma 3 (SentencePiece-style BPE, 262,144 tokens) against its reference fixture ------
+
+std::string gemma3_path() {
+    if (const char *env = std::getenv("LLMKV_GEMMA3_MODEL"); env && *env) {
+        if (std::ifstream(env).good()) return env;
+    }
+    std::string p = LLMKV_TEST_FIXTURES_DIR "/../../models/gemma-3-270m-q4_k_m.gguf";
+    return std::ifstream(p).good() ? p : std::string();
+}
+
+class Gemma3Tokenizer : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        std::string path = gemma3_path();
+        if (path.empty()) return;
+        // From the metadata alone: the tokenizer does not depend on llmkv running the weights.
+        using clock = std::chrono::steady_clock;
+        auto t0 = clock::now();
+        tok_ = Tokenizer::from_gguf_metadata(path).release();
+        auto t1 = clock::now();
+        load_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
+        std::printf("[ perf ] Gemma 3 tokenizer from_gguf_metadata (read, parse, build) %.1f ms\n", load_ms_);
+        const nlohmann::json doc =
+            nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_gemma3.json"));
+        for (const nlohmann::json &c : doc.at("cases")) {
+            FixtureCase fc;
+            fc.text = c.at("text").get<std::string>();
+            const nlohmann::json &ps = c.at("parse_special");
+            fc.parse_special = ps.is_null() ? -1 : (ps.get<bool>() ? 1 : 0);
+            for (const nlohmann::json &id : c.at("ids")) fc.ids.push_back(id.get<int32_t>());
+            fc.roundtrip = c.value("roundtrip", true);
+            cases_->push_back(std::move(fc));
+        }
+    }
+    static void TearDownTestSuite() {
+        delete tok_;
+        tok_ = nullptr;
+    }
+    void SetUp() override {
+        if (!tok_) {
+            GTEST_SKIP() << "gemma-3-270m-q4_k_m.gguf not found (scripts/fetch_model.sh gemma3 puts it "
+                            "in models/; or set LLMKV_GEMMA3_MODEL)";
+        }
+    }
+
+    static Tokenizer *tok_;
+    static double load_ms_;
+    static std::vector<FixtureCase> *cases_;
+};
+
+Tokenizer *Gemma3Tokenizer::tok_ = nullptr;
+double Gemma3Tokenizer::load_ms_ = 0;
+std::vector<FixtureCase> *Gemma3Tokenizer::cases_ = new std::vector<FixtureCase>();
+
+TEST_F(Gemma3Tokenizer, VocabularyFacts) {
+    EXPECT_EQ(tok_->n_vocab(), 262144u);
+    EXPECT_EQ(tok_->model(), "llama");
+    EXPECT_EQ(tok_->bos(), 2);
+    EXPECT_EQ(tok_->eos(), 1);
+    EXPECT_EQ(tok_->unk(), 3);
+    EXPECT_EQ(tok_->pad(), 0);
+    EXPECT_TRUE(tok_->add_bos_default());
+    EXPECT_FALSE(tok_->add_space_prefix());
+    EXPECT_EQ(tok_->n_unrepresentable_bytes(), 0u);
+    const int32_t start = tok_->find_token("<start_of_turn>"), end = tok_->find_token("<end_of_turn>");
+    EXPECT_EQ(start, 105);
+    EXPECT_EQ(end, 106);
+    EXPECT_TRUE(tok_->is_end_of_generation(end));
+    EXPECT_TRUE(tok_->is_end_of_generation(1));
+    EXPECT_FALSE(tok_->is_end_of_generation(start));
+    EXPECT_TRUE(tok_->is_special(start));
+    EXPECT_EQ(tok_->encode("hi", true, false).front(), 2);
+    EXPECT_EQ(tok_->encode("<start_of_turn>user\n", false, true),
+              (std::vector<int32_t>{105, tok_->find_token("user"), 107}));
+    EXPECT_EQ(tok_->token_bytes(138), "  ");                   // stored with real spaces
+    EXPECT_EQ(tok_->token_bytes(tok_->find_token("\xE2\x96\x81the")), " the");
+    EXPECT_EQ(tok_->token_bytes(tok_->find_token("<0xE2>")), "\xE2");
+    EXPECT_EQ(tok_->decode(tok_->encode("  two  spaces", true, true)), "<bos>  two  spaces");
+}
+
+TEST_F(Gemma3Tokenizer, LoadsWellUnderASecond) {
+    // Measured in SetUpTestSuite: the metadata (262,144 strings, scores, types) read and parsed,
+    // and the tokenizer built from it.
+    EXPECT_LT(load_ms_, 1000.0);
+}
+
+TEST_F(Gemma3Tokenizer, MatchesReferenceIds) {
+    ASSERT_GE(cases_->size(), 400u);
+    size_t checked = 0, failures = 0;
+    for (const FixtureCase &c : *cases_) {
+        for (int parse = 0; parse < 2; ++parse) {
+            if (c.parse_special != -1 && c.parse_special != parse) continue;
+            std::vector<int32_t> got = tok_->encode(c.text, false, parse != 0);
+            ++checked;
+            if (got != c.ids && ++failures <= 25) {
+                ADD_FAILURE() << "text \"" << escape(c.text) << "\" parse_special=" << parse
+                              << "\n  expected " << ids_str(c.ids) << "\n  got      " << ids_str(got);
+            }
+        }
+    }
+    EXPECT_EQ(failures, 0u) << "of " << checked << " encodings";
+}
+
+TEST_F(Gemma3Tokenizer, DecodeRoundTrip) {
+    size_t n = 0;
+    for (const FixtureCase &c : *cases_) {
+        if (!c.roundtrip) continue;
+        ++n;
+        EXPECT_EQ(tok_->decode(c.ids), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, true)), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, false)), c.text) << escape(c.text);
+    }
+    EXPECT_GT(n, 400u);
+}
+
+TEST_F(Gemma3Tokenizer, InvalidUtf8RoundTripsThroughByteTokens) {
+    const std::string text = "ok \x80 \xE2\x82 x\xC3(\xED\xA0\x80) end\xE2\xFF";
+    DroppedBytes d;
+    EXPECT_EQ(tok_->decode(tok_->encode(text, false, false, &d)), text);
+    EXPECT_EQ(d.count, 0u);
+}
+
+TEST_F(Gemma3Tokenizer, EncodesTenThousandTokensQuickly) {
+    std::string text;
+    for (const FixtureCase &c : *cases_) {
+        if (c.parse_special == -1) text += c.text + "\n";
+    }
+    std::string big;
+    while (big.size() < 60000) big += text;
+    size_t n_tokens = tok_->encode(big, false, true).size();
+    double best_ms = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<int32_t> ids = tok_->encode(big, false, true);
+        auto t1 = std::chrono::steady_clock::now();
+        best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+        EXPECT_EQ(ids.size(), n_tokens);
+    }
+    double per_10k = best_ms * 10000.0 / double(n_tokens);
+    std::printf("[ perf ] Gemma 3: %zu tokens from %zu bytes in %.2f ms (%.2f ms per 10k tokens)\n",
+                n_tokens, big.size(), best_ms, per_10k);
+    EXPECT_GT(n_tokens, 10000u);
+    EXPECT_LT(per_10k, 250.0);
+}
+
 // ---- a hand-built byte-level BPE vocabulary -------------------------------------------
 
 // Ids 0..255: the byte symbols (id = byte); then merges' results; then control tokens.
