@@ -4,11 +4,15 @@
 #                                          tokenizer.json (and two other pre-tokenizations)
 #   tests/fixtures/tokenizer_gemma3.json   Gemma 3's tokenizer, made by transformers from the
 #                                          GGUF file itself (--gemma3)
+#   tests/fixtures/tokenizer_pretokenize.json  the words of the llama-bpe and qwen2 split
+#                                          patterns, from HF's Split pre-tokenizer (--pretokenize;
+#                                          needs no model file)
 #
 # Usage (re-runnable; needs `pip install tokenizers gguf numpy`, and `transformers
 # sentencepiece protobuf` for --gemma3; no torch, no network beyond PyPI):
 #   python3 scripts/make_tokenizer_fixture.py [--model PATH] [--out PATH]
 #   python3 scripts/make_tokenizer_fixture.py --gemma3 [--model PATH] [--out PATH] [--hf-cache F]
+#   python3 scripts/make_tokenizer_fixture.py --pretokenize [--out PATH]
 # The SmolLM2 model defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf; the
 # Gemma 3 one to models/gemma-3-270m-q4_k_m.gguf.
 #
@@ -341,6 +345,40 @@ def test_strings():
     return s
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def main_pretokenize(args):
+    """Words of the Llama 3 ("llama-bpe") and Qwen2 split patterns, from HuggingFace's
+    Split(Regex(pattern), behavior="isolated") pre-tokenizer: no model file needed."""
+    import tokenizers
+    from tokenizers import Regex, pre_tokenizers
+
+    out = args.out or os.path.join(REPO, "tests", "fixtures", "tokenizer_pretokenize.json")
+    texts = list(dict.fromkeys(gemma3_test_strings() + [
+        "Hello 12345 world!!\n\n  x", "IT'S 'Re", "a\n\n \n  b", "(x) \tend", "x\r\n\r\ny",
+        "１２３４５", "٣٤٥٦", "3.14159", "v2.0.1-rc3", "caf\u00e9 cafe\u0301", " \U0001f600\U0001f600 ",
+        "don't DON'T Don'T", "  'll", "$100,000.00", "\u00b2\u00b3\u00bd", "a\u3000\u3000b",
+    ]))
+    cases = []
+    for pre, pattern in (("llama-bpe", LLAMA3_PATTERN), ("qwen2", QWEN2_PATTERN)):
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+        for text in texts:
+            words = [w for w, _ in split.pre_tokenize_str(text)]
+            assert "".join(words) == text, text
+            cases.append({"pre": pre, "text": text, "words": words})
+    doc = {
+        "description": "Words of the llama-bpe (Llama 3) and qwen2 split patterns, from "
+                       "HuggingFace tokenizers' Split(Regex(pattern), isolated); made by "
+                       "scripts/make_tokenizer_fixture.py --pretokenize. No normalization "
+                       "(Qwen2's NFC is applied by the tokenizer before splitting).",
+        "generator": f"tokenizers {tokenizers.__version__}",
+    }
+    write_fixture(out, doc, cases)
+    print(f"wrote {out}: {len(cases)} cases, {os.path.getsize(out)} bytes")
+
+
 def read_gguf_tokenizer_metadata(model_path):
     """(architecture, {tokenizer.* key: value}) read with the gguf package."""
     import gguf
@@ -486,7 +524,12 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--hf-cache", default=None,
                     help="--gemma3: save/reuse the converted tokenizer.json here")
+    ap.add_argument("--pretokenize", action="store_true",
+                    help="build tokenizer_pretokenize.json (llama-bpe and qwen2 splits; no model)")
     args = ap.parse_args()
+    if args.pretokenize:
+        main_pretokenize(args)
+        return
     if args.gemma3:
         main_gemma3(args)
         return

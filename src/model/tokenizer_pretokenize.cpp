@@ -224,6 +224,7 @@ std::string nfc_normalize(std::string_view text) {
     size_t i = 0;
     while (i < text.size() && p[i] < 0x80) ++i;
     if (i == text.size()) return std::string(text);  // ASCII is already in NFC
+    if (i > 0) --i;  // the last ASCII character may compose with what follows (e + U+0301)
     std::string out(text.substr(0, i));
     out.reserve(text.size() + 8);
     while (i < text.size()) {

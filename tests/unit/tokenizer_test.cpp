@@ -591,6 +591,71 @@ TEST(PreTokenizer, Llama3) {
     EXPECT_EQ(split(PreTokenizer::kLlama3, "(x) \tend"), (Words{"(x", ")", " ", "\tend"}));
 }
 
+TEST(PreTokenizer, Qwen2) {
+    // As Llama 3, but every number code point alone.
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "Hello 12345 world!!\n\n  x"),
+              (Words{"Hello", " ", "1", "2", "3", "4", "5", " world", "!!\n\n", " ", " x"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "IT'S 'Re"), (Words{"IT", "'S", " '", "Re"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "v2.0 x\xC2\xB2"), (Words{"v", "2", ".", "0", " x", "\xC2\xB2"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "a\n\n \n  b"), (Words{"a", "\n\n \n", " ", " b"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "\xE4\xBD\xA0\xE5\xA5\xBD 42"),
+              (Words{"\xE4\xBD\xA0\xE5\xA5\xBD", " ", "4", "2"}));
+}
+
+TEST(PreTokenizer, MatchesHuggingFaceSplits) {
+    // tokenizer_pretokenize.json: HuggingFace's Split(Regex(pattern), isolated) over the
+    // fixture strings, for the llama-bpe and qwen2 patterns.
+    const nlohmann::json doc =
+        nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_pretokenize.json"));
+    std::map<std::string, size_t> per_pre;
+    size_t failures = 0;
+    for (const nlohmann::json &c : doc.at("cases")) {
+        const std::string pre = c.at("pre").get<std::string>();
+        const std::string text = c.at("text").get<std::string>();
+        Words want;
+        for (const nlohmann::json &w : c.at("words")) want.push_back(w.get<std::string>());
+        ASSERT_TRUE(pre == "llama-bpe" || pre == "qwen2") << pre;
+        Words got = split(pre == "qwen2" ? PreTokenizer::kQwen2 : PreTokenizer::kLlama3, text);
+        ++per_pre[pre];
+        if (got != want && ++failures <= 20) {
+            std::string g, w;
+            for (const std::string &x : got) g.append("[").append(escape(x)).append("]");
+            for (const std::string &x : want) w.append("[").append(escape(x)).append("]");
+            ADD_FAILURE() << pre << " \"" << escape(text) << "\"\n  expected " << w << "\n  got      " << g;
+        }
+    }
+    EXPECT_GE(per_pre["llama-bpe"], 400u);
+    EXPECT_GE(per_pre["qwen2"], 400u);
+    EXPECT_EQ(failures, 0u);
+}
+
+TEST(PreTokenizer, NfcNormalization) {
+    EXPECT_EQ(nfc_normalize("plain ascii"), "plain ascii");
+    EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");               // e + U+0301 -> é
+    EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                  // Å (angstrom) -> Å
+    EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");              // ﬁ: NFC keeps it
+    EXPECT_EQ(nfc_normalize("a\xFF" "e\xCC\x81\x80"), "a\xFF\xC3\xA9\x80");  // invalid bytes kept
+    EXPECT_EQ(nfc_normalize(""), "");
+}
+
+TEST(ByteBpeTokenizer, Qwen2SplitsDigitsAndNormalizes) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.pre = "qwen2";
+    v.tokens.push_back("\xC3\x83\xC2\xA9");  // 267: "é" as byte-level symbols (C3 A9)
+    v.token_types.push_back(kTokenNormal);
+    v.merges.push_back("\xC3\x83 \xC2\xA9");
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kQwen2);
+    EXPECT_EQ(t.encode("12", false, false), (std::vector<int32_t>{'1', '2'}));  // no "12" merge across words
+    EXPECT_EQ(t.encode("hello", false, false), (std::vector<int32_t>{259}));
+    // "e" + combining acute is composed to "é" first, then merged.
+    EXPECT_EQ(t.encode("e\xCC\x81", false, false), (std::vector<int32_t>{267}));
+    EXPECT_EQ(t.decode(t.encode("e\xCC\x81", false, false)), "\xC3\xA9");
+    TokenizerVocab v2 = small_bpe_vocab();
+    v2.pre = "llama-bpe";
+    EXPECT_EQ(Tokenizer(std::move(v2)).encode("12", false, false), (std::vector<int32_t>{264}));
+}
+
 // ---- a hand-built SentencePiece vocabulary ----------------------------------------------
 
 TokenizerVocab small_spm_vocab() {
@@ -639,6 +704,13 @@ TokenizerVocab small_spm_vocab() {
     return v;
 }
 
+int32_t t_id(const TokenizerVocab &v, const std::string &s) {
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+        if (v.tokens[i] == s) return int32_t(i);
+    }
+    return -1;
+}
+
 TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
     Tokenizer t(small_spm_vocab());
     const int32_t kHello = t.find_token("\xE2\x96\x81hello");
@@ -663,6 +735,33 @@ TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
     EXPECT_EQ(t.decode(t.encode("hello", true, false)), "<s>hello");
     EXPECT_TRUE(t.is_end_of_generation(2));
     EXPECT_TRUE(t.is_special(0));
+}
+
+TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitOut) {
+    TokenizerVocab v = small_spm_vocab();
+    v.add_space_prefix = false;
+    for (const char *s : {"\n", "\n\n", "<b>", "  ", "   "}) {
+        v.tokens.push_back(s);
+        v.scores.push_back(-1000.0f);
+        v.token_types.push_back(kTokenUserDefined);
+    }
+    const int32_t nl = t_id(v, "\n"), nl2 = t_id(v, "\n\n"), bold = t_id(v, "<b>"), sp2 = t_id(v, "  "),
+                  sp3 = t_id(v, "   ");
+    Tokenizer t(std::move(v));
+    const int32_t kHello = t.find_token("\xE2\x96\x81hello"), kH = t.find_token("h");
+    // Whether or not control tokens are parsed, user-defined ones are whole tokens.
+    for (bool parse : {false, true}) {
+        EXPECT_EQ(t.encode("h\n\n\nh", false, parse), (std::vector<int32_t>{kH, nl2, nl, kH})) << parse;
+        EXPECT_EQ(t.encode("<b>h", false, parse), (std::vector<int32_t>{bold, kH})) << parse;
+    }
+    EXPECT_EQ(t.encode("<s>h", false, false)[0], 3 + '<');  // a control token only when asked
+    // Space-run tokens are spelled with U+2581 and merged before anything else, so the run
+    // takes the space "hello" would otherwise have carried.
+    EXPECT_EQ(t.find_token("\xE2\x96\x81\xE2\x96\x81"), sp2);
+    EXPECT_EQ(t.encode("h   hello", false, false),
+              (std::vector<int32_t>{kH, sp3, t.find_token("he"), t.find_token("llo")}));
+    EXPECT_EQ(t.encode(" hello", false, false), (std::vector<int32_t>{kHello}));
+    EXPECT_EQ(t.decode(t.encode("h   hello  \n\n<b>", false, false)), "h   hello  \n\n<b>");
 }
 
 TEST(SpmTokenizer, RandomTextRoundTrip) {
