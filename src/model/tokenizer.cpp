@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <queue>
 
 #include "common/error.h"
@@ -264,14 +265,14 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
     for (size_t i = 0; i < n; ++i) {
         bool user = types_[i] == kTokenUserDefined && (merged_user.empty() || !merged_user[i]);
         if ((types_[i] == kTokenControl || user) && !tokens_[i].empty()) {
-            special_by_byte_[uint8_t(tokens_[i][0])].push_back(int32_t(i));
+            special_ids_.emplace(tokens_[i], int32_t(i));
+            special_lengths_[uint8_t(tokens_[i][0])].push_back(uint32_t(tokens_[i].size()));
             if (user) ++n_user_defined_specials_;
         }
     }
-    for (auto &list : special_by_byte_) {
-        std::stable_sort(list.begin(), list.end(), [this](int32_t a, int32_t b) {
-            return tokens_[size_t(a)].size() > tokens_[size_t(b)].size();
-        });
+    for (auto &lengths : special_lengths_) {
+        std::sort(lengths.begin(), lengths.end(), std::greater<uint32_t>());
+        lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     }
 
     // End of generation.
@@ -370,16 +371,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     size_t start = 0;  // first byte of the pending text fragment
     size_t p = 0;
     while (p < text.size()) {
-        const std::vector<int32_t> &cands = special_by_byte_[uint8_t(text[p])];
         int32_t hit = -1;
-        for (int32_t id : cands) {
-            if (!parse_special && types_[size_t(id)] != kTokenUserDefined) continue;
-            const std::string &s = tokens_[size_t(id)];
-            if (s.size() <= text.size() - p &&
-                std::memcmp(text.data() + p, s.data(), s.size()) == 0) {
-                hit = id;
-                break;
-            }
+        for (uint32_t len : special_lengths_[uint8_t(text[p])]) {
+            if (len > text.size() - p) continue;
+            auto it = special_ids_.find(text.substr(p, len));
+            if (it == special_ids_.end()) continue;
+            if (!parse_special && types_[size_t(it->second)] != kTokenUserDefined) continue;
+            hit = it->second;
+            break;
         }
         if (hit < 0) {
             ++p;

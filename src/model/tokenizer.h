@@ -172,8 +172,10 @@ private:
     std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids_;
     std::unordered_map<uint64_t, Merge> merges_;  // (left << 32 | right) -> rank, result
     int32_t byte_tokens_[256];  // byte-level symbol (gpt2) or <0xNN> token (llama); -1 absent
-    // Control and user-defined tokens split out of the text, by first byte, longest first.
-    std::vector<int32_t> special_by_byte_[256];
+    // Control and user-defined tokens split out of the text: by their text (the lowest id of
+    // a text), and the distinct lengths of those starting with each byte, longest first.
+    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_ids_;
+    std::vector<uint32_t> special_lengths_[256];
     size_t n_user_defined_specials_ = 0;  // user-defined tokens among them
     int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1, pad_ = -1;
     bool add_bos_ = false, add_space_prefix_ = false;
