@@ -153,7 +153,8 @@ std::vector<uint8_t> llama2_gguf() {
     GgufWriter w;
     w.add_string("general.architecture", "llama");
     add_vocab(w, spm_vocab(true));
-    w.add_string("tokenizer.chat_template", "{{ bos_token + '[INST] ' + content + ' [/INST]' }}");
+    // <<SYS>> tells Llama 2's format from Mistral's.
+    w.add_string("tokenizer.chat_template", "{{ bos_token + '[INST] <<SYS>>' + content + ' [/INST]' }}");
     return w.build();
 }
 

@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
-# Builds tests/fixtures/tokenizer_smollm2.json: reference token ids for SmolLM2's tokenizer,
-# computed with HuggingFace `tokenizers` configured exactly as SmolLM2's tokenizer.json.
+# Builds the tokenizer reference fixtures from HuggingFace tokenizers:
+#   tests/fixtures/tokenizer_smollm2.json  SmolLM2's tokenizer, configured exactly as SmolLM2's
+#                                          tokenizer.json (and two other pre-tokenizations)
+#   tests/fixtures/tokenizer_gemma3.json   Gemma 3's tokenizer, made by transformers from the
+#                                          GGUF file itself (--gemma3)
+#   tests/fixtures/tokenizer_pretokenize.json  the words of the llama-bpe and qwen2 split
+#                                          patterns, from HF's Split pre-tokenizer (--pretokenize;
+#                                          needs no model file)
 #
-# Usage (re-runnable; needs `pip install tokenizers gguf numpy`, no network beyond PyPI):
+# Usage (re-runnable; needs `pip install tokenizers gguf numpy`, and `transformers
+# sentencepiece protobuf` for --gemma3; no torch, no network beyond PyPI):
 #   python3 scripts/make_tokenizer_fixture.py [--model PATH] [--out PATH]
-# The model defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.
+#   python3 scripts/make_tokenizer_fixture.py --gemma3 [--model PATH] [--out PATH] [--hf-cache F]
+#   python3 scripts/make_tokenizer_fixture.py --pretokenize [--out PATH]
+# The SmolLM2 model defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf; the
+# Gemma 3 one to models/gemma-3-270m-q4_k_m.gguf.
 #
-# The vocabulary and merges are read from the GGUF file. The tokenizer is built as:
+# SmolLM2: the vocabulary and merges are read from the GGUF file. The tokenizer is built as:
 #   model: BPE(vocab, merges, no unk, no byte fallback, no dropout)
 #   pre_tokenizer: Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False,
 #                  use_regex=True)]
@@ -18,7 +28,14 @@
 # default) and without it (Tokenizer.encode_special_tokens = True, which makes HF treat the
 # text of special tokens as ordinary text). Cases whose two results are equal are stored once
 # with "parse_special": null, meaning "both".
-
+#
+# Gemma 3: transformers' own GGUF tokenizer conversion
+# (transformers.integrations.gguf.gguf_tokenizer_mapping.convert_gguf_tokenizer) applied to
+# the tokenizer.* metadata of the file, read with the `gguf` package (transformers' GGUF reader
+# imports torch; the conversion itself does not need it). That gives a SentencePiece-style BPE
+# with byte fallback whose merges are derived from the vocabulary, spaces as U+2581, control
+# tokens added as special and user-defined ones as plain added tokens. The conversion takes a
+# couple of minutes; --hf-cache FILE saves the resulting tokenizer.json (and reuses it).
 import argparse
 import hashlib
 import json
@@ -328,14 +345,196 @@ def test_strings():
     return s
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def main_pretokenize(args):
+    """Words of the Llama 3 ("llama-bpe") and Qwen2 split patterns, from HuggingFace's
+    Split(Regex(pattern), behavior="isolated") pre-tokenizer: no model file needed."""
+    import tokenizers
+    from tokenizers import Regex, pre_tokenizers
+
+    out = args.out or os.path.join(REPO, "tests", "fixtures", "tokenizer_pretokenize.json")
+    texts = list(dict.fromkeys(gemma3_test_strings() + [
+        "Hello 12345 world!!\n\n  x", "IT'S 'Re", "a\n\n \n  b", "(x) \tend", "x\r\n\r\ny",
+        "１２３４５", "٣٤٥٦", "3.14159", "v2.0.1-rc3", "caf\u00e9 cafe\u0301", " \U0001f600\U0001f600 ",
+        "don't DON'T Don'T", "  'll", "$100,000.00", "\u00b2\u00b3\u00bd", "a\u3000\u3000b",
+    ]))
+    cases = []
+    for pre, pattern in (("llama-bpe", LLAMA3_PATTERN), ("qwen2", QWEN2_PATTERN)):
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+        for text in texts:
+            words = [w for w, _ in split.pre_tokenize_str(text)]
+            assert "".join(words) == text, text
+            cases.append({"pre": pre, "text": text, "words": words})
+    doc = {
+        "description": "Words of the llama-bpe (Llama 3) and qwen2 split patterns, from "
+                       "HuggingFace tokenizers' Split(Regex(pattern), isolated); made by "
+                       "scripts/make_tokenizer_fixture.py --pretokenize. No normalization "
+                       "(Qwen2's NFC is applied by the tokenizer before splitting).",
+        "generator": f"tokenizers {tokenizers.__version__}",
+    }
+    write_fixture(out, doc, cases)
+    print(f"wrote {out}: {len(cases)} cases, {os.path.getsize(out)} bytes")
+
+
+def read_gguf_tokenizer_metadata(model_path):
+    """(architecture, {tokenizer.* key: value}) read with the gguf package."""
+    import gguf
+
+    r = gguf.GGUFReader(model_path)
+    md = {}
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer.") and key != "general.architecture":
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.ARRAY:
+            if f.types[1] == gguf.GGUFValueType.STRING:
+                md[key] = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+            else:
+                md[key] = [f.parts[i][0].item() for i in f.data]
+        elif t == gguf.GGUFValueType.STRING:
+            md[key] = bytes(f.parts[-1]).decode("utf-8")
+        else:
+            md[key] = f.parts[f.data[0]][0].item()
+    return md.pop("general.architecture"), md
+
+
+def build_gemma3_tokenizer(model_path, cache=None):
+    """Gemma 3's tokenizer as transformers builds it from the GGUF file."""
+    from tokenizers import Tokenizer
+
+    if cache and os.path.exists(cache):
+        return Tokenizer.from_file(cache)
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer)
+
+    arch, md = read_gguf_tokenizer_metadata(model_path)
+    if arch != "gemma3" or md.get("tokenizer.ggml.model") != "llama":
+        sys.exit(f"expected a Gemma 3 file (gemma3/llama), got {arch}/{md.get('tokenizer.ggml.model')}")
+    tokenizer_dict = {name: md[f"tokenizer.{key}"]
+                      for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+                      if f"tokenizer.{key}" in md}
+    tok, _ = convert_gguf_tokenizer(arch, tokenizer_dict)
+    if cache:
+        tok.save(cache)
+    return tok
+
+
+def gemma3_test_strings():
+    s = test_strings()
+    # ---- Gemma's control and user-defined tokens ---------------------------------------
+    s += [
+        "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n",
+        "<bos><start_of_turn>user\nYou are terse.\n\nWhat is 2+2?<end_of_turn>\n"
+        "<start_of_turn>model\n4<end_of_turn>\n",
+        "<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<unk>", "<mask>",
+        "<start_of_turn><end_of_turn>", "x<end_of_turn>y", "<start_of_turn ", "<end_of_turn",
+        "<<start_of_turn>>", "<START_OF_TURN>", "<unused0><unused99>", "[multimodal]",
+        "<start_of_image><end_of_image>", "<table><tr><td>1</td></tr></table>",
+        "<h1>Title</h1><p>text</p>", "<strong>bold</strong> <em>it</em> <code>x</code>",
+        "<s>x</s>", "<div><span>a</span></div>", "<b><i><u>biu</u></i></b>",
+        "a\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nb",
+        "\t" * 40, "\t \t", " \t", "\t\n\t\t\n",
+    ]
+    # ---- runs of spaces (Gemma has tokens for 2..31 spaces) ----------------------------
+    s += [" " * k for k in (5, 16, 17, 30, 31, 32, 33, 40, 62, 64, 100)]
+    s += ["a" + " " * k + "b" for k in (2, 3, 7, 31, 32, 33, 45)]
+    s += ["x" + " " * k + "the" for k in (1, 2, 3, 4)]
+    s += ["    return x;\n        }\n", "  - item\n    - sub\n", "a \u2581 b", "\u2581\u2581x",
+          "\u2581", "\u2581\u2581\u2581"]
+    # ---- byte fallback: characters the vocabulary lacks ---------------------------------
+    s += [
+        "\ue000\ue001\uf8ff", "a\U000f0000b", "\U0010fffd", "\U0001d11e \U0001d120",
+        "\U0001f9ec\U0001fae8\U0001fabf", "\u0378\u0379", "\U00013000\U00013001 hieroglyphs",
+        "\U0001e900 adlam", "\x00\x01\x02\x03\x04\x05\x06\x07\x08", "\x7f\x80\x81",
+        "\u2fff\u31e4", "\U0002a6d6\U0002b734", "\uffff\ufffe", "\U000e0041\U000e007f",
+    ]
+    return s
+
+
+def write_fixture(out_path, doc, cases):
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write("{\n")
+        for k in doc:
+            f.write(f"  {json.dumps(k)}: {json.dumps(doc[k], ensure_ascii=False)},\n")
+        f.write('  "cases": [\n')
+        for i, c in enumerate(cases):
+            sep = "," if i + 1 < len(cases) else ""
+            f.write("    " + json.dumps(c, ensure_ascii=False, separators=(", ", ": ")) + sep
+                    + "\n")
+        f.write("  ]\n}\n")
+
+
+def main_gemma3(args):
+    import tokenizers
+
+    model = args.model or os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
+    out = args.out or os.path.join(REPO, "tests", "fixtures", "tokenizer_gemma3.json")
+    tok = build_gemma3_tokenizer(model, args.hf_cache)
+    texts = list(dict.fromkeys(gemma3_test_strings()))
+    cases = []
+    n_split = 0
+    for text in texts:
+        tok.encode_special_tokens = False
+        with_special = tok.encode(text, add_special_tokens=False).ids
+        tok.encode_special_tokens = True
+        plain = tok.encode(text, add_special_tokens=False).ids
+        tok.encode_special_tokens = False
+        # Every byte has a <0xNN> token, so decoding gives the text back.
+        roundtrip = True
+        for ids in (with_special, plain):
+            if tok.decode(ids, skip_special_tokens=False) != text:
+                roundtrip = False
+        variants = [(None, with_special)]
+        if with_special != plain:
+            n_split += 1
+            variants = [(True, with_special), (False, plain)]
+        for parse, ids in variants:
+            case = {"text": text, "parse_special": parse, "ids": ids}
+            if not roundtrip:
+                case["roundtrip"] = False
+            cases.append(case)
+    doc = {
+        "description": "Gemma 3 tokenizer reference ids from HuggingFace tokenizers, the "
+                       "tokenizer made by transformers' GGUF conversion from the model file; "
+                       "made by scripts/make_tokenizer_fixture.py --gemma3. parse_special null "
+                       "= same ids with and without special-token parsing; ids exclude BOS.",
+        "generator": f"tokenizers {tokenizers.__version__}, transformers "
+                     f"{__import__('transformers').__version__}",
+        "model_file": os.path.basename(model),
+        "model_sha256": sha256_file(model),
+        "n_vocab": tok.get_vocab_size(with_added_tokens=True),
+        "decode_roundtrip": "decode(ids) == text unless the case says roundtrip: false",
+    }
+    write_fixture(out, doc, cases)
+    print(f"wrote {out}: {len(texts)} distinct strings, {len(cases)} cases "
+          f"({n_split} differ with special parsing), {os.path.getsize(out)} bytes")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     default_model = os.environ.get("LLMKV_MODEL") or os.path.join(
         REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--model", default=default_model)
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures",
-                                                  "tokenizer_smollm2.json"))
+    ap.add_argument("--gemma3", action="store_true",
+                    help="build tokenizer_gemma3.json from the Gemma 3 GGUF file")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--hf-cache", default=None,
+                    help="--gemma3: save/reuse the converted tokenizer.json here")
+    ap.add_argument("--pretokenize", action="store_true",
+                    help="build tokenizer_pretokenize.json (llama-bpe and qwen2 splits; no model)")
     args = ap.parse_args()
+    if args.pretokenize:
+        main_pretokenize(args)
+        return
+    if args.gemma3:
+        main_gemma3(args)
+        return
+    args.model = args.model or default_model
+    args.out = args.out or os.path.join(REPO, "tests", "fixtures", "tokenizer_smollm2.json")
 
     vocab_data = read_vocab(args.model)
     texts = test_strings()
@@ -388,18 +587,7 @@ def main():
         "decode_roundtrip": "decode(ids) == text unless the case says roundtrip: false",
         "cases": cases,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write("{\n")
-        keys = [k for k in doc if k != "cases"]
-        for k in keys:
-            f.write(f"  {json.dumps(k)}: {json.dumps(doc[k], ensure_ascii=False)},\n")
-        f.write('  "cases": [\n')
-        for i, c in enumerate(cases):
-            sep = "," if i + 1 < len(cases) else ""
-            f.write("    " + json.dumps(c, ensure_ascii=False, separators=(", ", ": ")) + sep
-                    + "\n")
-        f.write("  ]\n}\n")
+    write_fixture(args.out, {k: v for k, v in doc.items() if k != "cases"}, cases)
     size = os.path.getsize(args.out)
     print(f"wrote {args.out}: {len(distinct)} distinct strings x 3 pre-tokenizers, "
           f"{len(cases)} cases ({n_split} differ with special parsing), {size} bytes")

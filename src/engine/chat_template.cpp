@@ -1,4 +1,5 @@
-// Chat formats: ChatML (SmolLM2, Qwen), Llama 3 headers, Llama 2 [INST] blocks.
+// Chat formats: ChatML (SmolLM2, Qwen), Llama 3 headers, Llama 2 [INST] blocks, Gemma turns,
+// Mistral [INST] blocks, Phi-3 tags.
 #include "engine/chat_template.h"
 
 #include "common/error.h"
@@ -7,33 +8,25 @@ namespace llmkv {
 
 namespace {
 
-// SmolLM2's template inserts a default system message when the conversation has none.
-// It is recognised as the literal "<|im_start|>system\n...<|im_end|>" inside the
-// template text.
+// SmolLM2's and Qwen2.5's templates insert a default system message when the conversation
+// has none. It is recognised as the first literal "<|im_start|>system\n...<|im_end|>" inside
+// the template text.
 std::string chatml_default_system(const std::string &tmpl) {
     const std::string open = "<|im_start|>system\n";
-    size_t a = tmpl.find(open);
-    if (a == std::string::npos) return "";
-    a += open.size();
-    size_t b = tmpl.find("<|im_end|>", a);
-    if (b == std::string::npos || b - a > 4096) return "";
-    std::string s = tmpl.substr(a, b - a);
-    // Only a plain literal qualifies (no template syntax inside).
-    if (s.find("{{") != std::string::npos || s.find("{%") != std::string::npos ||
-        s.find('\'') != std::string::npos) {
-        return "";
+    for (size_t a = tmpl.find(open); a != std::string::npos; a = tmpl.find(open, a)) {
+        a += open.size();
+        size_t b = tmpl.find("<|im_end|>", a);
+        if (b == std::string::npos) return "";
+        if (b - a > 4096) continue;
+        std::string s = tmpl.substr(a, b - a);
+        // Only a plain literal qualifies (no template syntax inside).
+        if (s.empty() || s.find("{{") != std::string::npos || s.find("{%") != std::string::npos ||
+            s.find('\'') != std::string::npos || s.find('"') != std::string::npos) {
+            continue;
+        }
+        return s;
     }
-    return s;
-}
-
-const char *family_name(ChatFamily f) {
-    switch (f) {
-        case ChatFamily::chatml: return "ChatML";
-        case ChatFamily::llama3: return "Llama 3";
-        case ChatFamily::llama2: return "Llama 2";
-        case ChatFamily::none: break;
-    }
-    return "none";
+    return "";
 }
 
 // Up to 64 bytes of a role for a message, bytes outside printable ASCII as \xNN.
@@ -66,27 +59,69 @@ void check_roles(ChatFamily family, const llmkv_chat_message *msgs, size_t n) {
         }
         if (!ok) {
             fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs[%zu].role \"%s\" is not a role of the %s chat format (accepted: %s)",
-                 i, shown_role(msgs[i].role).c_str(), family_name(family), accepted);
+                 i, shown_role(msgs[i].role).c_str(), chat_family_name(family), accepted);
         }
-        if (family == ChatFamily::llama2 && role == "system" && i != 0) {
+        bool system_first_only =
+            family == ChatFamily::llama2 || family == ChatFamily::mistral || family == ChatFamily::gemma;
+        if (system_first_only && role == "system" && i != 0) {
             fail(LLMKV_ERR_INVALID_ARGUMENT,
-                 "msgs[%zu].role \"system\": the Llama 2 chat format takes a system message only as msgs[0]", i);
+                 "msgs[%zu].role \"system\": the %s chat format takes a system message only as msgs[0]", i,
+                 chat_family_name(family));
         }
     }
 }
 
+// The family's beginning-of-text marker, or nothing when the tokenizer adds that very token
+// in front of the text by itself (the prompt would otherwise hold it twice).
+std::string leading_bos(const Tokenizer &tokenizer, const char *marker) {
+    int32_t bos = tokenizer.bos();
+    if (tokenizer.add_bos_default() && bos >= 0 && tokenizer.token_text(bos) == marker) return "";
+    return marker;
+}
+
+// Jinja's `trim`: surrounding whitespace removed.
+std::string trimmed(const char *text) {
+    std::string_view s(text);
+    const char *ws = " \t\n\r\f\v";
+    size_t a = s.find_first_not_of(ws);
+    if (a == std::string_view::npos) return "";
+    size_t b = s.find_last_not_of(ws);
+    return std::string(s.substr(a, b - a + 1));
+}
+
 }  // namespace
 
+const char *chat_family_name(ChatFamily f) {
+    switch (f) {
+        case ChatFamily::chatml: return "ChatML";
+        case ChatFamily::llama3: return "Llama 3";
+        case ChatFamily::llama2: return "Llama 2";
+        case ChatFamily::gemma: return "Gemma";
+        case ChatFamily::mistral: return "Mistral";
+        case ChatFamily::phi3: return "Phi-3";
+        case ChatFamily::none: break;
+    }
+    return "none";
+}
+
 ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) {
-    std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
-    if (tmpl.find("<|im_start|>") != std::string::npos || tokenizer.find_token("<|im_start|>") >= 0) {
-        return ChatFamily::chatml;
-    }
-    if (tmpl.find("<|start_header_id|>") != std::string::npos ||
-        tokenizer.find_token("<|start_header_id|>") >= 0) {
-        return ChatFamily::llama3;
-    }
-    if (tmpl.find("[INST]") != std::string::npos) return ChatFamily::llama2;
+    const std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
+    auto in_tmpl = [&tmpl](const char *s) { return tmpl.find(s) != std::string::npos; };
+    if (in_tmpl("<start_of_turn>")) return ChatFamily::gemma;
+    if (in_tmpl("<|im_start|>")) return ChatFamily::chatml;
+    if (in_tmpl("<|start_header_id|>")) return ChatFamily::llama3;
+    if (in_tmpl("<|user|>") || in_tmpl("<|assistant|>")) return ChatFamily::phi3;
+    if (in_tmpl("[INST]")) return in_tmpl("<<SYS>>") ? ChatFamily::llama2 : ChatFamily::mistral;
+
+    // No template (Gemma 3 270M has none) or one naming no known format: the vocabulary's chat
+    // tokens, then the architecture.
+    const std::string arch = file.get_string("general.architecture").value_or("");
+    auto has = [&tokenizer](const char *s) { return tokenizer.find_token(s) >= 0; };
+    if (has("<start_of_turn>") || arch.rfind("gemma", 0) == 0) return ChatFamily::gemma;
+    if (has("<|im_start|>") || arch.rfind("qwen", 0) == 0) return ChatFamily::chatml;
+    if (has("<|start_header_id|>")) return ChatFamily::llama3;
+    if (arch == "phi3" || (has("<|user|>") && has("<|assistant|>") && has("<|end|>"))) return ChatFamily::phi3;
+    if (has("[INST]") && has("[/INST]")) return ChatFamily::mistral;
     return ChatFamily::none;
 }
 
@@ -120,7 +155,7 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             return out;
         }
         case ChatFamily::llama3: {
-            out += "<|begin_of_text|>";
+            out += leading_bos(tokenizer, "<|begin_of_text|>");
             for (size_t i = 0; i < n; ++i) {
                 out += "<|start_header_id|>";
                 out += msgs[i].role;
@@ -142,13 +177,14 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             if (!system.empty() && (i == n || std::string(msgs[i].role) != "user")) {
                 // No user message follows to carry the system prompt: it gets a turn of its own
                 // (it used to be dropped silently).
-                out += "<s>[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
+                out += leading_bos(tokenizer, "<s>") + "[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
                 first = false;
             }
             for (; i < n; ++i) {
                 std::string role = msgs[i].role;
                 if (role == "user") {
-                    out += "<s>[INST] ";
+                    out += out.empty() ? leading_bos(tokenizer, "<s>") : std::string("<s>");
+                    out += "[INST] ";
                     if (first && !system.empty()) out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
                     out += msgs[i].content;
                     out += " [/INST]";
@@ -161,9 +197,75 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             }
             return out;
         }
+        case ChatFamily::gemma: {
+            // <start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n...; no system role.
+            out += leading_bos(tokenizer, "<bos>");
+            size_t i = 0;
+            std::string prefix;
+            if (n > 0 && std::string(msgs[0].role) == "system") {
+                prefix = std::string(msgs[0].content) + "\n\n";
+                i = 1;
+            }
+            if (i == 1 && n == 1) {
+                out += "<start_of_turn>user\n";
+                if (!add_generation_prompt) return out + prefix;  // the open first user turn
+                out += trimmed(msgs[0].content) + "<end_of_turn>\n<start_of_turn>model\n";
+                return out;
+            }
+            for (bool first = true; i < n; ++i, first = false) {
+                const bool user = std::string(msgs[i].role) == "user";
+                out += user ? "<start_of_turn>user\n" : "<start_of_turn>model\n";
+                if (first) out += prefix;
+                out += trimmed(msgs[i].content);
+                out += "<end_of_turn>\n";
+            }
+            if (add_generation_prompt) out += "<start_of_turn>model\n";
+            return out;
+        }
+        case ChatFamily::mistral: {
+            // [INST] user [/INST] assistant</s>[INST] ...; a system message opens the first
+            // user turn.
+            out += leading_bos(tokenizer, "<s>");
+            size_t i = 0;
+            std::string prefix;
+            if (n > 0 && std::string(msgs[0].role) == "system") {
+                prefix = std::string(msgs[0].content) + "\n\n";
+                i = 1;
+            }
+            if (i == 1 && n == 1) {
+                if (!add_generation_prompt) return out + "[INST] " + prefix;
+                return out + "[INST] " + msgs[0].content + " [/INST]";
+            }
+            for (bool first = true; i < n; ++i) {
+                if (std::string(msgs[i].role) == "user") {
+                    out += "[INST] ";
+                    if (first) out += prefix;
+                    out += msgs[i].content;
+                    out += " [/INST]";
+                    first = false;
+                } else {  // assistant (roles were checked)
+                    out += " ";
+                    out += msgs[i].content;
+                    out += "</s>";
+                }
+            }
+            return out;
+        }
+        case ChatFamily::phi3: {
+            for (size_t i = 0; i < n; ++i) {
+                out += "<|";
+                out += msgs[i].role;
+                out += "|>\n";
+                out += msgs[i].content;
+                out += "<|end|>\n";
+            }
+            if (add_generation_prompt) out += "<|assistant|>\n";
+            return out;
+        }
         case ChatFamily::none: break;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
+
 }
 
 }  // namespace llmkv

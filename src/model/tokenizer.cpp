@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <queue>
 
 #include "common/error.h"
@@ -228,16 +229,50 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
         }
     }
 
-    // Special tokens split out of the text when parse_special.
-    for (size_t i = 0; i < n; ++i) {
-        if ((types_[i] == kTokenControl || types_[i] == kTokenUserDefined) && !tokens_[i].empty()) {
-            special_by_byte_[uint8_t(tokens_[i][0])].push_back(int32_t(i));
+    // A SentencePiece vocabulary's user-defined tokens made only of spaces (Gemma stores
+    // "\u2581\u2581".. with real spaces and a placeholder score): spelled with U+2581 so
+    // merging reaches them, ranked above every other merge, shortest (lowest id) first.
+    std::vector<uint8_t> merged_user(kind_ == Kind::kSpm ? n : 0, 0);
+    if (kind_ == Kind::kSpm) {
+        std::vector<int32_t> runs;
+        for (size_t i = 0; i < n; ++i) {
+            const std::string &s = tokens_[i];
+            if (types_[i] == kTokenUserDefined && !s.empty() &&
+                s.find_first_not_of(' ') == std::string::npos) {
+                runs.push_back(int32_t(i));
+            }
+        }
+        if (!runs.empty()) {
+            if (scores_.empty()) scores_.assign(n, 0.0f);
+            float top = 0.0f;
+            for (size_t i = 0; i < n; ++i) {
+                if (types_[i] == kTokenNormal) top = std::max(top, scores_[i]);
+            }
+            std::string spelled;
+            for (size_t k = 0; k < runs.size(); ++k) {
+                size_t id = size_t(runs[k]);
+                merged_user[id] = 1;
+                scores_[id] = top + 1.0f + float(runs.size() - k);
+                spelled.clear();
+                for (size_t c = 0; c < tokens_[id].size(); ++c) spelled += kSpmSpace;
+                token_ids_.emplace(spelled, runs[k]);  // a token of that spelling wins
+            }
         }
     }
-    for (auto &list : special_by_byte_) {
-        std::stable_sort(list.begin(), list.end(), [this](int32_t a, int32_t b) {
-            return tokens_[size_t(a)].size() > tokens_[size_t(b)].size();
-        });
+
+    // Special tokens split out of the text: control tokens when parse_special, user-defined
+    // ones always.
+    for (size_t i = 0; i < n; ++i) {
+        bool user = types_[i] == kTokenUserDefined && (merged_user.empty() || !merged_user[i]);
+        if ((types_[i] == kTokenControl || user) && !tokens_[i].empty()) {
+            special_ids_.emplace(tokens_[i], int32_t(i));
+            special_lengths_[uint8_t(tokens_[i][0])].push_back(uint32_t(tokens_[i].size()));
+            if (user) ++n_user_defined_specials_;
+        }
+    }
+    for (auto &lengths : special_lengths_) {
+        std::sort(lengths.begin(), lengths.end(), std::greater<uint32_t>());
+        lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     }
 
     // End of generation.
@@ -263,6 +298,8 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
         } else if (pre_ == "llama-bpe" || pre_ == "llama3" || pre_ == "llama-v3") {
             pre_kind_ = PreTokenizer::kLlama3;
             ignore_merges_ = true;
+        } else if (pre_ == "qwen2" || pre_ == "deepseek-r1-qwen") {
+            pre_kind_ = PreTokenizer::kQwen2;
         } else if (pre_.empty() || pre_ == "default" || pre_ == "gpt2" || pre_ == "gpt-2") {
             pre_kind_ = PreTokenizer::kGpt2;
         } else {
@@ -327,22 +364,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 2);
     if (add_bos && bos_ >= 0) out.push_back(bos_);
-    if (!parse_special) {
+    if (!parse_special && n_user_defined_specials_ == 0) {
         encode_fragment(text, out, dropped);
         return out;
     }
     size_t start = 0;  // first byte of the pending text fragment
     size_t p = 0;
     while (p < text.size()) {
-        const std::vector<int32_t> &cands = special_by_byte_[uint8_t(text[p])];
         int32_t hit = -1;
-        for (int32_t id : cands) {
-            const std::string &s = tokens_[size_t(id)];
-            if (s.size() <= text.size() - p &&
-                std::memcmp(text.data() + p, s.data(), s.size()) == 0) {
-                hit = id;
-                break;
-            }
+        for (uint32_t len : special_lengths_[uint8_t(text[p])]) {
+            if (len > text.size() - p) continue;
+            auto it = special_ids_.find(text.substr(p, len));
+            if (it == special_ids_.end()) continue;
+            if (!parse_special && types_[size_t(it->second)] != kTokenUserDefined) continue;
+            hit = it->second;
+            break;
         }
         if (hit < 0) {
             ++p;
@@ -375,6 +411,12 @@ void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out
         return;
     }
     std::vector<std::string_view> words;
+    if (pre_kind_ == PreTokenizer::kQwen2) {
+        const std::string normalized = nfc_normalize(text);
+        pretokenize(pre_kind_, normalized, words);
+        for (std::string_view w : words) encode_bpe_word(w, out, dropped);
+        return;
+    }
     pretokenize(pre_kind_, text, words);
     for (std::string_view w : words) encode_bpe_word(w, out, dropped);
 }

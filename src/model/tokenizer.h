@@ -45,12 +45,19 @@ enum class PreTokenizer {
     kSmollm,  // every \p{N} code point alone, then kGpt2 on the pieces between them
     kLlama3,  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
               //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+    kQwen2,   // kLlama3 with \p{N} (every number code point alone) for \p{N}{1,3}; the text
+              // is put in Unicode NFC first (Qwen2's normalizer)
 };
 
 // Appends the words of `text` to `out` (views into `text`, in order, covering all of it).
 // The patterns are matched over code points; a byte that is not part of valid UTF-8 counts
-// as one code point that is neither letter, number nor space.
+// as one code point that is neither letter, number nor space. (No normalization here: the
+// tokenizer applies kQwen2's NFC before splitting.)
 void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view> &out);
+
+// `text` in Unicode normalization form C; bytes that are not valid UTF-8 are kept as they are
+// (each valid run between them is normalized on its own).
+std::string nfc_normalize(std::string_view text);
 
 // Bytes Tokenizer::encode dropped because the vocabulary has no token for them.
 struct DroppedBytes {
@@ -75,12 +82,21 @@ public:
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile &f);
     // Just the reading part of from_gguf (no validation beyond the key types).
     static TokenizerVocab vocab_from_gguf(const GgufFile &f);
+    // The tokenizer of the GGUF file at `path` from its metadata alone: the tensor infos are
+    // not read, so a file whose tensors llmkv cannot load yet still gives its tokenizer.
+    // Throws LLMKV_ERR_IO when the file cannot be read, LLMKV_ERR_MODEL_FORMAT for a
+    // malformed header or metadata, and like from_gguf.
+    static std::unique_ptr<Tokenizer> from_gguf_metadata(const std::string &path);
 
     // Tokenizes UTF-8 text (invalid bytes are tokenized byte by byte). add_bos: prepend BOS
     // when the vocabulary has one (callers that honour the model's preference pass
-    // add_bos_default()). parse_special: text equal to a control or user-defined token
-    // becomes that token (leftmost, longest match first); otherwise such text is ordinary
-    // text. A byte the vocabulary cannot represent (a "gpt2" vocabulary without its byte-level
+    // add_bos_default()). User-defined tokens (token type 4, e.g. Gemma's "\n\n" or
+    // "<table>") are always split out of the text as whole tokens, as the reference tokenizers
+    // do; parse_special: text equal to a control token becomes that token too (leftmost,
+    // longest match first); otherwise control-token text is ordinary text. (A "llama"
+    // vocabulary's user-defined tokens made only of spaces are the exception: they are
+    // spelled with U+2581 and reached by merging, ranked above every other merge, shortest
+    // first, as HuggingFace's conversion of such a vocabulary does.) A byte the vocabulary cannot represent (a "gpt2" vocabulary without its byte-level
     // symbol; a "llama" vocabulary without its <0xNN> token and without an unknown token) is
     // dropped, as the reference tokenizers do; `dropped`, when given, counts them.
     std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special,
@@ -156,9 +172,11 @@ private:
     std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids_;
     std::unordered_map<uint64_t, Merge> merges_;  // (left << 32 | right) -> rank, result
     int32_t byte_tokens_[256];  // byte-level symbol (gpt2) or <0xNN> token (llama); -1 absent
-    // Control and user-defined tokens split out when parse_special, by first byte, longest
-    // first.
-    std::vector<int32_t> special_by_byte_[256];
+    // Control and user-defined tokens split out of the text: by their text (the lowest id of
+    // a text), and the distinct lengths of those starting with each byte, longest first.
+    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> special_ids_;
+    std::vector<uint32_t> special_lengths_[256];
+    size_t n_user_defined_specials_ = 0;  // user-defined tokens among them
     int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1, pad_ = -1;
     bool add_bos_ = false, add_space_prefix_ = false;
 };

@@ -1,6 +1,14 @@
 // Tokenizer::from_gguf: reads the tokenizer.ggml.* metadata of a GGUF file into a
-// TokenizerVocab and builds the Tokenizer (which validates it).
+// TokenizerVocab and builds the Tokenizer (which validates it). from_gguf_metadata does the
+// same from a file's header and metadata alone.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
+#include <cstring>
 
 #include "common/error.h"
 #include "model/gguf.h"
@@ -20,7 +28,104 @@ int32_t read_id(const GgufFile &f, const char *key) {
     return int32_t(*v);
 }
 
+// Bounds-checked walk over the metadata key/value section (the values themselves are parsed
+// later by GgufFile; here only their extent matters).
+class KvWalker {
+public:
+    KvWalker(const uint8_t *p, size_t n) : p_(p), n_(n) {}
+    size_t pos() const { return pos_; }
+    uint64_t u64() {
+        need(8);
+        uint64_t v;
+        std::memcpy(&v, p_ + pos_, 8);
+        pos_ += 8;
+        return v;
+    }
+    uint32_t u32() {
+        need(4);
+        uint32_t v;
+        std::memcpy(&v, p_ + pos_, 4);
+        pos_ += 4;
+        return v;
+    }
+    void skip(uint64_t k) {
+        need(k);
+        pos_ += size_t(k);
+    }
+    void skip_string() { skip(u64()); }
+    void skip_value(uint32_t type, int depth) {
+        switch (type) {
+            case 0: case 1: case 7: skip(1); return;            // U8, I8, BOOL
+            case 2: case 3: skip(2); return;                    // U16, I16
+            case 4: case 5: case 6: skip(4); return;            // U32, I32, F32
+            case 10: case 11: case 12: skip(8); return;         // U64, I64, F64
+            case 8: skip_string(); return;                      // STRING
+            case 9: {                                           // ARRAY
+                if (depth > 2) break;
+                uint32_t et = u32();
+                uint64_t count = u64();
+                if (count > GgufLimits::kMaxArrayLength) break;
+                for (uint64_t i = 0; i < count; ++i) skip_value(et, depth + 1);
+                return;
+            }
+            default: break;
+        }
+        fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata value of type %u at byte %zu is malformed", type, pos_);
+    }
+
+private:
+    void need(uint64_t k) const {
+        if (k > n_ - pos_) fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata runs past the end of the file");
+    }
+    const uint8_t *p_;
+    size_t n_;
+    size_t pos_ = 0;
+};
+
 }  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const std::string &path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(LLMKV_ERR_IO, "%s: %s", path.c_str(), std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int err = errno;
+        ::close(fd);
+        fail(LLMKV_ERR_IO, "%s: %s", path.c_str(), std::strerror(err));
+    }
+    const size_t size = size_t(st.st_size);
+    if (size < GgufLimits::kHeaderBytes) {
+        ::close(fd);
+        fail(LLMKV_ERR_MODEL_FORMAT, "%s: too short for a GGUF header", path.c_str());
+    }
+    void *map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (map == MAP_FAILED) fail(LLMKV_ERR_IO, "%s: mmap: %s", path.c_str(), std::strerror(err));
+    struct Unmap {
+        void *p;
+        size_t n;
+        ~Unmap() { ::munmap(p, n); }
+    } unmap{map, size};
+
+    // Header (magic, version, tensor count, kv count), then the key/value pairs. The copy
+    // keeps both with the tensor count set to 0, so only the metadata is parsed.
+    const auto *bytes = static_cast<const uint8_t *>(map);
+    KvWalker w(bytes, size);
+    w.skip(8);  // magic and version: GgufFile checks them
+    w.u64();    // tensor count
+    uint64_t n_kv = w.u64();
+    if (n_kv > GgufLimits::kMaxKv) fail(LLMKV_ERR_MODEL_FORMAT, "%s: %llu metadata entries", path.c_str(), static_cast<unsigned long long>(n_kv));
+    for (uint64_t i = 0; i < n_kv; ++i) {
+        w.skip_string();
+        uint32_t type = w.u32();
+        w.skip_value(type, 0);
+    }
+    std::vector<uint8_t> image(bytes, bytes + w.pos());
+    std::memset(image.data() + 8, 0, 8);
+    std::unique_ptr<GgufFile> f = GgufFile::from_memory(image.data(), image.size());
+    return from_gguf(*f);
+}
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &f) {
     return std::make_unique<Tokenizer>(vocab_from_gguf(f));

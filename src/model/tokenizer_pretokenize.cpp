@@ -1,7 +1,10 @@
-// Pre-tokenization for byte-level BPE: the GPT-2, SmolLM (isolated digits + GPT-2) and
-// Llama 3 split patterns, matched by hand over code points with utf8proc categories. Each
-// matcher returns the end of the match of the pattern's alternatives, tried in order.
+// Pre-tokenization for byte-level BPE: the GPT-2, SmolLM (isolated digits + GPT-2), Llama 3
+// and Qwen2 split patterns, matched by hand over code points with utf8proc categories (each
+// matcher returns the end of the match of the pattern's alternatives, tried in order), and
+// the NFC normalization Qwen2 applies first.
 #include <utf8proc.h>
+
+#include <cstdlib>
 
 #include "model/tokenizer.h"
 
@@ -131,7 +134,8 @@ size_t match_gpt2(const CodePoints &t, size_t i, size_t end) {
     return match_space_run(t, i, end);
 }
 
-size_t match_llama3(const CodePoints &t, size_t i, size_t end) {
+// The Llama 3 pattern with \p{N}{1,max_digits}; Qwen2's is the same with one digit.
+size_t match_llama3_like(const CodePoints &t, size_t i, size_t end, size_t max_digits) {
     if (size_t m = match_contraction(t, i, end, true)) return m;
     uint8_t c0 = t.cls[i];
     // [^\r\n\p{L}\p{N}]?\p{L}+
@@ -139,10 +143,10 @@ size_t match_llama3(const CodePoints &t, size_t i, size_t end) {
     if (c0 != kNumber && !is_cr_lf(t.cp[i]) && i + 1 < end && t.cls[i + 1] == kLetter) {
         return skip_class(t, i + 1, end, kLetter);
     }
-    // \p{N}{1,3}
+    // \p{N}{1,3} (Llama 3) or \p{N} (Qwen2)
     if (c0 == kNumber) {
         size_t j = i;
-        while (j < end && j - i < 3 && t.cls[j] == kNumber) ++j;
+        while (j < end && j - i < max_digits && t.cls[j] == kNumber) ++j;
         return j;
     }
     //  ?[^\s\p{L}\p{N}]+[\r\n]*
@@ -158,6 +162,14 @@ size_t match_llama3(const CodePoints &t, size_t i, size_t end) {
         if (is_cr_lf(t.cp[m - 1])) return m;
     }
     return match_space_run(t, i, end);
+}
+
+size_t match_llama3(const CodePoints &t, size_t i, size_t end) {
+    return match_llama3_like(t, i, end, 3);
+}
+
+size_t match_qwen2(const CodePoints &t, size_t i, size_t end) {
+    return match_llama3_like(t, i, end, 1);
 }
 
 template <typename Matcher>
@@ -185,6 +197,9 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
         case PreTokenizer::kLlama3:
             split_range(t, text, 0, n, match_llama3, out);
             break;
+        case PreTokenizer::kQwen2:
+            split_range(t, text, 0, n, match_qwen2, out);
+            break;
         case PreTokenizer::kSmollm: {
             size_t i = 0;
             auto digit = [&t](size_t k) { return t.cls[k] == kNumber || is_recent_digit(t.cp[k]); };
@@ -202,6 +217,40 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
             break;
         }
     }
+}
+
+std::string nfc_normalize(std::string_view text) {
+    const auto *p = reinterpret_cast<const unsigned char *>(text.data());
+    size_t i = 0;
+    while (i < text.size() && p[i] < 0x80) ++i;
+    if (i == text.size()) return std::string(text);  // ASCII is already in NFC
+    if (i > 0) --i;  // the last ASCII character may compose with what follows (e + U+0301)
+    std::string out(text.substr(0, i));
+    out.reserve(text.size() + 8);
+    while (i < text.size()) {
+        // The longest run of valid UTF-8 from i, or one invalid byte.
+        size_t j = i;
+        while (j < text.size()) {
+            size_t len = Utf8Stream::unit_length(p + j, text.size() - j);
+            if (len == 0 || (len == 1 && p[j] >= 0x80)) break;
+            j += len;
+        }
+        if (j == i) {
+            out += char(p[i++]);
+            continue;
+        }
+        utf8proc_uint8_t *norm = nullptr;
+        utf8proc_ssize_t n = utf8proc_map(p + i, utf8proc_ssize_t(j - i), &norm,
+                                          utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        if (n >= 0 && norm) {
+            out.append(reinterpret_cast<const char *>(norm), size_t(n));
+        } else {
+            out.append(text.substr(i, j - i));  // cannot happen for valid UTF-8; keep it as is
+        }
+        std::free(norm);
+        i = j;
+    }
+    return out;
 }
 
 }  // namespace llmkv

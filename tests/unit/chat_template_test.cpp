@@ -24,8 +24,16 @@ struct ChatModel {
     std::unique_ptr<GgufFile> file;
     std::unique_ptr<Tokenizer> tok;
 
-    ChatModel(const std::vector<std::string> &specials, const std::string &tmpl) {
+    // arch: general.architecture when not empty; bos_special: the index in `specials` of the
+    // BOS token, which the tokenizer then adds by itself (add_bos_token true).
+    ChatModel(const std::vector<std::string> &specials, const std::string &tmpl, const std::string &arch = "",
+              int bos_special = -1) {
         GgufWriter w;
+        if (!arch.empty()) w.add_string("general.architecture", arch);
+        if (bos_special >= 0) {
+            w.add_uint32("tokenizer.ggml.bos_token_id", uint32_t(3 + bos_special));
+            w.add_bool("tokenizer.ggml.add_bos_token", true);
+        }
         std::vector<std::string> tokens = {"a", "b", "c"};
         std::vector<int32_t> types = {1, 1, 1};
         for (const std::string &s : specials) {
@@ -55,7 +63,15 @@ struct ChatModel {
 
 ChatModel chatml() { return ChatModel({"<|im_start|>", "<|im_end|>"}, ""); }
 ChatModel llama3() { return ChatModel({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, ""); }
-ChatModel llama2() { return ChatModel({"<s>", "</s>"}, "{{ '[INST] ' + content + ' [/INST]' }}"); }
+ChatModel llama2() {
+    return ChatModel({"<s>", "</s>"}, "{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}");
+}
+// Gemma 3 270M's file has no template: the <start_of_turn> token tells.
+ChatModel gemma() { return ChatModel({"<bos>", "<start_of_turn>", "<end_of_turn>"}, "", "gemma3", 0); }
+ChatModel mistral() {
+    return ChatModel({"<s>", "</s>"}, "{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' }}{% endfor %}");
+}
+ChatModel phi3() { return ChatModel({"<|user|>", "<|assistant|>", "<|end|>", "<|system|>"}, ""); }
 
 TEST(ChatTemplate, FamiliesFormatOrdinaryConversations) {
     std::string out;
@@ -75,6 +91,89 @@ TEST(ChatTemplate, FamiliesFormatOrdinaryConversations) {
     std::vector<llmkv_chat_message> tool = {{"user", "U"}, {"ipython", "{\"r\": 1}"}};
     ASSERT_EQ(llama3().format(tool, out), LLMKV_OK) << out;
     EXPECT_NE(out.find("<|start_header_id|>ipython<|end_header_id|>\n\n{\"r\": 1}<|eot_id|>"), std::string::npos);
+}
+
+TEST(ChatTemplate, NewFamiliesFormatOrdinaryConversations) {
+    std::string out;
+    std::vector<llmkv_chat_message> msgs = {{"system", "S"}, {"user", " U\n"}, {"assistant", "A"}, {"user", "V"}};
+    // Gemma: no system role (it opens the first user turn), "model" for the assistant, content
+    // trimmed; <bos> left to the tokenizer, which adds it.
+    ASSERT_EQ(gemma().format(msgs, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out,
+              "<start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n"
+              "<start_of_turn>user\nV<end_of_turn>\n<start_of_turn>model\n");
+    ASSERT_EQ(gemma().format({{"user", "hi"}}, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+    ASSERT_EQ(mistral().format(msgs, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<s>[INST] S\n\n U\n [/INST] A</s>[INST] V [/INST]");
+    ASSERT_EQ(phi3().format(msgs, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out,
+              "<|system|>\nS<|end|>\n<|user|>\n U\n<|end|>\n<|assistant|>\nA<|end|>\n<|user|>\nV<|end|>\n"
+              "<|assistant|>\n");
+}
+
+TEST(ChatTemplate, ASystemMessageAloneIsAPrefixOfTheConversation) {
+    // `llmkv run --chat --system` computes the system part once and appends the rest: the
+    // system-only rendering must be a prefix of the full one, also where the family has no
+    // system turn. (Llama 2 is the exception: a system message alone gets a turn of its own.)
+    const std::vector<llmkv_chat_message> sys = {{"system", "Be brief."}};
+    const std::vector<llmkv_chat_message> full = {{"system", "Be brief."}, {"user", "Hi"}};
+    for (ChatModel (*make)() : {chatml, llama3, gemma, mistral, phi3}) {
+        ChatModel m = make();
+        std::string a, b;
+        ASSERT_EQ(m.format(sys, a, false), LLMKV_OK) << a;
+        ASSERT_EQ(m.format(full, b, true), LLMKV_OK) << b;
+        EXPECT_EQ(b.compare(0, a.size(), a), 0) << "system alone: " << a << "\nfull: " << b;
+        EXPECT_NE(a.find("Be brief."), std::string::npos) << a;
+    }
+    std::string out;
+    ASSERT_EQ(gemma().format(sys, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<start_of_turn>user\nBe brief.<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplate, FamilyFromTemplateTokensOrArchitecture) {
+    auto family = [](const ChatModel &m) { return detect_chat_family(*m.file, *m.tok); };
+    EXPECT_EQ(family(chatml()), ChatFamily::chatml);
+    EXPECT_EQ(family(llama3()), ChatFamily::llama3);
+    EXPECT_EQ(family(llama2()), ChatFamily::llama2);
+    EXPECT_EQ(family(gemma()), ChatFamily::gemma);
+    EXPECT_EQ(family(mistral()), ChatFamily::mistral);
+    EXPECT_EQ(family(phi3()), ChatFamily::phi3);
+    // No template and no chat tokens: the architecture decides.
+    EXPECT_EQ(family(ChatModel({}, "", "gemma3")), ChatFamily::gemma);
+    EXPECT_EQ(family(ChatModel({}, "", "qwen2")), ChatFamily::chatml);
+    EXPECT_EQ(family(ChatModel({}, "", "qwen3")), ChatFamily::chatml);
+    EXPECT_EQ(family(ChatModel({}, "", "phi3")), ChatFamily::phi3);
+    EXPECT_EQ(family(ChatModel({}, "", "llama")), ChatFamily::none);
+    // Mistral v3 vocabularies carry [INST] as tokens.
+    EXPECT_EQ(family(ChatModel({"[INST]", "[/INST]"}, "", "llama")), ChatFamily::mistral);
+    // A template wins over the tokens.
+    EXPECT_EQ(family(ChatModel({"<|im_start|>"}, "{{ '<start_of_turn>' }}")), ChatFamily::gemma);
+    std::string out;
+    EXPECT_EQ(ChatModel({}, "", "llama").format({{"user", "x"}}, out), LLMKV_ERR_UNSUPPORTED);
+}
+
+TEST(ChatTemplate, BeginningOfTextOnlyWhenTheTokenizerDoesNotAddIt) {
+    std::string out;
+    ChatModel adds({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "", "llama", 0);
+    ASSERT_EQ(adds.format({{"user", "U"}}, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    ChatModel gemma_without_bos({"<bos>", "<start_of_turn>", "<end_of_turn>"}, "");
+    ASSERT_EQ(gemma_without_bos.format({{"user", "U"}}, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, "<bos><start_of_turn>user\nU<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplate, SystemOnlyFirstWhereTheFamilyHasNoSystemTurn) {
+    std::string out;
+    const std::vector<llmkv_chat_message> late = {{"user", "u"}, {"system", "s"}};
+    EXPECT_EQ(gemma().format(late, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+    EXPECT_NE(out.find("Gemma"), std::string::npos) << out;
+    EXPECT_EQ(mistral().format(late, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+    EXPECT_EQ(phi3().format(late, out), LLMKV_OK) << out;
+    for (ChatModel (*make)() : {gemma, mistral, phi3}) {
+        EXPECT_EQ(make().format({{"user<end_of_turn>", "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+        EXPECT_EQ(make().format({{"model", "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+    }
 }
 
 TEST(ChatTemplate, RoleWithMarkupIsRefusedNotInjected) {

@@ -271,6 +271,151 @@ TEST_F(SmolLM2Tokenizer, EncodesTenThousandTokensQuickly) {
     EXPECT_LT(per_10k, 250.0);  // a few ms in release builds; generous for sanitizers
 }
 
+// ---- Gemma 3 (SentencePiece-style BPE, 262,144 tokens) against its reference fixture ------
+
+std::string gemma3_path() {
+    if (const char *env = std::getenv("LLMKV_GEMMA3_MODEL"); env && *env) {
+        if (std::ifstream(env).good()) return env;
+    }
+    std::string p = LLMKV_TEST_FIXTURES_DIR "/../../models/gemma-3-270m-q4_k_m.gguf";
+    return std::ifstream(p).good() ? p : std::string();
+}
+
+class Gemma3Tokenizer : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        std::string path = gemma3_path();
+        if (path.empty()) return;
+        // From the metadata alone: the tokenizer does not depend on llmkv running the weights.
+        using clock = std::chrono::steady_clock;
+        auto t0 = clock::now();
+        tok_ = Tokenizer::from_gguf_metadata(path).release();
+        auto t1 = clock::now();
+        load_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
+        std::printf("[ perf ] Gemma 3 tokenizer from_gguf_metadata (read, parse, build) %.1f ms\n", load_ms_);
+        const nlohmann::json doc =
+            nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_gemma3.json"));
+        for (const nlohmann::json &c : doc.at("cases")) {
+            FixtureCase fc;
+            fc.text = c.at("text").get<std::string>();
+            const nlohmann::json &ps = c.at("parse_special");
+            fc.parse_special = ps.is_null() ? -1 : (ps.get<bool>() ? 1 : 0);
+            for (const nlohmann::json &id : c.at("ids")) fc.ids.push_back(id.get<int32_t>());
+            fc.roundtrip = c.value("roundtrip", true);
+            cases_->push_back(std::move(fc));
+        }
+    }
+    static void TearDownTestSuite() {
+        delete tok_;
+        tok_ = nullptr;
+    }
+    void SetUp() override {
+        if (!tok_) {
+            GTEST_SKIP() << "gemma-3-270m-q4_k_m.gguf not found (scripts/fetch_model.sh gemma3 puts it "
+                            "in models/; or set LLMKV_GEMMA3_MODEL)";
+        }
+    }
+
+    static Tokenizer *tok_;
+    static double load_ms_;
+    static std::vector<FixtureCase> *cases_;
+};
+
+Tokenizer *Gemma3Tokenizer::tok_ = nullptr;
+double Gemma3Tokenizer::load_ms_ = 0;
+std::vector<FixtureCase> *Gemma3Tokenizer::cases_ = new std::vector<FixtureCase>();
+
+TEST_F(Gemma3Tokenizer, VocabularyFacts) {
+    EXPECT_EQ(tok_->n_vocab(), 262144u);
+    EXPECT_EQ(tok_->model(), "llama");
+    EXPECT_EQ(tok_->bos(), 2);
+    EXPECT_EQ(tok_->eos(), 1);
+    EXPECT_EQ(tok_->unk(), 3);
+    EXPECT_EQ(tok_->pad(), 0);
+    EXPECT_TRUE(tok_->add_bos_default());
+    EXPECT_FALSE(tok_->add_space_prefix());
+    EXPECT_EQ(tok_->n_unrepresentable_bytes(), 0u);
+    const int32_t start = tok_->find_token("<start_of_turn>"), end = tok_->find_token("<end_of_turn>");
+    EXPECT_EQ(start, 105);
+    EXPECT_EQ(end, 106);
+    EXPECT_TRUE(tok_->is_end_of_generation(end));
+    EXPECT_TRUE(tok_->is_end_of_generation(1));
+    EXPECT_FALSE(tok_->is_end_of_generation(start));
+    EXPECT_TRUE(tok_->is_special(start));
+    EXPECT_EQ(tok_->encode("hi", true, false).front(), 2);
+    EXPECT_EQ(tok_->encode("<start_of_turn>user\n", false, true),
+              (std::vector<int32_t>{105, tok_->find_token("user"), 107}));
+    EXPECT_EQ(tok_->token_bytes(138), "  ");                   // stored with real spaces
+    EXPECT_EQ(tok_->token_bytes(tok_->find_token("\xE2\x96\x81the")), " the");
+    EXPECT_EQ(tok_->token_bytes(tok_->find_token("<0xE2>")), "\xE2");
+    EXPECT_EQ(tok_->decode(tok_->encode("  two  spaces", true, true)), "<bos>  two  spaces");
+}
+
+TEST_F(Gemma3Tokenizer, LoadsWellUnderASecond) {
+    // Measured in SetUpTestSuite: the metadata (262,144 strings, scores, types) read and parsed,
+    // and the tokenizer built from it.
+    EXPECT_LT(load_ms_, 1000.0);
+}
+
+TEST_F(Gemma3Tokenizer, MatchesReferenceIds) {
+    ASSERT_GE(cases_->size(), 400u);
+    size_t checked = 0, failures = 0;
+    for (const FixtureCase &c : *cases_) {
+        for (int parse = 0; parse < 2; ++parse) {
+            if (c.parse_special != -1 && c.parse_special != parse) continue;
+            std::vector<int32_t> got = tok_->encode(c.text, false, parse != 0);
+            ++checked;
+            if (got != c.ids && ++failures <= 25) {
+                ADD_FAILURE() << "text \"" << escape(c.text) << "\" parse_special=" << parse
+                              << "\n  expected " << ids_str(c.ids) << "\n  got      " << ids_str(got);
+            }
+        }
+    }
+    EXPECT_EQ(failures, 0u) << "of " << checked << " encodings";
+}
+
+TEST_F(Gemma3Tokenizer, DecodeRoundTrip) {
+    size_t n = 0;
+    for (const FixtureCase &c : *cases_) {
+        if (!c.roundtrip) continue;
+        ++n;
+        EXPECT_EQ(tok_->decode(c.ids), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, true)), c.text) << escape(c.text);
+        EXPECT_EQ(tok_->decode(tok_->encode(c.text, false, false)), c.text) << escape(c.text);
+    }
+    EXPECT_GT(n, 400u);
+}
+
+TEST_F(Gemma3Tokenizer, InvalidUtf8RoundTripsThroughByteTokens) {
+    const std::string text = "ok \x80 \xE2\x82 x\xC3(\xED\xA0\x80) end\xE2\xFF";
+    DroppedBytes d;
+    EXPECT_EQ(tok_->decode(tok_->encode(text, false, false, &d)), text);
+    EXPECT_EQ(d.count, 0u);
+}
+
+TEST_F(Gemma3Tokenizer, EncodesTenThousandTokensQuickly) {
+    std::string text;
+    for (const FixtureCase &c : *cases_) {
+        if (c.parse_special == -1) text += c.text + "\n";
+    }
+    std::string big;
+    while (big.size() < 60000) big += text;
+    size_t n_tokens = tok_->encode(big, false, true).size();
+    double best_ms = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<int32_t> ids = tok_->encode(big, false, true);
+        auto t1 = std::chrono::steady_clock::now();
+        best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+        EXPECT_EQ(ids.size(), n_tokens);
+    }
+    double per_10k = best_ms * 10000.0 / double(n_tokens);
+    std::printf("[ perf ] Gemma 3: %zu tokens from %zu bytes in %.2f ms (%.2f ms per 10k tokens)\n",
+                n_tokens, big.size(), best_ms, per_10k);
+    EXPECT_GT(n_tokens, 10000u);
+    EXPECT_LT(per_10k, 250.0);
+}
+
 // ---- a hand-built byte-level BPE vocabulary -------------------------------------------
 
 // Ids 0..255: the byte symbols (id = byte); then merges' results; then control tokens.
@@ -446,6 +591,71 @@ TEST(PreTokenizer, Llama3) {
     EXPECT_EQ(split(PreTokenizer::kLlama3, "(x) \tend"), (Words{"(x", ")", " ", "\tend"}));
 }
 
+TEST(PreTokenizer, Qwen2) {
+    // As Llama 3, but every number code point alone.
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "Hello 12345 world!!\n\n  x"),
+              (Words{"Hello", " ", "1", "2", "3", "4", "5", " world", "!!\n\n", " ", " x"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "IT'S 'Re"), (Words{"IT", "'S", " '", "Re"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "v2.0 x\xC2\xB2"), (Words{"v", "2", ".", "0", " x", "\xC2\xB2"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "a\n\n \n  b"), (Words{"a", "\n\n \n", " ", " b"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "\xE4\xBD\xA0\xE5\xA5\xBD 42"),
+              (Words{"\xE4\xBD\xA0\xE5\xA5\xBD", " ", "4", "2"}));
+}
+
+TEST(PreTokenizer, MatchesHuggingFaceSplits) {
+    // tokenizer_pretokenize.json: HuggingFace's Split(Regex(pattern), isolated) over the
+    // fixture strings, for the llama-bpe and qwen2 patterns.
+    const nlohmann::json doc =
+        nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_pretokenize.json"));
+    std::map<std::string, size_t> per_pre;
+    size_t failures = 0;
+    for (const nlohmann::json &c : doc.at("cases")) {
+        const std::string pre = c.at("pre").get<std::string>();
+        const std::string text = c.at("text").get<std::string>();
+        Words want;
+        for (const nlohmann::json &w : c.at("words")) want.push_back(w.get<std::string>());
+        ASSERT_TRUE(pre == "llama-bpe" || pre == "qwen2") << pre;
+        Words got = split(pre == "qwen2" ? PreTokenizer::kQwen2 : PreTokenizer::kLlama3, text);
+        ++per_pre[pre];
+        if (got != want && ++failures <= 20) {
+            std::string g, w;
+            for (const std::string &x : got) g.append("[").append(escape(x)).append("]");
+            for (const std::string &x : want) w.append("[").append(escape(x)).append("]");
+            ADD_FAILURE() << pre << " \"" << escape(text) << "\"\n  expected " << w << "\n  got      " << g;
+        }
+    }
+    EXPECT_GE(per_pre["llama-bpe"], 400u);
+    EXPECT_GE(per_pre["qwen2"], 400u);
+    EXPECT_EQ(failures, 0u);
+}
+
+TEST(PreTokenizer, NfcNormalization) {
+    EXPECT_EQ(nfc_normalize("plain ascii"), "plain ascii");
+    EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");               // e + U+0301 -> é
+    EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                  // Å (angstrom) -> Å
+    EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");              // ﬁ: NFC keeps it
+    EXPECT_EQ(nfc_normalize("a\xFF" "e\xCC\x81\x80"), "a\xFF\xC3\xA9\x80");  // invalid bytes kept
+    EXPECT_EQ(nfc_normalize(""), "");
+}
+
+TEST(ByteBpeTokenizer, Qwen2SplitsDigitsAndNormalizes) {
+    TokenizerVocab v = small_bpe_vocab();
+    v.pre = "qwen2";
+    v.tokens.push_back("\xC3\x83\xC2\xA9");  // 267: "é" as byte-level symbols (C3 A9)
+    v.token_types.push_back(kTokenNormal);
+    v.merges.push_back("\xC3\x83 \xC2\xA9");
+    Tokenizer t(std::move(v));
+    EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kQwen2);
+    EXPECT_EQ(t.encode("12", false, false), (std::vector<int32_t>{'1', '2'}));  // no "12" merge across words
+    EXPECT_EQ(t.encode("hello", false, false), (std::vector<int32_t>{259}));
+    // "e" + combining acute is composed to "é" first, then merged.
+    EXPECT_EQ(t.encode("e\xCC\x81", false, false), (std::vector<int32_t>{267}));
+    EXPECT_EQ(t.decode(t.encode("e\xCC\x81", false, false)), "\xC3\xA9");
+    TokenizerVocab v2 = small_bpe_vocab();
+    v2.pre = "llama-bpe";
+    EXPECT_EQ(Tokenizer(std::move(v2)).encode("12", false, false), (std::vector<int32_t>{264}));
+}
+
 // ---- a hand-built SentencePiece vocabulary ----------------------------------------------
 
 TokenizerVocab small_spm_vocab() {
@@ -494,6 +704,13 @@ TokenizerVocab small_spm_vocab() {
     return v;
 }
 
+int32_t t_id(const TokenizerVocab &v, const std::string &s) {
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+        if (v.tokens[i] == s) return int32_t(i);
+    }
+    return -1;
+}
+
 TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
     Tokenizer t(small_spm_vocab());
     const int32_t kHello = t.find_token("\xE2\x96\x81hello");
@@ -518,6 +735,33 @@ TEST(SpmTokenizer, MergesByScoreWithByteFallback) {
     EXPECT_EQ(t.decode(t.encode("hello", true, false)), "<s>hello");
     EXPECT_TRUE(t.is_end_of_generation(2));
     EXPECT_TRUE(t.is_special(0));
+}
+
+TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitOut) {
+    TokenizerVocab v = small_spm_vocab();
+    v.add_space_prefix = false;
+    for (const char *s : {"\n", "\n\n", "<b>", "  ", "   "}) {
+        v.tokens.push_back(s);
+        v.scores.push_back(-1000.0f);
+        v.token_types.push_back(kTokenUserDefined);
+    }
+    const int32_t nl = t_id(v, "\n"), nl2 = t_id(v, "\n\n"), bold = t_id(v, "<b>"), sp2 = t_id(v, "  "),
+                  sp3 = t_id(v, "   ");
+    Tokenizer t(std::move(v));
+    const int32_t kHello = t.find_token("\xE2\x96\x81hello"), kH = t.find_token("h");
+    // Whether or not control tokens are parsed, user-defined ones are whole tokens.
+    for (bool parse : {false, true}) {
+        EXPECT_EQ(t.encode("h\n\n\nh", false, parse), (std::vector<int32_t>{kH, nl2, nl, kH})) << parse;
+        EXPECT_EQ(t.encode("<b>h", false, parse), (std::vector<int32_t>{bold, kH})) << parse;
+    }
+    EXPECT_EQ(t.encode("<s>h", false, false)[0], 3 + '<');  // a control token only when asked
+    // Space-run tokens are spelled with U+2581 and merged before anything else, so the run
+    // takes the space "hello" would otherwise have carried.
+    EXPECT_EQ(t.find_token("\xE2\x96\x81\xE2\x96\x81"), sp2);
+    EXPECT_EQ(t.encode("h   hello", false, false),
+              (std::vector<int32_t>{kH, sp3, t.find_token("he"), t.find_token("llo")}));
+    EXPECT_EQ(t.encode(" hello", false, false), (std::vector<int32_t>{kHello}));
+    EXPECT_EQ(t.decode(t.encode("h   hello  \n\n<b>", false, false)), "h   hello  \n\n<b>");
 }
 
 TEST(SpmTokenizer, RandomTextRoundTrip) {
