@@ -36,7 +36,7 @@ SLIDING_WINDOW = 512
 K_QUANT_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 # Original prose written for this file (public domain). The first part is the SmolLM2
-# golden prose; the rest continues it so the prompt is ~750 Gemma tokens, longer than the
+# golden prose; the rest continues it so the prompt is ~900 Gemma tokens, longer than the
 # 512-token sliding window of the local attention layers.
 PROSE_EXTRA = (
     " a jar of honey on the doorstep, with no note at all. The weeks that followed were "
@@ -88,7 +88,7 @@ PROMPTS = [
     ("code_fibonacci", "def fibonacci(n):"),
     ("robust_counting", "1, 2, 3, 4, 5, 6, 7, 8,"),
     ("robust_counting_100", "100, 101, 102, 103, 104,"),
-    # ~750 tokens: the local layers see only the last 512 of them.
+    # ~900 tokens: the local layers see only the last 512 of them.
     ("long_prose", LONG_PROSE),
     ("robust_long_counting", LONG_PROSE.removesuffix(", and") + "." + COUNTING_TAIL),
     # A prompt of just under 512 tokens whose continuation crosses the window edge while
