@@ -1,0 +1,548 @@
+#!/usr/bin/env python3
+# make_arch_fixtures.py: writes tests/fixtures/arch/<arch>.gguf (a tiny model with random
+# weights, laid out exactly as llama.cpp's converter writes that architecture, with a
+# trained tokenizer section) and tests/fixtures/arch/<arch>.json (the logits HuggingFace
+# transformers computes for it after loading that very GGUF with its own GGUF loader).
+# tests/unit/arch_reference_test.cpp (ctest label `arch`) checks the runtime against them.
+#
+# Run from the repository root (see tests/fixtures/arch/README.md):
+#   .venv-golden/bin/python scripts/make_arch_fixtures.py [--only qwen2,gemma3]
+"""Tiny GGUF models of every supported architecture, and transformers' logits for them."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_golden as mg  # noqa: E402  (corpus text for the tokenizers)
+
+N_PROMPT = 64   # prompt tokens (BOS included where the vocabulary adds one)
+N_GEN = 16      # greedy tokens
+TOP_K = 16      # stored (id, logit) pairs per position
+SEED = 1234
+
+CORPUS = mg.LONG_PROSE + (
+    " The quick brown fox jumps over the lazy dog. 0123456789, 42 + 7 = 49! "
+    "def f(x):\n    return x * 2\n\nWhat is the tallest mountain? Mount Everest.\n"
+)
+
+# Architectures. n_ff and dims are multiples of 32 so every row is whole q8 blocks.
+ARCHS = {
+    # Qwen2.5-style: biases on Q/K/V, NeoX RoPE, tied embeddings, byte-level BPE "qwen2".
+    "qwen2": dict(arch="qwen2", name="Qwen2 Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2, head_dim=16,
+                  n_ff=128, rope_base=1_000_000.0, eps=1e-6, tied=True, tok="gpt2", pre="qwen2",
+                  qkv_bias=True, n_merges=96),
+    # Qwen3-style: RMSNorm on each Q/K head, head_dim 32 with n_head * head_dim = 128 != n_embd.
+    "qwen3": dict(arch="qwen3", name="Qwen3 Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2, head_dim=32,
+                  n_ff=96, rope_base=1_000_000.0, eps=1e-6, tied=True, tok="gpt2", pre="qwen2",
+                  qk_norm=True, n_merges=96),
+    # Llama 3-style: GQA 4/1, rope_freqs.weight (llama3 rope scaling), untied output, "llama-bpe".
+    "llama": dict(arch="llama", name="Llama 3 Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=1, head_dim=16,
+                  n_ff=128, rope_base=500_000.0, eps=1e-5, tied=False, tok="gpt2", pre="llama-bpe",
+                  rope_freqs=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                  original_max_position_embeddings=32),
+                  permute_qk=True, n_merges=96),
+    # Mistral (7B v0.1-0.3 style) as llama.cpp writes it: architecture "llama", SentencePiece
+    # vocabulary with byte fallback, GQA 4/2, Q/K rows permuted, untied output.
+    "mistral": dict(arch="llama", name="Mistral Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2, head_dim=16,
+                    n_ff=128, rope_base=1_000_000.0, eps=1e-5, tied=False, tok="llama", pre="default",
+                    permute_qk=True, n_merges=80),
+    # Phi-3-mini-style: fused attn_qkv and fused ffn_up (gate then up), NeoX RoPE, MHA.
+    "phi3": dict(arch="phi3", name="Phi3 Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=4, head_dim=16,
+                 n_ff=128, rope_base=10_000.0, eps=1e-5, tied=False, tok="llama", pre="default",
+                 fused=True, sliding_window=2047, n_merges=80),
+    # Gemma 3-style: 6 layers so the 5 local : 1 global pattern appears once (layer 5 global),
+    # sliding window 16 (the prompt is 64), local RoPE base 10000, global 1e6, q/k norms,
+    # pre/post norms around attention and FFN, GELU-tanh, embeddings scaled by sqrt(n_embd),
+    # norm weights stored +1, attention scale 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim).
+    "gemma3": dict(arch="gemma3", name="Gemma 3 Tiny Test", n_embd=64, n_layer=6, n_head=2, n_kv=1, head_dim=32,
+                   n_ff=32, rope_base=1_000_000.0, eps=1e-6, tied=True, tok="llama", pre="default",
+                   sliding_window=16, qk_norm=True, n_merges=48),
+}
+
+
+# ---------------------------------------------------------------------------- vocabularies
+
+def train_bpe(n_merges: int, byte_level: bool):
+    """A BPE trained on CORPUS: (alphabet tokens, merged tokens, merges) in merge order."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    if byte_level:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+        alphabet = []
+    chars = sorted(set(alphabet) | (set() if byte_level else set(CORPUS.replace(" ", "\u2581"))))
+    trainer = trainers.BpeTrainer(vocab_size=len(chars) + n_merges, initial_alphabet=chars,
+                                  special_tokens=[], show_progress=False, min_frequency=2)
+    tok.train_from_iterator([CORPUS], trainer)
+    spec = json.loads(tok.to_str())["model"]
+    vocab = sorted(spec["vocab"].items(), key=lambda kv: kv[1])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["merges"]]
+    base = [t for t, _ in vocab[: len(vocab) - len(merges)]]
+    merged = [t for t, _ in vocab[len(vocab) - len(merges):]]
+    assert all("".join(m.split(" ")) == t for m, t in zip(merges, merged))
+    return base, merged, merges
+
+
+def vocab_gpt2(cfg):
+    """Byte-level BPE as _set_vocab_gpt2 writes it: all 256 byte symbols, merges, specials."""
+    base, merged, merges = train_bpe(cfg["n_merges"], byte_level=True)
+    assert len(base) == 256
+    tokens = base + merged
+    types = [1] * len(tokens)
+    if cfg["pre"] == "llama-bpe":
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    else:
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    first = len(tokens)
+    tokens += specials
+    types += [3] * len(specials)
+    ids = {t: first + i for i, t in enumerate(specials)}
+    if cfg["pre"] == "llama-bpe":
+        special = dict(bos=ids["<|begin_of_text|>"], eos=ids["<|eot_id|>"], add_bos=True)
+    else:
+        special = dict(bos=ids["<|endoftext|>"], eos=ids["<|im_end|>"], pad=ids["<|endoftext|>"], add_bos=False)
+    return dict(model="gpt2", tokens=tokens, types=types, merges=merges, scores=None, **special)
+
+
+def vocab_spm(cfg):
+    """SentencePiece BPE as _set_vocab_sentencepiece writes it: control tokens, the 256
+    <0xNN> byte-fallback tokens (type BYTE), then pieces with scores in merge order."""
+    base, merged, _ = train_bpe(cfg["n_merges"], byte_level=False)
+    if cfg["arch"] == "gemma3":
+        head = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+        head_types = [3, 3, 3, 2, 3, 3, 3]
+    else:
+        head = ["<unk>", "<s>", "</s>"]
+        head_types = [2, 3, 3]
+    tokens = list(head)
+    types = list(head_types)
+    scores = [0.0] * len(head)
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    scores += [0.0] * 256
+    pieces = base + merged
+    tokens += pieces
+    types += [1] * len(pieces)
+    scores += [-float(i) for i in range(len(pieces))]
+    if cfg["arch"] == "phi3":
+        extra = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]
+        tokens += extra
+        types += [3] * len(extra)
+        scores += [0.0] * len(extra)
+    ix = {t: i for i, t in enumerate(tokens)}
+    if cfg["arch"] == "gemma3":
+        special = dict(bos=2, eos=1, unk=3, pad=0, add_bos=True, add_space_prefix=False)
+    elif cfg["arch"] == "phi3":
+        special = dict(bos=1, eos=ix["<|endoftext|>"], unk=0, pad=ix["<|endoftext|>"], add_bos=False)
+    else:
+        special = dict(bos=1, eos=2, unk=0, add_bos=True)
+    return dict(model="llama", tokens=tokens, types=types, merges=None, scores=scores, **special)
+
+
+# ----------------------------------------------------------------------------- weights
+
+def llama3_rope_factors(head_dim, base, p):
+    """rope_freqs.weight exactly as llama.cpp's converter computes it from rope_scaling llama3."""
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    lo = p["original_max_position_embeddings"] / p["low_freq_factor"]
+    hi = p["original_max_position_embeddings"] / p["high_freq_factor"]
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < hi:
+            out.append(1.0)
+        elif wavelen > lo:
+            out.append(p["factor"])
+        else:
+            smooth = (p["original_max_position_embeddings"] / wavelen - p["low_freq_factor"]) / (
+                p["high_freq_factor"] - p["low_freq_factor"])
+            out.append(1.0 / ((1 - smooth) / p["factor"] + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+def make_tensors(cfg, n_vocab, rng):
+    """GGUF name -> float32 array (rows, cols) in GGUF row order. Matrices are rounded to
+    f16 here (they are stored as F16), so the float32 values are exactly the file's."""
+    E, H, KV, D, F = cfg["n_embd"], cfg["n_head"], cfg["n_kv"], cfg["head_dim"], cfg["n_ff"]
+    t = {}
+
+    def mat(rows, cols, gain=1.0):
+        return (rng.standard_normal((rows, cols)) * gain / math.sqrt(cols)).astype(np.float16).astype(np.float32)
+
+    def norm(n, center=1.0):
+        return (center + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    gemma = cfg["arch"] == "gemma3"
+    # Gemma scales embeddings by sqrt(n_embd) itself; the others get rows of norm ~sqrt(n_embd)/4.
+    t["token_embd.weight"] = (rng.standard_normal((n_vocab, E)) * (1.0 / math.sqrt(E) if gemma else 0.25)
+                              ).astype(np.float16).astype(np.float32)
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = norm(E)
+        if cfg.get("fused"):
+            t[p + "attn_qkv.weight"] = mat(H * D + 2 * KV * D, E)
+        else:
+            t[p + "attn_q.weight"] = mat(H * D, E)
+            t[p + "attn_k.weight"] = mat(KV * D, E)
+            t[p + "attn_v.weight"] = mat(KV * D, E)
+        if cfg.get("qkv_bias"):
+            t[p + "attn_q.bias"] = (0.3 * rng.standard_normal(H * D)).astype(np.float32)
+            t[p + "attn_k.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
+            t[p + "attn_v.bias"] = (0.3 * rng.standard_normal(KV * D)).astype(np.float32)
+        if cfg.get("qk_norm"):
+            t[p + "attn_q_norm.weight"] = norm(D)
+            t[p + "attn_k_norm.weight"] = norm(D)
+        t[p + "attn_output.weight"] = mat(E, H * D)
+        if gemma:
+            t[p + "post_attention_norm.weight"] = norm(E)
+        t[p + "ffn_norm.weight"] = norm(E)
+        if cfg.get("fused"):
+            t[p + "ffn_up.weight"] = mat(2 * F, E)  # rows: gate, then up
+        else:
+            t[p + "ffn_gate.weight"] = mat(F, E)
+            t[p + "ffn_up.weight"] = mat(F, E)
+        t[p + "ffn_down.weight"] = mat(E, F)
+        if gemma:
+            t[p + "post_ffw_norm.weight"] = norm(E)
+    t["output_norm.weight"] = norm(E)
+    if not cfg["tied"]:
+        t["output.weight"] = mat(n_vocab, E, gain=2.0)
+    if cfg.get("rope_freqs"):
+        t["rope_freqs.weight"] = llama3_rope_factors(D, cfg["rope_base"], cfg["rope_freqs"])
+    return t
+
+
+def write_gguf(path, cfg, voc, tensors):
+    import gguf
+
+    a = cfg["arch"]
+    w = gguf.GGUFWriter(path, a)
+    w.add_name(cfg["name"])
+    w.add_type("model")
+    w.add_context_length(256)
+    w.add_embedding_length(cfg["n_embd"])
+    w.add_block_count(cfg["n_layer"])
+    w.add_feed_forward_length(cfg["n_ff"])
+    w.add_head_count(cfg["n_head"])
+    w.add_head_count_kv(cfg["n_kv"])
+    w.add_rope_freq_base(cfg["rope_base"])
+    w.add_layer_norm_rms_eps(cfg["eps"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if a == "llama":
+        w.add_vocab_size(len(voc["tokens"]))
+        w.add_rope_dimension_count(cfg["head_dim"])
+    if a in ("qwen3", "gemma3"):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    if a == "phi3":
+        w.add_rope_scaling_orig_ctx_len(256)
+        w.add_rope_dimension_count(cfg["head_dim"])
+        w.add_sliding_window(cfg["sliding_window"])
+    if a == "gemma3":
+        w.add_sliding_window(cfg["sliding_window"])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    w.add_tokenizer_model(voc["model"])
+    w.add_tokenizer_pre(cfg["pre"])
+    w.add_token_list(voc["tokens"])
+    if voc["scores"] is not None:
+        w.add_token_scores(voc["scores"])
+    w.add_token_types(voc["types"])
+    if voc["merges"] is not None:
+        w.add_token_merges(voc["merges"])
+    w.add_bos_token_id(voc["bos"])
+    w.add_eos_token_id(voc["eos"])
+    if "unk" in voc:
+        w.add_unk_token_id(voc["unk"])
+    if "pad" in voc:
+        w.add_pad_token_id(voc["pad"])
+    w.add_add_bos_token(voc["add_bos"])
+    if "add_space_prefix" in voc:
+        w.add_add_space_prefix(voc["add_space_prefix"])
+
+    for name, arr in tensors.items():
+        if arr.ndim == 2 and name != "rope_freqs.weight":
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            w.add_tensor(name, arr.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ------------------------------------------------------------------------ HF comparison
+
+def hf_expected_state(cfg, tensors):
+    """The HF state dict transformers must produce from the GGUF tensors (llama.cpp's
+    converter inverted: Q/K rows un-permuted for llama, norm - 1 for Gemma)."""
+    out = {}
+    H, KV = cfg["n_head"], cfg["n_kv"]
+    gemma = cfg["arch"] == "gemma3"
+    names = {
+        "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj", "attn_qkv": "self_attn.qkv_proj",
+        "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+        "attn_norm": "input_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm" if gemma else "post_attention_layernorm",
+        "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+        "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.gate_up_proj" if cfg.get("fused") else "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }
+    for name, arr in tensors.items():
+        if name == "rope_freqs.weight":
+            continue
+        if name == "token_embd.weight":
+            key = "model.embed_tokens.weight"
+        elif name == "output_norm.weight":
+            key = "model.norm.weight"
+        elif name == "output.weight":
+            key = "lm_head.weight"
+        else:
+            _, layer, base, kind = name.split(".")
+            key = f"model.layers.{layer}.{names[base]}.{kind}"
+        val = arr
+        if cfg.get("permute_qk") and name.endswith(("attn_q.weight", "attn_k.weight")):
+            val = mg.unpermute_rows(arr, H if ".attn_q." in name else KV)
+        if gemma and name.endswith("norm.weight"):
+            val = arr - np.float32(1.0)
+        out[key] = val
+    return out
+
+
+class Fp16KvAttention:
+    """Context manager: the model's eager attention on K/V rounded to fp16 (after RoPE and
+    norms, as the runtime stores them). Sizes the runtime's f16-KV deviation."""
+
+    def __init__(self, model):
+        self.mod = sys.modules[type(model).__module__]
+        self.orig = None
+
+    def __enter__(self):
+        import torch
+
+        orig = self.orig = self.mod.eager_attention_forward
+
+        def fp16_kv(module, query, key, value, attention_mask, *a, **kw):
+            return orig(module, query, key.to(torch.float16).to(query.dtype),
+                        value.to(torch.float16).to(query.dtype), attention_mask, *a, **kw)
+
+        self.mod.eager_attention_forward = fp16_kv
+        return self
+
+    def __exit__(self, *exc):
+        self.mod.eager_attention_forward = self.orig
+
+
+def run_arch(key, cfg, outdir, rng):
+    import gguf
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    voc = vocab_gpt2(cfg) if cfg["tok"] == "gpt2" else vocab_spm(cfg)
+    n_vocab = len(voc["tokens"])
+    tensors = make_tensors(cfg, n_vocab, rng)
+    path = os.path.join(outdir, f"{key}.gguf")
+    write_gguf(path, cfg, voc, tensors)
+    size = os.path.getsize(path)
+
+    notes = []
+    d, f = os.path.split(path)
+    hf_cfg = AutoConfig.from_pretrained(d, gguf_file=f)
+    # Settings llama.cpp has that transformers' GGUF loader does not read (each checked below).
+    overrides = {}
+    if key == "qwen3" and getattr(hf_cfg, "head_dim", None) != cfg["head_dim"]:
+        overrides["head_dim"] = cfg["head_dim"]
+        notes.append(f"transformers' GGUF config map has no qwen3 attention.key_length: head_dim came out "
+                     f"{hf_cfg.head_dim}; set to {cfg['head_dim']}")
+    if key == "gemma3" and hf_cfg.query_pre_attn_scalar != cfg["head_dim"]:
+        overrides["query_pre_attn_scalar"] = cfg["head_dim"]
+        notes.append(f"gemma3: query_pre_attn_scalar defaults to {hf_cfg.query_pre_attn_scalar} (Gemma3TextConfig); "
+                     f"llama.cpp scales by 1/sqrt(key_length): set to {cfg['head_dim']}")
+    if cfg.get("rope_freqs"):
+        rp = dict(hf_cfg.rope_parameters)
+        if rp.get("rope_type") != "llama3":
+            rp.update(rope_type="llama3", **cfg["rope_freqs"])
+            overrides["rope_parameters"] = rp
+            notes.append("transformers ignores rope_freqs.weight: rope_parameters set to the llama3 scaling "
+                         "the tensor was computed from (inv_freq checked against base^(-2i/d)/rope_freqs[i])")
+    for k, v in overrides.items():
+        setattr(hf_cfg, k, v)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, config=hf_cfg, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+
+    # Weights: every tensor equals what the file holds (after the converter's inverse).
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    want = hf_expected_state(cfg, tensors)
+    for k, v in want.items():
+        if k not in sd:
+            raise SystemExit(f"{key}: transformers has no {k}")
+        if not np.array_equal(sd[k], v.reshape(sd[k].shape)):
+            raise SystemExit(f"{key}: {k} differs from the GGUF tensor")
+    if cfg["tied"]:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    # RoPE frequencies: transformers' inv_freq vs what llama.cpp derives from the file.
+    rot = model.model.rotary_emb
+    D, base = cfg["head_dim"], cfg["rope_base"]
+    expect = 1.0 / (base ** (np.arange(0, D, 2, dtype=np.float64) / D))
+    if cfg.get("rope_freqs"):
+        expect = expect / tensors["rope_freqs.weight"].astype(np.float64)
+    inv = (rot.full_attention_inv_freq if key == "gemma3" else rot.inv_freq).double().numpy()
+    rope_rel = float(np.abs(inv / expect - 1).max())
+    assert rope_rel < 1e-6, (key, inv, expect)
+    if key == "gemma3":
+        local = rot.sliding_attention_inv_freq.double().numpy()
+        expect_local = 1.0 / (10000.0 ** (np.arange(0, D, 2, dtype=np.float64) / D))
+        assert np.abs(local / expect_local - 1).max() < 1e-6
+        assert float(model.model.embed_tokens.embed_scale) == float(np.float32(math.sqrt(cfg["n_embd"])))
+        assert model.config.sliding_window == cfg["sliding_window"]
+        assert model.config.layer_types == ["sliding_attention"] * 5 + ["full_attention"], model.config.layer_types
+
+    # Tokenizer: transformers builds one from the file; the prompt is the corpus through it.
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    text = mg.LONG_PROSE
+    ids = tok(text, add_special_tokens=True)["input_ids"][:N_PROMPT]
+    assert (ids[0] == voc["bos"]) == voc["add_bos"], (key, ids[:3])
+    assert len(ids) == N_PROMPT
+    tok_cases = []
+    # (No text starting with a space: transformers' SentencePiece and llama.cpp's disagree
+    # on the dummy-prefix space there, and the runtime follows llama.cpp.)
+    for s in ["The lighthouse at the end", "two  spaces\nand a newline", "x = 42; y = x * 2",
+              "caf\u00e9 \u6771\u4eac \U0001f642"]:
+        t_ids = tok(s, add_special_tokens=True)["input_ids"]
+        body = t_ids[1:] if voc["add_bos"] else t_ids
+        tok_cases.append({"text": s, "ids": [int(i) for i in t_ids],
+                          "round_trip": tok.decode(body, skip_special_tokens=False) == s})
+
+    torch.manual_seed(0)
+    x = torch.tensor([ids], dtype=torch.long)
+    with torch.no_grad():
+        logits = model(input_ids=x, use_cache=False).logits[0].double().numpy()
+        model.generation_config.eos_token_id = None
+        out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=N_GEN,
+                             eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        gen = [int(t) for t in out.sequences[0, len(ids):]]
+        gen_logits = np.stack([lg[0].double().numpy() for lg in out.logits])
+        full = torch.tensor([ids + gen[:-1]], dtype=torch.long)
+        tf = model(input_ids=full, use_cache=False).logits[0, len(ids) - 1:].double().numpy()
+        with Fp16KvAttention(model):
+            sim = model(input_ids=x, use_cache=False).logits[0].double().numpy()
+        window_effect = None
+        if key == "gemma3":
+            # The fixture must depend on the window: without it the logits move by this much.
+            model.config.sliding_window = 1 << 20
+            nowin = model(input_ids=x, use_cache=False).logits[0].double().numpy()
+            model.config.sliding_window = cfg["sliding_window"]
+            window_effect = float(np.abs(nowin - logits).max())
+            assert np.abs(nowin[: cfg["sliding_window"]] - logits[: cfg["sliding_window"]]).max() < 1e-5
+            assert window_effect > 0.1, window_effect
+    cache_diff = float(np.abs(tf - gen_logits).max())
+    assert cache_diff < 1e-4, (key, cache_diff)
+    margins = []
+    for k in range(N_GEN):
+        o = np.argsort(-gen_logits[k], kind="stable")
+        assert o[0] == gen[k]
+        margins.append(float(gen_logits[k][o[0]] - gen_logits[k][o[1]]))
+    scale = float(np.abs(logits).max())
+    sim_diff = float(np.abs(sim - logits).max())
+
+    positions = []
+    for p in range(len(ids)):
+        row = logits[p]
+        o = np.argsort(-row, kind="stable")[:TOP_K]
+        positions.append({
+            "top_ids": [int(i) for i in o],
+            "top_logits": [round(float(row[i]), 6) for i in o],
+            "max": round(float(row.max()), 6),
+            "mean": round(float(row.mean()), 6),
+            "std": round(float(row.std()), 6),
+        })
+    # Tolerance on |ours - ref| for every stored logit: f16 K/V moves them by sim_diff;
+    # allow 4x that, and at least 1e-3 of the logits' scale (fp32 summation order).
+    tol_abs = max(4.0 * sim_diff, 1e-3 * scale)
+    doc = {
+        "schema_version": 1,
+        "architecture": key,
+        "gguf_architecture": cfg["arch"],
+        "gguf_file": f"{key}.gguf",
+        "gguf_bytes": size,
+        "description": f"{cfg['name']}: random F16 weights; logits of transformers "
+                       f"(float32, eager) after loading the GGUF with from_pretrained(gguf_file=...).",
+        "config": {k: v for k, v in cfg.items() if k not in ("name",)},
+        "n_vocab": n_vocab,
+        "bos_token_id": voc["bos"],
+        "eos_token_id": voc["eos"],
+        "add_bos_token": voc["add_bos"],
+        "hf_model_class": type(model).__name__,
+        "hf_config_overrides": {k: v for k, v in overrides.items()},
+        "hf_load_notes": notes,
+        "checks": {
+            "weights_bitwise_equal": True,
+            "rope_inv_freq_max_rel_diff": rope_rel,
+            "cached_vs_uncached_max_abs_diff": cache_diff,
+            "fp16_kv_sim_max_abs_diff": sim_diff,
+            "logits_abs_max": scale,
+            "sliding_window_effect_max_abs_diff": window_effect,
+        },
+        "tolerance": {"logit_abs": tol_abs, "robust_margin": max(4 * tol_abs, 0.02)},
+        "prompt_ids": [int(i) for i in ids],
+        "positions": positions,
+        "generated_ids": gen,
+        "generated_margins": margins,
+        "tokenizer_cases": tok_cases,
+    }
+    with open(os.path.join(outdir, f"{key}.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+    print(f"[arch] {key}: {type(model).__name__}, {size} bytes, vocab {n_vocab}, |logits| <= {scale:.2f}, "
+          f"fp16-KV sim {sim_diff:.2e}, tol {tol_abs:.2e}, min margin {min(margins):.3f}; "
+          f"{'; '.join(notes) or 'no overrides'}", file=sys.stderr)
+    return doc
+
+
+def main() -> int:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=os.path.join(root, "tests", "fixtures", "arch"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    keys = [k for k in ARCHS if not args.only or k in args.only.split(",")]
+    summary = {}
+    for i, key in enumerate(ARCHS):
+        rng = np.random.default_rng(SEED + i)
+        if key not in keys:
+            continue
+        doc = run_arch(key, ARCHS[key], args.out, rng)
+        summary[key] = {"hf_model_class": doc["hf_model_class"], "hf_load_notes": doc["hf_load_notes"]}
+    versions = {
+        "transformers": transformers.__version__, "torch": torch.__version__,
+        "gguf": mg._dist_version("gguf"), "numpy": np.__version__, "python": platform.python_version(),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    print(json.dumps({"versions": versions, "archs": summary}, indent=1), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
