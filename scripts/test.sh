@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, fetches the model (golden and model-backed tests
-# need it), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
+# Runs every test: installs dependencies, fetches the models (SmolLM2 and Gemma 3 270M: golden
+# and model-backed tests need them), builds and runs the whole suite, then rebuilds the loader, tokenizer, engine and
 # C API tests under AddressSanitizer + UndefinedBehaviorSanitizer and runs them again, and
 # the host-tier tests under ThreadSanitizer, the allocation-failure sweeps, a 30 s soak, and
 # every fuzz target for a bounded time.
@@ -9,6 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
 "$ROOT/scripts/install_deps.sh"
 export LLMKV_MODEL="$("$ROOT/scripts/fetch_model.sh")"
+# Gemma 3 270M (k-quants, sliding-window layers): its golden, tokenizer and forward tests.
+export LLMKV_GEMMA3_MODEL="$("$ROOT/scripts/fetch_model.sh" gemma3)"
 
 echo "== Release build and full test suite" >&2
 "$ROOT/scripts/build.sh" "$ROOT/build-test"
