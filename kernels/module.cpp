@@ -935,7 +935,7 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.layer = layer;
         aa.n_heads = n_heads;
         aa.scale = scale;
-        aa.window = window;
+        aa.sliding_window = window;
         aa.q = static_cast<const float *>(q.data);
         aa.q_stride = q.cols;
         aa.pool = ctx->pool;

@@ -177,7 +177,8 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
 
     // Visible positions [lo, pos]: a sliding window starts at lo, and no position (no sealed
     // block) before it is read.
-    const uint32_t lo = a.window != 0 && n_ctx > a.window ? n_ctx - a.window : 0u;
+    const uint32_t lo =
+        a.sliding_window != 0 && n_ctx > a.sliding_window ? n_ctx - a.sliding_window : 0u;
     const uint32_t t0 = max(part * kAttentionPartitionTokens, lo);
     if (t0 >= n_ctx || t0 >= (part + 1) * kAttentionPartitionTokens) {
         // nothing to read in this partition: an empty partial
