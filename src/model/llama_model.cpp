@@ -330,11 +330,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
                                  c.n_vocab, c.n_embd, c.n_ff, c.n_layers, c.n_heads, c.n_kv_heads,
                                  c.head_dim, double(c.rope_freq_base), double(c.rope_freq_scale),
                                  double(c.rms_eps), c.n_ctx_train);
-    for (uint32_t l = 0; l < c.n_layers; ++l) {
-        const LayerRope &r = c.rope(l);
-        desc += strprintf("|%u:%g:%g", c.window(l), double(r.freq_base), double(r.freq_scale));
+    if (c.architecture != "llama") {  // (llama's description, and so its salts, stay as they were)
+        for (uint32_t l = 0; l < c.n_layers; ++l) {
+            const LayerRope &r = c.rope(l);
+            desc += strprintf("|%u:%g:%g", c.window(l), double(r.freq_base), double(r.freq_scale));
+        }
+        desc += strprintf("|%g|%g", double(c.attn_scale), double(c.embd_scale));
     }
-    desc += strprintf("|%u|%g|%g", c.head_dim, double(c.attn_scale), double(c.embd_scale));
     uint64_t h = fnv1a(desc);
     for (const GgufTensor &t : f.tensors()) {
         h = fnv1a(t.name, h);
