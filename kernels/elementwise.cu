@@ -1,5 +1,5 @@
-// Elementwise kernels: grid-stride loops over all elements (add, conversion) or one CTA per
-// gathered row. Pure f32 arithmetic / copies: bitwise what the CPU computes.
+// Elementwise kernels: grid-stride loops over all elements (add, bias add, scale,
+// conversion) or one CTA per gathered row. Pure f32 arithmetic / copies: bitwise what the CPU computes.
 #include "device_math.cuh"
 #include "elementwise.cuh"
 
@@ -20,6 +20,19 @@ __global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, s
         x[k] = __fadd_rn(x[k], y[k]);
 }
 
+__global__ void add_bias_kernel(float *__restrict__ x, uint32_t cols, const float *__restrict__ bias,
+                                size_t n) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x)
+        x[k] = __fadd_rn(x[k], bias[k % cols]);
+}
+
+__global__ void scale_kernel(float *__restrict__ x, float s, size_t n) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x)
+        x[k] = __fmul_rn(x[k], s);
+}
+
 __global__ void to_f16_kernel(const float *__restrict__ x, size_t n, uint16_t *__restrict__ out) {
     for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
          k += size_t(gridDim.x) * blockDim.x)
@@ -38,6 +51,20 @@ __global__ void gather_rows_kernel(const float *__restrict__ x, uint32_t cols,
 cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(float *x, uint32_t cols, uint32_t rows, const float *bias,
+                            cudaStream_t stream) {
+    const size_t n = size_t(rows) * cols;
+    if (n == 0) return cudaSuccess;
+    add_bias_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, cols, bias, n);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
     return cudaGetLastError();
 }
 

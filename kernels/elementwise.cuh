@@ -1,5 +1,5 @@
-// Small elementwise kernels of the op-level ABI: residual add, f32 -> fp16 conversion of a
-// GEMM input, and the gather of the rows whose logits a batch wants.
+// Small elementwise kernels of the op-level ABI: residual add, bias add, scale, f32 -> fp16
+// conversion of a GEMM input, and the gather of the rows whose logits a batch wants.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +10,13 @@ namespace llmkv::cuda {
 
 // x[i] += y[i] for i < n (f32, device).
 cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream);
+
+// x[r][c] += bias[c] for r < rows, c < cols (x f32 [rows][cols], bias f32 [cols], device).
+cudaError_t launch_add_bias(float *x, uint32_t cols, uint32_t rows, const float *bias,
+                            cudaStream_t stream);
+
+// x[i] *= s for i < n (f32, device).
+cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream);
 
 // out[i] = fp16(x[i]) for i < n, round to nearest even exactly as fp32_to_fp16 of
 // src/common/half.h (x f32, out fp16 bit patterns, device).

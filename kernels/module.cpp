@@ -908,7 +908,8 @@ llmkv_cuda_status api_write_kv(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cu
 }
 
 llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
-                                uint32_t n_heads, float scale, llmkv_cuda_tensor out) {
+                                uint32_t n_heads, float scale, uint32_t window,
+                                llmkv_cuda_tensor out) {
     return guarded(ctx, [&] {
         const char *op = "attention";
         CKS(need_batch(ctx, op));
@@ -934,6 +935,7 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.layer = layer;
         aa.n_heads = n_heads;
         aa.scale = scale;
+        aa.sliding_window = window;
         aa.q = static_cast<const float *>(q.data);
         aa.q_stride = q.cols;
         aa.pool = ctx->pool;
@@ -976,6 +978,38 @@ llmkv_cuda_status api_swiglu(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
         CKS(same_shape(ctx, "swiglu", gate, up));
         CK(ctx, launch_swiglu(static_cast<float *>(gate.data), static_cast<const float *>(up.data),
                               size_t(gate.rows) * gate.cols, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_geglu(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                            llmkv_cuda_tensor up) {
+    return guarded(ctx, [&] {
+        CKS(same_shape(ctx, "geglu", gate, up));
+        CK(ctx, launch_geglu(static_cast<float *>(gate.data), static_cast<const float *>(up.data),
+                             size_t(gate.rows) * gate.cols, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_add_bias(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                               llmkv_cuda_weight bias) {
+    return guarded(ctx, [&] {
+        const char *op = "add_bias";
+        CKS(check_tensor(ctx, x, op, "x"));
+        const DeviceWeight *w = weight_of(ctx, bias, false);
+        if (!w) return bad(ctx, op, "bias is not a vector handle");
+        if (w->cols != x.cols) return bad(ctx, op, format("x %u x %u, bias %u", x.rows, x.cols, w->cols));
+        CK(ctx, launch_add_bias(static_cast<float *>(x.data), x.cols, x.rows,
+                                static_cast<const float *>(w->data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_scale(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, float s) {
+    return guarded(ctx, [&] {
+        CKS(check_tensor(ctx, x, "scale", "x"));
+        CK(ctx, launch_scale(static_cast<float *>(x.data), size_t(x.rows) * x.cols, s, ctx->compute));
         return LLMKV_CUDA_OK;
     });
 }
@@ -1255,6 +1289,9 @@ const llmkv_cuda_api kApi = {
     api_sticky_error,
     api_last_error,
     api_memory_usage,
+    api_add_bias,
+    api_scale,
+    api_geglu,
 };
 
 }  // namespace

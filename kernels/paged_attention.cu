@@ -11,7 +11,9 @@
 //            n_heads + head) * n_parts + partition.
 //
 // Semantics (cpu::paged_attention): the query at position p reads sealed_blocks(p) sealed
-// blocks in their codec and positions [sealed_blocks(p) * B, p] from the fp16 window;
+// blocks in their codec and positions [sealed_blocks(p) * B, p] from the fp16 window; with a
+// sliding window W only positions [lo, p], lo = max(0, p + 1 - W), and no sealed block wholly
+// before lo is read (a partition before lo is an empty partial);
 // rotated K codecs score against H q, rotated V codecs accumulate in the rotated domain and
 // H is applied once to the sealed part of the sum.
 //
@@ -173,15 +175,20 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     float *ws_acc = a.workspace + 2 * sh.entries_cap;  // f32 [entries_cap][D]
     const size_t entry0 = (size_t(row_local) * a.n_heads + h_first) * sh.n_parts + part;
 
-    const uint32_t t0 = part * kAttentionPartitionTokens;
-    if (t0 >= n_ctx) {  // nothing to read in this partition: an empty partial
+    // Visible positions [lo, pos]: a sliding window starts at lo, and no position (no sealed
+    // block) before it is read.
+    const uint32_t lo =
+        a.sliding_window != 0 && n_ctx > a.sliding_window ? n_ctx - a.sliding_window : 0u;
+    const uint32_t t0 = max(part * kAttentionPartitionTokens, lo);
+    if (t0 >= n_ctx || t0 >= (part + 1) * kAttentionPartitionTokens) {
+        // nothing to read in this partition: an empty partial
         if (threadIdx.x < nh) {
             ws_ml[(entry0 + size_t(threadIdx.x) * sh.n_parts) * 2] = -INFINITY;
             ws_ml[(entry0 + size_t(threadIdx.x) * sh.n_parts) * 2 + 1] = 0.0f;
         }
         return;
     }
-    const uint32_t t1 = min(t0 + kAttentionPartitionTokens, n_ctx);
+    const uint32_t t1 = min((part + 1) * kAttentionPartitionTokens, n_ctx);
     const uint32_t S = g.sealed_blocks(pos) * B;  // positions < S are read from sealed blocks
     const uint32_t lanes = sh.lanes;
     const uint32_t r = threadIdx.x % lanes, grp = threadIdx.x / lanes, n_groups = kThreads / lanes;

@@ -1,5 +1,6 @@
 // Paged attention over a batch of spans, for decode and prefill chunks alike: each query
-// row attends causally over its session's sealed blocks (read in their codec, dequantized
+// row attends causally (or over a sliding window of its last positions) over its session's
+// sealed blocks (read in their codec, dequantized
 // in registers) and its fp16 window (step.cuh), grouped-query aware.
 #pragma once
 
@@ -21,6 +22,7 @@ struct AttentionArgs {
     uint32_t layer = 0;
     uint32_t n_heads = 0;  // query heads; n_heads % g.n_kv_heads == 0
     float scale = 0.0f;    // usually 1 / sqrt(head_dim)
+    uint32_t sliding_window = 0;  // position p sees (p - sliding_window, p]; 0: all <= p
     const float *q =
         nullptr;  // f32 [n_rows][q_stride], head h at columns [h*D, h*D + D), RoPE applied
     uint32_t q_stride = 0;

@@ -1,4 +1,4 @@
-// SwiGLU. Layouts: gate, up f32 [n] (the rows of the gate and up projections, contiguous);
+// SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of the gate and up projections, contiguous);
 // the result replaces gate (input of the down projection). Grid-stride over all elements.
 // expf is CUDA's accurate version (few ulp vs the CPU).
 #include "swiglu.cuh"
@@ -15,7 +15,28 @@ __global__ void swiglu_kernel(float *__restrict__ gate, const float *__restrict_
     }
 }
 
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), in the CPU's order
+// (gelu_tanh of src/backend/cpu/cpu_backend.h) without FMA contraction; tanhf is CUDA's
+// accurate version (few ulp vs the CPU).
+__global__ void geglu_kernel(float *__restrict__ gate, const float *__restrict__ up, size_t n) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x) {
+        const float g = gate[k];
+        const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+        const float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(g, cube));
+        const float gelu = __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
+        gate[k] = __fmul_rn(gelu, up[k]);
+    }
+}
+
 }  // namespace
+
+cudaError_t launch_geglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    const size_t blocks = (n + 255) / 256;
+    geglu_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gate, up, n);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_swiglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;

@@ -66,6 +66,9 @@ struct Tensor {
     uint32_t cols = 0;
     // The same buffer seen as its first n rows.
     Tensor first_rows(uint32_t n) const { return Tensor{data, n, cols}; }
+    // The same values seen as one row per head: (rows * cols / head_dim, head_dim), for the
+    // row-wise ops (rms_norm: per-head RMSNorm of q and k). cols % head_dim == 0.
+    Tensor heads(uint32_t head_dim) const { return Tensor{data, rows * (cols / head_dim), head_dim}; }
 };
 
 // Rotary embedding of one architecture: pairs rotate by pos * freq_scale * inv_freq[i].
@@ -81,7 +84,7 @@ struct RopeParams {
 };
 
 // The model's weights, for backends that keep their own copy (a device): every matrix and
-// norm vector the forward pass will name. The pointers stay valid for the backend's life.
+// vector (norms, biases) the forward pass will name. The pointers stay valid for the backend's life.
 struct WeightSet {
     std::vector<const WeightMatrix *> matrices;
     struct Vector {
@@ -120,7 +123,8 @@ public:
     virtual void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) = 0;
     // out (T, n_embd) = rows of the embedding table for the batch's tokens.
     virtual void embed(const WeightMatrix &table, Tensor out) = 0;
-    // out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), for each of x.rows rows.
+    // out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps), for each of x.rows rows (weight has
+    // x.cols values; out may be x). Row-wise: a Tensor::heads view normalizes each head.
     virtual void rms_norm(Tensor x, const float *weight, float eps, Tensor out) = 0;
     // y (x.rows, w.rows) = x * w^T.
     virtual void matmul(const WeightMatrix &w, Tensor x, Tensor y) = 0;
@@ -129,12 +133,23 @@ public:
     // Writes layer `layer`'s K and V rows (T, n_kv_heads * head_dim) into the KV store:
     // the fp16 window of each span, the blocks it completes sealed, the rest to its tail.
     virtual void write_kv(uint32_t layer, Tensor k, Tensor v) = 0;
-    // Causal attention of q (T, n_heads * head_dim) over each span's KV of this layer.
-    virtual void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) = 0;
+    // Causal attention of q (T, n_heads * head_dim) over each span's KV of this layer:
+    // softmax(scale * q.k) v. window 0: the query at position p sees every position <= p;
+    // window W > 0 (sliding window): it sees positions j with p - W < j <= p, and no sealed
+    // block whose positions all lie before p - W + 1 is read (their storage may be gone).
+    virtual void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                           Tensor out) = 0;
     // x += y (elementwise, x.rows rows).
     virtual void add(Tensor x, Tensor y) = 0;
+    // x[t] += bias for each of x.rows rows (bias: x.cols values).
+    virtual void add_bias(Tensor x, const float *bias) = 0;
+    // x *= s (elementwise, x.rows rows).
+    virtual void scale(Tensor x, float s) = 0;
     // gate = silu(gate) * up (elementwise, gate.rows rows).
     virtual void swiglu(Tensor gate, Tensor up) = 0;
+    // gate = gelu_tanh(gate) * up (elementwise, gate.rows rows), where gelu_tanh(g) =
+    // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's GeGLU).
+    virtual void geglu(Tensor gate, Tensor up) = 0;
     // out's first shape.logit_rows rows = the rows of x whose logits the batch wants, in
     // span order (every row of an all_logits span).
     virtual void gather_logit_rows(Tensor x, Tensor out) = 0;

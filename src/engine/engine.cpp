@@ -19,7 +19,10 @@ namespace {
 
 // Per layer: the sliding window it attends over, 0 for full attention.
 std::vector<uint32_t> model_layer_windows(const LlamaModel &model) {
-    return std::vector<uint32_t>(model.config().n_layers, 0);
+    const LlamaConfig &c = model.config();
+    std::vector<uint32_t> w(c.n_layers, 0);
+    for (uint32_t l = 0; l < c.n_layers; ++l) w[l] = c.window(l);
+    return w;
 }
 
 }  // namespace

@@ -41,6 +41,18 @@ uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ull) {
     return h;
 }
 
+bool is_supported_arch(const std::string &a) {
+    return a == "llama" || a == "gemma3" || a == "qwen2" || a == "qwen3" || a == "phi3";
+}
+
+// Rows [row0, row0 + n) of a matrix: a view of a fused tensor (Phi-3's attn_qkv, ffn_up).
+WeightMatrix row_range(const WeightMatrix &w, uint32_t row0, uint32_t n) {
+    WeightMatrix r = w;
+    r.data = static_cast<const uint8_t *>(w.data) + size_t(row0) * w.row_bytes;
+    r.rows = n;
+    return r;
+}
+
 }  // namespace
 
 const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool required) {
@@ -102,19 +114,18 @@ WeightMatrix LlamaModel::matrix(const std::string &name, uint32_t rows, uint32_t
     return w;
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> file) {
-    std::unique_ptr<LlamaModel> m(new LlamaModel());
-    m->file_ = std::move(file);
-    const GgufFile &f = *m->file_;
-    LlamaConfig &c = m->config_;
-
+void LlamaModel::read_config() {
+    const GgufFile &f = *file_;
+    LlamaConfig &c = config_;
     auto arch = f.get_string("general.architecture");
     if (!arch) fail(LLMKV_ERR_MODEL_FORMAT, "missing metadata key general.architecture");
-    if (*arch != "llama") {
-        fail(LLMKV_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama)",
+    if (!is_supported_arch(*arch)) {
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "architecture '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, phi3)",
              arch->c_str());
     }
     c.architecture = *arch;
+    const std::string &a = c.architecture;
     c.name = f.get_string("general.name").value_or("");
     const std::string p = c.architecture + ".";
     c.n_layers = require_u32(f, p + "block_count", 1, 1024);
@@ -127,7 +138,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
         fail(LLMKV_ERR_MODEL_FORMAT, "attention.head_count %u is not a multiple of head_count_kv %u",
              c.n_heads, c.n_kv_heads);
     }
-    if (c.n_embd % c.n_heads != 0) {
+    // The head width: attention.key_length when the file has it (Gemma, Qwen3: it may differ
+    // from n_embd / n_heads), else n_embd / n_heads.
+    if (!f.get_uint(p + "attention.key_length") && c.n_embd % c.n_heads != 0) {
         fail(LLMKV_ERR_MODEL_FORMAT, "embedding_length %u is not a multiple of head_count %u",
              c.n_embd, c.n_heads);
     }
@@ -161,6 +174,73 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
         c.rms_eps = float(*eps);
     }
 
+    // Architecture traits.
+    c.rope_neox = a != "llama";
+    c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+    if (a == "gemma3") {
+        c.embd_scale = std::sqrt(float(c.n_embd));
+        c.activation = FfnActivation::kGeluTanh;
+        c.qk_norm = true;
+        c.post_norms = true;
+        // query_pre_attn_scalar: head_dim, except Gemma 3 27B (62 layers) where it is
+        // n_embd / n_heads; GGUF has no key for it (attention.scale overrides below).
+        if (c.n_layers == 62) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_heads));
+    } else if (a == "qwen3") {
+        c.qk_norm = true;
+    }
+    if (auto s = f.get_float(p + "attention.scale")) {
+        if (!(*s > 0 && *s < 1e3)) fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.scale = %g out of range", p.c_str(), *s);
+        c.attn_scale = float(*s);
+    }
+
+    // Per-layer attention: windows and RoPE.
+    c.ropes.assign(1, LayerRope{c.rope_freq_base, c.rope_freq_scale, true});
+    c.layer_rope.assign(c.n_layers, 0);
+    c.layer_window.assign(c.n_layers, 0);
+    if (a == "gemma3") {
+        c.sliding_window = optional_u32(f, p + "attention.sliding_window", 0, 0, 1u << 24);
+        if (c.sliding_window > 0) {
+            // Local layers: the window, RoPE base rope.freq_base_swa (10000 when absent), no
+            // scaling. Global layers: layer l is global iff (l + 1) % pattern == 0 (pattern 6),
+            // or as attention.sliding_window_pattern says (a period, or one flag per layer:
+            // true = sliding window).
+            float base_swa = 10000.0f;
+            if (auto b = f.get_float(p + "rope.freq_base_swa")) {
+                if (!(*b > 1.0 && *b < 1e12)) {
+                    fail(LLMKV_ERR_MODEL_FORMAT, "%srope.freq_base_swa = %g out of range", p.c_str(), *b);
+                }
+                base_swa = float(*b);
+            }
+            c.ropes.push_back(LayerRope{base_swa, 1.0f, false});
+            std::vector<bool> local(c.n_layers);
+            const GgufValue *pattern = f.find(p + "attention.sliding_window_pattern");
+            if (pattern && pattern->type == GgufValueType::ARRAY) {
+                const std::vector<int64_t> *flags = f.get_int_array(p + "attention.sliding_window_pattern");
+                if (!flags || flags->size() != c.n_layers) {
+                    fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.sliding_window_pattern has %zu entries for %u layers",
+                         p.c_str(), pattern->array_size(), c.n_layers);
+                }
+                for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (*flags)[l] != 0;
+            } else {
+                const uint32_t period = optional_u32(f, p + "attention.sliding_window_pattern", 6, 1, 1u << 16);
+                for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (l + 1) % period != 0;
+            }
+            for (uint32_t l = 0; l < c.n_layers; ++l) {
+                if (local[l]) {
+                    c.layer_window[l] = c.sliding_window;
+                    c.layer_rope[l] = 1;
+                }
+            }
+        }
+    }
+    // Phi-3 files carry attention.sliding_window too; like llama.cpp, llmkv runs Phi-3 with
+    // full attention (the converters do not say which layers use it).
+}
+
+void LlamaModel::bind_weights() {
+    const GgufFile &f = *file_;
+    LlamaConfig &c = config_;
+    const std::string p = c.architecture + ".";
     const GgufTensor *embd = f.find_tensor("token_embd.weight");
     if (!embd || embd->dims.size() != 2) fail(LLMKV_ERR_MODEL_FORMAT, "missing or malformed tensor token_embd.weight");
     if (embd->dims[1] < 1 || embd->dims[1] > (1 << 22)) {
@@ -174,35 +254,89 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
                  (unsigned long long)*vocab, c.n_vocab);
         }
     }
-    m->token_embd_ = m->matrix("token_embd.weight", c.n_vocab, c.n_embd);
-    m->output_norm_ = m->f32_vector("output_norm.weight", c.n_embd, true);
+    token_embd_ = matrix("token_embd.weight", c.n_vocab, c.n_embd);
+    output_norm_ = f32_vector("output_norm.weight", c.n_embd, true);
     if (f.find_tensor("output.weight")) {
-        m->output_ = m->matrix("output.weight", c.n_vocab, c.n_embd);
+        output_ = matrix("output.weight", c.n_vocab, c.n_embd);
     } else {
         c.tied_output = true;
-        m->output_ = m->token_embd_;
+        output_ = token_embd_;
     }
-    m->rope_freq_factors_ = m->f32_vector("rope_freqs.weight", c.rope_dim / 2, false);
+    if (c.architecture == "phi3") {
+        // rope_factors_short applies up to the original context; the long factors need the
+        // attention factor of the 128k variants (not supported yet: they are not used).
+        rope_freq_factors_ = f32_vector("rope_factors_short.weight", c.rope_dim / 2, false);
+        if (const GgufTensor *t = f.find_tensor("rope_factors_long.weight")) {
+            n_params_ += t->n_elements;
+            weight_bytes_ += t->n_bytes;
+        }
+    } else {
+        rope_freq_factors_ = f32_vector("rope_freqs.weight", c.rope_dim / 2, false);
+    }
 
-    m->layers_.resize(c.n_layers);
+    layers_.resize(c.n_layers);
+    const bool phi3 = c.architecture == "phi3";
     for (uint32_t l = 0; l < c.n_layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
-        LlamaLayer &L = m->layers_[l];
-        L.attn_norm = m->f32_vector(b + "attn_norm.weight", c.n_embd, true);
-        L.wq = m->matrix(b + "attn_q.weight", c.q_dim(), c.n_embd);
-        L.wk = m->matrix(b + "attn_k.weight", c.kv_dim(), c.n_embd);
-        L.wv = m->matrix(b + "attn_v.weight", c.kv_dim(), c.n_embd);
-        L.wo = m->matrix(b + "attn_output.weight", c.n_embd, c.q_dim());
-        L.ffn_norm = m->f32_vector(b + "ffn_norm.weight", c.n_embd, true);
-        L.w_gate = m->matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
-        L.w_up = m->matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
-        L.w_down = m->matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
+        LlamaLayer &L = layers_[l];
+        L.attn_norm = f32_vector(b + "attn_norm.weight", c.n_embd, true);
+        if (phi3 && f.find_tensor(b + "attn_qkv.weight")) {
+            WeightMatrix qkv = matrix(b + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.n_embd);
+            L.wq = row_range(qkv, 0, c.q_dim());
+            L.wk = row_range(qkv, c.q_dim(), c.kv_dim());
+            L.wv = row_range(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+        } else {
+            L.wq = matrix(b + "attn_q.weight", c.q_dim(), c.n_embd);
+            L.wk = matrix(b + "attn_k.weight", c.kv_dim(), c.n_embd);
+            L.wv = matrix(b + "attn_v.weight", c.kv_dim(), c.n_embd);
+        }
+        L.wo = matrix(b + "attn_output.weight", c.n_embd, c.q_dim());
+        if (c.architecture == "qwen2") {
+            L.bq = f32_vector(b + "attn_q.bias", c.q_dim(), true);
+            L.bk = f32_vector(b + "attn_k.bias", c.kv_dim(), true);
+            L.bv = f32_vector(b + "attn_v.bias", c.kv_dim(), true);
+            c.qkv_bias = true;
+        }
+        if (c.qk_norm) {
+            L.q_norm = f32_vector(b + "attn_q_norm.weight", c.head_dim, true);
+            L.k_norm = f32_vector(b + "attn_k_norm.weight", c.head_dim, true);
+        }
+        if (c.post_norms) {
+            L.post_attn_norm = f32_vector(b + "post_attention_norm.weight", c.n_embd, true);
+            L.post_ffn_norm = f32_vector(b + "post_ffw_norm.weight", c.n_embd, true);
+        }
+        L.ffn_norm = f32_vector(b + "ffn_norm.weight", c.n_embd, true);
+        if (phi3) {
+            WeightMatrix up = matrix(b + "ffn_up.weight", 2 * c.n_ff, c.n_embd);
+            L.w_gate = row_range(up, 0, c.n_ff);
+            L.w_up = row_range(up, c.n_ff, c.n_ff);
+        } else {
+            L.w_gate = matrix(b + "ffn_gate.weight", c.n_ff, c.n_embd);
+            L.w_up = matrix(b + "ffn_up.weight", c.n_ff, c.n_embd);
+        }
+        L.w_down = matrix(b + "ffn_down.weight", c.n_embd, c.n_ff);
     }
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> file) {
+    std::unique_ptr<LlamaModel> m(new LlamaModel());
+    m->file_ = std::move(file);
+    m->read_config();
+    m->bind_weights();
+    const GgufFile &f = *m->file_;
+    const LlamaConfig &c = m->config_;
 
     std::string desc = strprintf("%s|%u|%u|%u|%u|%u|%u|%u|%g|%g|%g|%u", c.architecture.c_str(),
                                  c.n_vocab, c.n_embd, c.n_ff, c.n_layers, c.n_heads, c.n_kv_heads,
                                  c.head_dim, double(c.rope_freq_base), double(c.rope_freq_scale),
                                  double(c.rms_eps), c.n_ctx_train);
+    if (c.architecture != "llama") {  // (llama's description, and so its salts, stay as they were)
+        for (uint32_t l = 0; l < c.n_layers; ++l) {
+            const LayerRope &r = c.rope(l);
+            desc += strprintf("|%u:%g:%g", c.window(l), double(r.freq_base), double(r.freq_scale));
+        }
+        desc += strprintf("|%g|%g", double(c.attn_scale), double(c.embd_scale));
+    }
     uint64_t h = fnv1a(desc);
     for (const GgufTensor &t : f.tensors()) {
         h = fnv1a(t.name, h);

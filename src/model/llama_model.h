@@ -1,5 +1,9 @@
-// The Llama-family model description: hyperparameters read from GGUF metadata and the
-// weight tensors bound in place (still in their GGUF formats) for the forward pass.
+// The model description of every decoder-only architecture llmkv runs (GGUF
+// general.architecture "llama" (Llama 2/3, Mistral, SmolLM2, TinyLlama), "gemma3", "qwen2",
+// "qwen3", "phi3"): hyperparameters read from GGUF metadata, per-layer attention shape
+// (sliding window or full, RoPE parameters), and the weight tensors bound in place (still in
+// their GGUF formats) for the forward pass (model/arch/). The names LlamaModel / LlamaConfig
+// are historical: one description serves every architecture above.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +16,21 @@
 
 namespace llmkv {
 
+// Rotary embedding of a group of layers: inverse frequencies base^(-2i/rope_dim) divided by
+// the file's frequency factors (if any), positions multiplied by freq_scale.
+struct LayerRope {
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;  // linear scaling: positions are multiplied by this
+    bool use_freq_factors = true;  // rope_freqs / rope_factors_* apply to these layers
+};
+
+enum class FfnActivation : uint8_t {
+    kSilu,      // down(silu(gate) * up)        Llama, Qwen, Phi-3
+    kGeluTanh,  // down(gelu_tanh(gate) * up)   Gemma
+};
+
 struct LlamaConfig {
-    std::string architecture;  // "llama"
+    std::string architecture;  // GGUF general.architecture: llama, gemma3, qwen2, qwen3, phi3
     std::string name;
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;
@@ -29,16 +46,49 @@ struct LlamaConfig {
     float rms_eps = 1e-5f;
     bool tied_output = false;
 
+    // ---- what differs between architectures --------------------------------------------
+    bool rope_neox = false;          // RoPE pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
+    float embd_scale = 1.0f;         // embeddings are multiplied by this (Gemma: sqrt(n_embd))
+    float attn_scale = 0.0f;         // softmax scale of q.k (1/sqrt(head_dim) unless a key says)
+    FfnActivation activation = FfnActivation::kSilu;
+    bool qk_norm = false;            // per-head RMSNorm of q and k before RoPE (Gemma 3, Qwen3)
+    bool qkv_bias = false;           // q/k/v projections have biases (Qwen2)
+    bool post_norms = false;         // RMSNorm of the attention and FFN outputs before the
+                                     // residual adds (Gemma 2/3: post_attention_norm, post_ffw_norm)
+
+    // ---- per layer ------------------------------------------------------------------------
+    // Sliding-window size of each layer: the query at position p attends to positions j with
+    // p - window < j <= p; 0 = full causal attention. A local layer's attention never reads
+    // a sealed KV block whose positions all lie before the window of the span's first query,
+    // so the KV manager may release such blocks' storage for local layers.
+    std::vector<uint32_t> layer_window;
+    // RoPE of each layer: index into `ropes` (Gemma 3: local layers base 10000, global layers
+    // rope.freq_base with the file's scaling).
+    std::vector<uint8_t> layer_rope;
+    std::vector<LayerRope> ropes;
+    uint32_t sliding_window = 0;  // the file's attention.sliding_window (0: none)
+
     uint32_t q_dim() const { return n_heads * head_dim; }
     uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+    bool is_local(uint32_t layer) const { return layer < layer_window.size() && layer_window[layer] != 0; }
+    uint32_t window(uint32_t layer) const { return layer < layer_window.size() ? layer_window[layer] : 0; }
+    const LayerRope &rope(uint32_t layer) const { return ropes[layer_rope[layer]]; }
 };
+using ModelConfig = LlamaConfig;
 
 struct LlamaLayer {
     const float *attn_norm = nullptr;  // (n_embd)
-    WeightMatrix wq, wk, wv, wo;  // (q_dim, n_embd) (kv_dim, n_embd) x2, (n_embd, q_dim)
+    // (q_dim, n_embd) (kv_dim, n_embd) x2, (n_embd, q_dim). Phi-3's fused attn_qkv is bound
+    // as three row ranges of one tensor.
+    WeightMatrix wq, wk, wv, wo;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // (q_dim) (kv_dim) x2, or null
+    const float *q_norm = nullptr, *k_norm = nullptr;          // (head_dim), or null
+    const float *post_attn_norm = nullptr;                     // (n_embd), or null
     const float *ffn_norm = nullptr;   // (n_embd)
-    WeightMatrix w_gate, w_up;    // (n_ff, n_embd)
+    // (n_ff, n_embd). Phi-3's fused ffn_up (gate rows, then up rows) is bound as two ranges.
+    WeightMatrix w_gate, w_up;
     WeightMatrix w_down;          // (n_embd, n_ff)
+    const float *post_ffn_norm = nullptr;                      // (n_embd), or null
 };
 
 class LlamaModel {
@@ -52,7 +102,8 @@ public:
     const WeightMatrix &token_embedding() const { return token_embd_; }  // (n_vocab, n_embd)
     const WeightMatrix &output() const { return output_; }               // (n_vocab, n_embd)
     const float *output_norm() const { return output_norm_; }
-    // Per-pair frequency divisors from rope_freqs.weight (Llama 3), or nullptr.
+    // Per-pair frequency divisors from rope_freqs.weight (Llama 3) or rope_factors_short
+    // (Phi-3), or nullptr.
     const float *rope_freq_factors() const { return rope_freq_factors_; }
     const GgufFile &file() const { return *file_; }
     uint64_t n_params() const { return n_params_; }
@@ -64,6 +115,8 @@ private:
     LlamaModel() = default;
     const float *f32_vector(const std::string &name, uint32_t n, bool required);
     WeightMatrix matrix(const std::string &name, uint32_t rows, uint32_t cols);
+    void read_config();
+    void bind_weights();
 
     std::shared_ptr<const GgufFile> file_;
     LlamaConfig config_;

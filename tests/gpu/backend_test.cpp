@@ -460,7 +460,7 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     EXPECT_EQ(api->embed(ctx, h_table + 7, x), LLMKV_CUDA_ERR_INVALID);  // unknown handle
     EXPECT_EQ(api->embed(ctx, h_table, too_big), LLMKV_CUDA_ERR_INVALID);
     EXPECT_EQ(api->add(ctx, fake, fake), LLMKV_CUDA_ERR_INVALID);  // not an activation
-    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, 0, out), LLMKV_CUDA_ERR_INVALID);
     EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_OK);
     EXPECT_EQ(api->write_kv(ctx, 1, k, v), LLMKV_CUDA_ERR_INVALID);  // no layer 1
     EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
@@ -469,7 +469,7 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     EXPECT_EQ(0, std::memcmp(back.data(), tail.data(), tb));
     EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_OK) << api->last_error(ctx);
     EXPECT_EQ(api->write_kv(ctx, 0, k, v), LLMKV_CUDA_ERR_INVALID);  // twice in one batch
-    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, out), LLMKV_CUDA_OK)
+    EXPECT_EQ(api->attention(ctx, 0, q, g.n_kv_heads, 0.25f, 0, out), LLMKV_CUDA_OK)
         << api->last_error(ctx);
     EXPECT_EQ(api->end_batch(ctx), LLMKV_CUDA_OK);
     ASSERT_EQ(api->read_tail(ctx, 0, back.data()), LLMKV_CUDA_OK);

@@ -323,7 +323,7 @@ void synthetic_layer_bench() {
                     api->rope(ctx, rows(q, n), NH, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
                     api->rope(ctx, rows(k, n), NKV, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
                     api->write_kv(ctx, 0, rows(k, n), rows(v, n)) == LLMKV_CUDA_OK &&
-                    api->attention(ctx, 0, rows(q, n), NH, 1.0f / std::sqrt(float(D)), rows(attn, n)) == LLMKV_CUDA_OK &&
+                    api->attention(ctx, 0, rows(q, n), NH, 1.0f / std::sqrt(float(D)), 0, rows(attn, n)) == LLMKV_CUDA_OK &&
                     api->matmul(ctx, h_wo, rows(attn, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
                     api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
                     api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&

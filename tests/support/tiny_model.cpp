@@ -48,19 +48,26 @@ std::vector<float> random_values(std::mt19937_64 &rng, size_t n, float scale) {
 // Builds the file and (optionally) the dequantized weights the file holds.
 std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
     GgufWriter w;
-    const uint32_t V = TinyVocab::kSize, E = s.n_embd, hd = s.n_embd / s.n_heads;
-    w.add_string("general.architecture", "llama");
+    const uint32_t V = TinyVocab::kSize, E = s.n_embd, hd = s.hd();
+    const std::string a = s.arch, p = a + ".";
+    w.add_string("general.architecture", a);
     w.add_string("general.name", "tiny-test-model");
-    w.add_uint32("llama.block_count", s.n_layers);
-    w.add_uint32("llama.context_length", s.n_ctx);
-    w.add_uint32("llama.embedding_length", E);
-    w.add_uint32("llama.feed_forward_length", s.n_ff);
-    w.add_uint32("llama.attention.head_count", s.n_heads);
-    w.add_uint32("llama.attention.head_count_kv", s.n_kv_heads);
-    w.add_float32("llama.rope.freq_base", s.rope_base);
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    w.add_uint32("llama.rope.dimension_count", hd);
-    w.add_uint32("llama.vocab_size", V);
+    w.add_uint32(p + "block_count", s.n_layers);
+    w.add_uint32(p + "context_length", s.n_ctx);
+    w.add_uint32(p + "embedding_length", E);
+    w.add_uint32(p + "feed_forward_length", s.n_ff);
+    w.add_uint32(p + "attention.head_count", s.n_heads);
+    w.add_uint32(p + "attention.head_count_kv", s.n_kv_heads);
+    w.add_float32(p + "rope.freq_base", s.rope_base);
+    w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-5f);
+    w.add_uint32(p + "rope.dimension_count", hd);
+    if (s.head_dim) {
+        w.add_uint32(p + "attention.key_length", hd);
+        w.add_uint32(p + "attention.value_length", hd);
+    }
+    if (s.sliding_window) w.add_uint32(p + "attention.sliding_window", s.sliding_window);
+    if (s.window_pattern) w.add_uint32(p + "attention.sliding_window_pattern", s.window_pattern);
+    if (a == "llama") w.add_uint32(p + "vocab_size", V);
 
     std::vector<std::string> tokens;
     std::vector<int32_t> types;
@@ -99,21 +106,40 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
         if (out) out->values[name] = dequantize_reference(type, bytes.data(), int64_t(n));
         w.add_tensor(name, dims, type, std::move(bytes));
     };
-    const uint32_t kvd = s.n_kv_heads * hd;
+    const uint32_t kvd = s.n_kv_heads * hd, qd = s.n_heads * hd;
     tensor("token_embd.weight", {E, V}, s.embd_type, 1.0f);
     tensor("output_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
     if (!s.tied_output) tensor("output.weight", {E, V}, s.weight_type, 0.2f);
     for (uint32_t l = 0; l < s.n_layers; ++l) {
         std::string b = "blk." + std::to_string(l) + ".";
         tensor(b + "attn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
-        tensor(b + "attn_q.weight", {E, E}, s.weight_type, 0.25f);
-        tensor(b + "attn_k.weight", {E, kvd}, s.weight_type, 0.25f);
-        tensor(b + "attn_v.weight", {E, kvd}, s.weight_type, 0.25f);
-        tensor(b + "attn_output.weight", {E, E}, s.weight_type, 0.1f);
+        if (a == "phi3") {
+            tensor(b + "attn_qkv.weight", {E, qd + 2 * kvd}, s.weight_type, 0.25f);
+        } else {
+            tensor(b + "attn_q.weight", {E, qd}, s.weight_type, 0.25f);
+            tensor(b + "attn_k.weight", {E, kvd}, s.weight_type, 0.25f);
+            tensor(b + "attn_v.weight", {E, kvd}, s.weight_type, 0.25f);
+        }
+        if (a == "qwen2") {
+            tensor(b + "attn_q.bias", {qd}, TensorType::F32, 0.3f);
+            tensor(b + "attn_k.bias", {kvd}, TensorType::F32, 0.3f);
+            tensor(b + "attn_v.bias", {kvd}, TensorType::F32, 0.3f);
+        }
+        if (a == "gemma3" || a == "qwen3") {
+            tensor(b + "attn_q_norm.weight", {hd}, TensorType::F32, 0.1f, 1.0f);
+            tensor(b + "attn_k_norm.weight", {hd}, TensorType::F32, 0.1f, 1.0f);
+        }
+        tensor(b + "attn_output.weight", {qd, E}, s.weight_type, 0.1f);
+        if (a == "gemma3") tensor(b + "post_attention_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
         tensor(b + "ffn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
-        tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.weight_type, 0.2f);
-        tensor(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type, 0.2f);
+        if (a == "phi3") {
+            tensor(b + "ffn_up.weight", {E, 2 * s.n_ff}, s.weight_type, 0.2f);
+        } else {
+            tensor(b + "ffn_gate.weight", {E, s.n_ff}, s.weight_type, 0.2f);
+            tensor(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type, 0.2f);
+        }
         tensor(b + "ffn_down.weight", {s.n_ff, E}, s.weight_type, 0.1f);
+        if (a == "gemma3") tensor(b + "post_ffw_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
     }
     return w.build();
 }
@@ -158,17 +184,25 @@ std::vector<double> matvec(const std::vector<float> &W, size_t rows, size_t cols
     return y;
 }
 
-void rope_ref(std::vector<double> &v, uint32_t n_heads, uint32_t hd, uint32_t pos, double base) {
+// Rotates pairs (2i, 2i+1) (Llama as GGUF stores it) or (i, i + hd/2) (NeoX) by
+// pos * base^(-2i/hd).
+void rope_ref(std::vector<double> &v, uint32_t n_heads, uint32_t hd, uint32_t pos, double base, bool neox = false) {
     for (uint32_t h = 0; h < n_heads; ++h) {
         for (uint32_t i = 0; i < hd / 2; ++i) {
             double theta = pos * std::pow(base, -2.0 * i / hd);
             double c = std::cos(theta), s = std::sin(theta);
-            double &x0 = v[h * hd + 2 * i], &x1 = v[h * hd + 2 * i + 1];
+            const size_t i0 = h * hd + (neox ? i : 2 * i), i1 = neox ? i0 + hd / 2 : i0 + 1;
+            double &x0 = v[i0], &x1 = v[i1];
             double a = x0, b = x1;
             x0 = a * c - b * s;
             x1 = a * s + b * c;
         }
     }
+}
+
+// Rows [row0, row0 + n) of a (rows, cols) row-major matrix.
+std::vector<float> rows_of(const std::vector<float> &m, size_t cols, size_t row0, size_t n) {
+    return std::vector<float>(m.begin() + row0 * cols, m.begin() + (row0 + n) * cols);
 }
 
 }  // namespace
@@ -188,54 +222,115 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
     Weights W;
     build(s, &W);
     auto &v = W.values;
-    const uint32_t E = s.n_embd, hd = E / s.n_heads, kvd = s.n_kv_heads * hd, V = TinyVocab::kSize;
+    const std::string &a = s.arch;
+    const bool gemma = a == "gemma3", neox = a != "llama", qk_norm = gemma || a == "qwen3";
+    const uint32_t E = s.n_embd, hd = s.hd(), qd = s.n_heads * hd, kvd = s.n_kv_heads * hd, V = TinyVocab::kSize;
     const uint32_t group = s.n_heads / s.n_kv_heads;
+    // Gemma 3 layer kinds: local (sliding window, base rope_base_local) unless (l+1) % period == 0.
+    const uint32_t period = s.window_pattern ? s.window_pattern : 6;
+    auto window_of = [&](uint32_t l) -> uint32_t {
+        return gemma && s.sliding_window && (l + 1) % period != 0 ? s.sliding_window : 0;
+    };
     std::vector<std::vector<std::vector<double>>> K(s.n_layers), Vv(s.n_layers);
     std::vector<std::vector<float>> all_logits;
     auto fp16_round = [](double x) {
         // The engine stores K/V as fp16; the reference does the same rounding.
         return double(dequantize_reference(TensorType::F16, quantize_reference(TensorType::F16, std::vector<float>{float(x)}.data(), 1).data(), 1)[0]);
     };
+    auto head_norm = [&](std::vector<double> &x, uint32_t n_heads, const std::vector<float> &w) {
+        for (uint32_t h = 0; h < n_heads; ++h) {
+            std::vector<double> in(x.begin() + h * hd, x.begin() + (h + 1) * hd), out;
+            rms_norm_ref(in, w, out);
+            std::copy(out.begin(), out.end(), x.begin() + h * hd);
+        }
+    };
     for (uint32_t pos = 0; pos < tokens.size(); ++pos) {
         std::vector<double> x(E);
         for (uint32_t i = 0; i < E; ++i) x[i] = v["token_embd.weight"][size_t(tokens[pos]) * E + i];
+        if (gemma) {
+            for (auto &e : x) e *= double(std::sqrt(float(E)));
+        }
         for (uint32_t l = 0; l < s.n_layers; ++l) {
             std::string b = "blk." + std::to_string(l) + ".";
             std::vector<double> xn;
             rms_norm_ref(x, v[b + "attn_norm.weight"], xn);
-            auto q = matvec(v[b + "attn_q.weight"], E, E, xn, s.weight_type);
-            auto k = matvec(v[b + "attn_k.weight"], kvd, E, xn, s.weight_type);
-            auto val = matvec(v[b + "attn_v.weight"], kvd, E, xn, s.weight_type);
-            rope_ref(q, s.n_heads, hd, pos, s.rope_base);
-            rope_ref(k, s.n_kv_heads, hd, pos, s.rope_base);
+            std::vector<double> q, k, val;
+            if (a == "phi3") {
+                const auto &qkv = v[b + "attn_qkv.weight"];
+                q = matvec(rows_of(qkv, E, 0, qd), qd, E, xn, s.weight_type);
+                k = matvec(rows_of(qkv, E, qd, kvd), kvd, E, xn, s.weight_type);
+                val = matvec(rows_of(qkv, E, qd + kvd, kvd), kvd, E, xn, s.weight_type);
+            } else {
+                q = matvec(v[b + "attn_q.weight"], qd, E, xn, s.weight_type);
+                k = matvec(v[b + "attn_k.weight"], kvd, E, xn, s.weight_type);
+                val = matvec(v[b + "attn_v.weight"], kvd, E, xn, s.weight_type);
+            }
+            if (a == "qwen2") {
+                for (uint32_t i = 0; i < qd; ++i) q[i] += v[b + "attn_q.bias"][i];
+                for (uint32_t i = 0; i < kvd; ++i) k[i] += v[b + "attn_k.bias"][i];
+                for (uint32_t i = 0; i < kvd; ++i) val[i] += v[b + "attn_v.bias"][i];
+            }
+            if (qk_norm) {
+                head_norm(q, s.n_heads, v[b + "attn_q_norm.weight"]);
+                head_norm(k, s.n_kv_heads, v[b + "attn_k_norm.weight"]);
+            }
+            const uint32_t window = window_of(l);
+            const double base = window ? s.rope_base_local : s.rope_base;
+            rope_ref(q, s.n_heads, hd, pos, base, neox);
+            rope_ref(k, s.n_kv_heads, hd, pos, base, neox);
             for (auto &e : k) e = fp16_round(e);
             for (auto &e : val) e = fp16_round(e);
             K[l].push_back(k);
             Vv[l].push_back(val);
-            std::vector<double> att(E, 0.0);
+            const uint32_t lo = window && pos + 1 > window ? pos + 1 - window : 0;
+            std::vector<double> att(qd, 0.0);
             for (uint32_t h = 0; h < s.n_heads; ++h) {
                 uint32_t kh = h / group;
-                std::vector<double> sc(pos + 1);
+                std::vector<double> sc(pos + 1, 0.0);
                 double mx = -1e300;
-                for (uint32_t t = 0; t <= pos; ++t) {
+                for (uint32_t t = lo; t <= pos; ++t) {
                     double d = 0;
                     for (uint32_t i = 0; i < hd; ++i) d += q[h * hd + i] * K[l][t][kh * hd + i];
                     sc[t] = d / std::sqrt(double(hd));
                     mx = std::max(mx, sc[t]);
                 }
                 double sum = 0;
-                for (auto &e : sc) sum += (e = std::exp(e - mx));
-                for (uint32_t t = 0; t <= pos; ++t) {
+                for (uint32_t t = lo; t <= pos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+                for (uint32_t t = lo; t <= pos; ++t) {
                     for (uint32_t i = 0; i < hd; ++i) att[h * hd + i] += sc[t] / sum * Vv[l][t][kh * hd + i];
                 }
             }
-            auto o = matvec(v[b + "attn_output.weight"], E, E, att, s.weight_type);
+            auto o = matvec(v[b + "attn_output.weight"], E, qd, att, s.weight_type);
+            if (gemma) {
+                std::vector<double> on;
+                rms_norm_ref(o, v[b + "post_attention_norm.weight"], on);
+                o = on;
+            }
             for (uint32_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm_ref(x, v[b + "ffn_norm.weight"], xn);
-            auto g = matvec(v[b + "ffn_gate.weight"], s.n_ff, E, xn, s.weight_type);
-            auto u = matvec(v[b + "ffn_up.weight"], s.n_ff, E, xn, s.weight_type);
-            for (uint32_t i = 0; i < s.n_ff; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+            std::vector<double> g, u;
+            if (a == "phi3") {
+                const auto &gu = v[b + "ffn_up.weight"];
+                g = matvec(rows_of(gu, E, 0, s.n_ff), s.n_ff, E, xn, s.weight_type);
+                u = matvec(rows_of(gu, E, s.n_ff, s.n_ff), s.n_ff, E, xn, s.weight_type);
+            } else {
+                g = matvec(v[b + "ffn_gate.weight"], s.n_ff, E, xn, s.weight_type);
+                u = matvec(v[b + "ffn_up.weight"], s.n_ff, E, xn, s.weight_type);
+            }
+            for (uint32_t i = 0; i < s.n_ff; ++i) {
+                if (gemma) {
+                    const double z = g[i];
+                    g[i] = 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z))) * u[i];
+                } else {
+                    g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+                }
+            }
             auto d = matvec(v[b + "ffn_down.weight"], E, s.n_ff, g, s.weight_type);
+            if (gemma) {
+                std::vector<double> dn;
+                rms_norm_ref(d, v[b + "post_ffw_norm.weight"], dn);
+                d = dn;
+            }
             for (uint32_t i = 0; i < E; ++i) x[i] += d[i];
         }
         std::vector<double> xn;

@@ -1,6 +1,9 @@
-// Tiny synthetic Llama models for tests: random weights in any supported tensor format,
-// a byte-level BPE vocabulary (256 byte tokens, a few merges, ChatML specials), written as
-// a GGUF file by the test itself. Also a naive f32 reference forward pass over them.
+// Tiny synthetic models for tests, in the GGUF layout of each architecture llmkv runs
+// (llama, gemma3, qwen2, qwen3, phi3: key and tensor names as llama.cpp's converter writes
+// them): random weights in any supported tensor format, a byte-level BPE vocabulary (256
+// byte tokens, a few merges, ChatML specials), written as a GGUF file by the test itself.
+// Also a naive double-precision reference forward pass over them, written independently
+// of src/model/arch.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 namespace llmkv::testing {
 
 struct TinyModelSpec {
+    std::string arch = "llama";  // general.architecture: llama, gemma3, qwen2, qwen3, phi3
     uint32_t n_layers = 2;
     uint32_t n_embd = 64;
     uint32_t n_ff = 96;
@@ -23,6 +27,15 @@ struct TinyModelSpec {
     TensorType embd_type = TensorType::F32;    // token embedding (and tied output head)
     bool tied_output = true;
     uint64_t seed = 42;
+    // attention.key_length / value_length (0: not written, head_dim = n_embd / n_heads).
+    uint32_t head_dim = 0;
+    // gemma3: attention.sliding_window (0: not written) and attention.sliding_window_pattern
+    // (0: not written, the default period 6 applies).
+    uint32_t sliding_window = 0;
+    uint32_t window_pattern = 0;
+    float rope_base_local = 10000.0f;  // gemma3: RoPE base of the sliding-window layers
+
+    uint32_t hd() const { return head_dim ? head_dim : n_embd / n_heads; }
 };
 
 // Token ids of the tiny vocabulary.

@@ -51,14 +51,20 @@ public:
         in_.rope(x, h, d, r); }
     void write_kv(uint32_t l, Tensor k, Tensor v) override { rec("write_kv");
         in_.write_kv(l, k, v); }
-    void attention(uint32_t l, Tensor q, uint32_t h, float s, Tensor out) override {
+    void attention(uint32_t l, Tensor q, uint32_t h, float s, uint32_t w, Tensor out) override {
         rec("attention");
-        in_.attention(l, q, h, s, out);
+        in_.attention(l, q, h, s, w, out);
     }
     void add(Tensor x, Tensor y) override { rec("add");
         in_.add(x, y); }
+    void add_bias(Tensor x, const float *b) override { rec("add_bias");
+        in_.add_bias(x, b); }
+    void scale(Tensor x, float s) override { rec("scale");
+        in_.scale(x, s); }
     void swiglu(Tensor g, Tensor u) override { rec("swiglu");
         in_.swiglu(g, u); }
+    void geglu(Tensor g, Tensor u) override { rec("geglu");
+        in_.geglu(g, u); }
     void gather_logit_rows(Tensor x, Tensor out) override { rec("gather_logit_rows");
         in_.gather_logit_rows(x, out); }
     void logits(const WeightMatrix &w, Tensor x, float *host) override { rec("logits");

@@ -32,6 +32,23 @@ int cmd_inspect(const std::string &path) {
                     double(c.rms_eps), c.tied_output ? "tied" : "separate");
         std::printf("parameters %.1f M, weight bytes %.1f MiB\n", model->n_params() / 1e6,
                     model->weight_bytes() / 1048576.0);
+        std::printf("rope %s, attention scale %g, embedding scale %g, ffn %s%s%s%s\n",
+                    c.rope_neox ? "neox (halves)" : "adjacent pairs", double(c.attn_scale), double(c.embd_scale),
+                    c.activation == llmkv::FfnActivation::kGeluTanh ? "gelu-tanh" : "silu",
+                    c.qk_norm ? ", q/k norm" : "", c.qkv_bias ? ", qkv bias" : "", c.post_norms ? ", post norms" : "");
+        std::printf("layers (L = local sliding window, G = global):\n ");
+        uint32_t n_local = 0;
+        for (uint32_t l = 0; l < c.n_layers; ++l) {
+            const llmkv::LayerRope &r = c.rope(l);
+            n_local += c.is_local(l);
+            if (c.is_local(l)) {
+                std::printf(" %u:L(w%u,base %g)", l, c.window(l), double(r.freq_base));
+            } else {
+                std::printf(" %u:G(base %g%s)", l, double(r.freq_base), r.freq_scale != 1.0f ? ",scaled" : "");
+            }
+            if (l % 6 == 5 && l + 1 < c.n_layers) std::printf("\n ");
+        }
+        std::printf("\n  %u local, %u global\n", n_local, c.n_layers - n_local);
 
         std::map<std::string, std::pair<size_t, uint64_t>> by_type;
         for (const auto &t : file->tensors()) {

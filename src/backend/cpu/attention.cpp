@@ -1,5 +1,6 @@
 // Paged attention on the CPU: per (span, query, head) a two-pass softmax over the visible
-// positions: sealed blocks through the block table (read in their codec, rotated codecs via
+// positions (all earlier ones, or the last `window` with a sliding window): sealed blocks
+// through the block table (read in their codec, rotated codecs via
 // H q and H applied once to the sealed V sum), then the session's fp16 window.
 #include "backend/cpu/attention.h"
 
@@ -379,12 +380,16 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             row += nh;
             uint32_t p = sp.pos0 + i;
             uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
-            uint32_t n_ctx = p + 1;
+            // Visible positions [lo, p]; sealed blocks [j_lo, n_sealed) are read, the ones
+            // before j_lo (wholly outside a sliding window) are never touched.
+            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
+            const uint32_t j_lo = std::min(lo / B, n_sealed);
+            const bool reads_sealed = j_lo < n_sealed;
             for (uint32_t h = 0; h < nh; ++h) {
                 q[h] = sp.q + size_t(i) * params.q_stride + size_t(h0 + h) * D;
                 out[h] = sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D;
                 q_k[h] = q[h];
-                if (rotate_k && n_sealed > 0) {
+                if (rotate_k && reads_sealed) {
                     float *r = q_rot + size_t(h) * D;
                     std::memcpy(r, q[h], D * sizeof(float));
                     hadamard_transform(r, D);
@@ -395,37 +400,42 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             const size_t v_off = g.sealed_v_offset(params.layer, kvh);
 
             // Scores: sealed blocks in their codec, then the fp16 window.
-            for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
+            for (uint32_t j = j_lo; j < std::min(n_sealed, j_lo + kPrefetchBlocks); ++j) {
                 prefetch_head(sp.block(cache, params.layer, j) + k_off, k_bytes);
             }
-            for (uint32_t j = 0; j < n_sealed; ++j) {
+            for (uint32_t j = j_lo; j < n_sealed; ++j) {
                 if (j + kPrefetchBlocks < n_sealed) {
                     prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + k_off, k_bytes);
                 }
                 for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + size_t(j) * B;
                 score_k(nh, q_k, sp.block(cache, params.layer, j) + k_off, B, D, sc);
             }
-            uint32_t first = n_sealed * B;  // first position read from the window
+            const uint32_t first = std::max(n_sealed * B, lo);  // first position read from the window
             const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity +
                                                 (first - sp.window_start)) * D;
             const uint16_t *wv = sp.window_v + (size_t(kvh) * sp.window_capacity +
                                                 (first - sp.window_start)) * D;
-            uint32_t n_window = p - first + 1;
+            const uint32_t n_window = p - first + 1;
             for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + first;
             score_window(nh, q, reinterpret_cast<const uint8_t *>(wk), n_window, D, sc);
 
-            for (uint32_t h = 0; h < nh; ++h) softmax(scores + size_t(h) * max_context, n_ctx, params.scale);
+            for (uint32_t h = 0; h < nh; ++h) {
+                float *s_h = scores + size_t(h) * max_context;
+                softmax(s_h + lo, p + 1 - lo, params.scale);
+                // Rows of the first sealed block read that lie before the window weigh 0.
+                if (reads_sealed) std::fill(s_h + size_t(j_lo) * B, s_h + lo, 0.0f);
+            }
 
             // Sealed V: straight into out, or into the rotated sums that H maps back.
-            const bool rotated = rotate_v && n_sealed > 0;
+            const bool rotated = rotate_v && reads_sealed;
             for (uint32_t h = 0; h < nh; ++h) {
                 acc[h] = rotated ? v_rot + size_t(h) * D : out[h];
                 std::memset(acc[h], 0, D * sizeof(float));
             }
-            for (uint32_t j = 0; j < std::min(n_sealed, kPrefetchBlocks); ++j) {
+            for (uint32_t j = j_lo; j < std::min(n_sealed, j_lo + kPrefetchBlocks); ++j) {
                 prefetch_head(sp.block(cache, params.layer, j) + v_off, v_bytes);
             }
-            for (uint32_t j = 0; j < n_sealed; ++j) {
+            for (uint32_t j = j_lo; j < n_sealed; ++j) {
                 if (j + kPrefetchBlocks < n_sealed) {
                     prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + v_off, v_bytes);
                 }
@@ -461,18 +471,19 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
         const AttentionSpan &sp = spans[s];
         for (uint32_t i = 0; i < sp.n; ++i) {
             uint32_t p = sp.pos0 + i;
+            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
             for (uint32_t h = 0; h < params.n_heads; ++h) {
                 uint32_t kvh = h / group;
                 std::vector<float> keys(size_t(p + 1) * D), values(size_t(p + 1) * D);
                 uint32_t n_sealed = g.sealed_blocks(p);
-                for (uint32_t j = 0; j < n_sealed; ++j) {
+                for (uint32_t j = lo / B; j < n_sealed; ++j) {
                     const uint8_t *blk = sp.block(cache, params.layer, j);
                     codec_decode_head(codecs.k, KvRole::K, blk + g.sealed_k_offset(params.layer, kvh),
                                       B, D, keys.data() + size_t(j) * B * D);
                     codec_decode_head(codecs.v, KvRole::V, blk + g.sealed_v_offset(params.layer, kvh),
                                       B, D, values.data() + size_t(j) * B * D);
                 }
-                for (uint32_t t = n_sealed * B; t <= p; ++t) {
+                for (uint32_t t = std::max(n_sealed * B, lo); t <= p; ++t) {
                     size_t w = size_t(kvh) * sp.window_capacity + (t - sp.window_start);
                     for (uint32_t d = 0; d < D; ++d) {
                         keys[size_t(t) * D + d] = fp16_to_fp32(sp.window_k[w * D + d]);
@@ -480,20 +491,20 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
                     }
                 }
                 const float *q = sp.q + size_t(i) * params.q_stride + size_t(h) * D;
-                std::vector<double> sc(p + 1);
+                std::vector<double> sc(p + 1, 0.0);
                 double mx = -INFINITY;
-                for (uint32_t t = 0; t <= p; ++t) {
+                for (uint32_t t = lo; t <= p; ++t) {
                     double acc = 0;
                     for (uint32_t d = 0; d < D; ++d) acc += double(q[d]) * keys[size_t(t) * D + d];
                     sc[t] = acc * params.scale;
                     mx = std::max(mx, sc[t]);
                 }
                 double sum = 0;
-                for (uint32_t t = 0; t <= p; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+                for (uint32_t t = lo; t <= p; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
                 float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
                 for (uint32_t d = 0; d < D; ++d) {
                     double acc = 0;
-                    for (uint32_t t = 0; t <= p; ++t) acc += sc[t] * values[size_t(t) * D + d];
+                    for (uint32_t t = lo; t <= p; ++t) acc += sc[t] * values[size_t(t) * D + d];
                     out[d] = float(acc / sum);
                 }
             }

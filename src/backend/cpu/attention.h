@@ -40,6 +40,9 @@ struct AttentionParams {
     float scale;               // usually 1/sqrt(head_dim)
     uint32_t q_stride;
     uint32_t out_stride;
+    // Sliding window: the query at position p sees positions j with p - window < j <= p
+    // (0: every j <= p). Sealed blocks wholly before the window are never read.
+    uint32_t window = 0;
 };
 
 // How the sealed K and V heads are stored (codec and rotation of each).

@@ -16,6 +16,12 @@ void rms_norm(const float *x, const float *weight, uint32_t n, float eps, float 
     for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
+float gelu_tanh(float x) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
 // Llama's rotary embedding as GGUF stores it: adjacent pairs (v[2i], v[2i+1]) rotate by
 // pos * inv_freq[i].
 void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim, uint32_t pos,
@@ -184,7 +190,8 @@ void CpuBackend::write_kv(uint32_t layer, Tensor k, Tensor v) {
     });
 }
 
-void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) {
+void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                           Tensor out) {
     for (size_t i = 0; i < att_.size(); ++i) {
         att_[i].q = rows(q) + size_t(row0_[i]) * q.cols;
         att_[i].out = rows(out) + size_t(row0_[i]) * out.cols;
@@ -195,6 +202,7 @@ void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float sca
     ap.scale = scale;
     ap.q_stride = q.cols;
     ap.out_stride = out.cols;
+    ap.window = window;
     cpu::paged_attention(cache_, ap, att_.data(), att_.size(), pool_, attention_scratch_);
 }
 
@@ -202,6 +210,32 @@ void CpuBackend::add(Tensor x, Tensor y) {
     float *xs = rows(x);
     const float *ys = rows(y);
     for (size_t i = 0; i < size_t(x.rows) * x.cols; ++i) xs[i] += ys[i];
+}
+
+void CpuBackend::add_bias(Tensor x, const float *bias) {
+    float *xs = rows(x);
+    const uint32_t C = x.cols;
+    pool_.parallel_for(x.rows, 16, [&](size_t b, size_t e) {
+        for (size_t t = b; t < e; ++t) {
+            float *r = xs + t * C;
+            for (uint32_t i = 0; i < C; ++i) r[i] += bias[i];
+        }
+    });
+}
+
+void CpuBackend::scale(Tensor x, float s) {
+    float *xs = rows(x);
+    pool_.parallel_for(size_t(x.rows) * x.cols, 1024, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) xs[i] *= s;
+    });
+}
+
+void CpuBackend::geglu(Tensor gate, Tensor up) {
+    float *g = rows(gate);
+    const float *u = rows(up);
+    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) g[i] = gelu_tanh(g[i]) * u[i];
+    });
 }
 
 void CpuBackend::swiglu(Tensor gate, Tensor up) {

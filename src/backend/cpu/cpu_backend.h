@@ -34,9 +34,13 @@ public:
     void matmul(const WeightMatrix &w, Tensor x, Tensor y) override;
     void rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) override;
     void write_kv(uint32_t layer, Tensor k, Tensor v) override;
-    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) override;
+    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                   Tensor out) override;
     void add(Tensor x, Tensor y) override;
+    void add_bias(Tensor x, const float *bias) override;
+    void scale(Tensor x, float s) override;
     void swiglu(Tensor gate, Tensor up) override;
+    void geglu(Tensor gate, Tensor up) override;
     void gather_logit_rows(Tensor x, Tensor out) override;
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override { spans_ = nullptr; }
@@ -63,6 +67,10 @@ private:
     std::vector<cpu::AttentionSpan> att_;  // per-span attention descriptors (reused every batch)
     std::vector<uint32_t> row0_;           // first activation row of each span
 };
+
+// gelu with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in f32
+// in this order (shared with tests).
+float gelu_tanh(float x);
 
 // Llama's RMSNorm and rotary embedding on one row (shared with tests).
 void rms_norm(const float *x, const float *weight, uint32_t n, float eps, float *out);

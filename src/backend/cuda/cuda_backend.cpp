@@ -395,12 +395,20 @@ public:
     void write_kv(uint32_t layer, Tensor k, Tensor v) override {
         check(api_->write_kv(ctx_, layer, dev(k), dev(v)), "write_kv");
     }
-    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, Tensor out) override {
-        check(api_->attention(ctx_, layer, dev(q), n_heads, scale, dev(out)), "attention");
+    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                   Tensor out) override {
+        check(api_->attention(ctx_, layer, dev(q), n_heads, scale, window, dev(out)), "attention");
     }
     void add(Tensor x, Tensor y) override { check(api_->add(ctx_, dev(x), dev(y)), "add"); }
+    void add_bias(Tensor x, const float *bias) override {
+        check(api_->add_bias(ctx_, dev(x), vector(bias)), "add_bias");
+    }
+    void scale(Tensor x, float s) override { check(api_->scale(ctx_, dev(x), s), "scale"); }
     void swiglu(Tensor gate, Tensor up) override {
         check(api_->swiglu(ctx_, dev(gate), dev(up)), "swiglu");
+    }
+    void geglu(Tensor gate, Tensor up) override {
+        check(api_->geglu(ctx_, dev(gate), dev(up)), "geglu");
     }
     void gather_logit_rows(Tensor x, Tensor out) override {
         check(api_->gather_logit_rows(ctx_, dev(x), dev(out)), "gather_logit_rows");

@@ -24,12 +24,14 @@
  *    allocate nothing, except begin_batch when a batch's block tables exceed every earlier
  *    batch's (the tables then double; a failed growth changes nothing).
  *
- * Level of the ABI (version 2): OPERATIONS, not a model. The architecture's forward pass is
+ * Level of the ABI (version 3: version 2 plus the sliding window of attention and the ops
+ * add_bias, scale, geglu): OPERATIONS, not a model. The architecture's forward pass is
  * written once in libllmkv (src/model/arch/) against the Backend interface
  * (src/backend/backend.h); the module executes its ops on the device. One batch is
  *     begin_batch (spans: tokens, positions, block tables, tail slots, logit rows)
- *     embed / rms_norm / matmul / rope / write_kv / attention / add / swiglu /
- *     gather_logit_rows ...        queued on the compute stream, no host synchronization
+ *     embed / rms_norm / matmul / rope / write_kv / attention / add / add_bias / scale /
+ *     swiglu / geglu / gather_logit_rows ...   queued on the compute stream, no host
+ *                                  synchronization
  *     logits                       the only op that synchronizes (f32 rows to host memory)
  *     end_batch
  * Activations are device buffers of f32 rows (alloc_activation), named by
@@ -53,7 +55,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 2u
+#define LLMKV_CUDA_ABI_VERSION 3u
 #define LLMKV_CUDA_MODULE_NAME "libllmkv-cuda.so"
 #define LLMKV_CUDA_GET_API_SYMBOL "llmkv_cuda_get_api"
 
@@ -202,9 +204,13 @@ typedef struct llmkv_cuda_api {
                                   llmkv_cuda_tensor v);
     /* Causal paged attention of q (T, n_heads * head_dim) over each span's sealed blocks and
      * window of `layer` (the layer of the last write_kv of this batch) -> out (T, n_heads *
-     * head_dim). UNSUPPORTED when the attention workspace cannot hold one row's context. */
+     * head_dim). window 0: the query at position p sees positions <= p; window W > 0
+     * (sliding window): positions j with p - W < j <= p, and sealed blocks wholly before
+     * p - W + 1 are not read. UNSUPPORTED when the attention workspace cannot hold one row's
+     * context. */
     llmkv_cuda_status (*attention)(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
-                                   uint32_t n_heads, float scale, llmkv_cuda_tensor out);
+                                   uint32_t n_heads, float scale, uint32_t window,
+                                   llmkv_cuda_tensor out);
     /* x += y, elementwise over x.rows rows (same shapes). */
     llmkv_cuda_status (*add)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, llmkv_cuda_tensor y);
     /* gate = silu(gate) * up, elementwise over gate.rows rows (same shapes). */
@@ -259,6 +265,17 @@ typedef struct llmkv_cuda_api {
     /* Device bytes held by the context: weights, KV pools, everything else. */
     llmkv_cuda_status (*memory_usage)(const llmkv_cuda_context *ctx, uint64_t *weight_bytes,
                                       uint64_t *kv_bytes, uint64_t *other_bytes);
+
+    /* ---- ops added in version 3 (same rules as the ops above) -------------------------- */
+    /* x[t] += bias for x.rows rows; bias a vector of x.cols (Qwen2's q/k/v biases). */
+    llmkv_cuda_status (*add_bias)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                  llmkv_cuda_weight bias);
+    /* x *= s, elementwise over x.rows rows (Gemma's embedding scale). */
+    llmkv_cuda_status (*scale)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, float s);
+    /* gate = gelu_tanh(gate) * up, elementwise over gate.rows rows (same shapes), with
+     * gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's GeGLU). */
+    llmkv_cuda_status (*geglu)(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                               llmkv_cuda_tensor up);
 } llmkv_cuda_api;
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);

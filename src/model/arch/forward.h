@@ -3,9 +3,10 @@
 // consecutive tokens of one session); all spans go through each weight matrix together,
 // attention runs per span over its own block table.
 //
-// Adding an architecture: describe its layer sequence in a new file here (see llama.cpp)
-// in terms of Backend ops, and return it from Forward::create for its GGUF architecture
-// name. Backends need no change unless it uses an op they do not have yet.
+// Adding an architecture: describe its layer sequence in a new file here (see decoder.cpp)
+// in terms of Backend ops (or give decoder.cpp a new trait), and return it from
+// Forward::create for its GGUF architecture name. Backends need no change unless it uses an
+// op they do not have yet.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,175 @@
+// The decoder-only forward pass of every architecture llmkv runs, written once against the
+// Backend ops; the architecture's traits (model/llama_model.h: LlamaConfig) switch its
+// optional parts on:
+//
+//   x = embed(tokens) [* embd_scale]                                      Gemma: sqrt(n_embd)
+//   per layer l:
+//     xn = rms_norm(x, attn_norm)
+//     q, k, v = xn Wq, xn Wk, xn Wv [+ biases]                           Qwen2
+//     [q, k = per-head rms_norm(q, q_norm), rms_norm(k, k_norm)]          Gemma 3, Qwen3
+//     q, k = rope(q, k) with layer l's RoPE (adjacent pairs, or NeoX halves)
+//     write_kv(l, k, v); a = attention(l, q, scale, window(l))            Gemma 3: local layers
+//     o = a Wo [; o = rms_norm(o, post_attention_norm)]                   Gemma 3
+//     x += o
+//     xn = rms_norm(x, ffn_norm)
+//     f = (act(xn Wgate) * xn Wup) Wdown   act = silu, or gelu_tanh (Gemma)
+//     [f = rms_norm(f, post_ffw_norm)]                                     Gemma 3
+//     x += f
+//   logits = rms_norm(x, output_norm) Wout   (rows that want logits)
+//
+// Llama 2/3, Mistral, SmolLM2, TinyLlama ("llama"), Qwen2/2.5 ("qwen2"), Qwen3 ("qwen3"),
+// Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3").
+#include <cmath>
+
+#include "common/error.h"
+#include "model/arch/forward.h"
+
+namespace llmkv {
+
+namespace {
+
+class DecoderForward final : public Forward {
+public:
+    DecoderForward(const LlamaModel &model, Backend &backend, uint32_t max_tokens)
+        : model_(model), cfg_(model.config()), be_(backend), max_tokens_(max_tokens) {
+        const uint32_t T = max_tokens;
+        x_ = be_.alloc(T, cfg_.n_embd);
+        xn_ = be_.alloc(T, cfg_.n_embd);
+        q_ = be_.alloc(T, cfg_.q_dim());
+        k_ = be_.alloc(T, cfg_.kv_dim());
+        v_ = be_.alloc(T, cfg_.kv_dim());
+        attn_ = be_.alloc(T, cfg_.q_dim());
+        tmp_ = be_.alloc(T, cfg_.n_embd);
+        gate_ = be_.alloc(T, cfg_.n_ff);
+        up_ = be_.alloc(T, cfg_.n_ff);
+        last_ = be_.alloc(T, cfg_.n_embd);
+        last_norm_ = be_.alloc(T, cfg_.n_embd);
+
+        // One RoPE per group of layers (Gemma 3: global and local).
+        const float *factors = model.rope_freq_factors();
+        inv_freq_.resize(cfg_.ropes.size());
+        ropes_.resize(cfg_.ropes.size());
+        for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
+            const LayerRope &lr = cfg_.ropes[r];
+            std::vector<float> &f = inv_freq_[r];
+            f.resize(cfg_.rope_dim / 2);
+            for (uint32_t i = 0; i < cfg_.rope_dim / 2; ++i) {
+                double v = 1.0 / std::pow(double(lr.freq_base), double(2 * i) / cfg_.rope_dim);
+                if (factors && lr.use_freq_factors) v /= factors[i];
+                f[i] = float(v);
+            }
+            RopeParams &rp = ropes_[r];
+            rp.style = cfg_.rope_neox ? RopeParams::Style::kHalves : RopeParams::Style::kAdjacent;
+            rp.rope_dim = cfg_.rope_dim;
+            rp.freq_scale = lr.freq_scale;
+            rp.inv_freq = f.data();
+        }
+
+        WeightSet w;
+        w.matrices.push_back(&model.token_embedding());
+        if (model.output().data != model.token_embedding().data) w.matrices.push_back(&model.output());
+        w.vectors.push_back({model.output_norm(), cfg_.n_embd});
+        auto vec = [&](const float *p, uint32_t n) {
+            if (p) w.vectors.push_back({p, n});
+        };
+        for (const LlamaLayer &L : model.layers()) {
+            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+                w.matrices.push_back(m);
+            }
+            vec(L.attn_norm, cfg_.n_embd);
+            vec(L.ffn_norm, cfg_.n_embd);
+            vec(L.bq, cfg_.q_dim());
+            vec(L.bk, cfg_.kv_dim());
+            vec(L.bv, cfg_.kv_dim());
+            vec(L.q_norm, cfg_.head_dim);
+            vec(L.k_norm, cfg_.head_dim);
+            vec(L.post_attn_norm, cfg_.n_embd);
+            vec(L.post_ffn_norm, cfg_.n_embd);
+        }
+        be_.load_weights(w);
+    }
+
+    uint32_t max_tokens() const override { return max_tokens_; }
+
+    void run(const std::vector<ForwardSpan> &spans, std::vector<float> &logits) override {
+        // Validate the whole batch before any KV is written.
+        const BatchShape shape = validate_batch(spans, be_.kv_geometry(), cfg_.n_vocab, max_tokens_);
+        const uint32_t T = shape.tokens, n_logits = shape.logit_rows;
+        Tensor x = x_.first_rows(T), xn = xn_.first_rows(T), q = q_.first_rows(T), k = k_.first_rows(T),
+               v = v_.first_rows(T), attn = attn_.first_rows(T), tmp = tmp_.first_rows(T),
+               gate = gate_.first_rows(T), up = up_.first_rows(T);
+        const uint32_t D = cfg_.head_dim;
+
+        be_.begin_batch(spans, shape);
+        be_.embed(model_.token_embedding(), x);
+        if (cfg_.embd_scale != 1.0f) be_.scale(x, cfg_.embd_scale);
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
+            const LlamaLayer &L = model_.layers()[l];
+            const RopeParams &rope = ropes_[cfg_.layer_rope[l]];
+            be_.rms_norm(x, L.attn_norm, cfg_.rms_eps, xn);
+            be_.matmul(L.wq, xn, q);
+            be_.matmul(L.wk, xn, k);
+            be_.matmul(L.wv, xn, v);
+            if (L.bq) {
+                be_.add_bias(q, L.bq);
+                be_.add_bias(k, L.bk);
+                be_.add_bias(v, L.bv);
+            }
+            if (L.q_norm) {
+                be_.rms_norm(q.heads(D), L.q_norm, cfg_.rms_eps, q.heads(D));
+                be_.rms_norm(k.heads(D), L.k_norm, cfg_.rms_eps, k.heads(D));
+            }
+            be_.rope(q, cfg_.n_heads, D, rope);
+            be_.rope(k, cfg_.n_kv_heads, D, rope);
+            be_.write_kv(l, k, v);
+            be_.attention(l, q, cfg_.n_heads, cfg_.attn_scale, cfg_.window(l), attn);
+            be_.matmul(L.wo, attn, tmp);
+            if (L.post_attn_norm) be_.rms_norm(tmp, L.post_attn_norm, cfg_.rms_eps, tmp);
+            be_.add(x, tmp);
+
+            be_.rms_norm(x, L.ffn_norm, cfg_.rms_eps, xn);
+            be_.matmul(L.w_gate, xn, gate);
+            be_.matmul(L.w_up, xn, up);
+            if (cfg_.activation == FfnActivation::kGeluTanh) {
+                be_.geglu(gate, up);
+            } else {
+                be_.swiglu(gate, up);
+            }
+            be_.matmul(L.w_down, gate, tmp);
+            if (L.post_ffn_norm) be_.rms_norm(tmp, L.post_ffn_norm, cfg_.rms_eps, tmp);
+            be_.add(x, tmp);
+        }
+        for (const ForwardSpan &s : spans) s.kv->n_tokens += s.n;  // the KV is written
+
+        // Final norm and logits for the rows that need them.
+        logits.resize(size_t(n_logits) * cfg_.n_vocab);
+        if (n_logits > 0) {
+            Tensor last = last_.first_rows(n_logits), last_norm = last_norm_.first_rows(n_logits);
+            be_.gather_logit_rows(x, last);
+            be_.rms_norm(last, model_.output_norm(), cfg_.rms_eps, last_norm);
+            be_.logits(model_.output(), last_norm, logits.data());
+        }
+        be_.end_batch();
+    }
+
+private:
+    const LlamaModel &model_;
+    const LlamaConfig &cfg_;
+    Backend &be_;
+    uint32_t max_tokens_;
+    Tensor x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_, last_, last_norm_;
+    std::vector<std::vector<float>> inv_freq_;
+    std::vector<RopeParams> ropes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backend, uint32_t max_tokens) {
+    const std::string &arch = model.config().architecture;
+    if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" || arch == "phi3") {
+        return std::make_unique<DecoderForward>(model, backend, max_tokens);
+    }
+    fail(LLMKV_ERR_UNSUPPORTED, "no forward pass for architecture '%s'", arch.c_str());
+}
+
+}  // namespace llmkv
