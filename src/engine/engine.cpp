@@ -68,7 +68,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);
     if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
     if (p.kv_residual_tokens > 4096) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_residual_tokens = %u exceeds 4096", p.kv_residual_tokens);
-    if (p.flags & ~LLMKV_ENGINE_PREFIX_CACHE) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
+    if (p.flags & ~(LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_KEEP_WINDOW_BLOCKS)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
 
     std::unique_ptr<Engine> e(new Engine());
     e->params_ = p;

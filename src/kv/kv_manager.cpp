@@ -74,6 +74,18 @@ uint32_t KvManager::freeable_blocks(const KvSeq &s) const {
     return n;
 }
 
+uint32_t KvManager::peak_blocks(uint32_t n_tokens) const {
+    const KvGeometry &g = geometry();
+    const uint32_t sealed = g.sealed_blocks(n_tokens);
+    if (!g.grouped()) return sealed;
+    // Reached in steps of at most max_step_tokens_: during the last one the local blocks
+    // from the window of its first token on are held (released after it); the most when
+    // that step is a full one.
+    const uint32_t first = n_tokens > max_step_tokens_ ? n_tokens - max_step_tokens_ : 0;
+    const uint64_t local = sealed - std::min(sealed, g.local_live_from(first));
+    return uint32_t(std::min<uint64_t>(UINT32_MAX, sealed + local * (g.n_groups - 1)));
+}
+
 void KvManager::unpin_handle(const KvSeq *s) {
     auto it = std::find(handles_.begin(), handles_.end(), s);
     if (it != handles_.end()) handles_.erase(it);
@@ -94,12 +106,7 @@ bool KvManager::could_hold_alone(const KvSeq &s, uint32_t n_tokens) const {
         }
     }
     uint32_t n_pinned = uint32_t(std::count(pinned.begin(), pinned.end(), true));
-    // Every group's block of each token block; local blocks already released before the step
-    // stay released (those the step itself pushes out of the window are still reserved).
-    const KvGeometry &g = geometry();
-    const uint32_t sealed = g.sealed_blocks(n_tokens);
-    const uint32_t gone = std::min(g.local_live_from(s.kv.n_tokens), sealed);
-    return uint64_t(sealed) * g.n_groups - uint64_t(gone) * (g.n_groups - 1) <= total - n_pinned;
+    return peak_blocks(n_tokens) <= total - n_pinned;
 }
 
 bool KvManager::could_hold_with_host(const KvSeq &s, uint32_t n_tokens, uint32_t max_step_tokens) const {

@@ -109,6 +109,11 @@ public:
     uint32_t holders(uint32_t block) const;
     // Blocks that return to the pool (or become evictable) when the sequence lets go.
     uint32_t freeable_blocks(const KvSeq &s) const;
+    // Pool blocks a sequence holds at most on its way to n_tokens (with layer groups: its
+    // sealed blocks, and local blocks for the window and one step; see set_max_step_tokens).
+    uint32_t peak_blocks(uint32_t n_tokens) const;
+    // The most tokens one step computes for a sequence (the scheduler's token budget).
+    void set_max_step_tokens(uint32_t n) { max_step_tokens_ = n; }
     // Whether n_tokens of s could be held if every other sequence but the pinned handles
     // gave up its blocks.
     bool could_hold_alone(const KvSeq &s, uint32_t n_tokens) const;
@@ -195,6 +200,7 @@ private:
     std::vector<const KvSeq *> handles_;
     uint64_t host_bytes_held_ = 0;  // host-tier bytes held by sequences and demoted blocks, within host_bytes
     bool offload_allowed_ = true;
+    uint32_t max_step_tokens_ = 512;
     KvCounters counters_;
 };
 

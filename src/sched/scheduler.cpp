@@ -223,7 +223,7 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         const uint32_t need = kv_.blocks_needed(*r, target);
         // A request whose input could not be held even alone fails before more is computed.
         const uint32_t full = std::max<uint32_t>(target, uint32_t(r->tokens.size()) - (r->generate_requested ? 0 : 1));
-        if (kv_.blocks_needed(*r, full) > kv_.available() && !kv_.could_hold_alone(*r, full) &&
+        if (kv_.peak_blocks(full) > kv_.available() && !kv_.could_hold_alone(*r, full) &&
             !kv_.could_hold_with_host(*r, full, max_batch_tokens_)) {
             fail_capacity(r);
             continue;
@@ -249,7 +249,9 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
     }
     // Requests with blocks in the host tier: attention reads them in place.
     for (StepPlan::Span &s : plan.spans) s.block_data = kv_.block_addresses(*s.request);
-    if (plan.spans.empty() && !refused.empty()) {
+    bool incoming = false;  // a resume in flight: its request runs once the copy is in
+    for (const Request *q : requests) incoming |= q->host.phase == HostKv::Phase::kIn;
+    if (plan.spans.empty() && !refused.empty() && !incoming) {
         // Nothing could run: the highest-ranked waiting request fails instead of hanging.
         Request *top = refused.front();
         for (Request *r : refused) {

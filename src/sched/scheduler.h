@@ -59,7 +59,9 @@ struct SchedCounters {
 class Scheduler {
 public:
     Scheduler(KvManager &kv, uint32_t max_batch_tokens, uint32_t admission_watermark = 1)
-        : kv_(kv), max_batch_tokens_(max_batch_tokens), admission_watermark_(admission_watermark) {}
+        : kv_(kv), max_batch_tokens_(max_batch_tokens), admission_watermark_(admission_watermark) {
+        kv_.set_max_step_tokens(max_batch_tokens);
+    }
 
     // Plans one step over the live requests (in creation order) into plan (cleared first).
     // Preempts, parks, resumes and reserves KV as it goes. When it throws (an allocation),

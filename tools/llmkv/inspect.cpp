@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_common.h"
 #include "common/error.h"
@@ -68,13 +69,28 @@ int cmd_inspect(const std::string &path) {
                         (unsigned long long)t.n_bytes);
         }
 
-        std::printf("\nKV bytes per token (16-token blocks, scales included):\n  %-10s %-10s %12s %10s %16s\n",
-                    "K", "V", "bytes/token", "vs f16", "MiB per 2k ctx");
         llmkv::KvGeometry g;
         g.n_layers = c.n_layers;
         g.n_kv_heads = c.n_kv_heads;
         g.head_dim = c.head_dim;
         g.block_tokens = 16;
+        // Sliding-window layers: the engine's layer groups (their blocks released outside the
+        // window); the same split as the engine makes.
+        std::vector<uint32_t> windows(c.n_layers);
+        for (uint32_t l = 0; l < c.n_layers; ++l) windows[l] = c.window(l);
+        llmkv::set_layer_groups(g, windows);
+        const bool grouped = g.grouped();
+        const uint32_t n_global = c.n_layers - n_local;
+        std::printf("\nKV bytes per token (16-token blocks, scales included)%s:\n", grouped ? "" : "");
+        if (grouped) {
+            std::printf("  %u global layers keep every token; %u local layers keep their %u-token window\n"
+                        "  (%u layer groups of %u layers; `per token` is a token inside the window)\n",
+                        n_global, n_local, g.window, g.n_groups, g.group_layers);
+            std::printf("  %-10s %-10s %12s %10s %12s %12s %14s %14s\n", "K", "V", "bytes/token", "vs f16",
+                        "global/token", "local/token", "MiB 4k ctx", "MiB 32k ctx");
+        } else {
+            std::printf("  %-10s %-10s %12s %10s %16s\n", "K", "V", "bytes/token", "vs f16", "MiB per 2k ctx");
+        }
         const double f16 = 2.0 * 2 * c.n_layers * c.n_kv_heads * c.head_dim;
         const llmkv_kv_dtype pairs[][2] = {{LLMKV_KV_F16, LLMKV_KV_F16}, {LLMKV_KV_BF16, LLMKV_KV_BF16},
                                            {LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3}, {LLMKV_KV_INT8, LLMKV_KV_INT8},
@@ -88,9 +104,26 @@ int cmd_inspect(const std::string &path) {
                             "n/a", "", "(not in this build)");
                 continue;
             }
-            double bpt = g.sealed_bytes_per_token();
-            std::printf("  %-10s %-10s %12.0f %9.3fx %16.1f\n", llmkv::codec_name(pair[0]), llmkv::codec_name(pair[1]),
-                        bpt, bpt / f16, bpt * 2048 / 1048576.0);
+            const double bpt = double(g.sealed_layer_bytes()) * c.n_layers / g.block_tokens;
+            if (!grouped) {
+                std::printf("  %-10s %-10s %12.0f %9.3fx %16.1f\n", llmkv::codec_name(pair[0]),
+                            llmkv::codec_name(pair[1]), bpt, bpt / f16, bpt * 2048 / 1048576.0);
+                continue;
+            }
+            // A session of n tokens: held_blocks(n) pool blocks of one group each.
+            auto mib = [&](uint32_t n) { return double(g.held_blocks(n)) * g.sealed_block_bytes() / 1048576.0; };
+            std::printf("  %-10s %-10s %12.0f %9.3fx %12.0f %12.0f %14.1f %14.1f\n", llmkv::codec_name(pair[0]),
+                        llmkv::codec_name(pair[1]), bpt, bpt / f16,
+                        double(g.sealed_layer_bytes()) * n_global / g.block_tokens,
+                        double(g.sealed_layer_bytes()) * n_local / g.block_tokens, mib(4096), mib(32768));
+        }
+        if (grouped) {
+            llmkv::KvGeometry all = g;
+            llmkv::set_layer_groups(all, {});
+            all.dtype_k = all.dtype_v = LLMKV_KV_F16;
+            std::printf("  (f16 without the window release: %.1f MiB at 4k, %.1f MiB at 32k)\n",
+                        double(all.held_blocks(4096)) * all.sealed_block_bytes() / 1048576.0,
+                        double(all.held_blocks(32768)) * all.sealed_block_bytes() / 1048576.0);
         }
         return 0;
     } catch (const llmkv::Error &e) {
