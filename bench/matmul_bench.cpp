@@ -78,6 +78,8 @@ OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
             case TensorType::Q8_0:
                 std::memcpy(p, &scale, 2);
                 break;
+            default:
+                break;
         }
     }
     m.w = WeightMatrix{t, m.bytes.data(), rows, cols, row_bytes};

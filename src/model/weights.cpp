@@ -79,6 +79,8 @@ void dequantize_row_reference(TensorType type, const void *src, float *dst, int6
                 }
             }
             return;
+        default:
+            break;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported", tensor_type_name(type));
 }

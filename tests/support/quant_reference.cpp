@@ -99,6 +99,9 @@ std::vector<uint8_t> quantize_reference(TensorType t, const float *x, int64_t n)
                 std::memcpy(dst + b * sizeof(blk), &blk, sizeof(blk));
             }
             break;
+        default:
+            throw std::invalid_argument(std::string("no reference quantizer for ") +
+                                        tensor_type_name(t));
     }
     return out;
 }
@@ -149,6 +152,9 @@ std::vector<float> dequantize_reference(TensorType t, const uint8_t *data, int64
                 }
             }
             break;
+        default:
+            throw std::invalid_argument(std::string("no reference dequantizer for ") +
+                                        tensor_type_name(t));
     }
     return out;
 }

@@ -584,9 +584,9 @@ TEST(GgufMalformed, UnknownTensorTypeIdIsAFormatError) {
 
 TEST(GgufMalformed, KnownButUnsupportedTensorTypeIsUnsupported) {
     GgufWriter w;
-    w.add_tensor_raw("blk.0.ffn_down.weight", {256}, 14, std::vector<uint8_t>(210));
+    w.add_tensor_raw("blk.0.ffn_down.weight", {256}, 16, std::vector<uint8_t>(66));
     EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_UNSUPPORTED,
-                      "tensor blk.0.ffn_down.weight: type Q6_K (14) is not supported");
+                      "tensor blk.0.ffn_down.weight: type IQ2_XXS (16) is not supported");
     for (uint32_t id = 0; id < kGgmlTypeIdLimit; ++id) {
         if (tensor_type_supported(id) || ggml_type_name(id) == nullptr) continue;
         GgufWriter wi;
@@ -602,6 +602,60 @@ TEST(GgufMalformed, RowLengthNotAMultipleOfTheBlockSizeIsRejected) {
     w.add_tensor_raw("q", {48, 2}, uint32_t(TensorType::Q4_0), std::vector<uint8_t>(54));
     EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_MODEL_FORMAT,
                       "tensor q: dims[0] = 48 is not a multiple of the Q4_0 block size 32");
+}
+
+// The k-quants pack 256 elements per super-block: a row of 32 (a whole block for Q4_0) or of
+// 320 is not a whole number of them, whatever the byte size says.
+TEST(GgufMalformed, KQuantRowLengthNotAMultipleOf256IsRejected) {
+    const TensorType kquants[] = {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                  TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_K};
+    for (TensorType t : kquants) {
+        for (int64_t row : {32, 128, 320}) {
+            GgufWriter w;
+            w.add_tensor_raw("k", {uint64_t(row), 2}, uint32_t(t),
+                             std::vector<uint8_t>(tensor_type_block_bytes(t) * 4));
+            EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_MODEL_FORMAT,
+                              "tensor k: dims[0] = " + std::to_string(row) +
+                                  " is not a multiple of the " + tensor_type_name(t) +
+                                  " block size 256");
+        }
+    }
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL}) {
+        GgufWriter w;
+        w.add_tensor_raw("q", {48, 2}, uint32_t(t), std::vector<uint8_t>(64));
+        EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_MODEL_FORMAT,
+                          std::string("tensor q: dims[0] = 48 is not a multiple of the ") +
+                              tensor_type_name(t) + " block size 32");
+    }
+}
+
+// The byte size follows from the block geometry; data shorter than that is caught, and a
+// well-formed tensor of each new type reads back with the right sizes.
+TEST(GgufMalformed, KQuantDataShorterThanItsBlocksIsRejected) {
+    const TensorType types[] = {TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                                TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_K};
+    for (TensorType t : types) {
+        const uint64_t row = 512;
+        const size_t bytes =
+            size_t(row / uint64_t(tensor_type_block_elements(t))) * tensor_type_block_bytes(t);
+        {
+            GgufWriter w;
+            w.add_tensor_raw("t", {row, 3}, uint32_t(t), std::vector<uint8_t>(bytes * 3, 0x11));
+            const std::vector<uint8_t> buf = w.build();
+            std::unique_ptr<GgufFile> f = GgufFile::from_memory(buf.data(), buf.size());
+            const GgufTensor *ti = f->find_tensor("t");
+            ASSERT_NE(ti, nullptr) << tensor_type_name(t);
+            EXPECT_EQ(ti->type, t);
+            EXPECT_EQ(ti->row_bytes(), bytes);
+            EXPECT_EQ(ti->n_bytes, bytes * 3);
+        }
+        GgufWriter w;
+        w.add_tensor_raw("t", {row, 3}, uint32_t(t), std::vector<uint8_t>(bytes * 3, 0x11));
+        std::vector<uint8_t> buf = w.build();
+        buf.resize(buf.size() - 1);  // the last byte of the tensor's data is missing
+        EXPECT_GGUF_ERROR(buf, LLMKV_ERR_MODEL_FORMAT, "extends past the end of the file");
+    }
 }
 
 TEST(GgufMalformed, MisalignedTensorOffsetIsRejected) {

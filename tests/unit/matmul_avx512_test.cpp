@@ -97,6 +97,8 @@ Matrix raw_matrix(TensorType t, int64_t rows, int64_t cols, uint32_t seed) {
             case TensorType::Q8_0:
                 put_f16(p);
                 break;
+            default:
+                break;
         }
     }
     return m;

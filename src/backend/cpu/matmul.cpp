@@ -269,6 +269,8 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                 return dot_float<TensorType::BF16>(w, xrow(t), job.cols);
             });
             return;
+        default:
+            return;  // rejected by check_args
     }
 }
 
@@ -323,6 +325,11 @@ void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_to
     if (w.rows < 0 || w.cols <= 0 || n_tokens < 0) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: bad shape rows=%lld cols=%lld n_tokens=%lld", what,
              (long long)w.rows, (long long)w.cols, (long long)n_tokens);
+    }
+    if (!is_quantized(w.type) && w.type != TensorType::F32 && w.type != TensorType::F16 &&
+        w.type != TensorType::BF16) {
+        fail(LLMKV_ERR_UNSUPPORTED, "%s: no CPU kernel for %s weights yet", what,
+             tensor_type_name(w.type));
     }
     const int64_t blk = tensor_type_block_elements(w.type);
     if (w.cols % blk != 0) {

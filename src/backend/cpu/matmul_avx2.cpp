@@ -325,6 +325,8 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
             return;
+        default:
+            return;
     }
 }
 
@@ -426,6 +428,9 @@ void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n
             }
             return;
         }
+        default:
+            dequantize_row_reference(type, src, dst, n);
+            return;
     }
 }
 

@@ -285,6 +285,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::F32:
         case TensorType::F16:
         case TensorType::BF16:
+        default:
             matmul_rows_avx2(job, r0, r1);
             return;
     }
