@@ -67,7 +67,9 @@ inline std::vector<size_t> fp16_scale_fields(TensorType t) {
 // b % 4 == 0 typical (a normal value, sd 0.02), 1 raw random bits (any fp16, inf and NaN
 // included), 2 an extreme (fp16 max, min subnormal, +-0, 1000, inf, NaN, ...), 3 typical.
 // Q8_K's f32 d likewise; float rows are half random bit patterns, half normal values.
-inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t cols, uint32_t seed) {
+// typical_only: every block's scales typical, float rows all normal values (no overflow).
+inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t cols, uint32_t seed,
+                                        bool typical_only = false) {
     std::mt19937 rng(seed);
     const size_t rb = row_bytes_of(t, cols);
     std::vector<uint8_t> data(size_t(rows) * rb);
@@ -80,7 +82,7 @@ inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t co
                                        -0.0f,         600.0f,         1.0f,   INFINITY, NAN};
     if (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16) {
         const size_t eb = tensor_type_block_bytes(t);
-        for (size_t i = 0; i < data.size() / eb; i += 2) {
+        for (size_t i = 0; i < data.size() / eb; i += typical_only ? 1 : 2) {
             const float f = normal(rng) * 50.0f;
             uint8_t *p = data.data() + i * eb;
             if (t == TensorType::F32) {
@@ -96,7 +98,7 @@ inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t co
     const size_t n_blocks = data.size() / bb;
     for (size_t b = 0; b < n_blocks; ++b) {
         uint8_t *blk = data.data() + b * bb;
-        const size_t mode = b % 4, pick = b / 4;
+        const size_t mode = typical_only ? 0 : b % 4, pick = b / 4;
         if (t == TensorType::Q8_K) {
             if (mode == 1) continue;
             const float d = mode == 2 ? kExtreme32[pick % (sizeof kExtreme32 / 4)] : normal(rng);
