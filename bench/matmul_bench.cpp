@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -39,6 +40,27 @@ struct OwnedMatrix {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
 };
+
+// Byte offsets of the fp16 factors inside a block of the lane formats.
+std::vector<size_t> f16_offsets(TensorType t) {
+    switch (t) {
+        case TensorType::Q5_0:
+        case TensorType::IQ4_NL:
+            return {0};
+        case TensorType::Q5_1:
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+            return {0, 2};
+        case TensorType::Q2_K:
+            return {80, 82};
+        case TensorType::Q3_K:
+            return {108};
+        case TensorType::Q6_K:
+            return {208};
+        default:
+            return {};
+    }
+}
 
 OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
     OwnedMatrix m;
@@ -79,6 +101,10 @@ OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
                 std::memcpy(p, &scale, 2);
                 break;
             default:
+                // The other block types: every fp16 factor small and finite.
+                for (size_t off : f16_offsets(t)) {
+                    std::memcpy(p + off, off == 2 && t == TensorType::Q5_1 ? &minv : &scale, 2);
+                }
                 break;
         }
     }
@@ -180,6 +206,56 @@ BENCHMARK(BM_StreamType)
     ->ArgNames({"type", "threads", "n_tokens"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// ---- every quantized format on model-sized shapes: decode and prefill -----------------------
+// Copies of the matrix cycle through >= 128 MB so the weights come from DRAM as in real decode
+// (prefill reads each weight once per call as well). GB/s counts weight bytes; tok/s the
+// tokens of the call. Args: type id, rows, cols, n_tokens, threads.
+void BM_Format(benchmark::State &state) {
+    const TensorType t = TensorType(state.range(0));
+    const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+    const int threads = int(state.range(4));
+    if (!select_family(state, 0)) return;
+    state.SetLabel(std::string(llmkv::tensor_type_name(t)) + " " + llmkv::cpu::matmul_kernel_name());
+    std::vector<OwnedMatrix> copies;
+    copies.push_back(make_matrix(t, rows, cols));
+    while (double(copies.size()) * double(copies[0].bytes.size()) < 128e6) {
+        copies.push_back(copies[0]);
+        copies.back().w.data = copies.back().bytes.data();
+    }
+    std::vector<float> x = make_x(n, cols), y(size_t(n * rows));
+    MatmulScratch scratch;
+    ThreadPool &pool = pool_for(threads);
+    size_t i = 0;
+    for (auto _ : state) {
+        llmkv::cpu::matmul(copies[i].w, x.data(), cols, n, y.data(), rows, pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+        if (++i == copies.size()) i = 0;
+    }
+    set_rate(state, double(copies[0].bytes.size()));
+    state.counters["tok/s"] = benchmark::Counter(double(n) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+void format_args(benchmark::internal::Benchmark *b) {
+    const TensorType types[] = {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q5_0,
+                                TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
+                                TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                                TensorType::Q6_K};
+    for (auto [rows, cols] : {std::pair{2048, 640}, {640, 2048}, {4096, 4096}}) {
+        for (TensorType t : types) {
+            // k-quant rows are whole super-blocks of 256: 768 stands in for 640 there.
+            const int c = llmkv::tensor_type_is_k_quant(t) && cols % 256 ? 768 : cols;
+            for (int n : {1, 64}) {
+                for (int threads : {1, 2}) b->Args({int64_t(t), rows, c, n, threads});
+            }
+        }
+    }
+}
+BENCHMARK(BM_Format)
+    ->ArgNames({"type", "rows", "cols", "n_tokens", "threads"})
+    ->Apply(format_args)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // ---- the SmolLM2-135M weight set: 30 layers of Q4_1 + the tied Q8_0 output head ----------
 struct SmolLM2 {

@@ -115,7 +115,8 @@ constexpr const char *ggml_type_name(uint32_t id) {
     }
 }
 
-// True when `id` is one of the TensorType values.
+// True when `id` is a type llmkv computes with: every TensorType value except Q8_K, which
+// GGML uses only for intermediate activations.
 constexpr bool tensor_type_supported(uint32_t id) {
     switch (id) {
         case uint32_t(TensorType::F32):
@@ -130,7 +131,6 @@ constexpr bool tensor_type_supported(uint32_t id) {
         case uint32_t(TensorType::Q4_K):
         case uint32_t(TensorType::Q5_K):
         case uint32_t(TensorType::Q6_K):
-        case uint32_t(TensorType::Q8_K):
         case uint32_t(TensorType::IQ4_NL):
         case uint32_t(TensorType::BF16):
             return true;

@@ -553,7 +553,7 @@ TEST(Matmul, RejectsBadArguments) {
     w.row_bytes = 20;  // too small for 64 Q8_0 values
     EXPECT_THROW(matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch), Error);
     w = m.view();
-    w.type = TensorType(6);  // Q5_0
+    w.type = TensorType(16);  // IQ2_XXS
     EXPECT_THROW(matmul(w, x.data(), 64, 1, y.data(), 4, pool, scratch), Error);
     EXPECT_THROW(dequantize_row(TensorType::Q4_0, m.data.data(), y.data(), 31), Error);
     // n_tokens = 0 and rows = 0 are no-ops.

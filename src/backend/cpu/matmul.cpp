@@ -4,6 +4,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -128,7 +129,8 @@ inline float load_f16(const uint8_t *p) {
 }
 
 bool is_quantized(TensorType t) {
-    return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0;
+    return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
+           is_lane_format(t);
 }
 
 // Dot products of one weight row with one X row. They are deliberately not inlined: every
@@ -187,6 +189,140 @@ __attribute__((noinline)) float dot_q4_1(const uint8_t *w, const uint8_t *act, i
         acc += load_f16(blk + 2) * xs[b];
     }
     return acc;
+}
+
+// ---- lane formats (matmul.h): exact integer lane parts, then the documented float steps -----
+
+// One unit (a 32-block, or a k-quant super-block) decoded to integers: codes u (unsigned
+// except IQ4_NL's signed levels), the per-16 integer scales and mins, the offset o and the
+// float factors dA, dB.
+struct LaneUnit {
+    int16_t u[256];
+    int16_t sc[16];
+    int16_t mn[16];
+    int o = 0;
+    float dA = 0, dB = 0;
+};
+
+void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
+    for (int s = 0; s < 16; ++s) lu.sc[s] = 1, lu.mn[s] = 1;
+    lu.o = 0;
+    switch (t) {
+        case TensorType::Q5_0:
+        case TensorType::Q5_1: {
+            const bool q51 = t == TensorType::Q5_1;
+            lu.dA = load_f16(blk);
+            lu.dB = q51 ? load_f16(blk + 2) : 0.0f;
+            lu.o = q51 ? 0 : 16;
+            uint32_t qh;
+            std::memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+            const uint8_t *qs = blk + (q51 ? 8 : 6);
+            for (int i = 0; i < 32; ++i) {
+                const int nib = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+                lu.u[i] = int16_t(nib | int((qh >> i) & 1) << 4);
+            }
+            return;
+        }
+        case TensorType::IQ4_NL:
+            lu.dA = load_f16(blk);
+            for (int i = 0; i < 16; ++i) {
+                lu.u[i] = kIq4nlValues[blk[2 + i] & 15];
+                lu.u[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
+            }
+            return;
+        case TensorType::Q2_K:
+            lu.dA = load_f16(blk + 80);
+            lu.dB = -load_f16(blk + 82);
+            for (int s = 0; s < 16; ++s) {
+                lu.sc[s] = int16_t(blk[s] & 15);
+                lu.mn[s] = int16_t(blk[s] >> 4);
+            }
+            for (int e = 0; e < 256; ++e) {
+                lu.u[e] = int16_t((blk[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
+            }
+            return;
+        case TensorType::Q3_K: {
+            const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
+            lu.dA = load_f16(blk + 108);
+            lu.o = 4;
+            for (int s = 0; s < 16; ++s) {
+                lu.sc[s] = int16_t((((scales[s % 8] >> (4 * (s / 8))) & 15) |
+                                    (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
+                                   32);
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+                lu.u[e] = int16_t(((qs[32 * h + l] >> (2 * j)) & 3) |
+                                  (((hmask[l] >> (4 * h + j)) & 1) << 2));
+            }
+            return;
+        }
+        case TensorType::Q4_K:
+        case TensorType::Q5_K: {
+            const bool q5 = t == TensorType::Q5_K;
+            lu.dA = load_f16(blk);
+            lu.dB = -load_f16(blk + 2);
+            const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+            for (int s = 0; s < 8; ++s) {
+                int sc, m;
+                k4_scale_min(scales, s, &sc, &m);
+                lu.sc[2 * s] = lu.sc[2 * s + 1] = int16_t(sc);
+                lu.mn[2 * s] = lu.mn[2 * s + 1] = int16_t(m);
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int s = e / 32, l = e % 32;
+                int q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+                if (q5) q |= ((qh[l] >> s) & 1) << 4;
+                lu.u[e] = int16_t(q);
+            }
+            return;
+        }
+        case TensorType::Q6_K: {
+            const uint8_t *ql = blk, *qh = blk + 128;
+            lu.dA = load_f16(blk + 208);
+            lu.o = 32;
+            for (int s = 0; s < 16; ++s) lu.sc[s] = int8_t(blk[192 + s]);
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+                lu.u[e] = int16_t(((ql[64 * h + 32 * (j & 1) + l] >> (4 * (j / 2))) & 15) |
+                                  (((qh[32 * h + l] >> (2 * j)) & 3) << 4));
+            }
+            return;
+        }
+        default:
+            return;
+    }
+}
+
+__attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const uint8_t *act,
+                                          int64_t nb) {
+    const int8_t *xq = act_qs(act);
+    const float *xd = act_d(act, nb);
+    const int per_unit = lane_unit_blocks(t);
+    const size_t unit_bytes = tensor_type_block_bytes(t);
+    const bool has_min = lane_format_has_min(t);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    LaneUnit lu;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int jb = int(b % per_unit);
+        if (jb == 0) decode_lane_unit(t, w + size_t(b / per_unit) * unit_bytes, lu);
+        const int8_t *x = xq + b * kQBlock;
+        const int16_t *u = lu.u + 32 * jb;
+        const float sa = lu.dA * xd[b];
+        const float sb = lu.dB * xd[b];
+        for (int i = 0; i < 8; ++i) {
+            int32_t p = 0, sx = 0;
+            for (int k = 4 * i; k < 4 * i + 4; ++k) {
+                p += int32_t(u[k]) * x[k];
+                sx += x[k];
+            }
+            const int sub = 2 * jb + i / 4;
+            const int32_t ip = int32_t(lu.sc[sub]) * (p - lu.o * sx);
+            lane[i] = std::fma(sa, float(ip), lane[i]);
+            if (has_min) lane[i] = std::fma(sb, float(int32_t(lu.mn[sub]) * sx), lane[i]);
+        }
+    }
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 template <TensorType kType>
@@ -270,7 +406,10 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
             });
             return;
         default:
-            return;  // rejected by check_args
+            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
+                return dot_lanes(job.type, w, act(t), nb);
+            });
+            return;
     }
 }
 
@@ -278,16 +417,30 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
     int8_t *qs = reinterpret_cast<int8_t *>(dst);
     float *d = reinterpret_cast<float *>(dst + nb * kQBlock);
     float *s = d + nb;
+    // The same bits as quantize_act_row_avx2 for every input, NaN, Inf and subnormal scales
+    // included (the lane formats' kernels agree across families only if their codes do): max
+    // in the AVX2 reduction order with maxps' NaN rule, and the conversion's saturation.
+    auto maxps = [](float a, float b) { return a > b ? a : b; };
     for (int64_t b = 0; b < nb; ++b) {
         const float *xb = x + b * kQBlock;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+        float m8[8];
+        for (int i = 0; i < 8; ++i) {
+            m8[i] = maxps(maxps(std::fabs(xb[i]), std::fabs(xb[i + 8])),
+                          maxps(std::fabs(xb[i + 16]), std::fabs(xb[i + 24])));
+        }
+        float m4[4];
+        for (int i = 0; i < 4; ++i) m4[i] = maxps(m8[i], m8[i + 4]);
+        const float m2_0 = maxps(m4[0], m4[2]), m2_1 = maxps(m4[1], m4[3]);
+        const float amax = maxps(m2_0, m2_1);
         const float db = amax / 127.0f;
         const float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t sum = 0;
         for (int i = 0; i < 32; ++i) {
-            const float v = xb[i] * id;
-            const int32_t q = int32_t(std::nearbyint(v));
+            const float v = std::nearbyint(xb[i] * id);
+            // cvtps2dq gives INT32_MIN for NaN and out-of-range values; packs saturate to int8.
+            const int32_t q32 =
+                v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
+            const int32_t q = std::clamp(q32, -128, 127);
             qs[b * kQBlock + i] = int8_t(q);
             sum += q;
         }
@@ -325,11 +478,6 @@ void check_args(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_to
     if (w.rows < 0 || w.cols <= 0 || n_tokens < 0) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "%s: bad shape rows=%lld cols=%lld n_tokens=%lld", what,
              (long long)w.rows, (long long)w.cols, (long long)n_tokens);
-    }
-    if (!is_quantized(w.type) && w.type != TensorType::F32 && w.type != TensorType::F16 &&
-        w.type != TensorType::BF16) {
-        fail(LLMKV_ERR_UNSUPPORTED, "%s: no CPU kernel for %s weights yet", what,
-             tensor_type_name(w.type));
     }
     const int64_t blk = tensor_type_block_elements(w.type);
     if (w.cols % blk != 0) {

@@ -1,5 +1,6 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for Q8_0/Q4_0/Q4_1 weights, FMA dot products for F32/F16/BF16,
+// products (maddubs + madd) for Q8_0/Q4_0/Q4_1 weights and the lane formats (Q5_0, Q5_1,
+// IQ4_NL, Q2_K..Q6_K, following the steps matmul.h lists), FMA dot products for F32/F16/BF16,
 // and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
 
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_lane_simd.h"
 #include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
@@ -139,6 +141,92 @@ void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
     }
 }
 
+// ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+
+// R rows x T tokens. Per weight block (a 32-block, or a k-quant super-block) each row's
+// header is decoded once; per 32-block the codes once per row, the activation sums once per
+// token. Lane i of a register is lane i of matmul.h (elements 4i..4i+3 of the block).
+template <TensorType kType, int R, int T>
+void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
+           float *y, int64_t ldy, const uint8_t *pf) {
+    constexpr int kPer = lane_unit_blocks(kType);
+    constexpr size_t kUB = tensor_type_block_bytes(kType);
+    constexpr int kO = kLaneOffset<kType>;
+    const int8_t *xq[T];
+    const float *xd[T];
+    for (int t = 0; t < T; ++t) {
+        const uint8_t *a = act + size_t(t) * act_stride;
+        xq[t] = act_qs(a);
+        xd[t] = act_d(a, nb);
+    }
+    __m256 acc[R][T];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const int64_t nu = nb / kPer;
+    for (int64_t u = 0; u < nu; ++u) {
+        if (pf) prefetch_step<R * kUB>(pf + size_t(u) * (R * kUB));
+        LaneHeader hd[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) lane_header<kType>(w + size_t(r) * row_bytes + u * kUB, hd[r]);
+        for (int jb = 0; jb < kPer; ++jb) {
+            const int64_t b = u * kPer + jb;
+            __m256i xv[T], corr[T], xs[T];
+            __m256 dx[T];
+#pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) {
+                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
+                dx[t] = _mm256_broadcast_ss(xd[t] + b);
+                if constexpr (kO != 0) corr[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(kO), xv[t]);
+                if constexpr (kLaneMin<kType>) xs[t] = _mm256_maddubs_epi16(ones8, xv[t]);
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m256i wq = lane_codes<kType>(w + size_t(r) * row_bytes + u * kUB, jb);
+                const __m256 da = _mm256_set1_ps(hd[r].dA);
+                __m256i sc16 = ones16, m16 = ones16, wp = wq, wn = wq;
+                if constexpr (kLaneScaled<kType>) sc16 = lane_scales16<kType>(hd[r].sc, jb);
+                if constexpr (kLaneScaled<kType> && kLaneMin<kType>) {
+                    m16 = lane_scales16<kType>(hd[r].mn, jb);
+                }
+                if constexpr (kType == TensorType::IQ4_NL) {
+                    wp = lane_iq4nl_pos(wq);
+                    wn = lane_iq4nl_neg(wq);
+                }
+#pragma GCC unroll 16
+                for (int t = 0; t < T; ++t) {
+                    __m256i ip;
+                    if constexpr (kType == TensorType::IQ4_NL) {
+                        ip = _mm256_sub_epi32(
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(wp, xv[t]), ones16),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(wn, xv[t]), ones16));
+                    } else {
+                        __m256i p16 = _mm256_maddubs_epi16(wq, xv[t]);
+                        if constexpr (kO != 0) p16 = _mm256_sub_epi16(p16, corr[t]);
+                        ip = _mm256_madd_epi16(p16, sc16);
+                    }
+                    const __m256 sa = _mm256_mul_ps(da, dx[t]);
+                    acc[r][t] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(ip), acc[r][t]);
+                    if constexpr (kLaneMin<kType>) {
+                        const __m256i jm = _mm256_madd_epi16(xs[t], m16);
+                        const __m256 sb = _mm256_mul_ps(_mm256_set1_ps(hd[r].dB), dx[t]);
+                        acc[r][t] = _mm256_fmadd_ps(sb, _mm256_cvtepi32_ps(jm), acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]);
+    }
+}
+
 // ---- float weights x f32 activations ------------------------------------------------------------
 
 template <TensorType kType>
@@ -225,6 +313,11 @@ constexpr TileTable<QTileFn> make_qtiles(std::integer_sequence<int, I...>,
     return {{&qtile<kType, I + 1, 1>...}, {&qtile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
 template <TensorType kType, int... I, int... J>
+constexpr TileTable<QTileFn> make_ltiles(std::integer_sequence<int, I...>,
+                                         std::integer_sequence<int, J...>) {
+    return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
+}
+template <TensorType kType, int... I, int... J>
 constexpr TileTable<FTileFn> make_ftiles(std::integer_sequence<int, I...>,
                                          std::integer_sequence<int, J...>) {
     return {{&ftile<kType, I + 1, 1>...}, {&ftile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
@@ -289,6 +382,16 @@ void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 }
 
 template <TensorType kType>
+void l_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
+    static constexpr TileTable<QTileFn> kTiles = make_ltiles<kType>(DecodeSeq{}, BatchSeq{});
+    const int64_t nb = job.cols / kQBlock;
+    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
+        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.act + size_t(t) * job.act_stride,
+           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy, pf);
+    });
+}
+
+template <TensorType kType>
 void f_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<FTileFn> kTiles = make_ftiles<kType>(DecodeSeq{}, BatchSeq{});
     drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
@@ -325,8 +428,32 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
             return;
-        default:
+        case TensorType::Q5_0:
+            l_rows<TensorType::Q5_0>(job, r0, r1);
             return;
+        case TensorType::Q5_1:
+            l_rows<TensorType::Q5_1>(job, r0, r1);
+            return;
+        case TensorType::IQ4_NL:
+            l_rows<TensorType::IQ4_NL>(job, r0, r1);
+            return;
+        case TensorType::Q2_K:
+            l_rows<TensorType::Q2_K>(job, r0, r1);
+            return;
+        case TensorType::Q3_K:
+            l_rows<TensorType::Q3_K>(job, r0, r1);
+            return;
+        case TensorType::Q4_K:
+            l_rows<TensorType::Q4_K>(job, r0, r1);
+            return;
+        case TensorType::Q5_K:
+            l_rows<TensorType::Q5_K>(job, r0, r1);
+            return;
+        case TensorType::Q6_K:
+            l_rows<TensorType::Q6_K>(job, r0, r1);
+            return;
+        case TensorType::Q8_K:
+            return;  // not a weight type (tensor_type_supported)
     }
 }
 

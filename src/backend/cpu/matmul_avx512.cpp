@@ -22,7 +22,9 @@
 //         Codes of -128 only come out of the quantizer for non-finite or subnormal-scaled
 //         activations; matmul() checks for them (q8_codes_avoid_minus_128) and runs such calls
 //         on the AVX2 kernel, so the results are those of AVX2 for every input.
-// The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
+// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the steps of matmul.h with the AVX2
+// kernels' integer instructions (maddubs, madd: exact for every code) on row pairs, so they
+// equal both AVX2 and portable. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
 
 // GCC 12's AVX-512 headers build "undefined" vectors from self-initialized locals (used by the
 // cast/broadcast/convert intrinsics below) and then warn about them at -O3.
@@ -38,6 +40,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_lane_simd.h"
 #include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
@@ -203,6 +206,123 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
     }
 }
 
+// ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+
+inline __m512i join256(__m256i a, __m256i b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+inline __m512 join_ps(float a, float b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(a))),
+        _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+// P row pairs x T tokens, as qtile; the lanes of each row are those of the AVX2 ltile (the
+// same integer per lane, the same float steps), two rows per register.
+template <TensorType kType, int P, int T>
+void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, size_t act_stride,
+           int64_t nb, float *y, int64_t ldy, const uint8_t *pf) {
+    static_assert(P >= 1 && P <= 4);
+    constexpr int kPer = lane_unit_blocks(kType);
+    constexpr size_t kUB = tensor_type_block_bytes(kType);
+    constexpr int kO = kLaneOffset<kType>;
+    const uint8_t *rows[2 * P];
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
+    const uint8_t *tok[T];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) tok[t] = act + size_t(t) * act_stride;
+    const size_t d_off = size_t(nb) * kQBlock;
+
+    __m512 acc[P][T];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+    }
+    const __m512i ones8 = _mm512_set1_epi8(1);
+    const __m512i ones16 = _mm512_set1_epi16(1);
+    const int64_t nu = nb / kPer;
+    for (int64_t u = 0; u < nu; ++u) {
+        if (pf) prefetch_step<2 * P * kUB>(pf + size_t(u) * (2 * P * kUB));
+        LaneHeader hd[2 * P];
+#pragma GCC unroll 8
+        for (int i = 0; i < 2 * P; ++i) lane_header<kType>(rows[i] + u * kUB, hd[i]);
+        for (int jb = 0; jb < kPer; ++jb) {
+            const int64_t b = u * kPer + jb;
+            __m512i wq[P], wn[P], sc16[P], m16[P];
+            __m512 da[P], db[P];
+#pragma GCC unroll 4
+            for (int p = 0; p < P; ++p) {
+                const LaneHeader &ha = hd[2 * p], &hb = hd[2 * p + 1];
+                const __m256i ca = lane_codes<kType>(rows[2 * p] + u * kUB, jb);
+                const __m256i cb = lane_codes<kType>(rows[2 * p + 1] + u * kUB, jb);
+                if constexpr (kType == TensorType::IQ4_NL) {
+                    wq[p] = join256(lane_iq4nl_pos(ca), lane_iq4nl_pos(cb));
+                    wn[p] = join256(lane_iq4nl_neg(ca), lane_iq4nl_neg(cb));
+                } else {
+                    wq[p] = join256(ca, cb);
+                    wn[p] = wq[p];
+                }
+                sc16[p] = ones16;
+                m16[p] = ones16;
+                if constexpr (kLaneScaled<kType>) {
+                    sc16[p] = join256(lane_scales16<kType>(ha.sc, jb), lane_scales16<kType>(hb.sc, jb));
+                    if constexpr (kLaneMin<kType>) {
+                        m16[p] = join256(lane_scales16<kType>(ha.mn, jb),
+                                         lane_scales16<kType>(hb.mn, jb));
+                    }
+                }
+                da[p] = join_ps(ha.dA, hb.dA);
+                db[p] = kLaneMin<kType> ? join_ps(ha.dB, hb.dB) : da[p];
+            }
+#pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) {
+                const uint8_t *a = tok[t];
+                const __m512i xv = _mm512_broadcast_i64x4(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + size_t(b) * kQBlock)));
+                float dxs;
+                std::memcpy(&dxs, a + d_off + size_t(b) * 4, 4);
+                const __m512 dx = _mm512_set1_ps(dxs);
+                __m512i corr = _mm512_setzero_si512(), xs = _mm512_setzero_si512();
+                if constexpr (kO != 0) corr = _mm512_maddubs_epi16(_mm512_set1_epi8(kO), xv);
+                if constexpr (kLaneMin<kType>) xs = _mm512_maddubs_epi16(ones8, xv);
+#pragma GCC unroll 4
+                for (int p = 0; p < P; ++p) {
+                    __m512i ip;
+                    if constexpr (kType == TensorType::IQ4_NL) {
+                        ip = _mm512_sub_epi32(
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(wq[p], xv), ones16),
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(wn[p], xv), ones16));
+                    } else {
+                        __m512i p16 = _mm512_maddubs_epi16(wq[p], xv);
+                        if constexpr (kO != 0) p16 = _mm512_sub_epi16(p16, corr);
+                        ip = _mm512_madd_epi16(p16, sc16[p]);
+                    }
+                    const __m512 sa = _mm512_mul_ps(da[p], dx);
+                    acc[p][t] = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(ip), acc[p][t]);
+                    if constexpr (kLaneMin<kType>) {
+                        const __m512i jm = _mm512_madd_epi16(xs, m16[p]);
+                        const __m512 sb = _mm512_mul_ps(db[p], dx);
+                        acc[p][t] = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(jm), acc[p][t]);
+                    }
+                }
+            }
+        }
+    }
+    const __mmask8 store_mask = __mmask8((1u << nrows) - 1u);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+        __m512 pairs[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            pairs[p] = p < P ? acc[std::min(p, P - 1)][t] : _mm512_setzero_ps();
+        }
+        const __m256 out = reduce_row_pairs(pairs[0], pairs[1], pairs[2], pairs[3]);
+        _mm256_mask_storeu_ps(y + t * ldy, store_mask, out);
+    }
+}
+
 // ---- tile tables and the row-range driver -------------------------------------------------------
 
 using QTileFn = void (*)(const uint8_t *, size_t, int, const uint8_t *, size_t, int64_t, float *,
@@ -219,11 +339,25 @@ constexpr TileTable make_qtiles(std::integer_sequence<int, I...>, std::integer_s
     return {{&qtile<kType, I + 1, 1>...}, {&qtile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
 
+template <TensorType kType, int... I, int... J>
+constexpr TileTable make_ltiles(std::integer_sequence<int, I...>, std::integer_sequence<int, J...>) {
+    return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
+}
+
+template <TensorType kType>
+constexpr TileTable tiles_for() {
+    if constexpr (is_lane_format(kType)) {
+        return make_ltiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
+                                  std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
+    } else {
+        return make_qtiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
+                                  std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
+    }
+}
+
 template <TensorType kType>
 void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
-    static constexpr TileTable kTiles =
-        make_qtiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
-                           std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
+    static constexpr TileTable kTiles = tiles_for<kType>();
     const int64_t nb = job.cols / kQBlock;
     auto call = [&](QTileFn fn, int64_t r, int nr, int64_t t, const uint8_t *pf) {
         fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, nr,
@@ -282,10 +416,34 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
             q_rows<TensorType::Q4_1>(job, r0, r1);
             return;
+        case TensorType::Q5_0:
+            q_rows<TensorType::Q5_0>(job, r0, r1);
+            return;
+        case TensorType::Q5_1:
+            q_rows<TensorType::Q5_1>(job, r0, r1);
+            return;
+        case TensorType::IQ4_NL:
+            q_rows<TensorType::IQ4_NL>(job, r0, r1);
+            return;
+        case TensorType::Q2_K:
+            q_rows<TensorType::Q2_K>(job, r0, r1);
+            return;
+        case TensorType::Q3_K:
+            q_rows<TensorType::Q3_K>(job, r0, r1);
+            return;
+        case TensorType::Q4_K:
+            q_rows<TensorType::Q4_K>(job, r0, r1);
+            return;
+        case TensorType::Q5_K:
+            q_rows<TensorType::Q5_K>(job, r0, r1);
+            return;
+        case TensorType::Q6_K:
+            q_rows<TensorType::Q6_K>(job, r0, r1);
+            return;
         case TensorType::F32:
         case TensorType::F16:
         case TensorType::BF16:
-        default:
+        case TensorType::Q8_K:  // not a weight type (tensor_type_supported)
             matmul_rows_avx2(job, r0, r1);
             return;
     }

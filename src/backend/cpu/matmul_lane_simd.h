@@ -1,0 +1,162 @@
+// Weight decoding for the lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K; matmul.h gives the
+// arithmetic every kernel family follows): one 32-block of codes as bytes in element order,
+// and per weight block the float factors and integer scales. 256-bit AVX2 code, shared by
+// matmul_avx2.cpp and matmul_avx512.cpp; like simd_util.h it lives in an unnamed namespace
+// so that each kernel file, compiled with its own target flags, gets its own copy.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/simd_util.h"
+#include "common/half.h"
+
+namespace llmkv::cpu::detail {
+namespace {
+
+// Per row and weight block: dA, dB and the integer scale sc / min m of each sub-block of 16
+// (sub-blocks of 32 repeat theirs), as matmul.h defines them.
+struct LaneHeader {
+    float dA, dB;
+    int16_t sc[16];
+    int16_t mn[16];
+};
+
+inline float lane_f16(const uint8_t *p) {
+    return _cvtsh_ss(load_u16(p));
+}
+
+template <TensorType kType>
+inline void lane_header(const uint8_t *blk, LaneHeader &h) {
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::IQ4_NL) {
+        h.dA = lane_f16(blk);
+    } else if constexpr (kType == TensorType::Q5_1) {
+        h.dA = lane_f16(blk);
+        h.dB = lane_f16(blk + 2);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        h.dA = lane_f16(blk + 80);
+        h.dB = -lane_f16(blk + 82);
+        for (int s = 0; s < 16; ++s) {
+            h.sc[s] = int16_t(blk[s] & 15);
+            h.mn[s] = int16_t(blk[s] >> 4);
+        }
+    } else if constexpr (kType == TensorType::Q3_K) {
+        const uint8_t *scales = blk + 96;
+        h.dA = lane_f16(blk + 108);
+        for (int s = 0; s < 16; ++s) {
+            h.sc[s] = int16_t((((scales[s % 8] >> (4 * (s / 8))) & 15) |
+                               (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
+                              32);
+        }
+    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+        h.dA = lane_f16(blk);
+        h.dB = -lane_f16(blk + 2);
+        for (int s = 0; s < 8; ++s) {
+            int sc, m;
+            k4_scale_min(blk + 4, s, &sc, &m);
+            h.sc[2 * s] = int16_t(sc);
+            h.mn[2 * s] = int16_t(m);
+        }
+    } else {  // Q6_K
+        h.dA = lane_f16(blk + 208);
+        for (int s = 0; s < 16; ++s) h.sc[s] = int8_t(blk[192 + s]);
+    }
+}
+
+// The integer scales of 32-block jb as 16 int16: 8 for lanes 0-3 (elements 0-15), 8 for lanes
+// 4-7. madd(pairs, this) multiplies each lane's sum by its sub-block's scale.
+template <TensorType kType>
+inline __m256i lane_scales16(const int16_t *v, int jb) {
+    if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+        return _mm256_set1_epi16(v[2 * jb]);
+    } else {
+        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(v[2 * jb])),
+                                       _mm_set1_epi16(v[2 * jb + 1]), 1);
+    }
+}
+
+// 16 bytes of packed nibbles -> 32 bytes 0..15 in element order (low nibbles, then high).
+inline __m256i lane_nibbles(const uint8_t *q) {
+    const __m256i raw =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)));
+    const __m256i shifted = _mm256_srlv_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
+}
+
+// Bit k of the 32-bit little-endian word at p -> 0x10 in byte k, else 0.
+inline __m256i lane_bits_to_0x10(const uint8_t *p) {
+    const __m256i v = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(load_u32(p))),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                           0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
+                            _mm256_set1_epi8(0x10));
+}
+
+// (the 32 bytes at p >> shift) & mask, per byte.
+inline __m256i lane_bits(const uint8_t *p, int shift, int mask) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)),
+                            _mm256_set1_epi8(char(mask)));
+}
+
+// Codes u of 32-block jb of the weight block at blk, as unsigned bytes in element order. For
+// IQ4_NL: the 4-bit indices (lane_iq4nl_split turns them into levels).
+template <TensorType kType>
+inline __m256i lane_codes(const uint8_t *blk, int jb) {
+    if constexpr (kType == TensorType::Q5_0) {
+        return _mm256_or_si256(lane_nibbles(blk + 6), lane_bits_to_0x10(blk + 2));
+    } else if constexpr (kType == TensorType::Q5_1) {
+        return _mm256_or_si256(lane_nibbles(blk + 8), lane_bits_to_0x10(blk + 4));
+    } else if constexpr (kType == TensorType::IQ4_NL) {
+        return lane_nibbles(blk + 2);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        return lane_bits(blk + 16 + 32 * (jb / 4), 2 * (jb % 4), 3);
+    } else if constexpr (kType == TensorType::Q3_K) {
+        const __m256i lo = lane_bits(blk + 32 + 32 * (jb / 4), 2 * (jb % 4), 3);
+        const __m256i hi = lane_bits(blk, jb, 1);  // hmask bit 4 h + j = jb
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+    } else if constexpr (kType == TensorType::Q4_K) {
+        return lane_bits(blk + 16 + 32 * (jb / 2), 4 * (jb % 2), 15);
+    } else if constexpr (kType == TensorType::Q5_K) {
+        const __m256i lo = lane_bits(blk + 48 + 32 * (jb / 2), 4 * (jb % 2), 15);
+        const __m256i hi = lane_bits(blk + 16, jb, 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    } else {  // Q6_K
+        const int h = jb / 4, j = jb % 4;
+        const __m256i lo = lane_bits(blk + 64 * h + 32 * (j & 1), 4 * (j / 2), 15);
+        const __m256i hi = lane_bits(blk + 128 + 32 * h, 2 * j, 3);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+}
+
+// IQ4_NL levels as two unsigned parts, level = pos - neg (each <= 127, so maddubs pairs stay
+// within int16 for any activation code).
+inline __m256i lane_iq4nl_pos(__m256i idx) {
+    const __m256i t = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 13, 25, 38, 53, 69, 89, 113));
+    return _mm256_shuffle_epi8(t, idx);
+}
+inline __m256i lane_iq4nl_neg(__m256i idx) {
+    const __m256i t = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 0, 0, 0, 0, 0, 0, 0, 0));
+    return _mm256_shuffle_epi8(t, idx);
+}
+
+// The offset o of matmul.h.
+template <TensorType kType>
+inline constexpr int kLaneOffset = kType == TensorType::Q5_0   ? 16
+                                   : kType == TensorType::Q3_K ? 4
+                                   : kType == TensorType::Q6_K ? 32
+                                                               : 0;
+template <TensorType kType>
+inline constexpr bool kLaneScaled = tensor_type_is_k_quant(kType);
+template <TensorType kType>
+inline constexpr bool kLaneMin = lane_format_has_min(kType);
+
+}  // namespace
+}  // namespace llmkv::cpu::detail
