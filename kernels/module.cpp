@@ -663,11 +663,15 @@ llmkv_cuda_status upload_packed(Ctx *ctx, uint32_t type, const void *host, uint3
                           cols, tname, (unsigned long long)row_bytes, want));
     uint16_t *dev = nullptr;
     CKS(ctx->alloc(dev, size_t(rows) * cols * 2, ctx->weight_bytes, "a weight matrix"));
-    const uint32_t chunk_rows =
-        uint32_t(std::clamp<uint64_t>(kPackedStagingBytes / want, 1, rows));
+    uint32_t chunk_rows = uint32_t(std::clamp<uint64_t>(kPackedStagingBytes / want, 1, rows));
     uint8_t *staging = nullptr;
-    llmkv_cuda_status s = ctx->alloc(staging, kStagingFlagBytes + size_t(chunk_rows) * want,
-                                     ctx->other_bytes, "packed weight staging");
+    llmkv_cuda_status s;
+    for (;;) {  // a smaller staging buffer when the device is nearly full of weights
+        s = ctx->alloc(staging, kStagingFlagBytes + size_t(chunk_rows) * want, ctx->other_bytes,
+                       "packed weight staging");
+        if (s != LLMKV_CUDA_ERR_OUT_OF_MEMORY || chunk_rows == 1) break;
+        chunk_rows = (chunk_rows + 1) / 2;
+    }
     unsigned long long first_bad = ~0ull;
     if (s == LLMKV_CUDA_OK) {
         s = decode_packed_rows(ctx, type, static_cast<const uint8_t *>(host), rows, cols, want,
