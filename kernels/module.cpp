@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_module.h"
+#include "dequant.cuh"
+#include "dequant_formats.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "gemm.cuh"
@@ -614,6 +616,93 @@ llmkv_cuda_status bad(Ctx *ctx, const char *op, const std::string &what) {
 
 llmkv_cuda_status need_batch(Ctx *ctx, const char *op) {
     return ctx->in_batch ? LLMKV_CUDA_OK : bad(ctx, op, "no batch begun");
+}
+
+// ---- packed weight matrices: GGUF rows uploaded as they are, decoded to fp16 on the device --
+
+constexpr size_t kPackedStagingBytes = 64ull << 20;  // packed rows per host-to-device copy
+constexpr size_t kStagingFlagBytes = 256;            // the overflow flag, then the rows
+
+// Copies the packed rows through one staging buffer in chunks of whole rows and decodes each
+// chunk into `dev` on the compute stream; *first_bad = the first element beyond the fp16
+// range (row-major index) or ~0.
+llmkv_cuda_status decode_packed_rows(Ctx *ctx, uint32_t type, const uint8_t *host, uint32_t rows,
+                                     uint32_t cols, size_t row_bytes, uint8_t *staging,
+                                     uint32_t chunk_rows, uint16_t *dev,
+                                     unsigned long long *first_bad) {
+    auto *flag = reinterpret_cast<unsigned long long *>(staging);
+    uint8_t *rows_buf = staging + kStagingFlagBytes;
+    CK(ctx, cudaMemsetAsync(flag, 0xff, sizeof *flag, ctx->compute));
+    for (uint32_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+        const uint32_t n = std::min(chunk_rows, rows - r0);
+        // Stream-ordered: the next chunk's copy waits for this chunk's kernel.
+        CK(ctx, cudaMemcpyAsync(rows_buf, host + size_t(r0) * row_bytes, size_t(n) * row_bytes,
+                                cudaMemcpyHostToDevice, ctx->compute));
+        CK(ctx, launch_dequant_f16(type, rows_buf, row_bytes, n, cols, dev + size_t(r0) * cols,
+                                   flag, (unsigned long long)r0 * cols, ctx->compute));
+    }
+    CK(ctx, cudaMemcpyAsync(first_bad, flag, sizeof *flag, cudaMemcpyDeviceToHost, ctx->compute));
+    CK(ctx, cudaStreamSynchronize(ctx->compute));
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status upload_packed(Ctx *ctx, uint32_t type, const void *host, uint32_t rows,
+                                uint32_t cols, uint64_t row_bytes, llmkv_cuda_weight *out) {
+    const char *op = "upload_matrix_packed";
+    if (!host || !out || rows == 0 || cols == 0) return bad(ctx, op, "null or empty matrix");
+    const char *tname = llmkv::ggml_type_name(type);
+    if (!tname) tname = "unknown";
+    if (!dequant_type_supported(type))
+        return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                         format("%s: tensor type %s (%u) has no device decoder", op, tname, type));
+    const size_t want = dequant_row_bytes(type, cols);
+    if (want == 0 || row_bytes != want)
+        return bad(ctx, op,
+                   format("%u columns of %s in rows of %llu bytes (%zu expected, 0: not whole "
+                          "blocks)",
+                          cols, tname, (unsigned long long)row_bytes, want));
+    uint16_t *dev = nullptr;
+    CKS(ctx->alloc(dev, size_t(rows) * cols * 2, ctx->weight_bytes, "a weight matrix"));
+    uint32_t chunk_rows = uint32_t(std::clamp<uint64_t>(kPackedStagingBytes / want, 1, rows));
+    uint8_t *staging = nullptr;
+    llmkv_cuda_status s;
+    for (;;) {  // a smaller staging buffer when the device is nearly full of weights
+        s = ctx->alloc(staging, kStagingFlagBytes + size_t(chunk_rows) * want, ctx->other_bytes,
+                       "packed weight staging");
+        if (s != LLMKV_CUDA_ERR_OUT_OF_MEMORY || chunk_rows == 1) break;
+        chunk_rows = (chunk_rows + 1) / 2;
+    }
+    unsigned long long first_bad = ~0ull;
+    if (s == LLMKV_CUDA_OK) {
+        s = decode_packed_rows(ctx, type, static_cast<const uint8_t *>(host), rows, cols, want,
+                               staging, chunk_rows, dev, &first_bad);
+        ctx->free_device(staging);
+    }
+    if (s == LLMKV_CUDA_OK && first_bad != ~0ull) {
+        // The host path's message: the value itself, decoded here from the packed row.
+        const uint64_t r = first_bad / cols, c = first_bad % cols;
+        float f = 0.0f;
+        llmkv::dq::decode_element(llmkv::TensorType(type),
+                                  static_cast<const uint8_t *>(host) + r * want, c, &f);
+        s = ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                      format("weight matrix %u x %u (%s): value %g at row %llu, column %llu is "
+                             "beyond the fp16 range (the CUDA backend keeps weights in fp16)",
+                             rows, cols, tname, double(f), (unsigned long long)r,
+                             (unsigned long long)c));
+    }
+    if (s != LLMKV_CUDA_OK) {
+        ctx->free_device(dev);
+        return s;
+    }
+    ctx->weights.push_back(DeviceWeight{dev, rows, cols, true});
+    *out = llmkv_cuda_weight(ctx->weights.size());
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status api_upload_matrix_packed(llmkv_cuda_context *ctx, uint32_t type,
+                                           const void *host, uint32_t rows, uint32_t cols,
+                                           uint64_t row_bytes, llmkv_cuda_weight *out) {
+    return guarded(ctx, [&] { return upload_packed(ctx, type, host, rows, cols, row_bytes, out); });
 }
 
 // ---- one batch ------------------------------------------------------------------------------
@@ -1292,6 +1381,7 @@ const llmkv_cuda_api kApi = {
     api_add_bias,
     api_scale,
     api_geglu,
+    api_upload_matrix_packed,
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // GPU benchmark (numbers, no assertions): device copy bandwidth, decode paged-attention
 // bandwidth per KV codec at 4k and 32k context, 8-bit vs fp16 attention speed, and decode
 // tokens/s at batch 1/32/128 for one synthetic Llama-3-8B-shaped layer and for SmolLM2
-// (when $LLMKV_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf exists).
+// (when $LLMKV_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf exists); packed weights:
+// device dequantization to fp16 and the packed matrix-vector kernel against a cuBLAS fp16 GEMV.
 // Prints a table and "RESULT <key> <value>" lines (tools/gpu-check.sh collects them).
 // Usage: llmkv_gpu_bench [--quick]
 #include <cuda_runtime_api.h>
@@ -19,6 +20,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
+#include "dequant.cuh"
+#include "dequant_test_util.h"
+#include "gemm.cuh"
+#include "matvec_q.cuh"
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
 #include "model/gguf.h"
@@ -475,6 +480,79 @@ void smollm2_bench() {
     }
 }
 
+// ---- packed weights ----------------------------------------------------------------------------
+
+// One Llama-3-8B FFN down matrix (4096 x 14336) per packed type: load-time dequantization to
+// fp16 (GB/s of packed bytes read + fp16 written) and decode matrix-vector products for 1 and
+// 8 token rows (GB/s of packed weights read), against cuBLAS reading the fp16 matrix (n = 1).
+void packed_weights_bench() {
+    const uint32_t rows = 4096, cols = 14336;
+    std::printf("\n== packed weights, %u x %u (FFN down of Llama-3-8B) ==\n", rows, cols);
+    std::printf("  %-6s %14s %14s %14s %14s\n", "type", "dequant GB/s", "matvec t1 GB/s",
+                "matvec t8 GB/s", "cuBLAS f16 t1");
+    uint16_t *w16 = nullptr;
+    float *x = nullptr, *y = nullptr;
+    uint16_t *x16 = nullptr;
+    BENCH_CUDA(device_alloc(&w16, size_t(rows) * cols * 2));
+    BENCH_CUDA(device_alloc(&x, size_t(cuda::kMatvecMaxTokens) * cols * 4));
+    BENCH_CUDA(device_alloc(&x16, size_t(cols) * 2));
+    BENCH_CUDA(device_alloc(&y, size_t(cuda::kMatvecMaxTokens) * rows * 4));
+    BENCH_CUDA(cudaMemset(x, 0, size_t(cuda::kMatvecMaxTokens) * cols * 4));
+    BENCH_CUDA(cudaMemset(x16, 0, size_t(cols) * 2));
+    cublasHandle_t cublas = nullptr;
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) fail(LLMKV_ERR_BACKEND, "cublasCreate");
+    const int iters = g_quick ? 5 : 20;
+    const TensorType types[] = {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q5_0,
+                                TensorType::Q8_0};
+    for (TensorType t : types) {
+        const std::vector<uint8_t> host = dqtest::random_rows(t, rows, cols, 9, true);
+        const size_t rb = host.size() / rows;
+        uint8_t *packed = nullptr;
+        BENCH_CUDA(device_alloc(&packed, host.size()));
+        BENCH_CUDA(cudaMemcpy(packed, host.data(), host.size(), cudaMemcpyHostToDevice));
+        const double t_dq = time_calls(
+            [&] {
+                BENCH_CUDA(cuda::launch_dequant_f16(uint32_t(t), packed, rb, rows, cols, w16,
+                                                    nullptr, 0, nullptr));
+            },
+            iters);
+        double t_mv[2];
+        const uint32_t ns[2] = {1, cuda::kMatvecMaxTokens};
+        for (int k = 0; k < 2; ++k) {
+            t_mv[k] = time_calls(
+                [&] {
+                    BENCH_CUDA(cuda::launch_matvec_q(uint32_t(t), packed, rb, rows, cols, x, cols,
+                                                     ns[k], y, rows, nullptr));
+                },
+                iters);
+        }
+        const double t_blas = time_calls(
+            [&] {
+                if (cuda::gemm_f16_f32(cublas, w16, rows, cols, x16, cols, 1, y, rows, 0.0f) !=
+                    CUBLAS_STATUS_SUCCESS)
+                    fail(LLMKV_ERR_BACKEND, "cuBLAS GEMV");
+            },
+            iters);
+        const double pb = double(host.size()), fb = double(rows) * cols * 2;
+        std::printf("  %-6s %14.1f %14.1f %14.1f %14.1f\n", tensor_type_name(t),
+                    (pb + fb) / t_dq / 1e9, pb / t_mv[0] / 1e9, pb / t_mv[1] / 1e9,
+                    fb / t_blas / 1e9);
+        const std::string name = tensor_type_name(t);
+        result("dequant_" + name + "_GBps", (pb + fb) / t_dq / 1e9);
+        result("matvec_" + name + "_t1_us", t_mv[0] * 1e6);
+        result("matvec_" + name + "_t8_us", t_mv[1] * 1e6);
+        result("matvec_" + name + "_t1_GBps", pb / t_mv[0] / 1e9);
+        result("cublas_f16_gemv_" + name + "_us", t_blas * 1e6);
+        cudaFree(packed);
+        if (g_quick) break;
+    }
+    cublasDestroy(cublas);
+    cudaFree(w16);
+    cudaFree(x);
+    cudaFree(x16);
+    cudaFree(y);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -495,6 +573,7 @@ int main(int argc, char **argv) {
         attention_bench(bw);
         synthetic_layer_bench();
         smollm2_bench();
+        packed_weights_bench();
     } catch (const std::exception &e) {
         std::printf("benchmark failed: %s\n", e.what());
         return 1;

@@ -1,8 +1,8 @@
 // CudaModule (dlopen of libllmkv-cuda.so, ABI check) and CudaBackend (the Backend of
-// backend/backend.h over the module's op-level C ABI: weights to fp16 one matrix at a time,
-// the device context, the ops, the KV transfer queue over the module's copy stream, pinned
-// host memory for the host tier). Compiled into libllmkv on every machine: no CUDA header or
-// library is involved, only dlopen.
+// backend/backend.h over the module's op-level C ABI: weight matrices uploaded packed and
+// decoded to fp16 on the device, the device context, the ops, the KV transfer queue over the
+// module's copy stream, pinned host memory for the host tier). Compiled into libllmkv on
+// every machine: no CUDA header or library is involved, only dlopen.
 #include "backend/cuda/cuda_backend.h"
 
 #include <dlfcn.h>
@@ -150,31 +150,6 @@ void check_cuda(const llmkv_cuda_api *api, const llmkv_cuda_context *ctx, llmkv_
     fail(status_of(s), "CUDA backend: %s: %s", what, msg && *msg ? msg : "failed");
 }
 
-
-// A weight matrix (rows x cols in its GGUF type) as fp16 [rows][cols], decoded with the
-// reference dequantization.
-std::vector<uint16_t> to_fp16(const WeightMatrix &w) {
-    std::vector<uint16_t> out(size_t(w.rows) * size_t(w.cols));
-    std::vector<float> row(size_t(w.cols));
-    const uint8_t *base = static_cast<const uint8_t *>(w.data);
-    for (int64_t r = 0; r < w.rows; ++r) {
-        dequantize_row_reference(w.type, base + size_t(r) * w.row_bytes, row.data(), w.cols);
-        uint16_t *dst = out.data() + size_t(r) * size_t(w.cols);
-        for (int64_t c = 0; c < w.cols; ++c) {
-            const float f = row[size_t(c)];
-            const uint16_t h = fp32_to_fp16(f);
-            if ((h & 0x7c00u) == 0x7c00u && std::isfinite(f)) {
-                fail(LLMKV_ERR_UNSUPPORTED,
-                     "weight matrix %lld x %lld (%s): value %g at row %lld is beyond the fp16 "
-                     "range (the CUDA backend keeps weights in fp16)",
-                     (long long)w.rows, (long long)w.cols, tensor_type_name(w.type), double(f),
-                     (long long)r);
-            }
-            dst[c] = h;
-        }
-    }
-    return out;
-}
 
 llmkv_cuda_tensor dev(const Tensor &t) {
     return llmkv_cuda_tensor{t.data, t.rows, t.cols};
@@ -325,10 +300,11 @@ public:
                 w->cols > int64_t(UINT32_MAX))
                 fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: weight matrix of %lld x %lld",
                      (long long)w->rows, (long long)w->cols);
-            std::vector<uint16_t> h = to_fp16(*w);  // one matrix of host temporaries at a time
+            // Packed rows as in the file, decoded to fp16 on the device (no host temporaries);
+            // a value beyond the fp16 range is LLMKV_ERR_UNSUPPORTED, naming it.
             llmkv_cuda_weight handle = 0;
-            check(api_->upload_matrix(ctx_, h.data(), uint32_t(w->rows), uint32_t(w->cols),
-                                      &handle),
+            check(api_->upload_matrix_packed(ctx_, uint32_t(w->type), w->data, uint32_t(w->rows),
+                                             uint32_t(w->cols), uint64_t(w->row_bytes), &handle),
                   "uploading a weight matrix");
             matrices_[w->data] = Matrix{handle, uint32_t(w->rows), uint32_t(w->cols)};
         }

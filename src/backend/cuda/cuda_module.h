@@ -37,7 +37,7 @@
  * Activations are device buffers of f32 rows (alloc_activation), named by
  * llmkv_cuda_tensor {data, rows, cols}; an op checks that every tensor lies inside one
  * buffer from alloc_activation. Weights are handles returned by upload_matrix (fp16 on the
- * device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
+ * device; upload_matrix_packed decodes GGUF rows to it on the device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
  * span; attention(layer) must follow it for the same layer before the next write_kv.
  *
  * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h
@@ -276,6 +276,20 @@ typedef struct llmkv_cuda_api {
      * gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's GeGLU). */
     llmkv_cuda_status (*geglu)(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
                                llmkv_cuda_tensor up);
+    /* ---- also version 3: packed weight upload ------------------------------------------ */
+    /* A weight matrix in its GGUF encoding, decoded on the device to the fp16 matrix that
+     * upload_matrix would hold: `type` a GGML type id (src/model/tensor_type.h: F32, F16,
+     * BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K); rows
+     * packed rows of row_bytes bytes each (row r at host + r * row_bytes, cols elements, a
+     * whole number of the type's blocks), HOST memory read only during the call. Each value
+     * is dequantize_row_reference's f32 value rounded with fp32_to_fp16, bit for bit. The
+     * rows go up through a device staging buffer of at most 64 MiB. UNSUPPORTED, with
+     * nothing kept, for a type without a device decoder or when a finite value is beyond
+     * the fp16 range (the message names the value, its row and column); INVALID when
+     * row_bytes does not match type and cols. Synchronous. */
+    llmkv_cuda_status (*upload_matrix_packed)(llmkv_cuda_context *ctx, uint32_t type,
+                                              const void *host, uint32_t rows, uint32_t cols,
+                                              uint64_t row_bytes, llmkv_cuda_weight *out);
 } llmkv_cuda_api;
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);

@@ -1,0 +1,343 @@
+// Device dequantization (kernels/dequant.cu) of every GGUF type the CPU loads: random packed
+// rows with extreme scales, decoded on the device, equal the CPU reference rounded to fp16 bit
+// for bit (NaN: both NaN), and the overflow flag names the first value beyond the fp16 range.
+// Where the CPU reference does not decode a type yet, the loop-order statement of
+// dequant_test_util.h stands in (printed). Then upload_matrix_packed through the module's ABI:
+// the same GEMM results as upload_matrix of the host-decoded fp16 matrix, and its errors.
+// Last, the decode-path matrix-vector kernel over packed Q4_K / Q6_K / Q5_0 / Q8_0 weights
+// (kernels/matvec_q.cu) against a double-precision dot product of the reference weights and
+// against the CPU matmul (q8 activations) where it takes the type.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/thread_pool.h"
+#include "dequant.cuh"
+#include "dequant_test_util.h"
+#include "gpu_test_util.h"
+#include "matvec_q.cuh"
+
+namespace llmkv {
+namespace {
+
+using dqtest::TypeCase;
+using gputest::DeviceBuffer;
+
+std::string type_case_name(const ::testing::TestParamInfo<TypeCase> &info) {
+    return tensor_type_name(info.param.type);
+}
+
+class DequantParity : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(DequantParity, DeviceValuesAreTheReferenceRoundedToFp16) {
+    LLMKV_REQUIRE_DEVICE();
+    const TypeCase c = GetParam();
+    const uint32_t rows = 12, split = 5;  // two launches, as the module's staged upload does
+    const size_t rb = dqtest::row_bytes_of(c.type, c.cols);
+    ASSERT_EQ(cuda::dequant_row_bytes(uint32_t(c.type), c.cols), rb);
+    ASSERT_TRUE(cuda::dequant_type_supported(uint32_t(c.type)));
+    const std::vector<uint8_t> data = dqtest::random_rows(c.type, rows, c.cols, 21);
+
+    std::vector<uint16_t> want(size_t(rows) * c.cols);
+    std::vector<float> ref(c.cols);
+    std::string which;
+    unsigned long long want_bad = ~0ull;
+    for (uint32_t r = 0; r < rows; ++r) {
+        dqtest::reference_row(c.type, data.data() + r * rb, c.cols, ref.data(), &which);
+        for (uint32_t col = 0; col < c.cols; ++col) {
+            want[size_t(r) * c.cols + col] = fp32_to_fp16(ref[col]);
+            if (dqtest::beyond_fp16(ref[col]) && want_bad == ~0ull)
+                want_bad = (unsigned long long)r * c.cols + col;
+        }
+    }
+    std::printf("[ REFERENCE   ] %s: %s\n", tensor_type_name(c.type), which.c_str());
+
+    DeviceBuffer<uint8_t> d_packed(data.size());
+    DeviceBuffer<uint16_t> d_out(want.size());
+    DeviceBuffer<unsigned long long> d_bad(1);
+    ASSERT_TRUE(d_packed.upload(data));
+    CUDA_OK(cudaMemset(d_bad.get(), 0xff, sizeof(unsigned long long)));
+    CUDA_OK(cuda::launch_dequant_f16(uint32_t(c.type), d_packed.get(), rb, split, c.cols,
+                                     d_out.get(), d_bad.get(), 0, nullptr));
+    CUDA_OK(cuda::launch_dequant_f16(uint32_t(c.type), d_packed.get() + split * rb, rb,
+                                     rows - split, c.cols, d_out.get() + size_t(split) * c.cols,
+                                     d_bad.get(), (unsigned long long)split * c.cols, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = d_out.download(want.size());
+    ASSERT_EQ(got.size(), want.size());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!dqtest::same_fp16(got[i], want[i]) && ++mismatches <= 8) {
+            ADD_FAILURE() << tensor_type_name(c.type) << " row " << i / c.cols << " col "
+                          << i % c.cols << ": device 0x" << std::hex << got[i] << ", reference 0x"
+                          << want[i] << std::dec;
+        }
+    }
+    EXPECT_EQ(mismatches, 0u);
+    EXPECT_EQ(d_bad.download(1).at(0), want_bad) << "first value beyond the fp16 range";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DequantParity, ::testing::ValuesIn(dqtest::all_type_cases()),
+                         type_case_name);
+
+TEST(DequantParity, UnknownTypesAreRefused) {
+    LLMKV_REQUIRE_DEVICE();
+    for (uint32_t id : {4u, 9u, 16u, 23u, 39u, 1000u}) {
+        EXPECT_FALSE(cuda::dequant_type_supported(id)) << id;
+        EXPECT_EQ(cuda::dequant_row_bytes(id, 256), 0u) << id;
+        EXPECT_EQ(cuda::launch_dequant_f16(id, nullptr, 0, 1, 256, nullptr, nullptr, 0, nullptr),
+                  cudaErrorInvalidValue);
+    }
+    EXPECT_EQ(cuda::dequant_row_bytes(uint32_t(TensorType::Q4_K), 128), 0u);  // not whole blocks
+}
+
+// ---- through the module's ABI ---------------------------------------------------------------
+
+#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
+    do {                                                          \
+        std::string why_;                                         \
+        if (cuda_device_count(&why_) == 0) {                      \
+            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
+            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
+        }                                                         \
+    } while (0)
+
+using ContextPtr = std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)>;
+
+ContextPtr make_context(const llmkv_cuda_api *api, uint32_t max_tokens) {
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 1;
+    g.head_dim = 16;
+    g.block_tokens = 4;
+    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, 2, 1);
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = max_tokens;
+    llmkv_cuda_context *ctx = nullptr;
+    char err[512] = {0};
+    EXPECT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
+    return ContextPtr(ctx, api->destroy);
+}
+
+// A packed upload holds exactly the matrix upload_matrix holds for the host-decoded fp16
+// values: the same GEMM (logits) results, bit for bit, and the same weight bytes.
+TEST(CudaModuleAbi, PackedUploadEqualsTheFp16Upload) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 4);
+    ASSERT_TRUE(ctx);
+    for (const TypeCase &c : dqtest::all_type_cases()) {
+        SCOPED_TRACE(tensor_type_name(c.type));
+        const uint32_t rows = 24;
+        const size_t rb = dqtest::row_bytes_of(c.type, c.cols);
+        const std::vector<uint8_t> data = dqtest::random_rows(c.type, rows, c.cols, 31, true);
+        std::vector<uint16_t> fp16(size_t(rows) * c.cols);
+        std::vector<float> ref(c.cols);
+        std::string which;
+        for (uint32_t r = 0; r < rows; ++r) {
+            dqtest::reference_row(c.type, data.data() + r * rb, c.cols, ref.data(), &which);
+            for (uint32_t col = 0; col < c.cols; ++col) {
+                ASSERT_FALSE(dqtest::beyond_fp16(ref[col]));
+                fp16[size_t(r) * c.cols + col] = fp32_to_fp16(ref[col]);
+            }
+        }
+        uint64_t w0 = 0, kv0 = 0, o0 = 0, w1 = 0, kv1 = 0, o1 = 0;
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w0, &kv0, &o0), LLMKV_CUDA_OK);
+        llmkv_cuda_weight packed = 0, plain = 0;
+        ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(c.type), data.data(), rows, c.cols,
+                                            rb, &packed),
+                  LLMKV_CUDA_OK)
+            << api->last_error(ctx.get());
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w1, &kv1, &o1), LLMKV_CUDA_OK);
+        EXPECT_EQ(w1 - w0, uint64_t(rows) * c.cols * 2);
+        EXPECT_EQ(o1, o0) << "the staging buffer is freed";
+        ASSERT_EQ(api->upload_matrix(ctx.get(), fp16.data(), rows, c.cols, &plain), LLMKV_CUDA_OK);
+
+        llmkv_cuda_tensor x{};
+        ASSERT_EQ(api->alloc_activation(ctx.get(), 4, c.cols, &x), LLMKV_CUDA_OK);
+        const std::vector<float> xs = gputest::random_f32(size_t(4) * c.cols, 5);
+        CUDA_OK(cudaMemcpy(x.data, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<float> a(size_t(4) * rows), b(size_t(4) * rows);
+        ASSERT_EQ(api->logits(ctx.get(), packed, x, a.data()), LLMKV_CUDA_OK);
+        ASSERT_EQ(api->logits(ctx.get(), plain, x, b.data()), LLMKV_CUDA_OK);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+    }
+    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+}
+
+// Errors: a value beyond the fp16 range is UNSUPPORTED naming the value, row and column, and
+// keeps nothing; a type without a decoder is UNSUPPORTED; a wrong row size or partial blocks
+// are INVALID; none of them is sticky.
+TEST(CudaModuleAbi, PackedUploadErrorsKeepNothing) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 4);
+    ASSERT_TRUE(ctx);
+    const uint32_t rows = 6, cols = 64;
+    std::vector<BlockQ8_0> blocks(size_t(rows) * cols / 32);
+    for (BlockQ8_0 &b : blocks) {
+        b.d = fp32_to_fp16(0.01f);
+        for (int8_t &q : b.qs) q = 3;
+    }
+    blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);  // row 3, columns 32..63: 3000
+    blocks[2 * 3 + 1].qs[7] = 100;               // row 3, column 39: 100000 > 65504
+    uint64_t w0 = 0, o0 = 0, w1 = 0, o1 = 0;
+    ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, &o0), LLMKV_CUDA_OK);
+    llmkv_cuda_weight h = 0;
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
+                                        cols, sizeof(BlockQ8_0) * 2, &h),
+              LLMKV_CUDA_ERR_UNSUPPORTED);
+    const std::string msg = api->last_error(ctx.get());
+    EXPECT_NE(msg.find("beyond the fp16 range"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("row 3, column 39"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Q8_0"), std::string::npos) << msg;
+    EXPECT_EQ(h, 0u);
+    ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, &o1), LLMKV_CUDA_OK);
+    EXPECT_EQ(w1, w0);
+    EXPECT_EQ(o1, o0);
+
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), 16 /* IQ2_XXS */, blocks.data(), rows, cols,
+                                        sizeof(BlockQ8_0) * 2, &h),
+              LLMKV_CUDA_ERR_UNSUPPORTED);
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
+                                        cols, sizeof(BlockQ8_0) * 2 + 1, &h),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
+                                        48, sizeof(BlockQ8_0) * 2, &h),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), nullptr, rows, cols,
+                                        sizeof(BlockQ8_0) * 2, &h),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+    blocks[2 * 3 + 1].qs[7] = 3;  // now every value fits
+    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
+                                        cols, sizeof(BlockQ8_0) * 2, &h),
+              LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    EXPECT_NE(h, 0u);
+}
+
+// ---- packed matrix-vector products (decode path) ---------------------------------------------
+
+class MatvecParity : public ::testing::TestWithParam<TypeCase> {};
+
+TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
+    LLMKV_REQUIRE_DEVICE();
+    const TypeCase c = GetParam();
+    const uint32_t rows = 37;  // not a multiple of the CTA's 4 rows
+    const uint32_t T = cuda::kMatvecMaxTokens;
+    const size_t rb = dqtest::row_bytes_of(c.type, c.cols);
+    ASSERT_TRUE(cuda::matvec_q_type_supported(uint32_t(c.type)));
+    const std::vector<uint8_t> data = dqtest::random_rows(c.type, rows, c.cols, 41, true);
+    const std::vector<float> x = gputest::random_f32(size_t(T) * c.cols, 42);
+
+    // Reference weights (f32, exact) and, per output, the double dot product and sum |w x|.
+    std::vector<float> wref(size_t(rows) * c.cols);
+    std::string which;
+    for (uint32_t r = 0; r < rows; ++r)
+        dqtest::reference_row(c.type, data.data() + r * rb, c.cols, wref.data() + r * c.cols,
+                              &which);
+    std::printf("[ REFERENCE   ] %s: %s\n", tensor_type_name(c.type), which.c_str());
+
+    DeviceBuffer<uint8_t> d_w(data.size());
+    DeviceBuffer<float> d_x(x.size()), d_y(size_t(T) * rows), d_y1(rows);
+    ASSERT_TRUE(d_w.upload(data) && d_x.upload(x));
+    for (uint32_t n : {1u, 3u, T}) {
+        SCOPED_TRACE("n_tokens " + std::to_string(n));
+        CUDA_OK(cuda::launch_matvec_q(uint32_t(c.type), d_w.get(), rb, rows, c.cols, d_x.get(),
+                                      c.cols, n, d_y.get(), rows, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> y = d_y.download(size_t(n) * rows);
+        ASSERT_EQ(y.size(), size_t(n) * rows);
+        for (uint32_t t = 0; t < n; ++t) {
+            for (uint32_t r = 0; r < rows; ++r) {
+                double dot = 0.0, mag = 0.0;
+                for (uint32_t k = 0; k < c.cols; ++k) {
+                    const double p = double(wref[size_t(r) * c.cols + k]) * x[size_t(t) * c.cols + k];
+                    dot += p;
+                    mag += std::fabs(p);
+                }
+                ASSERT_NEAR(y[size_t(t) * rows + r], dot, 1e-5 * mag + 1e-30)
+                    << "token " << t << " row " << r;
+            }
+        }
+        // A row's result does not depend on the other token rows of the launch.
+        for (uint32_t t = 0; t < n; ++t) {
+            CUDA_OK(cuda::launch_matvec_q(uint32_t(c.type), d_w.get(), rb, rows, c.cols,
+                                          d_x.get() + size_t(t) * c.cols, c.cols, 1, d_y1.get(),
+                                          rows, nullptr));
+            CUDA_OK(cudaDeviceSynchronize());
+            const std::vector<float> y1 = d_y1.download(rows);
+            EXPECT_EQ(0, std::memcmp(y1.data(), y.data() + size_t(t) * rows, rows * 4)) << t;
+        }
+    }
+
+    // The CPU matmul (activations quantized to 8 bits per block of 32, or of 256 for the
+    // k-quants): within the rounding of x, |dx| <= max|x over the block| / 254 per element,
+    // plus the f32 sums.
+    const uint32_t xblock = tensor_type_is_k_quant(c.type) ? 256 : 32;
+    const WeightMatrix wm{c.type, data.data(), int64_t(rows), int64_t(c.cols), rb};
+    std::vector<float> ycpu(size_t(T) * rows);
+    ThreadPool pool(2);
+    cpu::MatmulScratch scratch;
+    try {
+        cpu::matmul(wm, x.data(), c.cols, T, ycpu.data(), rows, pool, scratch);
+    } catch (const Error &e) {
+        std::printf("[ SKIP REASON ] CPU matmul comparison for %s: %s\n",
+                    tensor_type_name(c.type), e.what());
+        return;
+    }
+    const std::vector<float> y = d_y.download(size_t(T) * rows);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t r = 0; r < rows; ++r) {
+            double bound = 0.0, mag = 0.0;
+            for (uint32_t b0 = 0; b0 < c.cols; b0 += xblock) {
+                double wsum = 0.0, xmax = 0.0;
+                for (uint32_t k = b0; k < b0 + xblock; ++k) {
+                    const double wk = wref[size_t(r) * c.cols + k], xk = x[size_t(t) * c.cols + k];
+                    wsum += std::fabs(wk);
+                    xmax = std::max(xmax, std::fabs(xk));
+                    mag += std::fabs(wk * xk);
+                }
+                bound += wsum * xmax / 254.0;
+            }
+            EXPECT_NEAR(y[size_t(t) * rows + r], ycpu[size_t(t) * rows + r],
+                        1.01 * bound + 1e-5 * mag)
+                << "token " << t << " row " << r;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, MatvecParity,
+                         ::testing::Values(TypeCase{TensorType::Q4_K, 1024},
+                                           TypeCase{TensorType::Q6_K, 768},
+                                           TypeCase{TensorType::Q5_0, 544},
+                                           TypeCase{TensorType::Q8_0, 544}),
+                         type_case_name);
+
+TEST(MatvecParity, RefusesWhatItDoesNotRead) {
+    LLMKV_REQUIRE_DEVICE();
+    DeviceBuffer<float> d_x(64), d_y(64);
+    const size_t rb = dqtest::row_bytes_of(TensorType::Q8_0, 32);
+    auto call = [&](uint32_t type, size_t row_bytes, uint32_t cols, const float *x, size_t ldx,
+                    uint32_t n) {
+        return cuda::launch_matvec_q(type, d_y.get(), row_bytes, 1, cols, x, ldx, n, d_y.get(), 1,
+                                     nullptr);
+    };
+    const uint32_t q8 = uint32_t(TensorType::Q8_0);
+    EXPECT_EQ(call(uint32_t(TensorType::Q4_0), 18, 32, d_x.get(), 32, 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb, 32, d_x.get(), 32, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb, 32, d_x.get(), 32, cuda::kMatvecMaxTokens + 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb + 1, 32, d_x.get(), 32, 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb, 16, d_x.get(), 16, 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb, 32, d_x.get() + 1, 32, 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(q8, rb, 32, d_x.get(), 34, 1), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace llmkv
