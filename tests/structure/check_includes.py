@@ -29,7 +29,8 @@ RULES = {
                    "backend/backend.h", "backend/factory.h"},
     "src/api": {"common", "engine"},
     "src/parallel": {"common", "kv", "model", "backend/backend.h", "parallel"},
-    "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h"},
+    "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h",
+                "model/tensor_type.h"},  # the packed block layouts the device decoders read
 }
 ALWAYS_OK = {"llmkv.h", "snapshot_generated.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
