@@ -207,14 +207,189 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 }
 
 // ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+//
+// Per weight block (a 32-block, or a k-quant super-block) and row pair the header is decoded
+// once into registers: dA and dB as [row a x 8, row b x 8] floats and the integer scales / mins
+// as 32 int16 ([row a: 16 | row b: 16]). Per 32-block jb (unrolled: every shift and index is a
+// compile-time constant) one vpermw spreads the scales of jb over the lanes, and the codes of
+// both rows come out of one 512-bit load. The values that reach the lanes are those of the
+// AVX2 ltile, in the same order.
 
 inline __m512i join256(__m256i a, __m256i b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
-inline __m512 join_ps(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(a))),
-        _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+inline __m512i load_pair256(const uint8_t *a, const uint8_t *b) {
+    return join256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a)),
+                   _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)));
+}
+inline __m256i load_pair128(const uint8_t *a, const uint8_t *b) {
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i *>(b)), 1);
+}
+// f16 at a / b -> [a x 8, b x 8] as f32 (exact conversion, as lane_f16).
+inline __m512 pair_f16(const uint8_t *a, const uint8_t *b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_set1_epi16(short(load_u16(a)))),
+        _mm_set1_epi16(short(load_u16(b))), 1));
+}
+// f16 pairs [x, y] at a / b -> [x_a, y_a, ... (8 lanes), x_b, y_b, ...] as f32.
+inline __m512 pair_f16x2(const uint8_t *a, const uint8_t *b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_set1_epi32(int(load_u32(a)))),
+        _mm_set1_epi32(int(load_u32(b))), 1));
+}
+inline __m512 negate(__m512 v) {
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u))));
+}
+
+// Q4_K / Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
+// the eight sub-blocks (k4_scale_min, four at a time).
+inline __m128i k4_scales_mins(const uint8_t *p) {
+    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
+    constexpr uint32_t k6 = 0x3f3f3f3fu, k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    const uint32_t sc_lo = u0 & k6;
+    const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
+    const uint32_t mn_lo = u1 & k6;
+    const uint32_t mn_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
+    return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
+}
+// Q3_K: the 12 scale bytes -> the sixteen 6-bit scales (before the - 32) as bytes.
+inline __m128i k3_scales(const uint8_t *p) {
+    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
+    constexpr uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    return _mm_setr_epi32(int((u0 & k4) | ((u2 & k2) << 4)),
+                          int((u1 & k4) | (((u2 >> 2) & k2) << 4)),
+                          int(((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4)),
+                          int(((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4)));
+}
+
+struct PairHeader {
+    __m512 da, db;
+    __m512i s, m;  // 32 int16 each: [row a | row b]; layout per type, see scale_index
+};
+
+template <TensorType kType>
+inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::IQ4_NL) {
+        h.da = pair_f16(a, b);
+    } else if constexpr (kType == TensorType::Q5_1) {
+        const __m512 dm = pair_f16x2(a, b);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = _mm512_movehdup_ps(dm);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        const __m512 dm = pair_f16x2(a + 80, b + 80);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = negate(_mm512_movehdup_ps(dm));
+        const __m512i v = _mm512_cvtepu8_epi16(load_pair128(a, b));
+        h.s = _mm512_and_si512(v, _mm512_set1_epi16(15));
+        h.m = _mm512_srli_epi16(v, 4);
+    } else if constexpr (kType == TensorType::Q3_K) {
+        h.da = pair_f16(a + 108, b + 108);
+        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(k3_scales(a + 96)),
+                                                  k3_scales(b + 96), 1);
+        h.s = _mm512_sub_epi16(_mm512_cvtepu8_epi16(v), _mm512_set1_epi16(32));
+    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+        const __m512 dm = pair_f16x2(a, b);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = negate(_mm512_movehdup_ps(dm));
+        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(k4_scales_mins(a + 4)),
+                                                  k4_scales_mins(b + 4), 1);
+        h.s = _mm512_cvtepu8_epi16(v);  // [a: sc 0-7, mn 0-7 | b: sc 0-7, mn 0-7]
+        h.m = h.s;
+    } else {  // Q6_K
+        h.da = pair_f16(a + 208, b + 208);
+        h.s = _mm512_cvtepi8_epi16(load_pair128(a + 192, b + 192));
+    }
+}
+
+// vpermw indices that give, for 32-block jb, the int16 scale (kMin: min) of every lane of
+// both rows: int16 k of a 256-bit half belongs to lane k / 2, lanes 0-3 (k < 8) are the first
+// sub-block of 16, lanes 4-7 the second (matmul.h).
+struct ScaleIndex {
+    alignas(64) int16_t v[8][32];
+};
+constexpr ScaleIndex make_scale_index(bool k4, bool min) {
+    ScaleIndex r{};
+    for (int jb = 0; jb < 8; ++jb) {
+        for (int k = 0; k < 32; ++k) {
+            const int row = 16 * (k / 16);
+            r.v[jb][k] = int16_t(k4 ? row + (min ? 8 : 0) + jb : row + 2 * jb + (k % 16) / 8);
+        }
+    }
+    return r;
+}
+inline constexpr ScaleIndex kIndex16 = make_scale_index(false, false);
+inline constexpr ScaleIndex kIndexK4Sc = make_scale_index(true, false);
+inline constexpr ScaleIndex kIndexK4Mn = make_scale_index(true, true);
+
+template <TensorType kType, int JB, bool kMinIdx>
+inline __m512i pair_scales(const PairHeader &h) {
+    constexpr bool k4 = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
+    const ScaleIndex &ix = k4 ? (kMinIdx ? kIndexK4Mn : kIndexK4Sc) : kIndex16;
+    const __m512i idx = _mm512_load_si512(ix.v[JB]);
+    return _mm512_permutexvar_epi16(idx, kMinIdx ? h.m : h.s);
+}
+
+template <int kShift>
+inline __m512i srl16(__m512i v) {
+    if constexpr (kShift == 0) {
+        return v;
+    } else {
+        return _mm512_srli_epi16(v, kShift);
+    }
+}
+// (v >> kShift) & mask per byte.
+template <int kShift, int kMask>
+inline __m512i bits8(__m512i v) {
+    return _mm512_and_si512(srl16<kShift>(v), _mm512_set1_epi8(char(kMask)));
+}
+
+// Codes u of 32-block JB of the weight blocks at a and b, as bytes in element order: row a in
+// bytes 0-31, row b in 32-63 (IQ4_NL: the 4-bit indices).
+template <TensorType kType, int JB>
+inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
+        constexpr int kQh = kType == TensorType::Q5_0 ? 2 : 4;
+        const __m512i nib = load_codes<TensorType::Q4_0>(a + kQh + 4, b + kQh + 4);
+        const __mmask64 hi = __mmask64(load_u32(a + kQh)) | (__mmask64(load_u32(b + kQh)) << 32);
+        return _mm512_mask_add_epi8(nib, hi, nib, _mm512_set1_epi8(0x10));
+    } else if constexpr (kType == TensorType::IQ4_NL) {
+        return load_codes<TensorType::Q4_0>(a + 2, b + 2);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        constexpr int o = 16 + 32 * (JB / 4);
+        return bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
+    } else if constexpr (kType == TensorType::Q3_K) {
+        constexpr int o = 32 + 32 * (JB / 4);
+        const __m512i lo = bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
+        const __mmask64 hi =
+            _mm512_test_epi8_mask(load_pair256(a, b), _mm512_set1_epi8(char(1 << JB)));
+        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(4));
+    } else if constexpr (kType == TensorType::Q4_K) {
+        constexpr int o = 16 + 32 * (JB / 2);
+        return bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
+    } else if constexpr (kType == TensorType::Q5_K) {
+        constexpr int o = 48 + 32 * (JB / 2);
+        const __m512i lo = bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
+        const __mmask64 hi =
+            _mm512_test_epi8_mask(load_pair256(a + 16, b + 16), _mm512_set1_epi8(char(1 << JB)));
+        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(16));
+    } else {  // Q6_K
+        constexpr int h = JB / 4, j = JB % 4;
+        constexpr int ol = 64 * h + 32 * (j & 1), oh = 128 + 32 * h;
+        const __m512i lo = bits8<4 * (j / 2), 15>(load_pair256(a + ol, b + ol));
+        // bits 2j, 2j + 1 of qh moved to bits 4, 5 (within each byte: masked first).
+        const __m512i hm =
+            _mm512_and_si512(load_pair256(a + oh, b + oh), _mm512_set1_epi8(char(3 << (2 * j))));
+        __m512i hi;
+        if constexpr (2 * j < 4) {
+            hi = _mm512_slli_epi16(hm, 4 - 2 * j);
+        } else {
+            hi = srl16<2 * j - 4>(hm);
+        }
+        return _mm512_or_si512(lo, hi);
+    }
 }
 
 // P row pairs x T tokens, as qtile; the lanes of each row are those of the AVX2 ltile (the
@@ -245,36 +420,37 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
     const int64_t nu = nb / kPer;
     for (int64_t u = 0; u < nu; ++u) {
         if (pf) prefetch_step<2 * P * kUB>(pf + size_t(u) * (2 * P * kUB));
-        LaneHeader hd[2 * P];
-#pragma GCC unroll 8
-        for (int i = 0; i < 2 * P; ++i) lane_header<kType>(rows[i] + u * kUB, hd[i]);
-        for (int jb = 0; jb < kPer; ++jb) {
-            const int64_t b = u * kPer + jb;
+        PairHeader hd[P];
+#pragma GCC unroll 4
+        for (int p = 0; p < P; ++p) {
+            pair_header<kType>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB, hd[p]);
+        }
+        auto step = [&]<int JB>(std::integral_constant<int, JB>) {
+            const int64_t b = u * kPer + JB;
             __m512i wq[P], wn[P], sc16[P], m16[P];
-            __m512 da[P], db[P];
 #pragma GCC unroll 4
             for (int p = 0; p < P; ++p) {
-                const LaneHeader &ha = hd[2 * p], &hb = hd[2 * p + 1];
-                const __m256i ca = lane_codes<kType>(rows[2 * p] + u * kUB, jb);
-                const __m256i cb = lane_codes<kType>(rows[2 * p + 1] + u * kUB, jb);
+                const __m512i c = pair_codes<kType, JB>(rows[2 * p] + u * kUB,
+                                                        rows[2 * p + 1] + u * kUB);
                 if constexpr (kType == TensorType::IQ4_NL) {
-                    wq[p] = join256(lane_iq4nl_pos(ca), lane_iq4nl_pos(cb));
-                    wn[p] = join256(lane_iq4nl_neg(ca), lane_iq4nl_neg(cb));
+                    wq[p] = _mm512_shuffle_epi8(
+                        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 13, 25,
+                                                             38, 53, 69, 89, 113)),
+                        c);
+                    wn[p] = _mm512_shuffle_epi8(
+                        _mm512_broadcast_i32x4(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 0,
+                                                             0, 0, 0, 0, 0, 0, 0)),
+                        c);
                 } else {
-                    wq[p] = join256(ca, cb);
-                    wn[p] = wq[p];
+                    wq[p] = c;
+                    wn[p] = c;
                 }
                 sc16[p] = ones16;
                 m16[p] = ones16;
                 if constexpr (kLaneScaled<kType>) {
-                    sc16[p] = join256(lane_scales16<kType>(ha.sc, jb), lane_scales16<kType>(hb.sc, jb));
-                    if constexpr (kLaneMin<kType>) {
-                        m16[p] = join256(lane_scales16<kType>(ha.mn, jb),
-                                         lane_scales16<kType>(hb.mn, jb));
-                    }
+                    sc16[p] = pair_scales<kType, JB, false>(hd[p]);
+                    if constexpr (kLaneMin<kType>) m16[p] = pair_scales<kType, JB, true>(hd[p]);
                 }
-                da[p] = join_ps(ha.dA, hb.dA);
-                db[p] = kLaneMin<kType> ? join_ps(ha.dB, hb.dB) : da[p];
             }
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
@@ -299,16 +475,19 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
                         if constexpr (kO != 0) p16 = _mm512_sub_epi16(p16, corr);
                         ip = _mm512_madd_epi16(p16, sc16[p]);
                     }
-                    const __m512 sa = _mm512_mul_ps(da[p], dx);
+                    const __m512 sa = _mm512_mul_ps(hd[p].da, dx);
                     acc[p][t] = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(ip), acc[p][t]);
                     if constexpr (kLaneMin<kType>) {
                         const __m512i jm = _mm512_madd_epi16(xs, m16[p]);
-                        const __m512 sb = _mm512_mul_ps(db[p], dx);
+                        const __m512 sb = _mm512_mul_ps(hd[p].db, dx);
                         acc[p][t] = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(jm), acc[p][t]);
                     }
                 }
             }
-        }
+        };
+        [&]<int... J>(std::integer_sequence<int, J...>) {
+            (step(std::integral_constant<int, J>{}), ...);
+        }(std::make_integer_sequence<int, kPer>{});
     }
     const __mmask8 store_mask = __mmask8((1u << nrows) - 1u);
 #pragma GCC unroll 16
