@@ -265,10 +265,16 @@ inline __m128i k3_scales(const uint8_t *p) {
                           int(((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4)));
 }
 
+// Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
+// (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q4_K, Q5_K: 8 scales then 8
+// mins; Q2_K: the mins apart in ma / mb).
 struct PairHeader {
-    __m512 da, db;
-    __m512i s, m;  // 32 int16 each: [row a | row b]; layout per type, see scale_index
+    __m512 da, db, sa, sb, ma, mb;
 };
+
+inline __m512 u8_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
 
 template <TensorType kType>
 inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
@@ -282,40 +288,45 @@ inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
         const __m512 dm = pair_f16x2(a + 80, b + 80);
         h.da = _mm512_moveldup_ps(dm);
         h.db = negate(_mm512_movehdup_ps(dm));
-        const __m512i v = _mm512_cvtepu8_epi16(load_pair128(a, b));
-        h.s = _mm512_and_si512(v, _mm512_set1_epi16(15));
-        h.m = _mm512_srli_epi16(v, 4);
+        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i *>(a));
+        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b));
+        const __m128i m15 = _mm_set1_epi8(15);
+        h.sa = u8_to_ps(_mm_and_si128(va, m15));
+        h.sb = u8_to_ps(_mm_and_si128(vb, m15));
+        h.ma = u8_to_ps(_mm_and_si128(_mm_srli_epi16(va, 4), m15));
+        h.mb = u8_to_ps(_mm_and_si128(_mm_srli_epi16(vb, 4), m15));
     } else if constexpr (kType == TensorType::Q3_K) {
         h.da = pair_f16(a + 108, b + 108);
-        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(k3_scales(a + 96)),
-                                                  k3_scales(b + 96), 1);
-        h.s = _mm512_sub_epi16(_mm512_cvtepu8_epi16(v), _mm512_set1_epi16(32));
+        const __m512 k32 = _mm512_set1_ps(32.0f);
+        h.sa = _mm512_sub_ps(u8_to_ps(k3_scales(a + 96)), k32);  // exact: small integers
+        h.sb = _mm512_sub_ps(u8_to_ps(k3_scales(b + 96)), k32);
     } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
         const __m512 dm = pair_f16x2(a, b);
         h.da = _mm512_moveldup_ps(dm);
         h.db = negate(_mm512_movehdup_ps(dm));
-        const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(k4_scales_mins(a + 4)),
-                                                  k4_scales_mins(b + 4), 1);
-        h.s = _mm512_cvtepu8_epi16(v);  // [a: sc 0-7, mn 0-7 | b: sc 0-7, mn 0-7]
-        h.m = h.s;
+        h.sa = u8_to_ps(k4_scales_mins(a + 4));
+        h.sb = u8_to_ps(k4_scales_mins(b + 4));
     } else {  // Q6_K
         h.da = pair_f16(a + 208, b + 208);
-        h.s = _mm512_cvtepi8_epi16(load_pair128(a + 192, b + 192));
+        h.sa = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a + 192))));
+        h.sb = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 192))));
     }
 }
 
-// vpermw indices that give, for 32-block jb, the int16 scale (kMin: min) of every lane of
-// both rows: int16 k of a 256-bit half belongs to lane k / 2, lanes 0-3 (k < 8) are the first
-// sub-block of 16, lanes 4-7 the second (matmul.h).
+// vpermt2ps indices that give, for 32-block jb, the scale (kMin: min) of every lane of both
+// rows: lanes 0-7 row a (index < 16), 8-15 row b; lanes 0-3 of a row take the first sub-block
+// of 16 of the block, lanes 4-7 the second (matmul.h).
 struct ScaleIndex {
-    alignas(64) int16_t v[8][32];
+    alignas(64) int32_t v[8][16];
 };
 constexpr ScaleIndex make_scale_index(bool k4, bool min) {
     ScaleIndex r{};
     for (int jb = 0; jb < 8; ++jb) {
-        for (int k = 0; k < 32; ++k) {
-            const int row = 16 * (k / 16);
-            r.v[jb][k] = int16_t(k4 ? row + (min ? 8 : 0) + jb : row + 2 * jb + (k % 16) / 8);
+        for (int k = 0; k < 16; ++k) {
+            const int row = 16 * (k / 8);
+            r.v[jb][k] = k4 ? row + (min ? 8 : 0) + jb : row + 2 * jb + (k % 8) / 4;
         }
     }
     return r;
@@ -325,11 +336,15 @@ inline constexpr ScaleIndex kIndexK4Sc = make_scale_index(true, false);
 inline constexpr ScaleIndex kIndexK4Mn = make_scale_index(true, true);
 
 template <TensorType kType, int JB, bool kMinIdx>
-inline __m512i pair_scales(const PairHeader &h) {
+inline __m512 pair_scales(const PairHeader &h) {
     constexpr bool k4 = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
     const ScaleIndex &ix = k4 ? (kMinIdx ? kIndexK4Mn : kIndexK4Sc) : kIndex16;
     const __m512i idx = _mm512_load_si512(ix.v[JB]);
-    return _mm512_permutexvar_epi16(idx, kMinIdx ? h.m : h.s);
+    if constexpr (kMinIdx && kType == TensorType::Q2_K) {
+        return _mm512_permutex2var_ps(h.ma, idx, h.mb);
+    } else {
+        return _mm512_permutex2var_ps(h.sa, idx, h.sb);
+    }
 }
 
 template <int kShift>
@@ -346,8 +361,8 @@ inline __m512i bits8(__m512i v) {
     return _mm512_and_si512(srl16<kShift>(v), _mm512_set1_epi8(char(kMask)));
 }
 
-// Codes u of 32-block JB of the weight blocks at a and b, as bytes in element order: row a in
-// bytes 0-31, row b in 32-63 (IQ4_NL: the 4-bit indices).
+// Codes of 32-block JB of the weight blocks at a and b as unsigned bytes in element order: row
+// a in bytes 0-31, row b in 32-63. The codes u of matmul.h, except IQ4_NL: level + 128.
 template <TensorType kType, int JB>
 inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
     if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
@@ -356,7 +371,12 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
         const __mmask64 hi = __mmask64(load_u32(a + kQh)) | (__mmask64(load_u32(b + kQh)) << 32);
         return _mm512_mask_add_epi8(nib, hi, nib, _mm512_set1_epi8(0x10));
     } else if constexpr (kType == TensorType::IQ4_NL) {
-        return load_codes<TensorType::Q4_0>(a + 2, b + 2);
+        const __m512i idx = load_codes<TensorType::Q4_0>(a + 2, b + 2);
+        // kIq4nlValues + 128
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
+            1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166),
+            char(181), char(197), char(217), char(241)));
+        return _mm512_shuffle_epi8(lut, idx);
     } else if constexpr (kType == TensorType::Q2_K) {
         constexpr int o = 16 + 32 * (JB / 4);
         return bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
@@ -379,7 +399,7 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
         constexpr int h = JB / 4, j = JB % 4;
         constexpr int ol = 64 * h + 32 * (j & 1), oh = 128 + 32 * h;
         const __m512i lo = bits8<4 * (j / 2), 15>(load_pair256(a + ol, b + ol));
-        // bits 2j, 2j + 1 of qh moved to bits 4, 5 (within each byte: masked first).
+        // bits 2j, 2j + 1 of qh moved to bits 4, 5 (masked first, so nothing crosses a byte).
         const __m512i hm =
             _mm512_and_si512(load_pair256(a + oh, b + oh), _mm512_set1_epi8(char(3 << (2 * j))));
         __m512i hi;
@@ -392,22 +412,31 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
     }
 }
 
-// P row pairs x T tokens, as qtile; the lanes of each row are those of the AVX2 ltile (the
-// same integer per lane, the same float steps), two rows per register.
+// P row pairs x T tokens, as qtile. Per lane, the values of matmul.h, computed as:
+//   P_i  = vpdpbusd(-o' * S_i, u', x)  exact: sum_k (u'_k - o') x_k, with S_i the lane's code sum
+//          from the activation record (lane_act_sums_avx512); u' = u, o' = o, except IQ4_NL:
+//          u' = level + 128, o' = 128
+//   I_i  = float(P_i) * float(sc_i)       exact: |sc_i * P_i| < 2^24 for every code and scale
+//   L_i  = fma(dA * d_x, I_i, L_i)
+//   J_i  = float(m_i) * float(S_i)        exact (|m_i * S_i| < 2^15)
+//   L_i  = fma(dB * d_x, J_i, L_i)        types with a min
+// so float(I_i) and float(m_i * sum_k x_k) are the integers of matmul.h, and every lane gets
+// the float operations of the AVX2 and portable kernels, in their order.
 template <TensorType kType, int P, int T>
 void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, size_t act_stride,
            int64_t nb, float *y, int64_t ldy, const uint8_t *pf) {
     static_assert(P >= 1 && P <= 4);
     constexpr int kPer = lane_unit_blocks(kType);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
-    constexpr int kO = kLaneOffset<kType>;
+    constexpr bool kOffset = kLaneOffset<kType> != 0 || kType == TensorType::IQ4_NL;
     const uint8_t *rows[2 * P];
 #pragma GCC unroll 8
     for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
     const uint8_t *tok[T];
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) tok[t] = act + size_t(t) * act_stride;
-    const size_t d_off = size_t(nb) * kQBlock;
+    const size_t d_off = size_t(nb) * kQBlock;   // act_d(row, nb) - row
+    const size_t s_off = d_off + size_t(nb) * 4;  // act_s(row, nb) - row
 
     __m512 acc[P][T];
 #pragma GCC unroll 4
@@ -415,8 +444,6 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     }
-    const __m512i ones8 = _mm512_set1_epi8(1);
-    const __m512i ones16 = _mm512_set1_epi16(1);
     const int64_t nu = nb / kPer;
     for (int64_t u = 0; u < nu; ++u) {
         if (pf) prefetch_step<2 * P * kUB>(pf + size_t(u) * (2 * P * kUB));
@@ -427,29 +454,14 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
         }
         auto step = [&]<int JB>(std::integral_constant<int, JB>) {
             const int64_t b = u * kPer + JB;
-            __m512i wq[P], wn[P], sc16[P], m16[P];
+            __m512i wq[P];
+            __m512 sc[P], mn[P];
 #pragma GCC unroll 4
             for (int p = 0; p < P; ++p) {
-                const __m512i c = pair_codes<kType, JB>(rows[2 * p] + u * kUB,
-                                                        rows[2 * p + 1] + u * kUB);
-                if constexpr (kType == TensorType::IQ4_NL) {
-                    wq[p] = _mm512_shuffle_epi8(
-                        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 13, 25,
-                                                             38, 53, 69, 89, 113)),
-                        c);
-                    wn[p] = _mm512_shuffle_epi8(
-                        _mm512_broadcast_i32x4(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 0,
-                                                             0, 0, 0, 0, 0, 0, 0)),
-                        c);
-                } else {
-                    wq[p] = c;
-                    wn[p] = c;
-                }
-                sc16[p] = ones16;
-                m16[p] = ones16;
+                wq[p] = pair_codes<kType, JB>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB);
                 if constexpr (kLaneScaled<kType>) {
-                    sc16[p] = pair_scales<kType, JB, false>(hd[p]);
-                    if constexpr (kLaneMin<kType>) m16[p] = pair_scales<kType, JB, true>(hd[p]);
+                    sc[p] = pair_scales<kType, JB, false>(hd[p]);
+                    if constexpr (kLaneMin<kType>) mn[p] = pair_scales<kType, JB, true>(hd[p]);
                 }
             }
 #pragma GCC unroll 16
@@ -460,27 +472,21 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
                 float dxs;
                 std::memcpy(&dxs, a + d_off + size_t(b) * 4, 4);
                 const __m512 dx = _mm512_set1_ps(dxs);
-                __m512i corr = _mm512_setzero_si512(), xs = _mm512_setzero_si512();
-                if constexpr (kO != 0) corr = _mm512_maddubs_epi16(_mm512_set1_epi8(kO), xv);
-                if constexpr (kLaneMin<kType>) xs = _mm512_maddubs_epi16(ones8, xv);
+                // Lane sums of the codes: -o' * S_i as int32 (offset types) or S_i as f32.
+                const __m512i sums = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
 #pragma GCC unroll 4
                 for (int p = 0; p < P; ++p) {
-                    __m512i ip;
-                    if constexpr (kType == TensorType::IQ4_NL) {
-                        ip = _mm512_sub_epi32(
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(wq[p], xv), ones16),
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(wn[p], xv), ones16));
-                    } else {
-                        __m512i p16 = _mm512_maddubs_epi16(wq[p], xv);
-                        if constexpr (kO != 0) p16 = _mm512_sub_epi16(p16, corr);
-                        ip = _mm512_madd_epi16(p16, sc16[p]);
-                    }
+                    const __m512i p0 = kOffset ? sums : _mm512_setzero_si512();
+                    __m512 ip = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(p0, wq[p], xv));
+                    if constexpr (kLaneScaled<kType>) ip = _mm512_mul_ps(ip, sc[p]);
                     const __m512 sa = _mm512_mul_ps(hd[p].da, dx);
-                    acc[p][t] = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(ip), acc[p][t]);
+                    acc[p][t] = _mm512_fmadd_ps(sa, ip, acc[p][t]);
                     if constexpr (kLaneMin<kType>) {
-                        const __m512i jm = _mm512_madd_epi16(xs, m16[p]);
+                        __m512 jm = _mm512_castsi512_ps(sums);
+                        if constexpr (kLaneScaled<kType>) jm = _mm512_mul_ps(jm, mn[p]);
                         const __m512 sb = _mm512_mul_ps(hd[p].db, dx);
-                        acc[p][t] = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(jm), acc[p][t]);
+                        acc[p][t] = _mm512_fmadd_ps(sb, jm, acc[p][t]);
                     }
                 }
             }
@@ -625,6 +631,28 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q8_K:  // not a weight type (tensor_type_supported)
             matmul_rows_avx2(job, r0, r1);
             return;
+    }
+}
+
+void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
+                          int64_t nb) {
+    const int o = type == TensorType::IQ4_NL ? 128
+                  : type == TensorType::Q5_0 ? kLaneOffset<TensorType::Q5_0>
+                  : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
+                  : type == TensorType::Q6_K ? kLaneOffset<TensorType::Q6_K>
+                                             : 0;
+    const bool as_float = lane_format_has_min(type);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        uint8_t *row = act + size_t(t) * act_stride;
+        const int8_t *q = act_qs(row);
+        uint8_t *s = row + size_t(nb) * (kQBlock + 4);
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + b * kQBlock));
+            const __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+            const __m256i v = as_float ? _mm256_castps_si256(_mm256_cvtepi32_ps(s4))
+                                       : _mm256_mullo_epi32(s4, _mm256_set1_epi32(-o));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(s + b * 32), v);
+        }
     }
 }
 
