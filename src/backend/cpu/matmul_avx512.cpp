@@ -169,12 +169,11 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
             std::memcpy(&dx, a + d_off + size_t(b) * 4, 4);
             // Integer start value of the block dot: 0, or the correction that turns the
             // unsigned weight codes back into signed ones (Q4_0: n - 8; Q8_0: (w + 128) - 128).
+            // -8 * S_i / -128 * S_i, S_i the lane's code sum (lane_act_sums_avx512).
             __m512i p0 = _mm512_setzero_si512();
-            if constexpr (kType == TensorType::Q4_0) {
-                p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(p0, _mm512_set1_epi8(8), xv));
-            } else if constexpr (kType == TensorType::Q8_0) {
-                p0 = _mm512_sub_epi32(p0,
-                                      _mm512_dpbusd_epi32(p0, _mm512_set1_epi8(char(0x80)), xv));
+            if constexpr (kType == TensorType::Q4_0 || kType == TensorType::Q8_0) {
+                p0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
             }
             __m512 xs = _mm512_setzero_ps();
             if constexpr (kType == TensorType::Q4_1) {
@@ -636,7 +635,8 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
 
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb) {
-    const int o = type == TensorType::IQ4_NL ? 128
+    const int o = type == TensorType::IQ4_NL || type == TensorType::Q8_0 ? 128
+                  : type == TensorType::Q4_0 ? 8
                   : type == TensorType::Q5_0 ? kLaneOffset<TensorType::Q5_0>
                   : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
                   : type == TensorType::Q6_K ? kLaneOffset<TensorType::Q6_K>
