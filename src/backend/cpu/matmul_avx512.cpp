@@ -57,6 +57,11 @@ namespace {
 // slower; computing the d_w * d_x products 16 at a time and spreading them with vpermilps
 // (fewer FMA-pipe ops) was 10% slower, as was keeping the accumulators in place with asm fmas.
 constexpr int kPairsDecode = 4;
+// The lane formats decode 2 pairs (4 rows) per tile: their per-block weight work (codes, scale
+// spreads, two factor products) leaves too few registers for 4 (measured on Zen 4: 4 rows per
+// tile decode faster than 8).
+template <TensorType kType>
+inline constexpr int kDecodePairs = is_lane_format(kType) ? 2 : kPairsDecode;
 constexpr int kPairsBatch = 2;
 constexpr int kTBatch = 8;
 constexpr int64_t kTokenGroup = 64;
@@ -525,7 +530,8 @@ constexpr TileTable make_qtiles(std::integer_sequence<int, I...>, std::integer_s
 
 template <TensorType kType, int... I, int... J>
 constexpr TileTable make_ltiles(std::integer_sequence<int, I...>, std::integer_sequence<int, J...>) {
-    return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
+    return {{&ltile<kType, std::min(I + 1, kDecodePairs<kType>), 1>...},
+            {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
 
 template <TensorType kType>
@@ -558,7 +564,7 @@ void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     };
     if (job.n_tokens == 1) {
         prefetch_head();
-        constexpr int kRows = 2 * kPairsDecode;
+        constexpr int kRows = 2 * kDecodePairs<kType>;
         for (int64_t r = r0; r < r1; r += kRows) {
             const int nr = int(std::min<int64_t>(kRows, r1 - r));
             const size_t ahead = size_t(r) * job.row_bytes + kPrefetchDistance;
