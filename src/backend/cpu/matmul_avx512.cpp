@@ -248,27 +248,6 @@ inline __m512 negate(__m512 v) {
         _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u))));
 }
 
-// Q4_K / Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
-// the eight sub-blocks (k4_scale_min, four at a time).
-inline __m128i k4_scales_mins(const uint8_t *p) {
-    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
-    constexpr uint32_t k6 = 0x3f3f3f3fu, k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
-    const uint32_t sc_lo = u0 & k6;
-    const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
-    const uint32_t mn_lo = u1 & k6;
-    const uint32_t mn_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
-    return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
-}
-// Q3_K: the 12 scale bytes -> the sixteen 6-bit scales (before the - 32) as bytes.
-inline __m128i k3_scales(const uint8_t *p) {
-    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
-    constexpr uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
-    return _mm_setr_epi32(int((u0 & k4) | ((u2 & k2) << 4)),
-                          int((u1 & k4) | (((u2 >> 2) & k2) << 4)),
-                          int(((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4)),
-                          int(((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4)));
-}
-
 // Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
 // (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q4_K, Q5_K: 8 scales then 8
 // mins; Q2_K: the mins apart in ma / mb).
