@@ -122,7 +122,9 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 //   Q6_K   u = 6-bit code, o = 32, sc = the int8 scale of the sub-block of 16, dA = d
 // Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) + (L_3 + L_7)). The integer parts
 // are exact for every code and activation code (-128 included), however the SIMD kernels
-// group the products.
+// group the products; |I_i| and |m_i * sum_k x_k| stay below 2^24, so a kernel may also form
+// float(I_i) as float(sc_i) * float(sum_k (u_k - o) x_k), one exact f32 product (AVX-512 does).
+// The LaneFormats.OutputBitsArePinned test holds the output bits of every type fixed.
 constexpr bool is_lane_format(TensorType t) {
     switch (t) {
         case TensorType::Q5_0:

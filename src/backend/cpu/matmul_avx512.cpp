@@ -22,9 +22,11 @@
 //         Codes of -128 only come out of the quantizer for non-finite or subnormal-scaled
 //         activations; matmul() checks for them (q8_codes_avoid_minus_128) and runs such calls
 //         on the AVX2 kernel, so the results are those of AVX2 for every input.
-// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the steps of matmul.h with the AVX2
-// kernels' integer instructions (maddubs, madd: exact for every code) on row pairs, so they
-// equal both AVX2 and portable. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
+// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the float steps of matmul.h on row
+// pairs; their integers come out of vpdpbusd with the offset as start value (from per-lane code
+// sums in the activation record) and exact f32 products for the scales and mins (see ltile), so
+// they equal both AVX2 and portable. Q8_0 and Q4_0 take their -128 / -8 start values from the
+// same sums. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
 
 // GCC 12's AVX-512 headers build "undefined" vectors from self-initialized locals (used by the
 // cast/broadcast/convert intrinsics below) and then warn about them at -O3.
