@@ -216,10 +216,11 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 //
 // Per weight block (a 32-block, or a k-quant super-block) and row pair the header is decoded
 // once into registers: dA and dB as [row a x 8, row b x 8] floats and the integer scales / mins
-// as 32 int16 ([row a: 16 | row b: 16]). Per 32-block jb (unrolled: every shift and index is a
-// compile-time constant) one vpermw spreads the scales of jb over the lanes, and the codes of
-// both rows come out of one 512-bit load. The values that reach the lanes are those of the
-// AVX2 ltile, in the same order.
+// of both rows as f32 (16 per row, unpacked with a few vector ops). Per 32-block jb (unrolled:
+// every shift and index is a compile-time constant) one vpermt2ps spreads the scales (and one
+// the mins) of jb over the lanes, and the codes of both rows come out of one 512-bit load (high
+// bits through byte masks). The values that reach the lanes are those of the AVX2 ltile, in the
+// same order.
 
 inline __m512i join256(__m256i a, __m256i b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
@@ -227,11 +228,6 @@ inline __m512i join256(__m256i a, __m256i b) {
 inline __m512i load_pair256(const uint8_t *a, const uint8_t *b) {
     return join256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a)),
                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)));
-}
-inline __m256i load_pair128(const uint8_t *a, const uint8_t *b) {
-    return _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i *>(b)), 1);
 }
 // f16 at a / b -> [a x 8, b x 8] as f32 (exact conversion, as lane_f16).
 inline __m512 pair_f16(const uint8_t *a, const uint8_t *b) {
