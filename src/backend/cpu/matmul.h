@@ -177,8 +177,9 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
 
 // Defined in matmul_avx512.cpp; only called when cpu_has_avx512_vnni() (and activations
-// quantized by quantize_act_row_avx2). Quantized types on the AVX-512 kernels, float types
-// forwarded to matmul_rows_avx2.
+// quantized by quantize_act_row_avx2, their s filled by lane_act_sums_avx512 for the lane
+// formats, Q8_0 and Q4_0). Quantized types on the AVX-512 kernels, float types forwarded to
+// matmul_rows_avx2.
 void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1);
 // True when no activation code of the n_tokens rows is -128. The AVX-512 Q8_0 kernel equals
 // the AVX2 one only then (the AVX2 kernel's vpsignb wraps -(-128)); matmul() runs other Q8_0
