@@ -348,6 +348,70 @@ TEST_F(LaneFormats, FamiliesBitwiseEqualDegenerateInputs) {
     }
 }
 
+// The output bits of every quantized type, pinned: computed by the kernels before they were
+// restructured for speed (vectorized headers, vpdpbusd with per-lane code sums, scales as exact
+// f32 products), which must not change a single bit. The inputs come from a fixed integer
+// generator and exact conversions, so they are the same under every standard library.
+TEST_F(LaneFormats, OutputBitsArePinned) {
+    // Q8_0, Q4_0, Q4_1: the portable kernels sum in another order than the SIMD ones.
+    struct Pin {
+        TensorType type;
+        uint64_t portable, simd;
+    };
+    const Pin pins[] = {
+        {TensorType::Q8_0, 0x58bffbdd3b62aa22ull, 0x850c6555020e5407ull},
+        {TensorType::Q4_0, 0xdb9e9c8163718879ull, 0x562f625efc32c06eull},
+        {TensorType::Q4_1, 0x83ef8499a2f0c091ull, 0xf017f31c355b0e8dull},
+        {TensorType::Q5_0, 0xe2a9c433e86c48c0ull, 0xe2a9c433e86c48c0ull},
+        {TensorType::Q5_1, 0x7a567dd7ebb49f50ull, 0x7a567dd7ebb49f50ull},
+        {TensorType::IQ4_NL, 0x3e1e3ba14f4651a2ull, 0x3e1e3ba14f4651a2ull},
+        {TensorType::Q2_K, 0x2be33fcc459d85bcull, 0x2be33fcc459d85bcull},
+        {TensorType::Q3_K, 0xc53f60530c72d4a3ull, 0xc53f60530c72d4a3ull},
+        {TensorType::Q4_K, 0xcf264a1a9c7f1686ull, 0xcf264a1a9c7f1686ull},
+        {TensorType::Q5_K, 0x31b0a0c2195370a8ull, 0x31b0a0c2195370a8ull},
+        {TensorType::Q6_K, 0x93fcc6a0d6096135ull, 0x93fcc6a0d6096135ull},
+    };
+    uint64_t state = 0x243f6a8885a308d3ull;
+    auto next = [&state] {  // splitmix64
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    };
+    ThreadPool pool(2);
+    MatmulScratch scratch;
+    const int64_t rows = 19, cols = 512, n = 11;
+    for (const Pin &pin : pins) {
+        const TensorType t = pin.type;
+        Matrix m{t, rows, cols, {}};
+        const size_t bb = tensor_type_block_bytes(t);
+        m.data.resize(size_t(cols / tensor_type_block_elements(t)) * bb * size_t(rows));
+        for (uint8_t &b : m.data) b = uint8_t(next());
+        std::vector<size_t> offs = f16_offsets(t);
+        if (t == TensorType::Q8_0 || t == TensorType::Q4_0) offs = {0};
+        if (t == TensorType::Q4_1) offs = {0, 2};
+        for (size_t o = 0; o < m.data.size(); o += bb) {
+            for (size_t off : offs) {
+                const uint16_t h = fp32_to_fp16(float(int(next() % 2001) - 1000) / 4096.0f);
+                std::memcpy(&m.data[o + off], &h, 2);
+            }
+        }
+        std::vector<float> x(size_t(n * cols));
+        for (float &v : x) v = float(int(next() % 20001) - 10000) / 1000.0f;
+        for (MatmulKernel fam : families()) {
+            const std::vector<float> y = run(fam, m, x.data(), n, pool, scratch);
+            uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the output bits
+            for (size_t i = 0; i < size_t(n * rows); ++i) {
+                uint32_t bits;
+                std::memcpy(&bits, &y[i], 4);
+                for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+            }
+            EXPECT_EQ(h, fam == MatmulKernel::kPortable ? pin.portable : pin.simd) << tensor_type_name(t) << " " << family_name(fam) << " 0x"
+                                   << std::hex << h;
+        }
+    }
+}
+
 TEST_F(LaneFormats, RejectsRowsThatAreNotWholeBlocks) {
     ThreadPool pool(1);
     MatmulScratch scratch;

@@ -574,6 +574,11 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
             !detail::q8_codes_avoid_minus_128(act, job.act_stride, n_tokens, nb)) {
             rows_fn = detail::matmul_rows_avx2;
         }
+        if (family == MatmulKernel::kAvx512 &&
+            (detail::is_lane_format(w.type) || w.type == TensorType::Q8_0 ||
+             w.type == TensorType::Q4_0)) {
+            detail::lane_act_sums_avx512(w.type, act, job.act_stride, n_tokens, nb);
+        }
 #endif
     }
 

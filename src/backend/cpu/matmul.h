@@ -81,7 +81,11 @@ inline constexpr int64_t kQBlock = 32;
 //   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
 //                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
-// s is only filled for Q4_1 weights. Rows are act_row_bytes(nb) apart.
+//   int32/float s[nb * 8]  AVX-512 kernels, lane formats, Q8_0 and Q4_0 (lane_act_sums_avx512),
+//                       with S = sum(qs[b * 32 + 4i .. 4i + 3]): float(S) in s[b * 8 + i] for
+//                       the lane formats with a min, else the int32 -o * S (o of matmul.h;
+//                       IQ4_NL and Q8_0: 128, Q4_0: 8)
+// s is only filled for those. Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
     size_t bytes = size_t(nb) * (kQBlock + 4 + 8 * 4);
     return (bytes + 63) & ~size_t(63);
@@ -118,7 +122,9 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 //   Q6_K   u = 6-bit code, o = 32, sc = the int8 scale of the sub-block of 16, dA = d
 // Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) + (L_3 + L_7)). The integer parts
 // are exact for every code and activation code (-128 included), however the SIMD kernels
-// group the products.
+// group the products; |I_i| and |m_i * sum_k x_k| stay below 2^24, so a kernel may also form
+// float(I_i) as float(sc_i) * float(sum_k (u_k - o) x_k), one exact f32 product (AVX-512 does).
+// The LaneFormats.OutputBitsArePinned test holds the output bits of every type fixed.
 constexpr bool is_lane_format(TensorType t) {
     switch (t) {
         case TensorType::Q5_0:
@@ -171,12 +177,17 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
 
 // Defined in matmul_avx512.cpp; only called when cpu_has_avx512_vnni() (and activations
-// quantized by quantize_act_row_avx2). Quantized types on the AVX-512 kernels, float types
-// forwarded to matmul_rows_avx2.
+// quantized by quantize_act_row_avx2, their s filled by lane_act_sums_avx512 for the lane
+// formats, Q8_0 and Q4_0). Quantized types on the AVX-512 kernels, float types forwarded to
+// matmul_rows_avx2.
 void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1);
 // True when no activation code of the n_tokens rows is -128. The AVX-512 Q8_0 kernel equals
 // the AVX2 one only then (the AVX2 kernel's vpsignb wraps -(-128)); matmul() runs other Q8_0
 // calls on AVX2.
+// Fills s of the n_tokens activation rows (codes from quantize_act_row_avx2) for a lane format,
+// Q8_0 or Q4_0 `type`, as the layout above says; matmul() calls it before the AVX-512 lane kernels run.
+void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
+                          int64_t nb);
 bool q8_codes_avoid_minus_128(const uint8_t *act, size_t act_stride, int64_t n_tokens,
                               int64_t nb);
 #endif

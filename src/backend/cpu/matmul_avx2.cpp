@@ -173,7 +173,8 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
         LaneHeader hd[R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) lane_header<kType>(w + size_t(r) * row_bytes + u * kUB, hd[r]);
-        for (int jb = 0; jb < kPer; ++jb) {
+        // The 32-blocks unrolled: every shift and scale index below is a constant.
+        auto step = [&]<int jb>(std::integral_constant<int, jb>) {
             const int64_t b = u * kPer + jb;
             __m256i xv[T], corr[T], xs[T];
             __m256 dx[T];
@@ -218,7 +219,10 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
                     }
                 }
             }
-        }
+        };
+        [&]<int... J>(std::integer_sequence<int, J...>) {
+            (step(std::integral_constant<int, J>{}), ...);
+        }(std::make_integer_sequence<int, kPer>{});
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {

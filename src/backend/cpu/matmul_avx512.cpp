@@ -22,9 +22,11 @@
 //         Codes of -128 only come out of the quantizer for non-finite or subnormal-scaled
 //         activations; matmul() checks for them (q8_codes_avoid_minus_128) and runs such calls
 //         on the AVX2 kernel, so the results are those of AVX2 for every input.
-// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the steps of matmul.h with the AVX2
-// kernels' integer instructions (maddubs, madd: exact for every code) on row pairs, so they
-// equal both AVX2 and portable. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
+// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the float steps of matmul.h on row
+// pairs; their integers come out of vpdpbusd with the offset as start value (from per-lane code
+// sums in the activation record) and exact f32 products for the scales and mins (see ltile), so
+// they equal both AVX2 and portable. Q8_0 and Q4_0 take their -128 / -8 start values from the
+// same sums. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
 
 // GCC 12's AVX-512 headers build "undefined" vectors from self-initialized locals (used by the
 // cast/broadcast/convert intrinsics below) and then warn about them at -O3.
@@ -57,6 +59,11 @@ namespace {
 // slower; computing the d_w * d_x products 16 at a time and spreading them with vpermilps
 // (fewer FMA-pipe ops) was 10% slower, as was keeping the accumulators in place with asm fmas.
 constexpr int kPairsDecode = 4;
+// The lane formats decode 2 pairs (4 rows) per tile: their per-block weight work (codes, scale
+// spreads, two factor products) leaves too few registers for 4 (measured on Zen 4: 4 rows per
+// tile decode faster than 8).
+template <TensorType kType>
+inline constexpr int kDecodePairs = is_lane_format(kType) ? 2 : kPairsDecode;
 constexpr int kPairsBatch = 2;
 constexpr int kTBatch = 8;
 constexpr int64_t kTokenGroup = 64;
@@ -169,12 +176,11 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
             std::memcpy(&dx, a + d_off + size_t(b) * 4, 4);
             // Integer start value of the block dot: 0, or the correction that turns the
             // unsigned weight codes back into signed ones (Q4_0: n - 8; Q8_0: (w + 128) - 128).
+            // -8 * S_i / -128 * S_i, S_i the lane's code sum (lane_act_sums_avx512).
             __m512i p0 = _mm512_setzero_si512();
-            if constexpr (kType == TensorType::Q4_0) {
-                p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(p0, _mm512_set1_epi8(8), xv));
-            } else if constexpr (kType == TensorType::Q8_0) {
-                p0 = _mm512_sub_epi32(p0,
-                                      _mm512_dpbusd_epi32(p0, _mm512_set1_epi8(char(0x80)), xv));
+            if constexpr (kType == TensorType::Q4_0 || kType == TensorType::Q8_0) {
+                p0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
             }
             __m512 xs = _mm512_setzero_ps();
             if constexpr (kType == TensorType::Q4_1) {
@@ -207,32 +213,211 @@ void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 }
 
 // ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+//
+// Per weight block (a 32-block, or a k-quant super-block) and row pair the header is decoded
+// once into registers: dA and dB as [row a x 8, row b x 8] floats and the integer scales / mins
+// of both rows as f32 (16 per row, unpacked with a few vector ops). Per 32-block jb (unrolled:
+// every shift and index is a compile-time constant) one vpermt2ps spreads the scales (and one
+// the mins) of jb over the lanes, and the codes of both rows come out of one 512-bit load (high
+// bits through byte masks). The values that reach the lanes are those of the AVX2 ltile, in the
+// same order.
 
 inline __m512i join256(__m256i a, __m256i b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
-inline __m512 join_ps(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(a))),
-        _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+inline __m512i load_pair256(const uint8_t *a, const uint8_t *b) {
+    return join256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a)),
+                   _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)));
+}
+// f16 at a / b -> [a x 8, b x 8] as f32 (exact conversion, as lane_f16).
+inline __m512 pair_f16(const uint8_t *a, const uint8_t *b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_set1_epi16(short(load_u16(a)))),
+        _mm_set1_epi16(short(load_u16(b))), 1));
+}
+// f16 pairs [x, y] at a / b -> [x_a, y_a, ... (8 lanes), x_b, y_b, ...] as f32.
+inline __m512 pair_f16x2(const uint8_t *a, const uint8_t *b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_set1_epi32(int(load_u32(a)))),
+        _mm_set1_epi32(int(load_u32(b))), 1));
+}
+inline __m512 negate(__m512 v) {
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u))));
 }
 
-// P row pairs x T tokens, as qtile; the lanes of each row are those of the AVX2 ltile (the
-// same integer per lane, the same float steps), two rows per register.
+// Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
+// (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q4_K, Q5_K: 8 scales then 8
+// mins; Q2_K: the mins apart in ma / mb).
+struct PairHeader {
+    __m512 da, db, sa, sb, ma, mb;
+};
+
+inline __m512 u8_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
+
+template <TensorType kType>
+inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::IQ4_NL) {
+        h.da = pair_f16(a, b);
+    } else if constexpr (kType == TensorType::Q5_1) {
+        const __m512 dm = pair_f16x2(a, b);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = _mm512_movehdup_ps(dm);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        const __m512 dm = pair_f16x2(a + 80, b + 80);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = negate(_mm512_movehdup_ps(dm));
+        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i *>(a));
+        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b));
+        const __m128i m15 = _mm_set1_epi8(15);
+        h.sa = u8_to_ps(_mm_and_si128(va, m15));
+        h.sb = u8_to_ps(_mm_and_si128(vb, m15));
+        h.ma = u8_to_ps(_mm_and_si128(_mm_srli_epi16(va, 4), m15));
+        h.mb = u8_to_ps(_mm_and_si128(_mm_srli_epi16(vb, 4), m15));
+    } else if constexpr (kType == TensorType::Q3_K) {
+        h.da = pair_f16(a + 108, b + 108);
+        const __m512 k32 = _mm512_set1_ps(32.0f);
+        h.sa = _mm512_sub_ps(u8_to_ps(k3_scales(a + 96)), k32);  // exact: small integers
+        h.sb = _mm512_sub_ps(u8_to_ps(k3_scales(b + 96)), k32);
+    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+        const __m512 dm = pair_f16x2(a, b);
+        h.da = _mm512_moveldup_ps(dm);
+        h.db = negate(_mm512_movehdup_ps(dm));
+        h.sa = u8_to_ps(k4_scales_mins(a + 4));
+        h.sb = u8_to_ps(k4_scales_mins(b + 4));
+    } else {  // Q6_K
+        h.da = pair_f16(a + 208, b + 208);
+        h.sa = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a + 192))));
+        h.sb = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 192))));
+    }
+}
+
+// vpermt2ps indices that give, for 32-block jb, the scale (kMin: min) of every lane of both
+// rows: lanes 0-7 row a (index < 16), 8-15 row b; lanes 0-3 of a row take the first sub-block
+// of 16 of the block, lanes 4-7 the second (matmul.h).
+struct ScaleIndex {
+    alignas(64) int32_t v[8][16];
+};
+constexpr ScaleIndex make_scale_index(bool k4, bool min) {
+    ScaleIndex r{};
+    for (int jb = 0; jb < 8; ++jb) {
+        for (int k = 0; k < 16; ++k) {
+            const int row = 16 * (k / 8);
+            r.v[jb][k] = k4 ? row + (min ? 8 : 0) + jb : row + 2 * jb + (k % 8) / 4;
+        }
+    }
+    return r;
+}
+inline constexpr ScaleIndex kIndex16 = make_scale_index(false, false);
+inline constexpr ScaleIndex kIndexK4Sc = make_scale_index(true, false);
+inline constexpr ScaleIndex kIndexK4Mn = make_scale_index(true, true);
+
+template <TensorType kType, int JB, bool kMinIdx>
+inline __m512 pair_scales(const PairHeader &h) {
+    constexpr bool k4 = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
+    const ScaleIndex &ix = k4 ? (kMinIdx ? kIndexK4Mn : kIndexK4Sc) : kIndex16;
+    const __m512i idx = _mm512_load_si512(ix.v[JB]);
+    if constexpr (kMinIdx && kType == TensorType::Q2_K) {
+        return _mm512_permutex2var_ps(h.ma, idx, h.mb);
+    } else {
+        return _mm512_permutex2var_ps(h.sa, idx, h.sb);
+    }
+}
+
+template <int kShift>
+inline __m512i srl16(__m512i v) {
+    if constexpr (kShift == 0) {
+        return v;
+    } else {
+        return _mm512_srli_epi16(v, kShift);
+    }
+}
+// (v >> kShift) & mask per byte.
+template <int kShift, int kMask>
+inline __m512i bits8(__m512i v) {
+    return _mm512_and_si512(srl16<kShift>(v), _mm512_set1_epi8(char(kMask)));
+}
+
+// Codes of 32-block JB of the weight blocks at a and b as unsigned bytes in element order: row
+// a in bytes 0-31, row b in 32-63. The codes u of matmul.h, except IQ4_NL: level + 128.
+template <TensorType kType, int JB>
+inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
+        constexpr int kQh = kType == TensorType::Q5_0 ? 2 : 4;
+        const __m512i nib = load_codes<TensorType::Q4_0>(a + kQh + 4, b + kQh + 4);
+        const __mmask64 hi = __mmask64(load_u32(a + kQh)) | (__mmask64(load_u32(b + kQh)) << 32);
+        return _mm512_mask_add_epi8(nib, hi, nib, _mm512_set1_epi8(0x10));
+    } else if constexpr (kType == TensorType::IQ4_NL) {
+        const __m512i idx = load_codes<TensorType::Q4_0>(a + 2, b + 2);
+        // kIq4nlValues + 128
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
+            1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166),
+            char(181), char(197), char(217), char(241)));
+        return _mm512_shuffle_epi8(lut, idx);
+    } else if constexpr (kType == TensorType::Q2_K) {
+        constexpr int o = 16 + 32 * (JB / 4);
+        return bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
+    } else if constexpr (kType == TensorType::Q3_K) {
+        constexpr int o = 32 + 32 * (JB / 4);
+        const __m512i lo = bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
+        const __mmask64 hi =
+            _mm512_test_epi8_mask(load_pair256(a, b), _mm512_set1_epi8(char(1 << JB)));
+        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(4));
+    } else if constexpr (kType == TensorType::Q4_K) {
+        constexpr int o = 16 + 32 * (JB / 2);
+        return bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
+    } else if constexpr (kType == TensorType::Q5_K) {
+        constexpr int o = 48 + 32 * (JB / 2);
+        const __m512i lo = bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
+        const __mmask64 hi =
+            _mm512_test_epi8_mask(load_pair256(a + 16, b + 16), _mm512_set1_epi8(char(1 << JB)));
+        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(16));
+    } else {  // Q6_K
+        constexpr int h = JB / 4, j = JB % 4;
+        constexpr int ol = 64 * h + 32 * (j & 1), oh = 128 + 32 * h;
+        const __m512i lo = bits8<4 * (j / 2), 15>(load_pair256(a + ol, b + ol));
+        // bits 2j, 2j + 1 of qh moved to bits 4, 5 (masked first, so nothing crosses a byte).
+        const __m512i hm =
+            _mm512_and_si512(load_pair256(a + oh, b + oh), _mm512_set1_epi8(char(3 << (2 * j))));
+        __m512i hi;
+        if constexpr (2 * j < 4) {
+            hi = _mm512_slli_epi16(hm, 4 - 2 * j);
+        } else {
+            hi = srl16<2 * j - 4>(hm);
+        }
+        return _mm512_or_si512(lo, hi);
+    }
+}
+
+// P row pairs x T tokens, as qtile. Per lane, the values of matmul.h, computed as:
+//   P_i  = vpdpbusd(-o' * S_i, u', x)  exact: sum_k (u'_k - o') x_k, with S_i the lane's code sum
+//          from the activation record (lane_act_sums_avx512); u' = u, o' = o, except IQ4_NL:
+//          u' = level + 128, o' = 128
+//   I_i  = float(P_i) * float(sc_i)       exact: |sc_i * P_i| < 2^24 for every code and scale
+//   L_i  = fma(dA * d_x, I_i, L_i)
+//   J_i  = float(m_i) * float(S_i)        exact (|m_i * S_i| < 2^15)
+//   L_i  = fma(dB * d_x, J_i, L_i)        types with a min
+// so float(I_i) and float(m_i * sum_k x_k) are the integers of matmul.h, and every lane gets
+// the float operations of the AVX2 and portable kernels, in their order.
 template <TensorType kType, int P, int T>
 void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, size_t act_stride,
            int64_t nb, float *y, int64_t ldy, const uint8_t *pf) {
     static_assert(P >= 1 && P <= 4);
     constexpr int kPer = lane_unit_blocks(kType);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
-    constexpr int kO = kLaneOffset<kType>;
+    constexpr bool kOffset = kLaneOffset<kType> != 0 || kType == TensorType::IQ4_NL;
     const uint8_t *rows[2 * P];
 #pragma GCC unroll 8
     for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
     const uint8_t *tok[T];
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) tok[t] = act + size_t(t) * act_stride;
-    const size_t d_off = size_t(nb) * kQBlock;
+    const size_t d_off = size_t(nb) * kQBlock;   // act_d(row, nb) - row
+    const size_t s_off = d_off + size_t(nb) * 4;  // act_s(row, nb) - row
 
     __m512 acc[P][T];
 #pragma GCC unroll 4
@@ -240,41 +425,25 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     }
-    const __m512i ones8 = _mm512_set1_epi8(1);
-    const __m512i ones16 = _mm512_set1_epi16(1);
     const int64_t nu = nb / kPer;
     for (int64_t u = 0; u < nu; ++u) {
         if (pf) prefetch_step<2 * P * kUB>(pf + size_t(u) * (2 * P * kUB));
-        LaneHeader hd[2 * P];
-#pragma GCC unroll 8
-        for (int i = 0; i < 2 * P; ++i) lane_header<kType>(rows[i] + u * kUB, hd[i]);
-        for (int jb = 0; jb < kPer; ++jb) {
-            const int64_t b = u * kPer + jb;
-            __m512i wq[P], wn[P], sc16[P], m16[P];
-            __m512 da[P], db[P];
+        PairHeader hd[P];
+#pragma GCC unroll 4
+        for (int p = 0; p < P; ++p) {
+            pair_header<kType>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB, hd[p]);
+        }
+        auto step = [&]<int JB>(std::integral_constant<int, JB>) {
+            const int64_t b = u * kPer + JB;
+            __m512i wq[P];
+            __m512 sc[P], mn[P];
 #pragma GCC unroll 4
             for (int p = 0; p < P; ++p) {
-                const LaneHeader &ha = hd[2 * p], &hb = hd[2 * p + 1];
-                const __m256i ca = lane_codes<kType>(rows[2 * p] + u * kUB, jb);
-                const __m256i cb = lane_codes<kType>(rows[2 * p + 1] + u * kUB, jb);
-                if constexpr (kType == TensorType::IQ4_NL) {
-                    wq[p] = join256(lane_iq4nl_pos(ca), lane_iq4nl_pos(cb));
-                    wn[p] = join256(lane_iq4nl_neg(ca), lane_iq4nl_neg(cb));
-                } else {
-                    wq[p] = join256(ca, cb);
-                    wn[p] = wq[p];
-                }
-                sc16[p] = ones16;
-                m16[p] = ones16;
+                wq[p] = pair_codes<kType, JB>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB);
                 if constexpr (kLaneScaled<kType>) {
-                    sc16[p] = join256(lane_scales16<kType>(ha.sc, jb), lane_scales16<kType>(hb.sc, jb));
-                    if constexpr (kLaneMin<kType>) {
-                        m16[p] = join256(lane_scales16<kType>(ha.mn, jb),
-                                         lane_scales16<kType>(hb.mn, jb));
-                    }
+                    sc[p] = pair_scales<kType, JB, false>(hd[p]);
+                    if constexpr (kLaneMin<kType>) mn[p] = pair_scales<kType, JB, true>(hd[p]);
                 }
-                da[p] = join_ps(ha.dA, hb.dA);
-                db[p] = kLaneMin<kType> ? join_ps(ha.dB, hb.dB) : da[p];
             }
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
@@ -284,31 +453,28 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
                 float dxs;
                 std::memcpy(&dxs, a + d_off + size_t(b) * 4, 4);
                 const __m512 dx = _mm512_set1_ps(dxs);
-                __m512i corr = _mm512_setzero_si512(), xs = _mm512_setzero_si512();
-                if constexpr (kO != 0) corr = _mm512_maddubs_epi16(_mm512_set1_epi8(kO), xv);
-                if constexpr (kLaneMin<kType>) xs = _mm512_maddubs_epi16(ones8, xv);
+                // Lane sums of the codes: -o' * S_i as int32 (offset types) or S_i as f32.
+                const __m512i sums = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
 #pragma GCC unroll 4
                 for (int p = 0; p < P; ++p) {
-                    __m512i ip;
-                    if constexpr (kType == TensorType::IQ4_NL) {
-                        ip = _mm512_sub_epi32(
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(wq[p], xv), ones16),
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(wn[p], xv), ones16));
-                    } else {
-                        __m512i p16 = _mm512_maddubs_epi16(wq[p], xv);
-                        if constexpr (kO != 0) p16 = _mm512_sub_epi16(p16, corr);
-                        ip = _mm512_madd_epi16(p16, sc16[p]);
-                    }
-                    const __m512 sa = _mm512_mul_ps(da[p], dx);
-                    acc[p][t] = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(ip), acc[p][t]);
+                    const __m512i p0 = kOffset ? sums : _mm512_setzero_si512();
+                    __m512 ip = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(p0, wq[p], xv));
+                    if constexpr (kLaneScaled<kType>) ip = _mm512_mul_ps(ip, sc[p]);
+                    const __m512 sa = _mm512_mul_ps(hd[p].da, dx);
+                    acc[p][t] = _mm512_fmadd_ps(sa, ip, acc[p][t]);
                     if constexpr (kLaneMin<kType>) {
-                        const __m512i jm = _mm512_madd_epi16(xs, m16[p]);
-                        const __m512 sb = _mm512_mul_ps(db[p], dx);
-                        acc[p][t] = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(jm), acc[p][t]);
+                        __m512 jm = _mm512_castsi512_ps(sums);
+                        if constexpr (kLaneScaled<kType>) jm = _mm512_mul_ps(jm, mn[p]);
+                        const __m512 sb = _mm512_mul_ps(hd[p].db, dx);
+                        acc[p][t] = _mm512_fmadd_ps(sb, jm, acc[p][t]);
                     }
                 }
             }
-        }
+        };
+        [&]<int... J>(std::integer_sequence<int, J...>) {
+            (step(std::integral_constant<int, J>{}), ...);
+        }(std::make_integer_sequence<int, kPer>{});
     }
     const __mmask8 store_mask = __mmask8((1u << nrows) - 1u);
 #pragma GCC unroll 16
@@ -341,7 +507,8 @@ constexpr TileTable make_qtiles(std::integer_sequence<int, I...>, std::integer_s
 
 template <TensorType kType, int... I, int... J>
 constexpr TileTable make_ltiles(std::integer_sequence<int, I...>, std::integer_sequence<int, J...>) {
-    return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
+    return {{&ltile<kType, std::min(I + 1, kDecodePairs<kType>), 1>...},
+            {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
 }
 
 template <TensorType kType>
@@ -374,7 +541,7 @@ void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     };
     if (job.n_tokens == 1) {
         prefetch_head();
-        constexpr int kRows = 2 * kPairsDecode;
+        constexpr int kRows = 2 * kDecodePairs<kType>;
         for (int64_t r = r0; r < r1; r += kRows) {
             const int nr = int(std::min<int64_t>(kRows, r1 - r));
             const size_t ahead = size_t(r) * job.row_bytes + kPrefetchDistance;
@@ -446,6 +613,29 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q8_K:  // not a weight type (tensor_type_supported)
             matmul_rows_avx2(job, r0, r1);
             return;
+    }
+}
+
+void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
+                          int64_t nb) {
+    const int o = type == TensorType::IQ4_NL || type == TensorType::Q8_0 ? 128
+                  : type == TensorType::Q4_0 ? 8
+                  : type == TensorType::Q5_0 ? kLaneOffset<TensorType::Q5_0>
+                  : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
+                  : type == TensorType::Q6_K ? kLaneOffset<TensorType::Q6_K>
+                                             : 0;
+    const bool as_float = lane_format_has_min(type);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        uint8_t *row = act + size_t(t) * act_stride;
+        const int8_t *q = act_qs(row);
+        uint8_t *s = row + size_t(nb) * (kQBlock + 4);
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + b * kQBlock));
+            const __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+            const __m256i v = as_float ? _mm256_castps_si256(_mm256_cvtepi32_ps(s4))
+                                       : _mm256_mullo_epi32(s4, _mm256_set1_epi32(-o));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(s + b * 32), v);
+        }
     }
 }
 

@@ -17,16 +17,38 @@
 namespace llmkv::cpu::detail {
 namespace {
 
-// Per row and weight block: dA, dB and the integer scale sc / min m of each sub-block of 16
-// (sub-blocks of 32 repeat theirs), as matmul.h defines them.
+// Per row and weight block: dA, dB and the integer scales sc / mins m, as matmul.h defines
+// them: per sub-block of 16 (Q2_K, Q3_K, Q6_K), or per sub-block of 32 in sc[0..7] / mn[0..7]
+// (Q4_K, Q5_K).
 struct LaneHeader {
     float dA, dB;
-    int16_t sc[16];
-    int16_t mn[16];
+    alignas(32) int16_t sc[16];
+    alignas(32) int16_t mn[16];
 };
 
 inline float lane_f16(const uint8_t *p) {
     return _cvtsh_ss(load_u16(p));
+}
+
+// Q4_K / Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
+// the eight sub-blocks (k4_scale_min, four at a time).
+inline __m128i k4_scales_mins(const uint8_t *p) {
+    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
+    constexpr uint32_t k6 = 0x3f3f3f3fu, k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    const uint32_t sc_lo = u0 & k6;
+    const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
+    const uint32_t mn_lo = u1 & k6;
+    const uint32_t mn_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
+    return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
+}
+// Q3_K: the 12 scale bytes -> the sixteen 6-bit scales (before the - 32) as bytes.
+inline __m128i k3_scales(const uint8_t *p) {
+    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
+    constexpr uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    return _mm_setr_epi32(int((u0 & k4) | ((u2 & k2) << 4)),
+                          int((u1 & k4) | (((u2 >> 2) & k2) << 4)),
+                          int(((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4)),
+                          int(((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4)));
 }
 
 template <TensorType kType>
@@ -39,30 +61,27 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
     } else if constexpr (kType == TensorType::Q2_K) {
         h.dA = lane_f16(blk + 80);
         h.dB = -lane_f16(blk + 82);
-        for (int s = 0; s < 16; ++s) {
-            h.sc[s] = int16_t(blk[s] & 15);
-            h.mn[s] = int16_t(blk[s] >> 4);
-        }
+        const __m256i v =
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk)));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
+                           _mm256_and_si256(v, _mm256_set1_epi16(15)));
+        _mm256_store_si256(reinterpret_cast<__m256i *>(h.mn), _mm256_srli_epi16(v, 4));
     } else if constexpr (kType == TensorType::Q3_K) {
-        const uint8_t *scales = blk + 96;
         h.dA = lane_f16(blk + 108);
-        for (int s = 0; s < 16; ++s) {
-            h.sc[s] = int16_t((((scales[s % 8] >> (4 * (s / 8))) & 15) |
-                               (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
-                              32);
-        }
+        _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
+                           _mm256_sub_epi16(_mm256_cvtepu8_epi16(k3_scales(blk + 96)),
+                                            _mm256_set1_epi16(32)));
     } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
         h.dA = lane_f16(blk);
         h.dB = -lane_f16(blk + 2);
-        for (int s = 0; s < 8; ++s) {
-            int sc, m;
-            k4_scale_min(blk + 4, s, &sc, &m);
-            h.sc[2 * s] = int16_t(sc);
-            h.mn[2 * s] = int16_t(m);
-        }
+        const __m256i v = _mm256_cvtepu8_epi16(k4_scales_mins(blk + 4));
+        _mm_store_si128(reinterpret_cast<__m128i *>(h.sc), _mm256_castsi256_si128(v));
+        _mm_store_si128(reinterpret_cast<__m128i *>(h.mn), _mm256_extracti128_si256(v, 1));
     } else {  // Q6_K
         h.dA = lane_f16(blk + 208);
-        for (int s = 0; s < 16; ++s) h.sc[s] = int8_t(blk[192 + s]);
+        _mm256_store_si256(
+            reinterpret_cast<__m256i *>(h.sc),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
     }
 }
 
@@ -71,7 +90,7 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
 template <TensorType kType>
 inline __m256i lane_scales16(const int16_t *v, int jb) {
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
-        return _mm256_set1_epi16(v[2 * jb]);
+        return _mm256_set1_epi16(v[jb]);
     } else {
         return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(v[2 * jb])),
                                        _mm_set1_epi16(v[2 * jb + 1]), 1);
