@@ -223,7 +223,8 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         const uint32_t need = kv_.blocks_needed(*r, target);
         // A request whose input could not be held even alone fails before more is computed.
         const uint32_t full = std::max<uint32_t>(target, uint32_t(r->tokens.size()) - (r->generate_requested ? 0 : 1));
-        if (kv_.peak_blocks(full) > kv_.available() && !kv_.could_hold_alone(*r, full) &&
+        const uint32_t more = kv_.geometry().grouped() ? kv_.peak_blocks(full) : kv_.blocks_needed(*r, full);
+        if (more > kv_.available() && !kv_.could_hold_alone(*r, full) &&
             !kv_.could_hold_with_host(*r, full, max_batch_tokens_)) {
             fail_capacity(r);
             continue;
