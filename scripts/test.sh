@@ -41,6 +41,6 @@ cmake --build "$ROOT/build-fault" -j "$JOBS" --target llmkv_fault_tests >&2
 ctest --test-dir "$ROOT/build-fault" --output-on-failure -L fault
 echo "== Soak (30 s on the tiny model; scripts/soak.sh MINUTES for the real one)" >&2
 env -u LLMKV_MODEL BUILD_DIR="$ROOT/build-test" "$ROOT/scripts/soak.sh" 0.5 "$ROOT/build-test/soak"
-echo "== Fuzz targets (libFuzzer + ASan/UBSan, 30 s each from the committed corpora; scripts/fuzz.sh runs longer)" >&2
-"$ROOT/scripts/fuzz.sh" "${LLMKV_FUZZ_SECONDS:-30}"
+echo "== Fuzz targets (libFuzzer + ASan/UBSan, 20 s each from the committed corpora; scripts/fuzz.sh runs longer)" >&2
+"$ROOT/scripts/fuzz.sh" "${LLMKV_FUZZ_SECONDS:-20}"
 echo "== all tests passed" >&2
