@@ -9,19 +9,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
-#include "backend/cpu/cpu_backend.h"
-#include "common/thread_pool.h"
-#include "kv/kv_cache.h"
+#include "golden_common.h"
 #include "llmkv.h"
-#include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 
 namespace llmkv {
 namespace {
+
+using golden::file_exists;
+using golden::ints;
+using golden::numbers;
 
 std::string model_path() {
     const char *env = std::getenv("LLMKV_GEMMA3_MODEL");
@@ -29,18 +28,10 @@ std::string model_path() {
     return LLMKV_TEST_FIXTURES_DIR "/../../models/gemma-3-270m-q4_k_m.gguf";
 }
 
-bool file_exists(const std::string &p) { return std::ifstream(p).good(); }
-
-std::vector<int32_t> ints(const nlohmann::json &v) { return v.get<std::vector<int32_t>>(); }
-std::vector<double> numbers(const nlohmann::json &v) { return v.get<std::vector<double>>(); }
-
 class Gemma3Golden : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        std::ifstream f(LLMKV_TEST_GOLDEN_DIR "/gemma3_golden.json");
-        std::stringstream ss;
-        ss << f.rdbuf();
-        doc_ = new nlohmann::json(nlohmann::json::parse(ss.str()));
+        doc_ = golden::read_json(LLMKV_TEST_GOLDEN_DIR "/gemma3_golden.json");
         if (!file_exists(model_path())) return;
         try {
             file_ = std::shared_ptr<GgufFile>(GgufFile::open(model_path()));
@@ -67,32 +58,10 @@ protected:
 
     static double tol(const char *key) { return doc_->at("suggested_tolerances").at(key).get<double>(); }
 
-    // Logits after each token from first_needed on: the tokens before it are prefilled in
-    // spans of at most the forward's batch size, the rest run one at a time (decode).
+    // Logits after each token from first_needed on (prefill, then decode); 80 blocks hold
+    // 1280 tokens: the longest prompt + 32 is 964.
     std::vector<std::vector<float>> logits_per_position(const std::vector<int32_t> &tokens, size_t first_needed) {
-        const LlamaConfig &c = model_->config();
-        KvGeometry g;
-        g.n_layers = c.n_layers;
-        g.n_kv_heads = c.n_kv_heads;
-        g.head_dim = c.head_dim;
-        KvCache cache(g, 80, 1);  // 1280 tokens: the longest prompt + 32 is 964
-        ThreadPool pool(2);
-        CpuBackend backend(cache, pool);
-        const uint32_t max_tokens = 512;
-        std::unique_ptr<Forward> forward = Forward::create(*model_, backend, max_tokens);
-        SessionKv kv;
-        std::vector<std::vector<float>> out;
-        std::vector<float> logits;
-        size_t i = 0;
-        while (i < tokens.size()) {
-            uint32_t n = i + 1 < first_needed ? uint32_t(std::min<size_t>(first_needed - i, max_tokens)) : 1;
-            EXPECT_TRUE(cache.reserve(kv, kv.n_tokens + n));
-            forward->run({{&kv, tokens.data() + i, n, true}}, logits);
-            i += n;
-            if (i >= first_needed) out.push_back(logits);
-        }
-        cache.release(kv);
-        return out;
+        return golden::logits_per_position(*model_, tokens, first_needed, 80);
     }
 
     static nlohmann::json *doc_;
@@ -140,32 +109,11 @@ TEST_F(Gemma3Golden, FinalPromptLogitsAgreeWithTransformers) {
 }
 
 TEST_F(Gemma3Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
-    const double margin = tol("robust_margin");
     for (const auto &p : doc_->at("prompts")) {
         SCOPED_TRACE(p.at("name").get<std::string>());
-        std::vector<int32_t> tokens = ints(p.at("prompt_ids"));
-        std::vector<int32_t> generated = ints(p.at("generated_ids"));
-        std::vector<double> margins = numbers(p.at("steps").at("top1_top2_margin"));
-        const size_t n_prompt = tokens.size();
-        tokens.insert(tokens.end(), generated.begin(), generated.end() - 1);
-        auto all = logits_per_position(tokens, n_prompt);
-        ASSERT_EQ(all.size(), generated.size());
-        int confident = 0, agreed = 0;
-        for (size_t s = 0; s < generated.size(); ++s) {
-            int32_t argmax = int32_t(std::max_element(all[s].begin(), all[s].end()) - all[s].begin());
-            if (margins[s] >= margin) {
-                ++confident;
-                EXPECT_EQ(argmax, generated[s]) << "step " << s << " (reference margin " << margins[s] << ")";
-            } else {
-                int32_t second = p.at("steps").at("top2_ids").at(s).get<int32_t>();
-                EXPECT_TRUE(argmax == generated[s] || argmax == second)
-                    << "step " << s << ": " << argmax << " is neither the reference top-1 " << generated[s]
-                    << " nor top-2 " << second;
-            }
-            agreed += argmax == generated[s];
-        }
-        std::printf("[gemma3] %-22s teacher-forced: %d/%zu steps agree (%d confident steps all checked)\n",
-                    p.at("name").get<std::string>().c_str(), agreed, generated.size(), confident);
+        size_t n_prompt = 0;
+        std::vector<int32_t> tokens = golden::teacher_forced_tokens(p, n_prompt);
+        golden::expect_teacher_forced(p, logits_per_position(tokens, n_prompt), tol("robust_margin"), "gemma3");
     }
 }
 
