@@ -22,7 +22,7 @@ BUILD="${1:-build}"
 JOBS="${JOBS:-$(nproc)}"
 # The kernels of every forward step (kernels/README.md). The GEMMs are cuBLAS (gemm.cu has
 # no kernel of ours); per-element kernels (add, swiglu, conversions) are listed but not gated.
-HOT_KERNELS="${HOT_KERNELS:-attention_partition_kernel|attention_merge_kernel|rms_norm_kernel|rope_kernel|seal_kernel}"
+HOT_KERNELS="${HOT_KERNELS:-attention_partition_kernel|attention_merge_kernel|rms_norm_kernel|rope_kernel|seal_kernel|dequant_f16_kernel|matvec_q_kernel}"
 
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   echo "cuda-resources: $BUILD is not a CMake build directory" >&2

@@ -127,10 +127,10 @@ declare -A SAN_RESULT=()
 SAN_RC=0
 SAN_TOOLS=${SANITIZER_TOOLS:-memcheck racecheck}
 declare -A SAN_FILTER=(
-  [memcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*:CudaBackend.*:CudaModuleAbi.*'
+  [memcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*:CudaBackend.*:CudaModuleAbi.*:*DequantParity.*:*MatvecParity.*:*ArchParity*'
   [racecheck]='*SealParity.*:*AttentionParity.*:KernelParity.RmsNorm*'
   [synccheck]='*SealParity.*:*AttentionParity.*:KernelParity.RmsNorm*'
-  [initcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*')
+  [initcheck]='*KernelParity.*:*SealParity.*:*AttentionParity.*:*DequantParity.*:*MatvecParity.*')
 SANITIZER=$(command -v compute-sanitizer || true)
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [[ -z $SANITIZER && -x $c ]] && SANITIZER=$c
