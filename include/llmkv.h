@@ -20,6 +20,8 @@
  *  - Threads: an engine and its sessions may be called from any thread; calls on one
  *    engine serialize internally. Different engines are independent. Callbacks run on
  *    the thread that called into the library and must not call back into that engine.
+ *    A host that must never wait for a forward pass runs the engine's own worker thread
+ *    (llmkv_worker_start) and calls only the functions listed there from its hot thread.
  *  - No C++ exception or abort crosses this API. After LLMKV_ERR_BACKEND only destroy
  *    calls are valid on that engine.
  */
@@ -48,7 +50,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------------- */
 
 #define LLMKV_VERSION_MAJOR 0
-#define LLMKV_VERSION_MINOR 3
+#define LLMKV_VERSION_MINOR 4
 #define LLMKV_VERSION_PATCH 0
 #define LLMKV_VERSION_NUMBER \
     (LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH)
@@ -158,10 +160,24 @@ typedef struct llmkv_engine_params {
                                     besides its partial block (0..4096); sealing waits until a
                                     full block is older than this */
     llmkv_kv_rotation kv_rotation;
+    /* ---- Appended in 0.4 (the 0.3 size, ending at kv_rotation, is still accepted: these
+     * then take their defaults). An embedded runtime shares the machine with its host. ---- */
+    /* How long an idle compute thread (and a thread waiting for them) polls for work before
+     * it sleeps, in microseconds, 0..100000. Polling makes a multi-threaded forward pass fast
+     * (the gaps between its operations are shorter than a sleeping thread's wake-up) but
+     * burns that much CPU after each one; 0 never polls, for a host whose own threads need
+     * the cores. -1 (the default) = the LLMKV_SPIN_US environment variable, else 200. */
+    int32_t spin_us;
+    /* 0 (the default): llmkv's threads (compute workers, the llmkv_worker_start thread, the
+     * host tier's copy thread) run at the priority of the thread that created them. 1..19:
+     * they run that many nice levels lower (Linux: setpriority on each thread), so a game's
+     * or app's own threads win the cores when both want them. Other values are
+     * INVALID_ARGUMENT (raising priority needs privileges a host should not grant a library). */
+    int32_t thread_priority;
 } llmkv_engine_params;
 
 /* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
- * budgets, prefix cache on. */
+ * budgets, prefix cache on, spin_us -1, thread_priority 0. */
 LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p);
 
 /* Loads the model and preallocates the KV pool. On success *out owns the engine; free it
@@ -365,6 +381,15 @@ LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path
 LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmkv_prefix **out);
 
 #define LLMKV_PREFIX_LOAD_SHARE 0x1u /* offer the loaded KV to the automatic prefix cache */
+/* Accept a snapshot written by another kernel variant (AVX-512, AVX2, portable, CUDA) of the
+ * same model, codecs, rotation, block size and shapes: a prefix computed once at build time
+ * and shipped to machines with other CPUs. The blocks' layout is the codec's on every
+ * variant, but the variants round differently, so continuations from such a prefix are not
+ * bitwise those this engine computes from the same tokens (they differ like the variants'
+ * own outputs do). Such a file is never offered to the automatic prefix cache, even with
+ * LLMKV_PREFIX_LOAD_SHARE: the cache must hold only bytes this engine would compute.
+ * Added in 0.4. */
+#define LLMKV_PREFIX_LOAD_ANY_KERNEL 0x2u
 
 /* llmkv_prefix_load with flags (LLMKV_PREFIX_LOAD_*; unknown bits are INVALID_ARGUMENT). */
 LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, uint32_t flags,
@@ -518,7 +543,9 @@ LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s);
  * incomplete character waits for the next token). Reads at most capacity bytes; what does
  * not fit stays for the next read, and a character is never split, so a capacity below 4
  * can return 0 bytes while text is waiting. *n_bytes receives the count. Not
- * NUL-terminated. Bytes that can never form valid UTF-8 are passed through as they are. */
+ * NUL-terminated. Bytes that can never form valid UTF-8 are passed through as they are.
+ * While the engine's worker thread runs (llmkv_worker_start) this never waits for a step:
+ * the worker hands each step's text over before that step's events. */
 LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity,
                                                size_t *n_bytes);
 
@@ -603,7 +630,8 @@ typedef struct llmkv_event {
 LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity,
                                   size_t *n_events);
 
-/* Number of events waiting to be returned by llmkv_step. */
+/* Number of events waiting to be returned by llmkv_step (while the worker thread runs, by
+ * llmkv_worker_poll). */
 LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e);
 
 typedef void (*llmkv_event_fn)(const llmkv_event *event, void *user_data);
@@ -611,6 +639,75 @@ typedef void (*llmkv_event_fn)(const llmkv_event *event, void *user_data);
 /* Steps until no session has work, calling on_event (may be NULL) for each event. The
  * callback must not call into this engine. */
 LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void *user_data);
+
+/* ---- Worker thread: game-loop mode (added in 0.4) --------------------------------------- */
+
+/* A host that must never wait for a forward pass (a game's frame loop at 60 frames per
+ * second, a UI thread) hands stepping to a thread of the engine's own:
+ *
+ *  - llmkv_worker_start starts it. It steps whenever a session has work and sleeps
+ *    otherwise; llmkv_step and llmkv_run are LLMKV_ERR_STATE while it runs.
+ *  - Events go to a queue that llmkv_worker_poll drains.
+ *  - The calls that never wait for a step in progress (they take only short internal
+ *    locks, held for a copy): llmkv_worker_poll, llmkv_session_submit_text,
+ *    llmkv_session_submit_tokens, llmkv_session_submit_cancel, llmkv_session_read_text and
+ *    llmkv_session_submit_error. A frame calls only these.
+ *  - Every other call stays valid from any thread and waits for the step in progress, if
+ *    any (at most one forward pass): create and destroy sessions, get_info, fork, park...
+ *    outside the frame's critical path.
+ *
+ * The worker thread runs at engine_params.thread_priority, and its forward passes use the
+ * engine's compute threads (engine_params.n_threads, the worker thread being one of them). */
+
+/* Starts the worker thread. Errors: INVALID_ARGUMENT (NULL), STATE (already running),
+ * OUT_OF_MEMORY (no thread). */
+LLMKV_API llmkv_status llmkv_worker_start(llmkv_engine *e);
+
+/* Stops the worker after the step in progress and joins it; queued events stay for
+ * llmkv_worker_poll (and for llmkv_step after it), submitted requests not yet carried out
+ * stay queued for the next step. Stopping a stopped worker does nothing. Also done by
+ * llmkv_engine_destroy. Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_worker_stop(llmkv_engine *e);
+
+/* Moves up to capacity queued events into events, oldest first (none is dropped; what does
+ * not fit stays). timeout_us = 0 returns at once; otherwise waits up to that long for a
+ * first event (a server's or a binding's event loop). Valid with or without the worker:
+ * without it, it returns events of submitted requests that failed before any step.
+ * When a step of the worker failed, returns that status once (the message in
+ * llmkv_last_error of the calling thread) after handing out the events queued before it;
+ * the worker goes on stepping unless the status is LLMKV_ERR_BACKEND or
+ * LLMKV_ERR_INTERNAL, after which it has stopped. Errors: INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, size_t capacity,
+                                         uint32_t timeout_us, size_t *n_events);
+
+/* llmkv_session_submit_*: flags */
+#define LLMKV_SUBMIT_GENERATE 0x1u /* after appending, generate up to max_new_tokens (0 = the
+                                      session's default), as llmkv_session_generate */
+
+/* Queues "append this input, then (with LLMKV_SUBMIT_GENERATE) generate" for the session;
+ * the next step carries it out (the worker's, or llmkv_step / llmkv_run without a worker),
+ * in submission order. Never waits for a step in progress. The text or tokens are copied;
+ * len or n may be 0 (just generate). What the step's append or generate would return as an
+ * error (STATE: already generating; KV_CAPACITY; INVALID_ARGUMENT: a bad token id) arrives
+ * instead as an LLMKV_EVENT_ERROR event of the session with that status, and
+ * llmkv_session_submit_error gives its message; the session is then as before the request.
+ * Errors returned at once: INVALID_ARGUMENT (NULL session, NULL input with a length,
+ * unknown flag bits). */
+LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *text, size_t len,
+                                                 uint32_t flags, uint32_t max_new_tokens);
+LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens, size_t n,
+                                                   uint32_t flags, uint32_t max_new_tokens);
+
+/* Queues a cancel (as llmkv_session_cancel) for the next step. A session that is not
+ * generating by then is left alone (no error event). Never waits for a step. Errors:
+ * INVALID_ARGUMENT. */
+LLMKV_API llmkv_status llmkv_session_submit_cancel(llmkv_session *s);
+
+/* The message of the session's last submitted request that failed (an empty string if
+ * none): copied NUL-terminated when capacity allows, *n_bytes = its length. Never waits for
+ * a step. Errors: INVALID_ARGUMENT (NULL session or n_bytes, NULL buf with capacity). */
+LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf, size_t capacity,
+                                                  size_t *n_bytes);
 
 #ifdef __cplusplus
 }
