@@ -670,13 +670,14 @@ LLMKV_API llmkv_status llmkv_worker_start(llmkv_engine *e);
 LLMKV_API llmkv_status llmkv_worker_stop(llmkv_engine *e);
 
 /* Moves up to capacity queued events into events, oldest first (none is dropped; what does
- * not fit stays). timeout_us = 0 returns at once; otherwise waits up to that long for a
- * first event (a server's or a binding's event loop). Valid with or without the worker:
- * without it, it returns events of submitted requests that failed before any step.
- * When a step of the worker failed, returns that status once (the message in
- * llmkv_last_error of the calling thread) after handing out the events queued before it;
- * the worker goes on stepping unless the status is LLMKV_ERR_BACKEND or
- * LLMKV_ERR_INTERNAL, after which it has stopped. Errors: INVALID_ARGUMENT. */
+ * not fit stays); *n_events receives the count. timeout_us = 0 returns at once; otherwise,
+ * while the worker runs, waits up to that long for a first event (a server's or a
+ * binding's event loop). Without the worker it returns the events queued so far (as
+ * llmkv_step would, without stepping; it may wait for a call in progress). When a step of
+ * the worker failed, returns that status once, with the message in llmkv_last_error of
+ * the calling thread, when no event queued before it is left; the worker goes on stepping
+ * unless the status is LLMKV_ERR_BACKEND or LLMKV_ERR_INTERNAL, after which it has stopped
+ * itself. Errors: INVALID_ARGUMENT. */
 LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, size_t capacity,
                                          uint32_t timeout_us, size_t *n_events);
 
@@ -704,8 +705,9 @@ LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32
 LLMKV_API llmkv_status llmkv_session_submit_cancel(llmkv_session *s);
 
 /* The message of the session's last submitted request that failed (an empty string if
- * none): copied NUL-terminated when capacity allows, *n_bytes = its length. Never waits for
- * a step. Errors: INVALID_ARGUMENT (NULL session or n_bytes, NULL buf with capacity). */
+ * none): as much as fits in capacity - 1 bytes is copied and NUL-terminated (when capacity
+ * > 0); *n_bytes receives the message's full length. Never waits for a step. Errors:
+ * INVALID_ARGUMENT (NULL session or n_bytes, NULL buf with capacity > 0). */
 LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf, size_t capacity,
                                                   size_t *n_bytes);
 

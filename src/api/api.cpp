@@ -1,6 +1,7 @@
 // The C API: argument checks, locking, and the exception-to-status boundary. No engine
 // logic lives here; every entry point catches everything and records the message in the
 // thread-local last error.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <new>
@@ -90,8 +91,19 @@ bool output_size_ok(const T *out) {
     return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() || out->struct_size == size_v2<T>();
 }
 
+// engine_params of 0.1 to 0.3 ended at kv_rotation.
+constexpr size_t kEngineParamsV3 = offsetof(llmkv_engine_params, spin_us);
+static_assert(sizeof(void *) != 8 || kEngineParamsV3 == 96, "the 0.3 engine_params size is part of the ABI");
+
 // session_params of 0.1 ended at user_data.
 constexpr size_t kSessionParamsV1 = offsetof(llmkv_session_params, stop_strings);
+
+void require_no_worker(const Engine *engine, const char *call) {
+    if (engine->worker_running()) {
+        llmkv::fail(LLMKV_ERR_STATE, "%s: the engine's worker thread steps it (llmkv_worker_start); poll its events "
+                    "with llmkv_worker_poll, or llmkv_worker_stop first", call);
+    }
+}
 
 template <typename T>
 void copy_out(T *dst, const T &src) {
@@ -148,22 +160,28 @@ LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) {
     p->kv_dtype_k = LLMKV_KV_F16;
     p->kv_dtype_v = LLMKV_KV_F16;
     p->flags = LLMKV_ENGINE_PREFIX_CACHE;
+    p->spin_us = -1;
+    p->thread_priority = 0;
 }
 
 LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out) {
     LLMKV_REQUIRE(out, "out is NULL");
     *out = nullptr;
     LLMKV_REQUIRE(p, "params is NULL");
-    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_engine_params),
-                  "engine_params.struct_size = %u is not a known size (%zu); call llmkv_engine_params_init",
-                  p->struct_size, sizeof(llmkv_engine_params));
-    return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(*p).release()); });
+    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_engine_params) || p->struct_size == kEngineParamsV3,
+                  "engine_params.struct_size = %u is not a known size (%zu or %zu); call llmkv_engine_params_init",
+                  p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV3);
+    llmkv_engine_params params;  // fields the caller's version lacks take their defaults
+    llmkv_engine_params_init(&params);
+    std::memcpy(&params, p, p->struct_size);
+    return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(params).release()); });
 }
 
 LLMKV_API void llmkv_engine_destroy(llmkv_engine *e) {
     if (!e) return;
     Engine *engine = engine_of(e);
-    { std::lock_guard<std::mutex> lock(engine->mutex()); }  // wait for a call in progress
+    engine->worker_stop();
+    { std::lock_guard<llmkv::FairMutex> lock(engine->mutex()); }  // wait for a call in progress
     delete engine;
 }
 
@@ -173,7 +191,7 @@ LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine
     LLMKV_REQUIRE(output_size_ok(out), "engine_info.struct_size = %u is not valid", out->struct_size);
     return guarded([&] {
         Engine *engine = const_cast<Engine *>(engine_of(e));
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         llmkv_engine_info info{};
         info.struct_size = sizeof(info);
         engine->get_info(info);
@@ -188,7 +206,7 @@ LLMKV_API llmkv_status llmkv_engine_get_stats(const llmkv_engine *e, llmkv_stats
     LLMKV_REQUIRE(output_size_ok(out), "stats.struct_size = %u is not valid", out->struct_size);
     return guarded([&] {
         Engine *engine = const_cast<Engine *>(engine_of(e));
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         llmkv_stats stats{};
         stats.struct_size = sizeof(stats);
         engine->get_stats(stats);
@@ -200,7 +218,7 @@ LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e) {
     LLMKV_REQUIRE(e, "engine is NULL");
     return guarded([&] {
         Engine *engine = const_cast<Engine *>(engine_of(e));
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         engine->check_invariants();
     });
 }
@@ -307,19 +325,24 @@ LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session
     std::memcpy(&params, p, p->struct_size);
     return guarded([&] {
         Engine *engine = engine_of(e);
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         Session *s = engine->create_session(params);
         s->handle = reinterpret_cast<llmkv_session *>(s);
         *out = s->handle;
     });
 }
 
-#define LLMKV_SESSION_CALL(s, body)                                  \
-    LLMKV_REQUIRE(s, "session is NULL");                             \
-    return guarded([&] {                                             \
-        Session *session = session_of(s);                            \
-        std::lock_guard<std::mutex> lock(session->engine->mutex());  \
-        body;                                                        \
+// A session call under the engine lock; the worker thread, if running, is woken after it
+// (the call may have given it work).
+#define LLMKV_SESSION_CALL(s, body)                                          \
+    LLMKV_REQUIRE(s, "session is NULL");                                     \
+    return guarded([&] {                                                     \
+        Session *session = session_of(s);                                    \
+        {                                                                    \
+            std::lock_guard<llmkv::FairMutex> lock(session->engine->mutex()); \
+            body;                                                            \
+        }                                                                    \
+        session->engine->notify_work();                                      \
     })
 
 LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tokens, size_t n) {
@@ -355,8 +378,10 @@ LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
     LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
-    LLMKV_SESSION_CALL(s, {
-        std::string text = session->text.take_complete(capacity);
+    LLMKV_REQUIRE(s, "session is NULL");
+    return guarded([&] {
+        Session *session = session_of(s);
+        std::string text = session->engine->read_text(session, capacity);
         if (!text.empty()) std::memcpy(buf, text.data(), text.size());
         *n_bytes = text.size();
     });
@@ -368,7 +393,7 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
     LLMKV_REQUIRE(output_size_ok(out), "session_info.struct_size = %u is not valid", out->struct_size);
     return guarded([&] {
         const Session *session = session_of(s);
-        std::lock_guard<std::mutex> lock(session->engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(session->engine->mutex());
         llmkv_session_info info{};
         info.struct_size = sizeof(info);
         info.state = session->state;
@@ -397,7 +422,7 @@ LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t 
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
     return guarded([&] {
         const Session *session = session_of(s);
-        std::lock_guard<std::mutex> lock(session->engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(session->engine->mutex());
         size_t n = std::min(capacity, session->tokens.size());
         if (n) std::memcpy(tokens, session->tokens.data(), n * sizeof(int32_t));
         *n_tokens = session->tokens.size();
@@ -426,7 +451,7 @@ LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *token
     LLMKV_REQUIRE(e, "engine is NULL");
     return guarded([&] {
         Engine *engine = engine_of(e);
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         *out = reinterpret_cast<llmkv_prefix *>(engine->create_prefix(tokens, n));
     });
 }
@@ -436,7 +461,7 @@ LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path
     LLMKV_REQUIRE(path && *path, "path is NULL or empty");
     return guarded([&] {
         const Prefix *prefix = prefix_of(p);
-        std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(prefix->engine->mutex());
         prefix->engine->save_prefix(prefix, path);
     });
 }
@@ -448,7 +473,7 @@ LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmk
     LLMKV_REQUIRE(path && *path, "path is NULL or empty");
     return guarded([&] {
         Engine *engine = engine_of(e);
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
         *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, false));
     });
 }
@@ -458,11 +483,13 @@ LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, u
     *out = nullptr;
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(path && *path, "path is NULL or empty");
-    LLMKV_REQUIRE((flags & ~uint32_t(LLMKV_PREFIX_LOAD_SHARE)) == 0, "flags 0x%x has unknown bits", flags);
+    LLMKV_REQUIRE((flags & ~uint32_t(LLMKV_PREFIX_LOAD_SHARE | LLMKV_PREFIX_LOAD_ANY_KERNEL)) == 0,
+                  "flags 0x%x has unknown bits", flags);
     return guarded([&] {
         Engine *engine = engine_of(e);
-        std::lock_guard<std::mutex> lock(engine->mutex());
-        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, (flags & LLMKV_PREFIX_LOAD_SHARE) != 0));
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
+        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, (flags & LLMKV_PREFIX_LOAD_SHARE) != 0,
+                                                                    (flags & LLMKV_PREFIX_LOAD_ANY_KERNEL) != 0));
     });
 }
 
@@ -473,7 +500,7 @@ LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *t
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
     return guarded([&] {
         const Prefix *prefix = prefix_of(p);
-        std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(prefix->engine->mutex());
         const std::vector<int32_t> &t = prefix->state.tokens;
         size_t n = std::min(capacity, t.size());
         if (n) std::memcpy(tokens, t.data(), n * sizeof(int32_t));
@@ -484,7 +511,7 @@ LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *t
 LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p) {
     if (!p) return 0;
     const Prefix *prefix = prefix_of(p);
-    std::lock_guard<std::mutex> lock(prefix->engine->mutex());
+    std::lock_guard<llmkv::FairMutex> lock(prefix->engine->mutex());
     return prefix->state.tokens.size();
 }
 
@@ -492,7 +519,7 @@ LLMKV_API void llmkv_prefix_release(llmkv_prefix *p) {
     if (!p) return;
     Prefix *prefix = prefix_of(p);
     Engine *engine = prefix->engine;
-    std::lock_guard<std::mutex> lock(engine->mutex());
+    std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
     engine->release_prefix(prefix);
 }
 
@@ -500,7 +527,7 @@ LLMKV_API void llmkv_session_destroy(llmkv_session *s) {
     if (!s) return;
     Session *session = session_of(s);
     Engine *engine = session->engine;
-    std::lock_guard<std::mutex> lock(engine->mutex());
+    std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
     engine->destroy_session(session);
 }
 
@@ -511,7 +538,8 @@ LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t c
     LLMKV_REQUIRE(events || capacity == 0, "events is NULL with capacity = %zu", capacity);
     return guarded([&] {
         Engine *engine = engine_of(e);
-        std::lock_guard<std::mutex> lock(engine->mutex());
+        std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
+        require_no_worker(engine, "llmkv_step");
         engine->step();
         *n_events = engine->take_events(events, capacity);
     });
@@ -520,8 +548,11 @@ LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t c
 LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e) {
     if (!e) return 0;
     Engine *engine = const_cast<Engine *>(engine_of(e));
-    std::lock_guard<std::mutex> lock(engine->mutex());
-    return engine->pending_events();
+    try {
+        return engine->worker_pending_events();
+    } catch (...) {
+        return 0;
+    }
 }
 
 LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void *user_data) {
@@ -532,7 +563,8 @@ LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void 
         size_t n = 0;
         bool more = false;
         llmkv_status st = guarded([&] {
-            std::lock_guard<std::mutex> lock(engine->mutex());
+            std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
+            require_no_worker(engine, "llmkv_run");
             if (engine->pending_events() == 0) engine->step();
             n = engine->take_events(batch, 64);
             more = engine->has_work() || engine->pending_events() > 0;
@@ -544,6 +576,88 @@ LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void 
         }
         if (!more && n == 0) return LLMKV_OK;
     }
+}
+
+LLMKV_API llmkv_status llmkv_worker_start(llmkv_engine *e) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    return guarded([&] { engine_of(e)->worker_start(); });
+}
+
+LLMKV_API llmkv_status llmkv_worker_stop(llmkv_engine *e) {
+    LLMKV_REQUIRE(e, "engine is NULL");
+    return guarded([&] { engine_of(e)->worker_stop(); });
+}
+
+LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, size_t capacity, uint32_t timeout_us,
+                                         size_t *n_events) {
+    LLMKV_REQUIRE(n_events, "n_events is NULL");
+    *n_events = 0;
+    LLMKV_REQUIRE(e, "engine is NULL");
+    LLMKV_REQUIRE(events || capacity == 0, "events is NULL with capacity = %zu", capacity);
+    return guarded([&] { *n_events = engine_of(e)->worker_poll(events, capacity, timeout_us); });
+}
+
+namespace {
+constexpr uint32_t kSubmitFlags = LLMKV_SUBMIT_GENERATE;
+}
+
+LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *text, size_t len, uint32_t flags,
+                                                 uint32_t max_new_tokens) {
+    LLMKV_REQUIRE(s, "session is NULL");
+    LLMKV_REQUIRE(text || len == 0, "text is NULL with len = %zu", len);
+    LLMKV_REQUIRE((flags & ~kSubmitFlags) == 0, "flags 0x%x has unknown bits", flags);
+    return guarded([&] {
+        llmkv::Submission r;
+        r.session = session_of(s);
+        r.is_text = true;
+        if (len) r.text.assign(text, len);
+        r.flags = flags;
+        r.max_new_tokens = max_new_tokens;
+        r.session->engine->submit(std::move(r));
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens, size_t n, uint32_t flags,
+                                                   uint32_t max_new_tokens) {
+    LLMKV_REQUIRE(s, "session is NULL");
+    LLMKV_REQUIRE(tokens || n == 0, "tokens is NULL with n = %zu", n);
+    LLMKV_REQUIRE((flags & ~kSubmitFlags) == 0, "flags 0x%x has unknown bits", flags);
+    return guarded([&] {
+        llmkv::Submission r;
+        r.session = session_of(s);
+        if (n) r.tokens.assign(tokens, tokens + n);
+        r.flags = flags;
+        r.max_new_tokens = max_new_tokens;
+        r.session->engine->submit(std::move(r));
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_submit_cancel(llmkv_session *s) {
+    LLMKV_REQUIRE(s, "session is NULL");
+    return guarded([&] {
+        llmkv::Submission r;
+        r.session = session_of(s);
+        r.cancel = true;
+        r.session->engine->submit(std::move(r));
+    });
+}
+
+LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf, size_t capacity,
+                                                  size_t *n_bytes) {
+    LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
+    *n_bytes = 0;
+    LLMKV_REQUIRE(s, "session is NULL");
+    LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
+    return guarded([&] {
+        Session *session = const_cast<Session *>(session_of(s));
+        const std::string msg = session->engine->submit_error(session);
+        *n_bytes = msg.size();
+        if (capacity > 0) {
+            const size_t n = std::min(capacity - 1, msg.size());
+            std::memcpy(buf, msg.data(), n);
+            buf[n] = '\0';
+        }
+    });
 }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/thread_priority.h"
 
 // No PAUSE instruction in the spin loops: under virtualisation a run of PAUSEs can trap
 // the vCPU (pause-loop exiting) and cost milliseconds. The spin is bounded in time (see
@@ -17,33 +18,26 @@
 namespace llmkv {
 
 namespace {
-// How long a worker (and the caller waiting for workers) polls before sleeping. The gaps
-// between the ops of one forward pass (RoPE, residual adds, sampling on the caller) are
-// often longer than 20 us, and waking a sleeping thread costs tens of microseconds on a
-// virtual machine (futex wake + reschedule): with a 20 us spin, two threads were slower
-// than one (prefill 3.8k vs 5.3k tok/s on SmolLM2); with this, 8.6k. The price is up to
-// this much CPU time polled after the last op of a step.
-long spin_ns() {
-    static const long ns = [] {
-        const char *env = std::getenv("LLMKV_SPIN_US");
-        long us = env && *env ? std::strtol(env, nullptr, 10) : 200;
-        return std::clamp(us, 0L, 100000L) * 1000;
-    }();
-    return ns;
-}
+// Polling before sleeping: the gaps between the ops of one forward pass (RoPE, residual
+// adds, sampling on the caller) are often longer than 20 us, and waking a sleeping thread
+// costs tens of microseconds on a virtual machine (futex wake + reschedule): with a 20 us
+// spin, two threads were slower than one (prefill 3.8k vs 5.3k tok/s on SmolLM2); with
+// 200 us, 8.6k. The price is up to that much CPU time polled after the last op of a step,
+// which an embedding host can refuse (engine_params.spin_us = 0).
+constexpr long kDefaultSpinUs = 200;
 
-// Polls until ready() or the spin time has passed; true when ready.
+// Polls until ready() or budget_ns has passed; true when ready.
 template <typename Ready>
-bool spin_until(Ready &&ready) {
-    const long budget = spin_ns();
-    if (budget == 0) return ready();
+bool spin_until(long budget_ns, Ready &&ready) {
+    if (budget_ns == 0) return ready();
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
         for (int i = 0; i < 256; ++i) {
             if (ready()) return true;
             LLMKV_CPU_RELAX();
         }
-        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() > budget) {
+        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() >
+            budget_ns) {
             return ready();
         }
     }
@@ -55,7 +49,19 @@ unsigned ThreadPool::hardware_threads() {
     return n == 0 ? 1 : n;
 }
 
-ThreadPool::ThreadPool(unsigned n_threads) : n_threads_(std::max(1u, n_threads)) {
+long ThreadPool::default_spin_us() {
+    static const long us = [] {
+        const char *env = std::getenv("LLMKV_SPIN_US");
+        long v = env && *env ? std::strtol(env, nullptr, 10) : kDefaultSpinUs;
+        return std::clamp(v, 0L, kMaxSpinUs);
+    }();
+    return us;
+}
+
+ThreadPool::ThreadPool(unsigned n_threads, long spin_us, int priority)
+    : n_threads_(std::max(1u, n_threads)),
+      spin_ns_((spin_us < 0 ? default_spin_us() : std::min(spin_us, kMaxSpinUs)) * 1000),
+      priority_(priority) {
     // A failure part-way (no thread or no memory for one) stops the workers already
     // started: destroying a joinable std::thread would terminate the process.
     try {
@@ -94,7 +100,7 @@ void ThreadPool::run(const std::function<void(unsigned, unsigned)> &fn) {
     generation_.notify_all();
     fn(0, n_threads_);
     // Wait for the other workers: spin first, then sleep on the counter.
-    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    if (!spin_until(spin_ns_, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
         for (;;) {
             uint32_t left = pending_.load(std::memory_order_acquire);
             if (left == 0) break;
@@ -105,10 +111,11 @@ void ThreadPool::run(const std::function<void(unsigned, unsigned)> &fn) {
 }
 
 void ThreadPool::worker_loop(unsigned index) {
+    apply_thread_priority(priority_);
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = seen;
-        if (!spin_until([&] { return (gen = generation_.load(std::memory_order_acquire)) != seen; })) {
+        if (!spin_until(spin_ns_, [&] { return (gen = generation_.load(std::memory_order_acquire)) != seen; })) {
             for (;;) {
                 gen = generation_.load(std::memory_order_acquire);
                 if (gen != seen) break;

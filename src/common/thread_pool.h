@@ -14,8 +14,13 @@ namespace llmkv {
 
 class ThreadPool {
 public:
-    // n_threads counts the caller: n_threads = 1 runs everything inline.
-    explicit ThreadPool(unsigned n_threads);
+    // The most a spin may be set to (100 ms).
+    static constexpr long kMaxSpinUs = 100000;
+    // n_threads counts the caller: n_threads = 1 runs everything inline. spin_us: how long
+    // an idle worker (and the caller waiting for workers) polls before sleeping; < 0 =
+    // default_spin_us(). priority: nice levels the workers run below their creator (0..19,
+    // see common/thread_priority.h).
+    explicit ThreadPool(unsigned n_threads, long spin_us = -1, int priority = 0);
     ~ThreadPool();
     ThreadPool(const ThreadPool &) = delete;
     ThreadPool &operator=(const ThreadPool &) = delete;
@@ -48,12 +53,17 @@ public:
 
     // Number of hardware threads (at least 1).
     static unsigned hardware_threads();
+    // The LLMKV_SPIN_US environment variable (clamped to 0..kMaxSpinUs), else 200.
+    static long default_spin_us();
+    long spin_us() const { return spin_ns_ / 1000; }
 
 private:
     void worker_loop(unsigned index);
     void stop_workers() noexcept;
 
     unsigned n_threads_;
+    long spin_ns_;
+    int priority_;
     std::vector<std::thread> workers_;
     const std::function<void(unsigned, unsigned)> *job_ = nullptr;
     std::atomic<uint32_t> generation_{0};

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "backend/factory.h"
 #include "common/log.h"
+#include "common/thread_priority.h"
 #include "engine/chat_template.h"
 
 namespace llmkv {
@@ -69,6 +70,17 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
     if (p.kv_residual_tokens > 4096) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_residual_tokens = %u exceeds 4096", p.kv_residual_tokens);
     if (p.flags & ~(LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_KEEP_WINDOW_BLOCKS)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
+    if (p.spin_us < -1 || p.spin_us > ThreadPool::kMaxSpinUs) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.spin_us = %d is outside -1..%ld", p.spin_us, ThreadPool::kMaxSpinUs);
+    }
+    if (p.thread_priority < 0 || p.thread_priority > 19) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "engine_params.thread_priority = %d is outside 0..19 (llmkv's threads can only run below their creator)",
+             p.thread_priority);
+    }
+    // Threads started while the engine is set up (compute workers, copy and heap threads)
+    // run at its priority.
+    SpawnPriority spawn_priority(p.thread_priority);
 
     std::unique_ptr<Engine> e(new Engine());
     e->params_ = p;
@@ -142,6 +154,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
 }
 
 Engine::~Engine() {
+    worker_stop();
     if (kv_) {
         kv_->drain();
         for (Request *r : sessions_) {
@@ -200,7 +213,7 @@ void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_
 
     if (!pool_) {
         unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
-        pool_ = std::make_unique<ThreadPool>(threads);
+        pool_ = std::make_unique<ThreadPool>(threads, params_.spin_us, params_.thread_priority);
     }
     max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
 
@@ -446,9 +459,18 @@ void Engine::save_prefix(const Prefix *p, const std::string &path) const {
     kv_->save_snapshot(p->state, std::move(m), path);
 }
 
-Prefix *Engine::load_prefix(const std::string &path, bool share) {
-    LoadedSnapshot snap = read_snapshot(path, snapshot_meta());
+Prefix *Engine::load_prefix(const std::string &path, bool share, bool any_kernel) {
+    SnapshotMeta expected = snapshot_meta();
+    expected.any_kernel = any_kernel;
+    LoadedSnapshot snap = read_snapshot(path, expected);
     const SnapshotMeta &m = snap.meta();
+    if (m.codec != expected.codec) {
+        // Another kernel variant computed these bytes: never offered to the prefix cache,
+        // which must hold only what this engine computes.
+        LLMKV_LOG_INFO_F("snapshot %s: written by another kernel variant (\"%s\", this engine \"%s\"); loaded, "
+                         "not bitwise, not shared", path.c_str(), m.codec.c_str(), expected.codec.c_str());
+        share = false;
+    }
     if (m.tokens.empty()) fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: no tokens", path.c_str());
     if (m.n_cached >= m.tokens.size()) {
         fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: %u cached tokens of %zu: the last token must not be cached",
@@ -548,9 +570,16 @@ void Engine::destroy_session(Session *s) {
     sessions_.erase(it);
     kv_->drop(*s);
     s->block_keys.clear();
-    events_.erase(std::remove_if(events_.begin(), events_.end(),
-                                 [&](const llmkv_event &ev) { return ev.session == s->handle; }),
-                  events_.end());
+    auto of_s = [&](const llmkv_event &ev) { return ev.session == s->handle; };
+    events_.erase(std::remove_if(events_.begin(), events_.end(), of_s), events_.end());
+    {
+        std::lock_guard<std::mutex> io(io_mutex_);
+        worker_events_.erase(std::remove_if(worker_events_.begin(), worker_events_.end(), of_s), worker_events_.end());
+        submissions_.erase(std::remove_if(submissions_.begin(), submissions_.end(),
+                                          [&](const Submission &r) { return r.session == s; }),
+                           submissions_.end());
+        n_submissions_.store(submissions_.size(), std::memory_order_release);
+    }
     delete s;
 }
 
@@ -645,6 +674,7 @@ void Engine::cancel(Session *s) {
 }
 
 bool Engine::has_work() const {
+    if (n_submissions_.load(std::memory_order_acquire) > 0) return true;
     for (const Request *s : sessions_) {
         if (s->pending_runnable() > 0) return true;
     }
@@ -677,6 +707,7 @@ void Engine::run_forward(const std::vector<ForwardSpan> &spans) { forward_->run(
 
 // One step: the scheduler's plan, one batched forward pass, sampling, events.
 void Engine::step() {
+    run_submissions();
     // Requests the scheduler failed are already ended: their ERROR events go out even if
     // planning throws afterwards.
     auto report_failed = [this] {

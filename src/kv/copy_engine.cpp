@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/thread_priority.h"
 
 namespace llmkv {
 
@@ -23,7 +24,10 @@ bool ranges_overlap(const void *a, const void *b, size_t n) {
 CopyEngine::CopyEngine() {
     try {
         fault::maybe_fail_thread_start();
-        thread_ = std::thread([this] { copy_thread_main(); });
+        thread_ = std::thread([this, priority = spawn_priority()] {
+            apply_thread_priority(priority);
+            copy_thread_main();
+        });
     } catch (const std::system_error &e) {
         fail(LLMKV_ERR_OUT_OF_MEMORY, "copy engine: cannot start its copy thread: %s", e.what());
     }

@@ -54,6 +54,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/thread_priority.h"
 
 #if __has_include(<mimalloc.h>)
 #include <mimalloc.h>
@@ -303,7 +304,10 @@ HostTier::HostTier(uint64_t bytes, HostAllocator allocator) : allocator_(std::mo
 
     try {
         fault::maybe_fail_thread_start();
-        heap_thread_ = std::thread([this] { heap_thread_main(); });
+        heap_thread_ = std::thread([this, priority = spawn_priority()] {
+            apply_thread_priority(priority);
+            heap_thread_main();
+        });
     } catch (const std::system_error &e) {
         release_region();
         fail(LLMKV_ERR_OUT_OF_MEMORY, "host tier: cannot start its heap thread: %s", e.what());

@@ -43,6 +43,9 @@ struct SnapshotMeta {
     uint32_t n_groups = 1;     // layer groups (KvGeometry::n_groups)
     uint32_t window = 0;       // local layers' window (KvGeometry::window)
     std::vector<int32_t> tokens;
+    // Only in the `expected` meta of read_snapshot: accept a file of another kernel variant
+    // (the codec strings may differ in their " kernels=" part; LLMKV_PREFIX_LOAD_ANY_KERNEL).
+    bool any_kernel = false;
 
     // Sealed blocks stored for n_cached tokens (as KvGeometry::sealed_blocks); 0 when
     // block_tokens is 0.

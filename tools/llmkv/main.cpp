@@ -29,6 +29,7 @@ struct RunOptions {
     llmkv_kv_dtype kv_dtype = LLMKV_KV_F16;
     std::string system;       // --system: a shared system prompt, served from a prefix
     std::string prefix_file;  // --prefix-file: snapshot of that prefix (create or load)
+    bool any_kernel = false;  // --any-kernel: load a snapshot of another kernel variant
     int kv_dtype_v = -1;  // -1: same as kv_dtype
     llmkv_kv_dtype kv_dtype_v_choice = LLMKV_KV_F16;  // --kv-dtype-v as parsed
     uint32_t kv_residual = 0;
@@ -91,7 +92,8 @@ std::string format_chat(llmkv_engine *engine, const std::vector<llmkv_chat_messa
 
 // The system prompt's prefix: loaded from the snapshot when it holds exactly these tokens,
 // else computed (and saved when a path is given).
-llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text, const std::string &path) {
+llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text, const std::string &path,
+                            bool any_kernel) {
     size_t n = 0;
     llmkv_tokenize(engine, system_text.data(), system_text.size(), LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS,
                    nullptr, 0, &n);
@@ -104,7 +106,8 @@ llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text
     llmkv_prefix *prefix = nullptr;
     double t0 = now_seconds();
     if (!path.empty()) {
-        llmkv_status st = llmkv_prefix_load(engine, path.c_str(), &prefix);
+        llmkv_status st =
+            llmkv_prefix_load_ex(engine, path.c_str(), any_kernel ? LLMKV_PREFIX_LOAD_ANY_KERNEL : 0u, &prefix);
         if (st == LLMKV_OK) {
             std::vector<int32_t> stored(llmkv_prefix_n_tokens(prefix));
             size_t count = 0;
@@ -183,7 +186,7 @@ int cmd_run(const RunOptions &o) {
             llmkv_engine_destroy(engine);
             return 2;
         }
-        prefix = obtain_prefix(engine, system_text, o.prefix_file);
+        prefix = obtain_prefix(engine, system_text, o.prefix_file, o.any_kernel);
         if (!prefix) {
             llmkv_engine_destroy(engine);
             return 1;
@@ -311,6 +314,9 @@ Command add_run(CLI::App &parent) {
                     "snapshot of the system prompt's prefix: loaded when it matches, else computed and saved")
         ->type_name("PATH")
         ->needs(system);
+    app->add_flag("--any-kernel", o->any_kernel,
+                  "accept a --prefix-file written by another kernel variant (AVX-512, AVX2, portable): not bitwise")
+        ->needs("--prefix-file");
     app->add_flag("-v,--verbose", o->verbose, "log engine information on stderr");
     add_sampling_options(*app, &o->sampling);
     add_threads_option(*app, &o->n_threads);
