@@ -24,14 +24,14 @@
 //! can outlive it; each frees its handle when dropped. An [`Event`] holds the raw session
 //! address the library handed back and is neither `Send` nor `Sync`:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! fn must_send<T: Send>(_: T) {}
 //! must_send(llmkv::Event::EMPTY);
 //! ```
 //!
 //! A session cannot outlive its engine:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0597
 //! let s = {
 //!     let engine = llmkv::Engine::new("m.gguf").unwrap();
 //!     engine.session(&llmkv::SessionParams::new()).unwrap()
