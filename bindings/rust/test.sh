@@ -62,8 +62,11 @@ echo "== cargo build"
 cargo build --offline --workspace --all-targets || fail "cargo build"
 echo "== cargo test"
 log="$CARGO_TARGET_DIR/test.log"
+# Without a model, show the tests' output so that every SKIP line and its reason is seen.
+show=()
+[ "$model_ok" -eq 1 ] || show=(-- --show-output)
 set +e
-cargo test --offline --workspace 2>&1 | tee "$log"
+cargo test --offline --workspace "${show[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || fail "cargo test (exit $rc)"

@@ -131,7 +131,8 @@ fn a_fork_continues_identically() {
 fn cancel_during_generation_keeps_the_kv() {
     let m = need_model!("cancel_during_generation_keeps_the_kv");
     let engine = engine(&m);
-    let s = engine.session(&SessionParams::new()).unwrap();
+    // End-of-generation tokens are banned, so only the cancel can end it early.
+    let s = engine.session(&SessionParams::new().min_new_tokens(200)).unwrap();
     s.append_text(PROMPTS[2]).unwrap();
     let prompt_len = s.info().unwrap().n_tokens;
     s.generate(200).unwrap();
@@ -168,7 +169,7 @@ fn cancel_during_generation_keeps_the_kv() {
     let cont = drive(&engine, &[&s]).remove(0);
     let prefilled = engine.stats().unwrap().tokens_prefilled - before;
     assert!(prefilled < 10, "continuing recomputed {prefilled} tokens: the KV was not kept");
-    let fresh = engine.session(&SessionParams::new()).unwrap();
+    let fresh = engine.session(&SessionParams::new().min_new_tokens(200)).unwrap();
     fresh.append(&ctx).unwrap();
     fresh.append_text(" # next").unwrap();
     fresh.generate(8).unwrap();

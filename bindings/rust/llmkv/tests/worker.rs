@@ -105,7 +105,8 @@ fn submit_cancel_stops_generation() {
     let m = need_model!("submit_cancel_stops_generation");
     let engine = engine(&m);
     engine.start_worker().unwrap();
-    let s = engine.session(&SessionParams::new()).unwrap();
+    // End-of-generation tokens are banned, so only the cancel can end it early.
+    let s = engine.session(&SessionParams::new().min_new_tokens(400)).unwrap();
     s.submit_text(PROMPTS[1], SubmitFlags::GENERATE, 400).unwrap();
     let mut tokens = Vec::new();
     let mut finish = None;
