@@ -201,8 +201,10 @@ pub struct llmkv_chat_message {
     pub content: *const c_char,
 }
 
+/// No `Default`: all-zero is not the library's default (top_p and repeat_penalty are 1
+/// there); start from what `llmkv_session_params_init` fills in.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct llmkv_sampling {
     pub temperature: f32,
     pub top_k: i32,

@@ -264,7 +264,8 @@ pub(crate) fn path_bytes(p: &Path) -> Vec<u8> {
     }
 }
 
-/// Sampling (`llmkv_sampling`). The default is greedy.
+/// Sampling (`llmkv_sampling`). Start from the library's defaults (greedy):
+/// `SessionParams::new().get_sampling()`, or use the `SessionParams` setters.
 pub type Sampling = sys::llmkv_sampling;
 
 /// A session's grammar.
