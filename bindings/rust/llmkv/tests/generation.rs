@@ -226,3 +226,37 @@ fn stop_strings_and_grammar() {
     // (After STOP the grammar starts over, so it is not "complete" any more.)
     assert!(g.info().unwrap().has_grammar);
 }
+
+#[test]
+fn text_waiting_beyond_one_buffer_is_read_whole() {
+    let m = need_model!("text_waiting_beyond_one_buffer_is_read_whole");
+    let engine = engine(&m);
+    let s = engine.session(&SessionParams::new().min_new_tokens(120)).unwrap();
+    s.append_text(PROMPTS[1]).unwrap();
+    s.generate(120).unwrap();
+    let mut tokens = Vec::new();
+    let mut events = Event::buffer::<4>(); // smaller than a step's events: the rest stay queued
+    let mut done = false;
+    while !done {
+        for ev in engine.step(&mut events).unwrap() {
+            match ev.kind() {
+                EventKind::Token(t) => tokens.push(t),
+                EventKind::Done(r) => {
+                    assert_eq!(r, FinishReason::Length);
+                    done = true
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(tokens.len(), 120);
+    // Nothing was read while generating: one call must return all of it.
+    let mut text = String::new();
+    let n = s.read_text_into(&mut text).unwrap();
+    assert!(n > 300, "{n} bytes");
+    assert_eq!(n, text.len());
+    assert_eq!(text, engine.detokenize_to_string(&tokens).unwrap());
+    assert_eq!(s.read_text_into(&mut text).unwrap(), 0, "nothing left");
+    let mut bytes = Vec::new();
+    assert_eq!(s.read_bytes_into(&mut bytes).unwrap(), 0);
+}
