@@ -161,3 +161,20 @@ fn other_threads_submit_while_one_polls() {
     drop((a, b));
     std::thread::spawn(move || drop(engine)).join().unwrap();
 }
+
+#[test]
+fn without_the_worker_a_step_carries_out_submissions() {
+    let m = need_model!("without_the_worker_a_step_carries_out_submissions");
+    let engine = engine(&m);
+    let reference = generate_alone(&engine, PROMPTS[5], 6);
+    let s = engine.session(&SessionParams::new()).unwrap();
+    s.submit_text(PROMPTS[5], SubmitFlags::GENERATE, 6).unwrap();
+    let out = drive(&engine, &[&s]).remove(0);
+    assert_eq!(out.tokens, reference.tokens);
+    // A failing submission comes as an ERROR event from the step too.
+    let n_vocab = engine.info().unwrap().n_vocab as i32;
+    s.submit_tokens(&[n_vocab + 5], SubmitFlags::GENERATE, 2).unwrap();
+    let out = drive(&engine, &[&s]).remove(0);
+    assert_eq!(out.error, Some(Status::InvalidArgument));
+    assert!(s.submit_error().unwrap().contains(&(n_vocab + 5).to_string()));
+}
