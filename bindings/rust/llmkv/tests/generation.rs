@@ -260,3 +260,28 @@ fn text_waiting_beyond_one_buffer_is_read_whole() {
     let mut bytes = Vec::new();
     assert_eq!(s.read_bytes_into(&mut bytes).unwrap(), 0);
 }
+
+#[test]
+fn run_keeps_stepping_through_steps_without_events() {
+    let m = need_model!("run_keeps_stepping_through_steps_without_events");
+    // A 16-token step budget: the long prompt's prefill takes several steps with no event.
+    let engine = builder(&m).max_batch_tokens(16).prefix_cache(false).build().unwrap();
+    let long: String = (0..60).map(|i| format!("w{i} ")).collect();
+    let reference = generate_alone(&engine, &long, 4);
+    let s = engine.session(&SessionParams::new()).unwrap();
+    s.append_text(&long).unwrap();
+    s.generate(4).unwrap();
+    let steps_before = engine.stats().unwrap().steps;
+    let mut tokens = Vec::new();
+    let mut finish = None;
+    engine
+        .run(|ev| match ev.kind() {
+            EventKind::Token(t) => tokens.push(t),
+            EventKind::Done(r) => finish = Some(r),
+            other => panic!("{other:?}"),
+        })
+        .unwrap();
+    assert_eq!(finish, Some(FinishReason::Length));
+    assert_eq!(tokens, reference.tokens);
+    assert!(engine.stats().unwrap().steps - steps_before > 5, "the prefill was chunked");
+}
