@@ -17,8 +17,8 @@
  *    is not the size of a version of the struct this library knows is
  *    LLMKV_ERR_INVALID_ARGUMENT (a later library also accepts the older sizes).
  *  - Handles are opaque. Every _destroy / _release accepts NULL.
- *  - Threads: an engine and its sessions may be called from any thread; calls on one
- *    engine serialize internally. Different engines are independent. Callbacks run on
+ *  - Threads: an engine and its sessions and prefixes may be called from any thread; calls
+ *    on one engine serialize internally (in the order they arrive). Different engines are independent. Callbacks run on
  *    the thread that called into the library and must not call back into that engine.
  *    A host that must never wait for a forward pass runs the engine's own worker thread
  *    (llmkv_worker_start) and calls only the functions listed there from its hot thread.
@@ -625,14 +625,21 @@ typedef struct llmkv_event {
 
 /* Runs at most one scheduling iteration (one forward pass over the batch) and returns the
  * events produced, oldest first. Events that do not fit in capacity stay queued for the
- * next call; none is ever dropped. *n_events = 0 and LLMKV_OK when there is no work.
- * events may be NULL when capacity is 0. */
+ * next call; none is ever dropped. *n_events = 0 and LLMKV_OK when there is no work, but
+ * also after a step that only prefilled (a prompt chunk produces no event): a host that
+ * steps until nothing is left asks llmkv_engine_has_work (or uses llmkv_run). events may
+ * be NULL when capacity is 0. */
 LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity,
                                   size_t *n_events);
 
 /* Number of events waiting to be returned by llmkv_step (while the worker thread runs, by
  * llmkv_worker_poll). */
 LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e);
+
+/* 1 when a session has input to run, a generation in progress or a submitted request
+ * waiting, so that llmkv_step has something to do; 0 otherwise (and for NULL). Added in
+ * 0.4. */
+LLMKV_API int llmkv_engine_has_work(const llmkv_engine *e);
 
 typedef void (*llmkv_event_fn)(const llmkv_event *event, void *user_data);
 

@@ -555,6 +555,13 @@ LLMKV_API size_t llmkv_pending_events(const llmkv_engine *e) {
     }
 }
 
+LLMKV_API int llmkv_engine_has_work(const llmkv_engine *e) {
+    if (!e) return 0;
+    Engine *engine = const_cast<Engine *>(engine_of(e));
+    std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
+    return engine->has_work() ? 1 : 0;
+}
+
 LLMKV_API llmkv_status llmkv_run(llmkv_engine *e, llmkv_event_fn on_event, void *user_data) {
     LLMKV_REQUIRE(e, "engine is NULL");
     Engine *engine = engine_of(e);

@@ -36,3 +36,31 @@ for args in "" "--temp 0.8 --seed 7"; do
     cmp "$DIR/first.txt" "$DIR/third.txt"
 done
 echo "prefix-file snapshots: identical output across processes"
+
+# A snapshot written by another kernel variant (the portable kernels, as on a player's machine
+# without AVX2): refused by default (the bytes would not be what this machine computes), loaded
+# with --any-kernel (LLMKV_PREFIX_LOAD_ANY_KERNEL), which still checks everything else.
+rm -f "$DIR/port.snap"
+LLMKV_CPU_FEATURES=portable "$LLMKV" run -m "$MODEL" -t 2 --chat --system "$SYSTEM" --prefix-file "$DIR/port.snap" \
+    -p "Who are you?" -n 8 > /dev/null 2> "$DIR/port.err"
+grep -q "computed" "$DIR/port.err" || { echo "portable run did not compute the prefix"; cat "$DIR/port.err"; exit 1; }
+cp "$DIR/port.snap" "$DIR/port.keep"
+"$LLMKV" run -m "$MODEL" -t 2 --chat --system "$SYSTEM" --prefix-file "$DIR/port.snap" -p "Who are you?" -n 8 \
+    > /dev/null 2> "$DIR/strict.err"
+if grep -q "loaded from" "$DIR/strict.err"; then
+    echo "this machine's own kernels are the portable ones: the cross-variant case is not exercised here"
+else
+    grep -q "LLMKV_ERR_SNAPSHOT_FORMAT" "$DIR/strict.err" && grep -q "codec differs" "$DIR/strict.err" \
+        || { echo "another variant's snapshot was not refused"; cat "$DIR/strict.err"; exit 1; }
+    cp "$DIR/port.keep" "$DIR/port.snap"  # the refused run recomputed and saved its own
+    "$LLMKV" run -m "$MODEL" -t 2 --chat --system "$SYSTEM" --prefix-file "$DIR/port.snap" --any-kernel \
+        -p "Who are you?" -n 8 > "$DIR/any.txt" 2> "$DIR/any.err"
+    grep -q "loaded from" "$DIR/any.err" || { echo "--any-kernel did not load it"; cat "$DIR/any.err"; exit 1; }
+    [[ -s "$DIR/any.txt" ]] || { echo "no text from the cross-variant prefix"; exit 1; }
+    # Everything but the kernel variant is still checked: a corrupted file is refused.
+    printf '\xff' | dd of="$DIR/port.snap" bs=1 seek=5000 conv=notrunc status=none
+    "$LLMKV" run -m "$MODEL" -t 2 --chat --system "$SYSTEM" --prefix-file "$DIR/port.snap" --any-kernel \
+        -p "Who are you?" -n 8 > /dev/null 2> "$DIR/anybad.err"
+    grep -q "LLMKV_ERR_SNAPSHOT_FORMAT" "$DIR/anybad.err" || { echo "corruption not reported"; cat "$DIR/anybad.err"; exit 1; }
+    echo "prefix-file snapshots: another kernel variant's file refused by default, loaded with --any-kernel"
+fi

@@ -418,6 +418,7 @@ functions! {
     pub fn llmkv_step(e: *mut llmkv_engine, events: *mut llmkv_event, capacity: usize,
                       n_events: *mut usize) -> llmkv_status;
     pub fn llmkv_pending_events(e: *const llmkv_engine) -> usize;
+    pub fn llmkv_engine_has_work(e: *const llmkv_engine) -> c_int;
     pub fn llmkv_run(e: *mut llmkv_engine, on_event: llmkv_event_fn, user_data: *mut c_void) -> llmkv_status;
     // Worker thread (0.4)
     pub fn llmkv_worker_start(e: *mut llmkv_engine) -> llmkv_status;

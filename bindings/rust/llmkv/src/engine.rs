@@ -340,6 +340,13 @@ impl Engine {
         unsafe { sys::llmkv_pending_events(self.raw.as_ptr()) }
     }
 
+    /// Whether a session has input to run, a generation in progress or a submitted request
+    /// waiting (`llmkv_engine_has_work`): a step with no events does not mean there is none.
+    pub fn has_work(&self) -> bool {
+        // SAFETY: valid handle.
+        unsafe { sys::llmkv_engine_has_work(self.raw.as_ptr()) != 0 }
+    }
+
     /// Steps until no session has work, calling `on_event` for each event. Unlike the C
     /// `llmkv_run` (not wrapped), the closure may call into the engine and its sessions
     /// (read text, append, generate): it is called between steps, never inside the library.
@@ -350,11 +357,8 @@ impl Engine {
             for ev in evs.iter() {
                 on_event(ev);
             }
-            if evs.is_empty() && self.pending_events() == 0 {
-                let s = self.stats()?;
-                if s.sessions_queued + s.sessions_prefilling + s.sessions_generating == 0 {
-                    return Ok(());
-                }
+            if evs.is_empty() && self.pending_events() == 0 && !self.has_work() {
+                return Ok(());
             }
         }
     }
