@@ -324,14 +324,23 @@ func (s *Session) Tokens() ([]int32, error) {
 // Fork is llmkv_session_fork: a new session with the same context, sampling state and RNG.
 func (s *Session) Fork() (*Session, error) {
 	const op = "Session.Fork"
-	h, err := s.enter(op)
-	if err != nil {
+	if s == nil || s.e == nil {
+		return nil, argErr(op, "nil session")
+	}
+	c := s.e
+	if _, err := c.enter(op); err != nil {
 		return nil, err
 	}
-	defer s.leave()
-	c := s.e
+	defer c.leave()
+	// Lock order: engine, lifetime, session (as Close).
 	c.life.Lock()
 	defer c.life.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h := s.h
+	if h == nil {
+		return nil, closedErr(op, "session")
+	}
 	var fh *raw.Session
 	if err := chk(op)(raw.SessionFork(h, &fh)); err != nil {
 		return nil, err

@@ -53,7 +53,8 @@ summary() { # log file, label
     s=$(grep -c -- '^\s*--- SKIP' "$1" || true)
     f=$(grep -c -- '^\s*--- FAIL' "$1" || true)
     echo "== $2: $p passed, $s skipped, $f failed"
-    grep -A1 -- '^\s*--- SKIP' "$1" | grep -v -- '^--$' | sed 's/^/   /' || true
+    # the reasons the skipped tests printed (the log line just before each --- SKIP)
+    grep -B1 -- '^\s*--- SKIP' "$1" | grep -v -e '--- SKIP' -e '^--$' -e '^=== ' | sed 's/^ *[a-z_]*_test.go:[0-9]*: //' | sort | uniq -c | sed 's/^/   skipped: /' || true
 }
 
 echo "== ABI check (bindings/abi/gen_layout.py vs package raw)"
