@@ -2,8 +2,11 @@ package llmkv_test
 
 import (
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"llmkv.dev/llmkv"
 )
@@ -98,4 +101,34 @@ func TestCloseWhileInUse(t *testing.T) {
 			t.Errorf("Info after the engine closed: %v", err)
 		}
 	}
+}
+
+// An unreachable Prefix is released by its finalizer (its tail slot returns to the pool).
+func TestPrefixFinalizer(t *testing.T) {
+	e := newEngine(t, opts(t))
+	toks, err := e.Tokenize(strings.Repeat("A prefix nobody closes. ", 4), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.Stats()
+	func() {
+		p, err := e.NewPrefix(toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		during, _ := e.Stats()
+		if during.TailBlocksUsed != before.TailBlocksUsed+1 {
+			t.Fatalf("a prefix holds %d tail blocks, want %d", during.TailBlocksUsed, before.TailBlocksUsed+1)
+		}
+		_ = p.Len()
+	}()
+	for i := 0; i < 100; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		if st, _ := e.Stats(); st.TailBlocksUsed == before.TailBlocksUsed {
+			return
+		}
+	}
+	st, _ := e.Stats()
+	t.Errorf("the dropped prefix was not released: %d tail blocks used, %d before", st.TailBlocksUsed, before.TailBlocksUsed)
 }

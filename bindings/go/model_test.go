@@ -185,10 +185,11 @@ func TestFork(t *testing.T) {
 	if _, err := e.Step(); err != nil {
 		t.Fatal(err)
 	}
-	if si, _ := s.Info(); si.State == llmkv.SessionGenerating {
-		_, err = s.Fork()
-		wantErr(t, err, llmkv.ErrState, llmkv.StatusState)
+	if si, _ := s.Info(); si.State != llmkv.SessionGenerating {
+		t.Fatalf("after one step of 4 tokens the session is %v", si.State)
 	}
+	_, err = s.Fork()
+	wantErr(t, err, llmkv.ErrState, llmkv.StatusState)
 	drive(t, e, s)
 }
 
