@@ -436,6 +436,25 @@ func (e *Engine) Run(fn func(Event)) error {
 	return check(op, st, msg)
 }
 
+// HasWork is llmkv_engine_has_work: whether a session has input to run, a generation in
+// progress or a submitted request waiting (a Step with no events may only have prefilled).
+// ErrUnsupported when the loaded library predates the function.
+func (e *Engine) HasWork() (bool, error) {
+	const op = "Engine.HasWork"
+	h, err := e.c.enter(op)
+	if err != nil {
+		return false, err
+	}
+	defer e.c.leave()
+	switch raw.EngineHasWork(h) {
+	case 0:
+		return false, nil
+	case -1:
+		return false, &Error{Status: StatusUnsupported, Op: op, Message: "the loaded libllmkv has no llmkv_engine_has_work"}
+	}
+	return true, nil
+}
+
 // PendingEvents is llmkv_pending_events.
 func (e *Engine) PendingEvents() int {
 	h, err := e.c.enter("Engine.PendingEvents")

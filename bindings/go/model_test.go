@@ -1,6 +1,7 @@
 package llmkv_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -420,5 +421,48 @@ func TestRun(t *testing.T) {
 	}
 	if n := e.PendingEvents(); n != 0 {
 		t.Errorf("%d events pending after Run", n)
+	}
+}
+
+// HasWork tells a prefill-only step (no events) from the end of the work.
+func TestHasWork(t *testing.T) {
+	e := newEngine(t, opts(t))
+	idle, err := e.HasWork()
+	if errors.Is(err, llmkv.ErrUnsupported) {
+		t.Skipf("SKIP: %v", err)
+	}
+	if err != nil || idle {
+		t.Fatalf("a new engine has work: %v %v", idle, err)
+	}
+	s := newSession(t, e, llmkv.SessionOptions{})
+	if err := s.AppendText(strings.Repeat("A long prompt that takes several prefill chunks. ", 60)); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := e.HasWork(); err != nil || !w {
+		t.Fatalf("queued input: HasWork %v %v", w, err)
+	}
+	steps := 0
+	for {
+		w, err := e.HasWork()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !w {
+			break
+		}
+		evs, err := e.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 0 {
+			t.Errorf("prefill produced events: %v", evs)
+		}
+		if steps++; steps > 1000 {
+			t.Fatal("HasWork never ends")
+		}
+	}
+	si, _ := s.Info()
+	if si.NCached+1 != si.NTokens {
+		t.Errorf("after HasWork went false: %d of %d tokens cached", si.NCached, si.NTokens)
 	}
 }
