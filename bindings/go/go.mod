@@ -1,0 +1,3 @@
+module llmkv.dev/llmkv
+
+go 1.19
