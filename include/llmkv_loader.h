@@ -53,7 +53,7 @@
  *                            or a later 0.x)", or "FILE: incompatible: library 1.0.0, header
  *                            0.4.0 (the major versions differ)"
  *   LLMKV_LOAD_ERR_SYMBOL    "FILE: missing symbol llmkv_log_set (library 0.4.0, header
- *                            0.4.0; 42 of 46 functions missing)"
+ *                            0.4.0; 41 of 45 functions missing)"
  *   LLMKV_LOAD_ERR_ARGUMENT  "api is NULL"
  * On failure the library is closed again and every member of *api is NULL / 0.
  *
@@ -135,6 +135,19 @@ extern "C" {
 
 #define LLMKV_LOADER_MEMBER_(ret, name, params) ret(*name) params;
 
+/* llmkv_load and llmkv_unload are hidden on ELF platforms: two plugins of one process that
+ * each compile the loader in (perhaps against different versions of llmkv.h) never bind to
+ * each other's copy. A host that calls them from another of its own shared objects than the
+ * one compiling llmkv_loader.c defines LLMKV_LOADER_API (for example as
+ * __attribute__((visibility("default")))) for all of its translation units. */
+#ifndef LLMKV_LOADER_API
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32) && !defined(__CYGWIN__)
+#define LLMKV_LOADER_API __attribute__((visibility("hidden")))
+#else
+#define LLMKV_LOADER_API
+#endif
+#endif
+
 /* The loaded library: one function pointer per llmkv.h function (all non-NULL after a
  * successful llmkv_load), then the loader's own fields. */
 typedef struct llmkv_api {
@@ -154,12 +167,12 @@ typedef struct llmkv_api {
 /* Opens the library (see "Which library" above), checks its version and resolves every
  * function into *api. Returns LLMKV_LOAD_OK, or an LLMKV_LOAD_ERR_* code with the reason in
  * err (see "Errors" above) and *api cleared. */
-int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap);
+LLMKV_LOADER_API int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap);
 
 /* Closes the library loaded into *api and clears *api. Every engine created through it must
  * have been destroyed first (their threads run the library's code). An api that is not
  * loaded (cleared, or failed llmkv_load) is fine, as is NULL. */
-void llmkv_unload(llmkv_api *api);
+LLMKV_LOADER_API void llmkv_unload(llmkv_api *api);
 
 #ifdef __cplusplus
 }
