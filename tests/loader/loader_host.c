@@ -10,8 +10,9 @@
  *   loader_host default
  *       llmkv_load(NULL): run with LD_LIBRARY_PATH naming the build's lib folder.
  *   loader_host model LIB MODEL
- *       An engine on the real model through the table: generate a few tokens, detokenize
- *       them. Exits 77 (skipped) when MODEL ($LLMKV_MODEL first) is absent.
+ *       An engine on the real model through the table: generate a few tokens with
+ *       llmkv_step, detokenize them, the same through the worker thread (submit + poll);
+ *       then unload, load again and get the same text. Exits 77 (skipped) when MODEL ($LLMKV_MODEL first) is absent.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 
@@ -318,6 +319,47 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
     printf("prompt: \"%s\"\ngenerated %zu tokens (finish %u): \"%s\"\n", prompt, n_tok, finish, text);
     CHECK(n_bytes > 0);
     CHECK(strcmp(text, streamed) == 0); /* no stop strings: read_text delivers the same text */
+    /* The same request the game-loop way (0.4): the engine's worker thread steps; this
+     * thread only submits and polls. Greedy, so the same text. */
+    {
+        llmkv_session *s2 = NULL;
+        char wtext[512];
+        size_t wlen = 0, got = 0;
+        int wdone = 0, polls = 0;
+        CHECK(a.session_create(engine, &sp, &s2) == LLMKV_OK);
+        CHECK(a.worker_start(engine) == LLMKV_OK);
+        CHECK(a.step(engine, NULL, 0, &got) == LLMKV_ERR_STATE); /* the worker steps now */
+        CHECK(a.session_submit_text(s2, prompt, strlen(prompt), LLMKV_SUBMIT_GENERATE, 0) == LLMKV_OK);
+        while (!wdone && polls++ < 3000) {
+            llmkv_event ev[16];
+            size_t n = 0, i;
+            if (a.worker_poll(engine, ev, 16, 10000, &n) != LLMKV_OK) {
+                fprintf(stderr, "FAIL: worker_poll: %s\n", a.last_error());
+                failures++;
+                break;
+            }
+            for (i = 0; i < n; i++) {
+                CHECK(ev[i].session == s2);
+                if (ev[i].kind == LLMKV_EVENT_DONE)
+                    wdone = 1;
+                else if (ev[i].kind == LLMKV_EVENT_ERROR) {
+                    fprintf(stderr, "FAIL: worker error event %d\n", ev[i].status);
+                    failures++;
+                    wdone = 1;
+                }
+            }
+            if (a.session_read_text(s2, wtext + wlen, sizeof wtext - 1 - wlen, &got) == LLMKV_OK)
+                wlen += got;
+        }
+        CHECK(a.worker_stop(engine) == LLMKV_OK);
+        while (a.session_read_text(s2, wtext + wlen, sizeof wtext - 1 - wlen, &got) == LLMKV_OK && got > 0)
+            wlen += got;
+        wtext[wlen] = '\0';
+        printf("worker thread, submit + poll: \"%s\"\n", wtext);
+        CHECK(wdone);
+        CHECK(strcmp(wtext, text) == 0);
+        a.session_destroy(s2);
+    }
     CHECK(a.engine_validate(engine) == LLMKV_OK);
     a.session_destroy(s);
     a.engine_destroy(engine);
