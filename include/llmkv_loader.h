@@ -53,7 +53,7 @@
  *                            or a later 0.x)", or "FILE: incompatible: library 1.0.0, header
  *                            0.4.0 (the major versions differ)"
  *   LLMKV_LOAD_ERR_SYMBOL    "FILE: missing symbol llmkv_log_set (library 0.4.0, header
- *                            0.4.0; 41 of 45 functions missing)"
+ *                            0.4.0; 42 of 46 functions missing)"
  *   LLMKV_LOAD_ERR_ARGUMENT  "api is NULL"
  * On failure the library is closed again and every member of *api is NULL / 0.
  *
@@ -122,6 +122,7 @@ extern "C" {
     X(void, session_destroy, (llmkv_session *))                                                   \
     X(llmkv_status, step, (llmkv_engine *, llmkv_event *, size_t, size_t *))                      \
     X(size_t, pending_events, (const llmkv_engine *))                                             \
+    X(int, engine_has_work, (const llmkv_engine *))                                               \
     X(llmkv_status, run, (llmkv_engine *, llmkv_event_fn, void *))                                \
     X(llmkv_status, worker_start, (llmkv_engine *))                                               \
     X(llmkv_status, worker_stop, (llmkv_engine *))                                                \

@@ -438,7 +438,6 @@ func (e *Engine) Run(fn func(Event)) error {
 
 // HasWork is llmkv_engine_has_work: whether a session has input to run, a generation in
 // progress or a submitted request waiting (a Step with no events may only have prefilled).
-// ErrUnsupported when the loaded library predates the function.
 func (e *Engine) HasWork() (bool, error) {
 	const op = "Engine.HasWork"
 	h, err := e.c.enter(op)
@@ -446,13 +445,7 @@ func (e *Engine) HasWork() (bool, error) {
 		return false, err
 	}
 	defer e.c.leave()
-	switch raw.EngineHasWork(h) {
-	case 0:
-		return false, nil
-	case -1:
-		return false, &Error{Status: StatusUnsupported, Op: op, Message: "the loaded libllmkv has no llmkv_engine_has_work"}
-	}
-	return true, nil
+	return raw.EngineHasWork(h) != 0, nil
 }
 
 // PendingEvents is llmkv_pending_events.

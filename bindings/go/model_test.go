@@ -1,7 +1,6 @@
 package llmkv_test
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -428,9 +427,6 @@ func TestRun(t *testing.T) {
 func TestHasWork(t *testing.T) {
 	e := newEngine(t, opts(t))
 	idle, err := e.HasWork()
-	if errors.Is(err, llmkv.ErrUnsupported) {
-		t.Skipf("SKIP: %v", err)
-	}
 	if err != nil || idle {
 		t.Fatalf("a new engine has work: %v %v", idle, err)
 	}

@@ -73,13 +73,7 @@ static llmkv_status go_session_submit_tokens(llmkv_session *s, const int32_t *to
 static llmkv_status go_session_submit_cancel(llmkv_session *s, char **err) { GO_SHIM(llmkv_session_submit_cancel(s)); }
 static llmkv_status go_session_submit_error(const llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes, char **err) { GO_SHIM(llmkv_session_submit_error(s, buf, capacity, n_bytes)); }
 
-// llmkv_engine_has_work is newer than the first 0.4 libraries: declared weak, so that the
-// binding links against a library without it (the address is then NULL).
-extern int llmkv_engine_has_work(const llmkv_engine *e) __attribute__((weak));
-static int go_engine_has_work(const llmkv_engine *e) {
-	if (llmkv_engine_has_work == NULL) return -1;
-	return llmkv_engine_has_work(e);
-}
+static int go_engine_has_work(const llmkv_engine *e) { return llmkv_engine_has_work(e); }
 
 // A C event callback for llmkv_run that collects the events into a growing C array, so a Go
 // host can use llmkv_run without a Go callback crossing cgo.
@@ -347,8 +341,7 @@ func Step(e *Engine, events *Event, capacity uintptr, nEvents *uintptr) (int32, 
 	return status(st, m)
 }
 
-// EngineHasWork is llmkv_engine_has_work: 1 when a step has something to do, else 0. -1 when
-// the loaded library predates the function (binding behaviour, not the header's).
+// EngineHasWork is llmkv_engine_has_work: 1 when a step has something to do, else 0.
 func EngineHasWork(e *Engine) int32 { return int32(C.go_engine_has_work(ce(e))) }
 
 // PendingEvents is llmkv_pending_events.
