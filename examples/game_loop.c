@@ -7,7 +7,8 @@
  * cores busy with its own threads (--busy, default: all cores but one). Each NPC, when its
  * reply is done, gets the next line of dialogue.
  *
- * Three ways to drive llmkv are measured, one after the other, for --seconds each:
+ * Three ways to drive llmkv are measured, one after the other, each for --seconds and on until
+ * every NPC finished a reply (at most --max-seconds):
  *   step     the frame thread calls llmkv_step once per frame (the pre-0.4 way: the frame
  *            waits for a whole forward pass);
  *   worker   llmkv_worker_start; the frame calls only llmkv_worker_poll, read_text and
@@ -19,7 +20,8 @@
  * and llmkv's throughput (tokens/s, replies). Timings are printed, never asserted: the exit
  * status only says whether every NPC got its replies without an error.
  *
- *   example_game_loop MODEL.gguf [--seconds S] [--npcs N] [--threads T] [--busy B] [--mode M]
+ *   example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] [--threads T] [--busy B]
+ *                     [--mode M]
  */
 #define _GNU_SOURCE
 
@@ -60,6 +62,7 @@ static const char *const k_personas[] = {
 typedef struct {
     const char *model;
     double seconds;
+    double max_seconds;
     int npcs;
     int threads;
     int busy;
@@ -175,7 +178,13 @@ static int run_mode(const options_t *o, const char *mode, result_t *r) {
 
     t_start = now_ns();
     next = t_start;
-    while (f < MAX_FRAMES && now_ns() - t_start < (int64_t)(o->seconds * 1e9)) {
+    /* At least --seconds, and on until every NPC finished a reply (at most --max-seconds). */
+    for (;;) {
+        const int64_t elapsed = now_ns() - t_start;
+        int all_replied = 1;
+        for (i = 0; i < o->npcs; ++i) all_replied = all_replied && npcs[i].replies > 0;
+        if (f >= MAX_FRAMES || elapsed >= (int64_t)(o->max_seconds * 1e9)) break;
+        if (elapsed >= (int64_t)(o->seconds * 1e9) && all_replied) break;
         const int64_t frame_begin = now_ns();
         int64_t in_llmkv = 0, t0;
         llmkv_event ev[64];
@@ -276,7 +285,8 @@ out:
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: example_game_loop MODEL.gguf [--seconds S] [--npcs N] [--threads T] [--busy B] [--mode step|worker|worker+]\n");
+            "usage: example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] [--threads T] [--busy B]\n"
+            "                         [--mode step|worker|worker+]\n");
 }
 
 int main(int argc, char **argv) {
@@ -291,6 +301,7 @@ int main(int argc, char **argv) {
     }
     o.model = argv[1];
     o.seconds = 6;
+    o.max_seconds = 120;
     o.npcs = 8;
     o.threads = 1;
     o.busy = cores > 1 ? (int)cores - 1 : 0;
@@ -303,6 +314,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (!strcmp(a, "--seconds")) o.seconds = atof(v);
+        else if (!strcmp(a, "--max-seconds")) o.max_seconds = atof(v);
         else if (!strcmp(a, "--npcs")) o.npcs = atoi(v);
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
         else if (!strcmp(a, "--busy")) o.busy = atoi(v);
@@ -313,7 +325,8 @@ int main(int argc, char **argv) {
         }
         ++i;
     }
-    if (o.npcs < 1 || o.npcs > MAX_NPCS || o.threads < 1 || o.seconds <= 0 || o.busy < 0) {
+    if (o.npcs < 1 || o.npcs > MAX_NPCS || o.threads < 1 || o.seconds <= 0 || o.max_seconds < o.seconds ||
+        o.busy < 0) {
         usage();
         return 2;
     }
@@ -326,7 +339,7 @@ int main(int argc, char **argv) {
         n_modes = 1;
     }
     printf("game loop: 60 fps, %d ms of game work per frame, %d NPC sessions, llmkv %d thread(s), "
-           "%d busy game thread(s) on %ld cores, %.0f s per mode\n",
+           "%d busy game thread(s) on %ld cores, at least %.0f s per mode\n",
            FRAME_WORK_MS, o.npcs, o.threads, o.busy, cores, o.seconds);
     for (i = 0; i < n_modes; ++i) {
         if (run_mode(&o, modes[i], &res[i])) failed = 1;

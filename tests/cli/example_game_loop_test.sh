@@ -12,7 +12,7 @@ if [[ ! -f "$MODEL" ]]; then
 fi
 OUT="$(mktemp)"
 trap 'rm -f "$OUT"' EXIT
-"$EXAMPLE" "$MODEL" --seconds "${GAME_LOOP_SECONDS:-5}" --npcs 8 | tee "$OUT"
+"$EXAMPLE" "$MODEL" --seconds "${GAME_LOOP_SECONDS:-5}" --max-seconds 90 --npcs 8 | tee "$OUT"
 for mode in step worker worker+; do
     line="$(grep -E "^${mode//+/\\+} +[0-9]" "$OUT")" || { echo "no result line for mode $mode"; exit 1; }
     read -r _ frames _ _ _ _ _ _ _ replies <<<"$line"
