@@ -101,22 +101,26 @@ fi
 
 echo "== example: TwoSessions"
 if [ "$HAVE_MODEL" = 1 ]; then
-    if (cd "$OUT" && timeout 300 mono --debug TwoSessions.exe "$LLMKV_MODEL") > "$OUT/example.log" 2>&1; then
-        cat "$OUT/example.log"
-        for who in A B; do
-            # Lines look like "[A] chunk"; the session must have produced non-blank text.
-            if ! grep -E "^\[$who\] .*[^[:space:]]" "$OUT/example.log" >/dev/null; then
-                echo "test.sh: FAIL: the example printed no text for session $who" >&2
-                STATUS=1
-            fi
-        done
-        grep -q '^done: A ' "$OUT/example.log" && grep -q '^done: B ' "$OUT/example.log" \
-            || { echo "test.sh: FAIL: the example did not finish both sessions" >&2; STATUS=1; }
-    else
-        cat "$OUT/example.log"
-        echo "test.sh: FAIL: the example failed" >&2
-        STATUS=1
-    fi
+    for mode in worker step; do
+        flag=""; [ "$mode" = step ] && flag="--step"
+        log="$OUT/example-$mode.log"
+        echo "-- TwoSessions.exe $flag"
+        if (cd "$OUT" && timeout 300 mono --debug TwoSessions.exe "$LLMKV_MODEL" $flag) > "$log" 2>&1; then
+            cat "$log"
+            for who in A B; do
+                # Lines look like "[A] chunk"; the session must have produced non-blank text.
+                if ! grep -E "^\[$who\] .*[^[:space:]]" "$log" | grep -v "^\[$who\] asks: " >/dev/null; then
+                    echo "test.sh: FAIL: the example ($mode) printed no text for session $who" >&2
+                    STATUS=1
+                fi
+                grep -q "^done: $who " "$log" || { echo "test.sh: FAIL: the example ($mode) did not finish session $who" >&2; STATUS=1; }
+            done
+        else
+            cat "$log"
+            echo "test.sh: FAIL: the example ($mode) failed" >&2
+            STATUS=1
+        fi
+    done
 else
     echo "SKIPPED: the example needs the model (LLMKV_MODEL)"
 fi

@@ -31,6 +31,23 @@ namespace Llmkv.Tests
         }
 
         [Test]
+        public void LogHandlerReceivesTheLibrarysMessages()
+        {
+            var messages = new List<string>();
+            Library.SetLogHandler((level, m) => { lock (messages) messages.Add(level + " " + m); }, LogLevel.Info);
+            try
+            {
+                using (TestUtil.NewEngine()) { }
+            }
+            finally { Library.SetLogHandler(null); }
+            int n;
+            lock (messages) n = messages.Count;
+            Assert.IsTrue(messages.Any(m => m.StartsWith("Info engine:") && m.Contains("30 layers")), string.Join("\n", messages));
+            using (TestUtil.NewEngine()) { }
+            lock (messages) Assert.AreEqual(n, messages.Count, "no message after the handler was removed");
+        }
+
+        [Test]
         public void TokenizeDetokenizeRoundTripsUnicode()
         {
             using (var e = TestUtil.NewEngine())
