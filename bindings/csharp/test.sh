@@ -70,8 +70,8 @@ if [ -n "${LLMKV_MODEL:-}" ] && [ -f "${LLMKV_MODEL}" ]; then
     HAVE_MODEL=1
 else
     HAVE_MODEL=0
-    echo "NOTE: LLMKV_MODEL is ${LLMKV_MODEL:+set to a missing file ($LLMKV_MODEL)}${LLMKV_MODEL:-not set}:" \
-         "the tests that need the model will be reported as ignored and the example skipped"
+    if [ -n "${LLMKV_MODEL:-}" ]; then why="LLMKV_MODEL=$LLMKV_MODEL does not exist"; else why="LLMKV_MODEL is not set"; fi
+    echo "NOTE: $why: the tests that need the model will be reported as ignored and the example skipped"
 fi
 
 echo "== NUnit (library in $LIB_DIR)"
@@ -125,5 +125,11 @@ else
     echo "SKIPPED: the example needs the model (LLMKV_MODEL)"
 fi
 
-if [ "$STATUS" -eq 0 ]; then echo "test.sh: OK"; fi
+if [ "$STATUS" -eq 0 ]; then
+    if [ "$IGNORED" -ne 0 ] || [ "$HAVE_MODEL" = 0 ]; then
+        echo "test.sh: OK, but INCOMPLETE: $IGNORED tests ignored and the example skipped (no model)"
+    else
+        echo "test.sh: OK ($PASSED tests passed, example ran in both modes)"
+    fi
+fi
 exit "$STATUS"

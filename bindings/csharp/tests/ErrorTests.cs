@@ -54,6 +54,23 @@ namespace Llmkv.Tests
         }
 
         [Test]
+        public void BadEngineValuesAreInvalidArgumentWithTheFieldNamed()
+        {
+            TestUtil.Require04();
+            // Values are checked before the file is opened: no model needed.
+            string missing = TestUtil.TempPath("missing.gguf");
+            var e = Assert.Throws<LlmkvException>(() => new Engine(new EngineOptions(missing) { ThreadPriority = 20 }));
+            Assert.AreEqual(Status.InvalidArgument, e.Status);
+            StringAssert.Contains("thread_priority = 20", e.Detail);
+            e = Assert.Throws<LlmkvException>(() => new Engine(new EngineOptions(missing) { SpinUs = 100001 }));
+            Assert.AreEqual(Status.InvalidArgument, e.Status);
+            StringAssert.Contains("spin_us", e.Detail);
+            e = Assert.Throws<LlmkvException>(() => new Engine(new EngineOptions(missing) { KvResidualTokens = 5000 }));
+            Assert.AreEqual(Status.InvalidArgument, e.Status);
+            StringAssert.Contains("kv_residual_tokens", e.Detail);
+        }
+
+        [Test]
         public void ErrorMessagesAreThreadLocal()
         {
             // A failure on another thread does not replace this thread's message.
@@ -71,21 +88,6 @@ namespace Llmkv.Tests
     [TestFixture]
     public class ErrorTests
     {
-        [Test]
-        public void BadEngineValuesAreInvalidArgumentWithTheFieldNamed()
-        {
-            TestUtil.Require04();
-            var e = Assert.Throws<LlmkvException>(() => TestUtil.NewEngine(o => o.ThreadPriority = 20));
-            Assert.AreEqual(Status.InvalidArgument, e.Status);
-            StringAssert.Contains("thread_priority", e.Detail);
-            e = Assert.Throws<LlmkvException>(() => TestUtil.NewEngine(o => o.SpinUs = 100001));
-            Assert.AreEqual(Status.InvalidArgument, e.Status);
-            StringAssert.Contains("spin_us", e.Detail);
-            e = Assert.Throws<LlmkvException>(() => TestUtil.NewEngine(o => o.KvResidualTokens = 5000));
-            Assert.AreEqual(Status.InvalidArgument, e.Status);
-            StringAssert.Contains("kv_residual_tokens", e.Detail);
-        }
-
         [Test]
         public void TokenOutsideTheVocabularyIsInvalidArgument()
         {
