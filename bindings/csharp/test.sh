@@ -44,14 +44,9 @@ MCS=(mcs -langversion:7.2 -debug -warn:4 -warnaserror -nologo)
 
 echo "== build (mcs $(mcs --version | awk '{print $NF}'))"
 "${MCS[@]}" -target:library -out:"$OUT/Llmkv.dll" -doc:"$OUT/Llmkv.xml" -nowarn:1591 "$HERE"/src/*.cs || die "Llmkv.dll does not build"
-# DllImport("llmkv"): Mono maps it to the runtime SONAME, so only libllmkv.so.0 need be on the
-# loader's path (LD_LIBRARY_PATH below). .NET and Unity: see README.md.
-cat > "$OUT/Llmkv.dll.config" <<'XML'
-<configuration>
-  <dllmap dll="llmkv" target="libllmkv.so.0" os="!windows,osx" />
-  <dllmap dll="llmkv" target="libllmkv.0.dylib" os="osx" />
-</configuration>
-XML
+# DllImport("llmkv"): Llmkv.dll.config maps it to the runtime SONAME for Mono, so only
+# libllmkv.so.0 need be on the loader's path (LD_LIBRARY_PATH below). .NET and Unity: README.md.
+cp "$HERE/Llmkv.dll.config" "$OUT/Llmkv.dll.config"
 "${MCS[@]}" -target:library -out:"$OUT/Llmkv.Tests.dll" -r:"$OUT/Llmkv.dll" -r:"$NUNIT_FW" -r:System.Core.dll \
     "$HERE"/tests/*.cs || die "the tests do not build"
 "${MCS[@]}" -target:exe -out:"$OUT/TwoSessions.exe" -r:"$OUT/Llmkv.dll" "$HERE"/examples/TwoSessions.cs \

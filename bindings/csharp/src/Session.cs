@@ -353,7 +353,8 @@ namespace Llmkv
         /// and polls (Engine.Poll with a short timeout); otherwise it steps the engine
         /// (Engine.Step), which advances every session with work: their events are raised as
         /// usual. Throws LlmkvException when the request fails (an ERROR event: the status and
-        /// SubmitError's message; in step mode the call's own error).</summary>
+        /// SubmitError's message; in step mode the call's own error). Leaving the loop early
+        /// (break) cancels the generation.</summary>
         public IEnumerable<string> Stream(string text, uint maxNewTokens = 0)
         {
             if (text == null) throw new ArgumentNullException(nameof(text));
@@ -370,12 +371,27 @@ namespace Llmkv
                 if (text.Length > 0) AppendText(text);
                 Generate(maxNewTokens);
             }
-            while (_busy)
+            bool finished = false;
+            try
             {
-                if (worker) _engine.Poll(20000);
-                else _engine.Step();
-                var t = ReadText();
-                if (t.Length > 0) yield return t;
+                while (_busy)
+                {
+                    if (worker) _engine.Poll(20000);
+                    else _engine.Step();
+                    var t = ReadText();
+                    if (t.Length > 0) yield return t;
+                }
+                finished = true;
+            }
+            finally
+            {
+                // The consumer stopped early (break, exception): stop generating. The DONE
+                // (Cancelled) event follows from the next step or poll.
+                if (!finished && _busy && !_handle.IsClosed)
+                {
+                    try { if (worker) SubmitCancel(); else Cancel(); }
+                    catch (LlmkvException) { }
+                }
             }
             var rest = ReadText();
             if (rest.Length > 0) yield return rest;

@@ -335,6 +335,32 @@ namespace Llmkv.Tests
         }
 
         [Test]
+        public void ThreadsStreamingTheirOwnSessionsGetTheirSoloText()
+        {
+            // Each thread steps the engine for its own session; a step may hand out the other
+            // sessions' events, which the binding routes to their Session objects.
+            using (var e = TestUtil.NewEngine())
+            {
+                var expected = Prompts.Take(4).Select(p => e.Detokenize(TestUtil.Greedy(e, p, 10))).ToArray();
+                var got = new string[4];
+                var errors = new List<Exception>();
+                var threads = Enumerable.Range(0, 4).Select(i => new System.Threading.Thread(() =>
+                {
+                    try
+                    {
+                        using (var s = e.CreateSession()) got[i] = s.Complete(Prompts[i], 10);
+                    }
+                    catch (Exception ex) { lock (errors) errors.Add(ex); }
+                })).ToList();
+                foreach (var t in threads) t.Start();
+                foreach (var t in threads) t.Join();
+                Assert.IsEmpty(errors, string.Join("\n", errors));
+                CollectionAssert.AreEqual(expected, got);
+                e.Validate();
+            }
+        }
+
+        [Test]
         public void RunRaisesEveryEvent()
         {
             using (var e = TestUtil.NewEngine())
@@ -384,6 +410,14 @@ namespace Llmkv.Tests
                 var more = s.Complete(" And then", 4);
                 Assert.IsNotEmpty(more);
                 Assert.AreEqual(Status.State, Assert.Throws<LlmkvException>(() => e.CreateSession().Stream("", 1).ToList()).Status);
+
+                // Leaving the loop early cancels the generation; the KV of what came is kept.
+                foreach (var chunk in s.Stream(" Once more,", 200)) { Assert.IsNotEmpty(chunk); break; }
+                Assert.IsTrue(s.IsBusy, "the DONE comes from the next step");
+                TestUtil.StepUntilDone(e, new[] { s });
+                Assert.AreEqual(FinishReason.Cancelled, s.LastFinishReason);
+                Assert.Less(s.Info.NGenerated, 200u);
+                Assert.AreEqual(s.Info.NTokens - 1, s.Info.NCached);
             }
         }
     }

@@ -75,6 +75,38 @@ namespace Llmkv.Tests
             }
         }
 
+        private static List<int> NiceValues()
+        {
+            var r = new List<int>();
+            foreach (var dir in System.IO.Directory.GetDirectories("/proc/self/task"))
+            {
+                try
+                {
+                    var stat = System.IO.File.ReadAllText(dir + "/stat");
+                    var fields = stat.Substring(stat.LastIndexOf(')') + 2).Split(' ');
+                    r.Add(int.Parse(fields[16]));   // field 19 of stat: nice
+                }
+                catch (System.IO.IOException) { }
+            }
+            return r;
+        }
+
+        [Test]
+        public void ThreadPriorityLowersTheLibrarysThreads()
+        {
+            TestUtil.Require04();
+            if (!System.IO.Directory.Exists("/proc/self/task")) Assert.Ignore("needs Linux /proc to read thread priorities");
+            Assert.IsFalse(NiceValues().Contains(7), "precondition: no thread at nice 7 yet");
+            using (var e = TestUtil.NewEngine(o => o.ThreadPriority = 7))
+            using (var s = e.CreateSession())
+            {
+                e.StartWorker();
+                Assert.IsNotEmpty(s.Complete("Hello", 4));
+                Assert.IsTrue(NiceValues().Contains(7), "the worker runs 7 nice levels lower: " + string.Join(",", NiceValues()));
+                e.StopWorker();
+            }
+        }
+
         [Test]
         public void FailedSubmitArrivesAsAnErrorEventWithItsMessage()
         {
