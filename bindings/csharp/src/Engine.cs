@@ -316,12 +316,15 @@ namespace Llmkv
             {
                 for (uint t = timeoutUs;; t = 0)
                 {
-                    UIntPtr n;
+                    UIntPtr n = UIntPtr.Zero;
                     int st = N.llmkv_worker_poll(u.Ptr, buf, (UIntPtr)buf.Length, t, out n);
                     if (st != N.LLMKV_OK)
                     {
                         failure = new LlmkvException((Status)st, Library.LastError);
                         if (st == N.LLMKV_ERR_BACKEND || st == N.LLMKV_ERR_INTERNAL) _workerRunning = false;
+                        // The header does not say whether a failing poll also hands out events;
+                        // keep any it reports rather than drop them.
+                        Collect(buf, (int)Math.Min((ulong)n, (ulong)buf.Length), list);
                         break;
                     }
                     Collect(buf, (int)n, list);
@@ -331,6 +334,33 @@ namespace Llmkv
             Dispatch(list);
             if (failure != null) throw failure;
             return list;
+        }
+
+        /// <summary>Poll without allocating (for a frame loop): moves up to events.Length queued
+        /// events into the caller's array, raises them and returns the count. Same rules as
+        /// Poll(uint).</summary>
+        public int Poll(Event[] events, uint timeoutUs = 0)
+        {
+            if (events == null) throw new ArgumentNullException(nameof(events));
+            var buf = Buffer();
+            int cap = Math.Min(events.Length, buf.Length);
+            int count;
+            LlmkvException failure = null;
+            using (var u = Use())
+            {
+                UIntPtr n = UIntPtr.Zero;
+                int st = N.llmkv_worker_poll(u.Ptr, buf, (UIntPtr)cap, timeoutUs, out n);
+                count = (int)Math.Min((ulong)n, (ulong)cap);
+                if (st != N.LLMKV_OK)
+                {
+                    failure = new LlmkvException((Status)st, Library.LastError);
+                    if (st == N.LLMKV_ERR_BACKEND || st == N.LLMKV_ERR_INTERNAL) _workerRunning = false;
+                }
+                for (int i = 0; i < count; i++) events[i] = Convert(buf[i]);
+            }
+            for (int i = 0; i < count; i++) Raise(events[i]);
+            if (failure != null) throw failure;
+            return count;
         }
 
         /// <summary>Steps until no session has work (llmkv_run), raising each event. The handlers

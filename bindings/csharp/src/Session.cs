@@ -51,8 +51,6 @@ namespace Llmkv
             if (o.Priority.HasValue) p.priority = o.Priority.Value;
             if (o.MinNewTokens.HasValue) p.min_new_tokens = o.MinNewTokens.Value;
             p.grammar_kind = (uint)o.GrammarKind;
-            if (o.Prefix != null && o.Prefix.Engine != engine)
-                throw new ArgumentException("the prefix belongs to another engine", nameof(o.Prefix));
 
             _handle = new SessionHandle();
             using (var pins = new Pins())

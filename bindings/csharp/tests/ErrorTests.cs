@@ -178,7 +178,10 @@ namespace Llmkv.Tests
             using (var e2 = TestUtil.NewEngine())
             using (var p = e1.CreatePrefix(e1.Tokenize("Hello", TokenizeFlags.AddBos)))
             {
-                Assert.Throws<ArgumentException>(() => e2.CreateSession(new SessionOptions { Prefix = p }));
+                var ex = Assert.Throws<LlmkvException>(() => e2.CreateSession(new SessionOptions { Prefix = p }));
+                Assert.AreEqual(Status.InvalidArgument, ex.Status);
+                StringAssert.Contains("prefix", ex.Detail);
+                Assert.AreEqual(0u, e2.GetStats().sessions_total);
             }
         }
 

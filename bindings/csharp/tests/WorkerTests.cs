@@ -165,9 +165,12 @@ namespace Llmkv.Tests
                 var tokens = new List<int>();
                 FinishReason finish = FinishReason.None;
                 bool cancelled = false;
+                var frame = new Event[4];   // the allocation-free Poll, a small array: several polls per step
                 for (int i = 0; i < 20000 && finish == FinishReason.None; i++)
                 {
-                    foreach (var ev in e.Poll(50000))
+                    int n = e.Poll(frame, 50000);
+                    Assert.LessOrEqual(n, frame.Length);
+                    foreach (var ev in frame.Take(n))
                     {
                         if (ev.Session != s) continue;
                         if (ev.Kind == EventKind.Token) tokens.Add(ev.Token);
