@@ -34,12 +34,12 @@ namespace Llmkv
         public Engine(EngineOptions options)
         {
             if (options == null) throw new ArgumentNullException(nameof(options));
-            var p = new llmkv_engine_params();
-            p.spin_us = -1;
-            N.llmkv_engine_params_init(ref p);
-            int fullSize = Marshal.SizeOf(typeof(llmkv_engine_params));
-            if (p.struct_size < fullSize)
+            uint libSize;
+            var p = Library.InitParams<llmkv_engine_params>(N.llmkv_engine_params_init, out libSize);
+            if (libSize < p.struct_size)
             {
+                p.struct_size = libSize;
+                p.spin_us = -1;   // not read by that library; the 0.4 default for clarity
                 // An older library (0.3) writes its own, shorter size: the 0.4 fields do not
                 // exist there, so asking for them must fail rather than be ignored.
                 if ((options.SpinUs.HasValue && options.SpinUs.Value != -1) ||

@@ -42,6 +42,28 @@ namespace Llmkv
             if (status != N.LLMKV_OK) throw new LlmkvException((Status)status, Utf8.FromPtr(N.llmkv_last_error()));
         }
 
+        /// <summary>Runs a llmkv_*_params_init into a scratch buffer larger than any version of the
+        /// struct and returns the defaults as T, with struct_size (the first field) clamped to
+        /// this binding's size. init has no size argument and writes the loaded library's whole
+        /// struct: called on T directly, a newer library with appended fields would write past
+        /// it. libSize receives the size the library wrote (smaller for an older library).</summary>
+        internal static T InitParams<T>(Action<IntPtr> init, out uint libSize) where T : struct
+        {
+            const int Scratch = 4096;
+            int size = Marshal.SizeOf(typeof(T));
+            IntPtr buf = Marshal.AllocHGlobal(Scratch);
+            try
+            {
+                Marshal.Copy(new byte[Scratch], 0, buf, Scratch);
+                init(buf);
+                libSize = (uint)Marshal.ReadInt32(buf);
+                if (libSize < (uint)size) Marshal.Copy(new byte[size - (int)libSize], 0, buf + (int)libSize, size - (int)libSize);
+                else Marshal.WriteInt32(buf, size);
+                return (T)Marshal.PtrToStructure(buf, typeof(T));
+            }
+            finally { Marshal.FreeHGlobal(buf); }
+        }
+
         // ---- Logging
         private static readonly llmkv_log_fn s_logThunk = LogThunk;
         private static Action<LogLevel, string> s_logHandler;

@@ -313,6 +313,10 @@ namespace Llmkv.Native
 
         [DllImport(Lib, EntryPoint = "llmkv_engine_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void llmkv_engine_params_init(ref llmkv_engine_params p);
+        /// <summary>Overload for a caller-sized buffer: a newer library's init writes its own,
+        /// larger struct (see Library.InitParams).</summary>
+        [DllImport(Lib, EntryPoint = "llmkv_engine_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_engine_params_init(IntPtr p);
         [DllImport(Lib, EntryPoint = "llmkv_engine_create", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_engine_create(ref llmkv_engine_params p, out IntPtr engine);
         [DllImport(Lib, EntryPoint = "llmkv_engine_destroy", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -352,6 +356,8 @@ namespace Llmkv.Native
 
         [DllImport(Lib, EntryPoint = "llmkv_session_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void llmkv_session_params_init(ref llmkv_session_params p);
+        [DllImport(Lib, EntryPoint = "llmkv_session_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_session_params_init(IntPtr p);
         [DllImport(Lib, EntryPoint = "llmkv_session_create", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_session_create(IntPtr engine, ref llmkv_session_params p, out IntPtr session);
         [DllImport(Lib, EntryPoint = "llmkv_session_append", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

@@ -34,8 +34,9 @@ namespace Llmkv
             _engine = engine;
             o = o ?? new SessionOptions();
             Tag = o.Tag;
-            var p = new llmkv_session_params();
-            N.llmkv_session_params_init(ref p);
+            uint libSize;
+            var p = Library.InitParams<llmkv_session_params>(N.llmkv_session_params_init, out libSize);
+            if (libSize < p.struct_size) p.struct_size = libSize;   // an older library: its own size
             var s = o.Sampling;
             if (s != null)
             {

@@ -150,17 +150,20 @@ namespace Llmkv.Tests
             Assert.IsEmpty(missing, enumType.Name + " lacks " + string.Join(", ", missing));
         }
 
+        /// <summary>Entry point -> one of its imports (a few functions have two overloads).</summary>
         private static Dictionary<string, MethodInfo> Imports() =>
             typeof(NativeMethods).GetMethods(BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static)
                 .Where(m => (m.Attributes & MethodAttributes.PinvokeImpl) != 0)
-                .ToDictionary(m =>
+                .GroupBy(m =>
                 {
                     var a = (DllImportAttribute)m.GetCustomAttributes(typeof(DllImportAttribute), false).Single();
                     Assert.AreEqual(NativeMethods.Lib, a.Value, m.Name);
                     Assert.AreEqual(CallingConvention.Cdecl, a.CallingConvention, m.Name);
                     Assert.IsFalse(a.SetLastError, m.Name);
+                    Assert.AreEqual(m.Name, a.EntryPoint ?? m.Name, "imports are named as their C function");
                     return a.EntryPoint ?? m.Name;
-                });
+                })
+                .ToDictionary(g => g.Key, g => g.First());
 
         [Test]
         public void EveryHeaderFunctionHasADllImport()
@@ -189,6 +192,44 @@ namespace Llmkv.Tests
                 catch (EntryPointNotFoundException) { unresolved.Add(kv.Key); }
             }
             Assert.IsEmpty(unresolved, "not exported by the loaded library " + Library.VersionString + ": " + string.Join(", ", unresolved));
+        }
+
+        /// <summary>llmkv_*_params_init has no size argument: it writes the loaded library's whole
+        /// struct. With the header's library that is exactly the header's size (the binding
+        /// calls it on a larger scratch buffer in case a newer library is loaded).</summary>
+        [TestCase("llmkv_engine_params")]
+        [TestCase("llmkv_session_params")]
+        public void ParamsInitWritesExactlyTheHeadersStruct(string name)
+        {
+            int size = int.Parse(_lines.Single(l => l[0] == "struct" && l[1] == name)[2]);
+            IntPtr buf = Marshal.AllocHGlobal(1024);
+            try
+            {
+                for (int i = 0; i < 1024; i++) Marshal.WriteByte(buf, i, 0xAB);
+                if (name == "llmkv_engine_params") NativeMethods.llmkv_engine_params_init(buf);
+                else NativeMethods.llmkv_session_params_init(buf);
+                Assert.AreEqual(size, Marshal.ReadInt32(buf), "struct_size written by init");
+                for (int i = size; i < 1024; i++) Assert.AreEqual(0xAB, Marshal.ReadByte(buf, i), "init wrote byte " + i);
+            }
+            finally { Marshal.FreeHGlobal(buf); }
+        }
+
+        [Test]
+        public void ParamsDefaultsAreTheHeaders()
+        {
+            var ep = new llmkv_engine_params();
+            NativeMethods.llmkv_engine_params_init(ref ep);
+            Assert.AreEqual(-1, ep.spin_us);
+            Assert.AreEqual(0, ep.thread_priority);
+            Assert.AreEqual(NativeMethods.LLMKV_ENGINE_PREFIX_CACHE, ep.flags & NativeMethods.LLMKV_ENGINE_PREFIX_CACHE);
+            Assert.AreEqual(NativeMethods.LLMKV_KV_F16, ep.kv_dtype_k);
+            var sp = new llmkv_session_params();
+            NativeMethods.llmkv_session_params_init(ref sp);
+            Assert.AreEqual((uint)Marshal.SizeOf(typeof(llmkv_session_params)), sp.struct_size);
+            Assert.AreEqual(0f, sp.sampling.temperature);
+            Assert.AreEqual(1f, sp.sampling.top_p);
+            Assert.AreEqual(1f, sp.sampling.repeat_penalty);
+            Assert.AreEqual(0u, sp.max_new_tokens);
         }
 
         [Test]
