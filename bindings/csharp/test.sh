@@ -70,7 +70,9 @@ else
 fi
 
 echo "== NUnit (library in $LIB_DIR)"
-( cd "$OUT" && nunit-console -nologo -noshadow -labels -xml="$OUT/TestResult.xml" "$OUT/Llmkv.Tests.dll" ) \
+# A hung test must not hang CI: 15 minutes is far above the suite's usual 10-60 s.
+TIMEOUT=(); command -v timeout >/dev/null 2>&1 && TIMEOUT=(timeout 900)
+( cd "$OUT" && ${TIMEOUT[@]+"${TIMEOUT[@]}"} nunit-console -nologo -noshadow -labels -xml="$OUT/TestResult.xml" "$OUT/Llmkv.Tests.dll" ) \
     > "$OUT/nunit.log" 2>&1
 NUNIT_RC=$?
 cat "$OUT/nunit.log"
