@@ -285,6 +285,26 @@ namespace Llmkv
             get { using (var u = Use()) return (int)N.llmkv_pending_events(u.Ptr); }
         }
 
+        /// <summary>llmkv_engine_has_work: a session has input to run, a generation in progress or
+        /// a submitted request waiting, so Step has something to do. (Step returns no event
+        /// after a step that only prefilled; loop on this, not on the event count.) Throws
+        /// LlmkvException(Unsupported) with a library built before the function existed.</summary>
+        public bool HasWork
+        {
+            get
+            {
+                using (var u = Use())
+                {
+                    try { return N.llmkv_engine_has_work(u.Ptr) != 0; }
+                    catch (EntryPointNotFoundException)
+                    {
+                        throw new LlmkvException(Status.Unsupported,
+                            "the loaded library " + Library.VersionString + " has no llmkv_engine_has_work");
+                    }
+                }
+            }
+        }
+
         /// <summary>One scheduling iteration (llmkv_step): one batched forward pass. Returns its
         /// events (empty when there was no work) and raises them. STATE while the worker runs.</summary>
         public List<Event> Step()
@@ -296,8 +316,14 @@ namespace Llmkv
                 UIntPtr n;
                 Library.Check(N.llmkv_step(u.Ptr, buf, (UIntPtr)buf.Length, out n));
                 Collect(buf, (int)n, list);
+                // A full buffer: the rest of the step's events are still queued. Without the
+                // worker, llmkv_worker_poll hands out queued events without stepping.
+                while ((int)n == buf.Length)
+                {
+                    Library.Check(N.llmkv_worker_poll(u.Ptr, buf, (UIntPtr)buf.Length, 0, out n));
+                    Collect(buf, (int)n, list);
+                }
             }
-            // Events that did not fit stay queued in the library; the next Step returns them first.
             Dispatch(list);
             return list;
         }
@@ -405,7 +431,17 @@ namespace Llmkv
         /// frame calls only Poll, Session.SubmitText/SubmitTokens/SubmitCancel/ReadText/SubmitError.</summary>
         public void StartWorker()
         {
-            using (var u = Use()) Library.Check(N.llmkv_worker_start(u.Ptr));
+            using (var u = Use())
+            {
+                int st;
+                try { st = N.llmkv_worker_start(u.Ptr); }
+                catch (EntryPointNotFoundException)
+                {
+                    throw new LlmkvException(Status.Unsupported,
+                        "the loaded library " + Library.VersionString + " has no worker thread (added in 0.4)");
+                }
+                Library.Check(st);
+            }
             _workerRunning = true;
         }
 

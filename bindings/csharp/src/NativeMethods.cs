@@ -389,6 +389,9 @@ namespace Llmkv.Native
         public static extern int llmkv_step(IntPtr engine, [Out] llmkv_event[] events, UIntPtr capacity, out UIntPtr n_events);
         [DllImport(Lib, EntryPoint = "llmkv_pending_events", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern UIntPtr llmkv_pending_events(IntPtr engine);
+        /// <summary>Added in 0.4 (after the first 0.4 header): 1 when llmkv_step has something to do.</summary>
+        [DllImport(Lib, EntryPoint = "llmkv_engine_has_work", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern int llmkv_engine_has_work(IntPtr engine);
         [DllImport(Lib, EntryPoint = "llmkv_run", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_run(IntPtr engine, llmkv_event_fn on_event, IntPtr user_data);
 

@@ -361,6 +361,51 @@ namespace Llmkv.Tests
         }
 
         [Test]
+        public void HasWorkTellsWhenStepHasSomethingToDo()
+        {
+            using (var e = TestUtil.NewEngine(o => o.MaxBatchTokens = 16))
+            using (var s = e.CreateSession())
+            {
+                Assert.IsFalse(e.HasWork);
+                s.AppendText(TestUtil.Story + TestUtil.Story + TestUtil.Story);   // several 16-token chunks
+                Assert.IsTrue(e.HasWork);
+                var first = e.Step();
+                Assert.IsEmpty(first, "a prefill-only step has no event");
+                Assert.IsTrue(e.HasWork, "...but more to do");
+                int steps = 1;
+                while (e.HasWork) { Assert.IsEmpty(e.Step()); steps++; Assert.Less(steps, 100); }
+                Assert.Greater(steps, 2);
+                s.Generate(3);
+                Assert.IsTrue(e.HasWork);
+                TestUtil.StepUntilDone(e, new[] { s });
+                Assert.IsFalse(e.HasWork);
+            }
+        }
+
+        [Test]
+        public void StepHandsOutMoreEventsThanItsBuffer()
+        {
+            // 300 sessions generating one token each: one step, 600 events (TOKEN + DONE), more
+            // than the binding's 256-event buffer; Step returns all of them.
+            using (var e = TestUtil.NewEngine(o => { o.MaxSessions = 320; o.MaxBatchTokens = 2048; }))
+            {
+                var sessions = Enumerable.Range(0, 300).Select(i => e.CreateSession()).ToList();
+                try
+                {
+                    foreach (var s in sessions) { s.Append(new[] { 1, 2 }); }
+                    while (e.HasWork) e.Step();
+                    foreach (var s in sessions) s.Generate(1);
+                    var events = e.Step();
+                    Assert.AreEqual(600, events.Count, "one step, all its events");
+                    Assert.AreEqual(0, e.PendingEvents);
+                    Assert.AreEqual(300, events.Count(x => x.Kind == EventKind.Done));
+                    Assert.IsTrue(sessions.All(x => !x.IsBusy));
+                }
+                finally { foreach (var s in sessions) s.Dispose(); }
+            }
+        }
+
+        [Test]
         public void RunRaisesEveryEvent()
         {
             using (var e = TestUtil.NewEngine())
