@@ -18,6 +18,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 LIB_DIR="${LLMKV_LIB_DIR:-$REPO/build}"
 INC_DIR="${LLMKV_INCLUDE_DIR:-$REPO/include}"
+# The tests and the example run from the build directory: make relative paths absolute.
+abspath() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+LIB_DIR="$(abspath "$LIB_DIR")"
+INC_DIR="$(abspath "$INC_DIR")"
+if [ -n "${LLMKV_MODEL:-}" ]; then export LLMKV_MODEL="$(abspath "$LLMKV_MODEL")"; fi
 OUT="$HERE/build"
 
 skip() { echo "test.sh: SKIP (77): $*"; exit 77; }
@@ -61,6 +66,7 @@ echo "$(grep -c '^struct' "$OUT/layout.txt") structs, $(grep -c '^field' "$OUT/l
 
 export LD_LIBRARY_PATH="$LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LLMKV_LAYOUT="$OUT/layout.txt"
+export LLMKV_CS_TMPDIR="$OUT/tmp"   # the tests' scratch files (snapshots)
 if [ -n "${LLMKV_MODEL:-}" ] && [ -f "${LLMKV_MODEL}" ]; then
     HAVE_MODEL=1
 else

@@ -87,8 +87,14 @@ namespace Llmkv.Tests
             return r;
         }
 
-        public static string TempPath(string name) =>
-            Path.Combine(Path.GetTempPath(), "llmkv-cs-" + System.Diagnostics.Process.GetCurrentProcess().Id + "-" + name);
+        /// <summary>A scratch file path: under LLMKV_CS_TMPDIR (test.sh points it into build/), else the system temp dir.</summary>
+        public static string TempPath(string name)
+        {
+            var dir = Environment.GetEnvironmentVariable("LLMKV_CS_TMPDIR");
+            if (string.IsNullOrEmpty(dir)) dir = Path.GetTempPath();
+            Directory.CreateDirectory(dir);
+            return Path.Combine(dir, "llmkv-cs-" + System.Diagnostics.Process.GetCurrentProcess().Id + "-" + name);
+        }
 
         public const string Story = "Once upon a time, in a small village by the sea, there lived";
     }
