@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     printf("loaded llmkv %s (built against the %d.%d header)\n", llmkv.version_string(),
            LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR);
 
-    llmkv.engine_params_init(&ep);
+    llmkv.engine_params_init_sized(&ep, sizeof ep);
     ep.model_path = model;
     if ((st = llmkv.engine_create(&ep, &engine)) != LLMKV_OK) {
         rc = fail("engine_create", st);
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         rc = fail("chat_format", st);
         goto out;
     }
-    llmkv.session_params_init(&sp);
+    llmkv.session_params_init_sized(&sp, sizeof sp);
     sp.max_new_tokens = 48;
     if ((st = llmkv.session_create(engine, &sp, &session)) != LLMKV_OK ||
         (st = llmkv.session_append_text(session, prompt, n)) != LLMKV_OK ||

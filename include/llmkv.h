@@ -10,8 +10,10 @@
  *    llmkv_last_error() returns a detail message for the last failing call on the
  *    calling thread.
  *  - Params structs begin with `uint32_t struct_size`; fill them with the matching
- *    llmkv_*_params_init() and then change fields. Fields are only ever appended; a
- *    struct_size the library does not know is LLMKV_ERR_INVALID_ARGUMENT.
+ *    llmkv_*_params_init() (from 0.4 a macro for llmkv_*_params_init_sized with the size
+ *    of the caller's struct, so a later library never writes past it) and then change
+ *    fields. Fields are only ever appended; a struct_size the library does not know is
+ *    LLMKV_ERR_INVALID_ARGUMENT.
  *  - Query structs (llmkv_engine_info, llmkv_stats, llmkv_session_info) also begin with
  *    struct_size, which the caller sets to sizeof(the struct) before the call. Any size that
  *    is not the size of a version of the struct this library knows is
@@ -177,8 +179,23 @@ typedef struct llmkv_engine_params {
 } llmkv_engine_params;
 
 /* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
- * budgets, prefix cache on, spin_us -1, thread_priority 0. */
+ * budgets, prefix cache on, spin_us -1, thread_priority 0.
+ *
+ * The function of this name fills the 0.1-0.3 struct (up to kv_rotation) and sets that
+ * struct_size: programs compiled against those headers call it, and a later library must
+ * never write past their struct. Programs compiled against this header call
+ * llmkv_engine_params_init_sized instead (the macro below does it), which fills exactly the
+ * size they pass. Bindings that call functions by name call the sized one. */
 LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p);
+
+/* Fills the first `size` bytes of *p with the defaults (never more than this library's
+ * struct; nothing when size < 4) and sets p->struct_size to the number of bytes filled.
+ * Pass sizeof(llmkv_engine_params). Added in 0.4. */
+LLMKV_API void llmkv_engine_params_init_sized(llmkv_engine_params *p, size_t size);
+
+#if !defined(LLMKV_BUILDING_LIBRARY) && !defined(LLMKV_NO_INIT_MACROS)
+#define llmkv_engine_params_init(p) llmkv_engine_params_init_sized((p), sizeof(llmkv_engine_params))
+#endif
 
 /* Loads the model and preallocates the KV pool. On success *out owns the engine; free it
  * with llmkv_engine_destroy. Errors: INVALID_ARGUMENT (NULL, bad struct_size, bad
@@ -496,8 +513,17 @@ typedef enum llmkv_finish_reason {
 } llmkv_finish_reason;
 
 /* Defaults: greedy, no stop tokens or strings beyond the model's, no logit bias, no grammar,
- * max_new_tokens 0, min_new_tokens 0, priority 0. */
+ * max_new_tokens 0, min_new_tokens 0, priority 0. The function of this name fills the
+ * 0.2-0.4 struct; programs compiled against this header call
+ * llmkv_session_params_init_sized (the macro below), as for llmkv_engine_params_init. */
 LLMKV_API void llmkv_session_params_init(llmkv_session_params *p);
+
+/* As llmkv_engine_params_init_sized, for session params. Added in 0.4. */
+LLMKV_API void llmkv_session_params_init_sized(llmkv_session_params *p, size_t size);
+
+#if !defined(LLMKV_BUILDING_LIBRARY) && !defined(LLMKV_NO_INIT_MACROS)
+#define llmkv_session_params_init(p) llmkv_session_params_init_sized((p), sizeof(llmkv_session_params))
+#endif
 
 /* Creates an empty session. *out is owned by the caller until llmkv_session_destroy (or
  * llmkv_engine_destroy). Errors: INVALID_ARGUMENT, KV_CAPACITY (max_sessions live). */

@@ -15,7 +15,7 @@
  *         return;
  *     }
  *     llmkv_engine_params ep;
- *     api.engine_params_init(&ep);        // api.NAME is llmkv_NAME of llmkv.h
+ *     api.engine_params_init_sized(&ep, sizeof ep);  // api.NAME is llmkv_NAME of llmkv.h
  *     ...
  *     llmkv_unload(&api);                 // after destroying every engine
  *
@@ -25,6 +25,9 @@
  * X-macro LLMKV_LOADER_FUNCTIONS below; the test loader.function_list fails when llmkv.h
  * declares a function this list lacks (or the other way round), and compiling
  * llmkv_loader.c checks each entry's type against the header's declaration.
+ * Initialize params with api.engine_params_init_sized / api.session_params_init_sized and
+ * the size of your struct: api.engine_params_init is the unsized entry point of programs
+ * built against headers before 0.4, which fills only their (smaller) struct.
  *
  * Which library: llmkv_load(path, ...) opens
  *  - path, when it is not NULL (a name without '/' is searched like any dlopen name);
@@ -53,7 +56,7 @@
  *                            or a later 0.x)", or "FILE: incompatible: library 1.0.0, header
  *                            0.4.0 (the major versions differ)"
  *   LLMKV_LOAD_ERR_SYMBOL    "FILE: missing symbol llmkv_log_set (library 0.4.0, header
- *                            0.4.0; 42 of 46 functions missing)"
+ *                            0.4.0; 44 of 48 functions missing)"
  *   LLMKV_LOAD_ERR_ARGUMENT  "api is NULL"
  * On failure the library is closed again and every member of *api is NULL / 0.
  *
@@ -86,6 +89,7 @@ extern "C" {
     X(const char *, last_error, (void))                                                           \
     X(void, log_set, (llmkv_log_fn, void *, llmkv_log_level))                                     \
     X(void, engine_params_init, (llmkv_engine_params *))                                          \
+    X(void, engine_params_init_sized, (llmkv_engine_params *, size_t))                            \
     X(llmkv_status, engine_create, (const llmkv_engine_params *, llmkv_engine **))                \
     X(void, engine_destroy, (llmkv_engine *))                                                     \
     X(llmkv_status, engine_get_info, (const llmkv_engine *, llmkv_engine_info *))                 \
@@ -105,6 +109,7 @@ extern "C" {
     X(llmkv_status, prefix_get_tokens, (const llmkv_prefix *, int32_t *, size_t, size_t *))       \
     X(void, prefix_release, (llmkv_prefix *))                                                     \
     X(void, session_params_init, (llmkv_session_params *))                                        \
+    X(void, session_params_init_sized, (llmkv_session_params *, size_t))                          \
     X(llmkv_status, session_create,                                                               \
       (llmkv_engine *, const llmkv_session_params *, llmkv_session **))                           \
     X(llmkv_status, session_append, (llmkv_session *, const int32_t *, size_t))                   \

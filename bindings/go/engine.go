@@ -90,7 +90,7 @@ type engineCore struct {
 func NewEngine(opts EngineOptions) (*Engine, error) {
 	const op = "NewEngine"
 	var p raw.EngineParams
-	raw.EngineParamsInit(&p)
+	raw.EngineParamsInitSized(&p, unsafe.Sizeof(p))
 	if opts.ModelPath == "" {
 		return nil, argErr(op, "EngineOptions.ModelPath is empty")
 	}

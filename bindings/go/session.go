@@ -16,7 +16,7 @@ type LogitBias = raw.LogitBias
 // DefaultSampling returns the library's defaults (greedy, top_p 1, repeat_penalty 1, ...).
 func DefaultSampling() Sampling {
 	var p raw.SessionParams
-	raw.SessionParamsInit(&p)
+	raw.SessionParamsInitSized(&p, unsafe.Sizeof(p))
 	return p.Sampling
 }
 
@@ -79,7 +79,7 @@ func (e *Engine) NewSession(opts SessionOptions) (*Session, error) {
 	}
 	defer c.leave()
 	var p raw.SessionParams
-	raw.SessionParamsInit(&p)
+	raw.SessionParamsInitSized(&p, unsafe.Sizeof(p))
 	var m cmem
 	defer m.free()
 	if opts.Prefix != nil {

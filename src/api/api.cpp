@@ -152,17 +152,24 @@ LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level m
     llmkv::set_log_sink(fn, user_data, llmkv_log_level(level));
 }
 
-LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) {
-    if (!p) return;
-    std::memset(p, 0, sizeof(*p));
-    p->struct_size = sizeof(*p);
-    p->backend = LLMKV_BACKEND_AUTO;
-    p->kv_dtype_k = LLMKV_KV_F16;
-    p->kv_dtype_v = LLMKV_KV_F16;
-    p->flags = LLMKV_ENGINE_PREFIX_CACHE;
-    p->spin_us = -1;
-    p->thread_priority = 0;
+LLMKV_API void llmkv_engine_params_init_sized(llmkv_engine_params *p, size_t size) {
+    if (!p || size < sizeof(uint32_t)) return;
+    llmkv_engine_params d;
+    std::memset(&d, 0, sizeof(d));
+    d.backend = LLMKV_BACKEND_AUTO;
+    d.kv_dtype_k = LLMKV_KV_F16;
+    d.kv_dtype_v = LLMKV_KV_F16;
+    d.flags = LLMKV_ENGINE_PREFIX_CACHE;
+    d.spin_us = -1;
+    d.thread_priority = 0;
+    size = std::min(size, sizeof(d));
+    d.struct_size = uint32_t(size);
+    std::memcpy(p, &d, size);
 }
+
+// The entry point of programs compiled against the 0.1-0.3 headers: their struct ends at
+// kv_rotation (later headers call the sized init through a macro).
+LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) { llmkv_engine_params_init_sized(p, kEngineParamsV3); }
 
 LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out) {
     LLMKV_REQUIRE(out, "out is NULL");
@@ -172,7 +179,7 @@ LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_e
                   "engine_params.struct_size = %u is not a known size (%zu or %zu); call llmkv_engine_params_init",
                   p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV3);
     llmkv_engine_params params;  // fields the caller's version lacks take their defaults
-    llmkv_engine_params_init(&params);
+    llmkv_engine_params_init_sized(&params, sizeof(params));
     std::memcpy(&params, p, p->struct_size);
     return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(params).release()); });
 }
@@ -299,18 +306,26 @@ LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat
     });
 }
 
-LLMKV_API void llmkv_session_params_init(llmkv_session_params *p) {
-    if (!p) return;
-    std::memset(p, 0, sizeof(*p));
-    p->struct_size = sizeof(*p);
-    p->sampling.temperature = 0.0f;
-    p->sampling.top_k = 0;
-    p->sampling.top_p = 1.0f;
-    p->sampling.min_p = 0.0f;
-    p->sampling.repeat_penalty = 1.0f;
-    p->sampling.seed = 0;
-    p->sampling.repeat_last_n = 0;
+LLMKV_API void llmkv_session_params_init_sized(llmkv_session_params *p, size_t size) {
+    if (!p || size < sizeof(uint32_t)) return;
+    llmkv_session_params d;
+    std::memset(&d, 0, sizeof(d));
+    d.sampling.temperature = 0.0f;
+    d.sampling.top_k = 0;
+    d.sampling.top_p = 1.0f;
+    d.sampling.min_p = 0.0f;
+    d.sampling.repeat_penalty = 1.0f;
+    d.sampling.seed = 0;
+    d.sampling.repeat_last_n = 0;
+    size = std::min(size, sizeof(d));
+    d.struct_size = uint32_t(size);
+    std::memcpy(p, &d, size);
 }
+
+// The entry point of programs compiled against the 0.1-0.3 headers (the struct has not grown
+// since 0.2; a 0.1 program's is kSessionParamsV1 bytes and was written past by 0.2 and 0.3
+// libraries too: what the sized init fixes from 0.4 on).
+LLMKV_API void llmkv_session_params_init(llmkv_session_params *p) { llmkv_session_params_init_sized(p, sizeof(*p)); }
 
 LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session_params *p,
                                             llmkv_session **out) {

@@ -391,12 +391,52 @@ static int count_threads_with_nice(int nice_value) {
     return count;
 }
 
+/* The init functions never write past the caller's struct: the unsized ones (the entry points
+ * of programs built against headers before 0.4; the parentheses call the function, not the
+ * header's macro) fill the 0.3 engine struct and the session struct of 0.2-0.4; the sized ones
+ * exactly the size given, capped at the library's struct. */
+static void test_params_init_sizes(void **state) {
+    unsigned char buf[512];
+    size_t i;
+    const size_t v3 = offsetof(llmkv_engine_params, spin_us);
+    (void)state;
+    memset(buf, 0xAB, sizeof buf);
+    (llmkv_engine_params_init)((llmkv_engine_params *)(void *)buf);
+    assert_int_equal(((llmkv_engine_params *)(void *)buf)->struct_size, v3);
+    for (i = v3; i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+
+    memset(buf, 0xAB, sizeof buf);
+    llmkv_engine_params_init_sized((llmkv_engine_params *)(void *)buf, sizeof buf);
+    assert_int_equal(((llmkv_engine_params *)(void *)buf)->struct_size, sizeof(llmkv_engine_params));
+    assert_int_equal(((llmkv_engine_params *)(void *)buf)->spin_us, -1);
+    for (i = sizeof(llmkv_engine_params); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+
+    memset(buf, 0xAB, sizeof buf);
+    llmkv_engine_params_init_sized((llmkv_engine_params *)(void *)buf, 40);
+    assert_int_equal(((llmkv_engine_params *)(void *)buf)->struct_size, 40);
+    for (i = 40; i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+    memset(buf, 0xAB, sizeof buf);
+    llmkv_engine_params_init_sized((llmkv_engine_params *)(void *)buf, 3); /* too small: nothing */
+    for (i = 0; i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+    llmkv_engine_params_init_sized(NULL, 100);
+
+    memset(buf, 0xAB, sizeof buf);
+    (llmkv_session_params_init)((llmkv_session_params *)(void *)buf);
+    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size, sizeof(llmkv_session_params));
+    for (i = sizeof(llmkv_session_params); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+    memset(buf, 0xAB, sizeof buf);
+    llmkv_session_params_init_sized((llmkv_session_params *)(void *)buf, offsetof(llmkv_session_params, stop_strings));
+    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size, offsetof(llmkv_session_params, stop_strings));
+    for (i = offsetof(llmkv_session_params, stop_strings); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+}
+
 static void test_engine_params_04(void **state) {
     llmkv_engine_params p;
     llmkv_engine *e = NULL;
     (void)state;
     CAPI_REQUIRE_MODEL();
     llmkv_engine_params_init(&p);
+    assert_int_equal(p.struct_size, sizeof(llmkv_engine_params)); /* the macro: the sized init */
     assert_int_equal(p.spin_us, -1);
     assert_int_equal(p.thread_priority, 0);
 
@@ -454,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_worker_state_rules),
         cmocka_unit_test(test_submit_errors),
         cmocka_unit_test(test_submit_cancel),
+        cmocka_unit_test(test_params_init_sizes),
         cmocka_unit_test(test_engine_params_04),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

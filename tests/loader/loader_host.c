@@ -272,7 +272,7 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
         fprintf(stderr, "FAIL: llmkv_load: %s\n", err);
         return 1;
     }
-    a.engine_params_init(&ep);
+    a.engine_params_init_sized(&ep, sizeof ep);
     ep.model_path = model;
     ep.backend = LLMKV_BACKEND_CPU;
     ep.n_threads = 2;
@@ -281,7 +281,7 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
         llmkv_unload(&a);
         return 1;
     }
-    a.session_params_init(&sp);
+    a.session_params_init_sized(&sp, sizeof sp);
     sp.max_new_tokens = 8;
     CHECK(a.session_create(engine, &sp, &s) == LLMKV_OK);
     CHECK(a.session_append_text(s, prompt, strlen(prompt)) == LLMKV_OK);

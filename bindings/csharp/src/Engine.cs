@@ -35,7 +35,9 @@ namespace Llmkv
         {
             if (options == null) throw new ArgumentNullException(nameof(options));
             uint libSize;
-            var p = Library.InitParams<llmkv_engine_params>(N.llmkv_engine_params_init, out libSize);
+            var p = Library.InitParams<llmkv_engine_params>(
+                buf => N.llmkv_engine_params_init_sized(buf, (UIntPtr)Marshal.SizeOf(typeof(llmkv_engine_params))),
+                N.llmkv_engine_params_init, out libSize);
             if (libSize < p.struct_size)
             {
                 p.struct_size = libSize;

@@ -42,13 +42,18 @@ namespace Llmkv
             if (status != N.LLMKV_OK) throw new LlmkvException((Status)status, Utf8.FromPtr(N.llmkv_last_error()));
         }
 
-        /// <summary>Runs a llmkv_*_params_init into a scratch buffer larger than any version of the
-        /// struct and returns the defaults as T, with struct_size (the first field) clamped to
-        /// this binding's size. init has no size argument and writes the loaded library's whole
-        /// struct: called on T directly, a newer library with appended fields would write past
-        /// it. libSize receives the size the library wrote (smaller for an older library).</summary>
-        internal static T InitParams<T>(Action<IntPtr> init, out uint libSize) where T : struct
+        /// <summary>Runs llmkv_*_params_init_sized (0.4) with this binding's size, or on a library
+        /// before 0.4 (no sized init) the unsized llmkv_*_params_init, into a scratch buffer larger
+        /// than any version of the struct, and returns the defaults as T with struct_size (the
+        /// first field) clamped to this binding's size. libSize receives the size the library
+        /// wrote (smaller for an older library).</summary>
+        internal static T InitParams<T>(Action<IntPtr> sizedInit, Action<IntPtr> unsizedInit, out uint libSize) where T : struct
         {
+            Action<IntPtr> init = p =>
+            {
+                try { sizedInit(p); }
+                catch (EntryPointNotFoundException) { unsizedInit(p); }
+            };
             const int Scratch = 4096;
             int size = Marshal.SizeOf(typeof(T));
             IntPtr buf = Marshal.AllocHGlobal(Scratch);

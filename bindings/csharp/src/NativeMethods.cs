@@ -317,6 +317,11 @@ namespace Llmkv.Native
         /// larger struct (see Library.InitParams).</summary>
         [DllImport(Lib, EntryPoint = "llmkv_engine_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void llmkv_engine_params_init(IntPtr p);
+        /// <summary>0.4: fills exactly size bytes (the unsized init fills only the 0.3 struct).</summary>
+        [DllImport(Lib, EntryPoint = "llmkv_engine_params_init_sized", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_engine_params_init_sized(ref llmkv_engine_params p, UIntPtr size);
+        [DllImport(Lib, EntryPoint = "llmkv_engine_params_init_sized", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_engine_params_init_sized(IntPtr p, UIntPtr size);
         [DllImport(Lib, EntryPoint = "llmkv_engine_create", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_engine_create(ref llmkv_engine_params p, out IntPtr engine);
         [DllImport(Lib, EntryPoint = "llmkv_engine_destroy", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -358,6 +363,10 @@ namespace Llmkv.Native
         public static extern void llmkv_session_params_init(ref llmkv_session_params p);
         [DllImport(Lib, EntryPoint = "llmkv_session_params_init", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void llmkv_session_params_init(IntPtr p);
+        [DllImport(Lib, EntryPoint = "llmkv_session_params_init_sized", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_session_params_init_sized(ref llmkv_session_params p, UIntPtr size);
+        [DllImport(Lib, EntryPoint = "llmkv_session_params_init_sized", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void llmkv_session_params_init_sized(IntPtr p, UIntPtr size);
         [DllImport(Lib, EntryPoint = "llmkv_session_create", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_session_create(IntPtr engine, ref llmkv_session_params p, out IntPtr session);
         [DllImport(Lib, EntryPoint = "llmkv_session_append", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

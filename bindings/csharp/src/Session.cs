@@ -35,7 +35,9 @@ namespace Llmkv
             o = o ?? new SessionOptions();
             Tag = o.Tag;
             uint libSize;
-            var p = Library.InitParams<llmkv_session_params>(N.llmkv_session_params_init, out libSize);
+            var p = Library.InitParams<llmkv_session_params>(
+                buf => N.llmkv_session_params_init_sized(buf, (UIntPtr)Marshal.SizeOf(typeof(llmkv_session_params))),
+                N.llmkv_session_params_init, out libSize);
             if (libSize < p.struct_size) p.struct_size = libSize;   // an older library: its own size
             var s = o.Sampling;
             if (s != null)

@@ -194,22 +194,42 @@ namespace Llmkv.Tests
             Assert.IsEmpty(unresolved, "not exported by the loaded library " + Library.VersionString + ": " + string.Join(", ", unresolved));
         }
 
-        /// <summary>llmkv_*_params_init has no size argument: it writes the loaded library's whole
-        /// struct. With the header's library that is exactly the header's size (the binding
-        /// calls it on a larger scratch buffer in case a newer library is loaded).</summary>
-        [TestCase("llmkv_engine_params")]
-        [TestCase("llmkv_session_params")]
-        public void ParamsInitWritesExactlyTheHeadersStruct(string name)
+        /// <summary>llmkv_*_params_init_sized writes exactly the size it is given (capped at the
+        /// library's struct); the unsized llmkv_engine_params_init writes only the 0.3 struct
+        /// (96 bytes: what programs built against older headers have), the unsized session init
+        /// the 0.2-0.4 struct.</summary>
+        [TestCase("llmkv_engine_params", false, 96)]
+        [TestCase("llmkv_engine_params", true, -1)]
+        [TestCase("llmkv_session_params", false, -1)]
+        [TestCase("llmkv_session_params", true, -1)]
+        public void ParamsInitWritesExactlyItsStruct(string name, bool sized, int expected)
         {
             int size = int.Parse(_lines.Single(l => l[0] == "struct" && l[1] == name)[2]);
+            if (expected < 0) expected = size;
             IntPtr buf = Marshal.AllocHGlobal(1024);
             try
             {
                 for (int i = 0; i < 1024; i++) Marshal.WriteByte(buf, i, 0xAB);
-                if (name == "llmkv_engine_params") NativeMethods.llmkv_engine_params_init(buf);
-                else NativeMethods.llmkv_session_params_init(buf);
-                Assert.AreEqual(size, Marshal.ReadInt32(buf), "struct_size written by init");
-                for (int i = size; i < 1024; i++) Assert.AreEqual(0xAB, Marshal.ReadByte(buf, i), "init wrote byte " + i);
+                if (name == "llmkv_engine_params")
+                {
+                    if (sized) NativeMethods.llmkv_engine_params_init_sized(buf, (UIntPtr)1024);
+                    else NativeMethods.llmkv_engine_params_init(buf);
+                }
+                else
+                {
+                    if (sized) NativeMethods.llmkv_session_params_init_sized(buf, (UIntPtr)1024);
+                    else NativeMethods.llmkv_session_params_init(buf);
+                }
+                Assert.AreEqual(expected, Marshal.ReadInt32(buf), "struct_size written by init");
+                for (int i = expected; i < 1024; i++) Assert.AreEqual(0xAB, Marshal.ReadByte(buf, i), "init wrote byte " + i);
+                if (sized)
+                {   // and a smaller size than the struct: exactly that many bytes
+                    for (int i = 0; i < 1024; i++) Marshal.WriteByte(buf, i, 0xAB);
+                    if (name == "llmkv_engine_params") NativeMethods.llmkv_engine_params_init_sized(buf, (UIntPtr)40);
+                    else NativeMethods.llmkv_session_params_init_sized(buf, (UIntPtr)40);
+                    Assert.AreEqual(40, Marshal.ReadInt32(buf));
+                    for (int i = 40; i < 1024; i++) Assert.AreEqual(0xAB, Marshal.ReadByte(buf, i), "sized init wrote byte " + i);
+                }
             }
             finally { Marshal.FreeHGlobal(buf); }
         }
@@ -218,13 +238,13 @@ namespace Llmkv.Tests
         public void ParamsDefaultsAreTheHeaders()
         {
             var ep = new llmkv_engine_params();
-            NativeMethods.llmkv_engine_params_init(ref ep);
+            NativeMethods.llmkv_engine_params_init_sized(ref ep, (UIntPtr)Marshal.SizeOf(typeof(llmkv_engine_params)));
             Assert.AreEqual(-1, ep.spin_us);
             Assert.AreEqual(0, ep.thread_priority);
             Assert.AreEqual(NativeMethods.LLMKV_ENGINE_PREFIX_CACHE, ep.flags & NativeMethods.LLMKV_ENGINE_PREFIX_CACHE);
             Assert.AreEqual(NativeMethods.LLMKV_KV_F16, ep.kv_dtype_k);
             var sp = new llmkv_session_params();
-            NativeMethods.llmkv_session_params_init(ref sp);
+            NativeMethods.llmkv_session_params_init_sized(ref sp, (UIntPtr)Marshal.SizeOf(typeof(llmkv_session_params)));
             Assert.AreEqual((uint)Marshal.SizeOf(typeof(llmkv_session_params)), sp.struct_size);
             Assert.AreEqual(0f, sp.sampling.temperature);
             Assert.AreEqual(1f, sp.sampling.top_p);

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // The Go mirror of every struct of the header, by the mirror's name.
@@ -229,11 +230,18 @@ func TestABIFunctions(t *testing.T) {
 	}
 }
 
-// A mirror and the library agree at run time too: EngineParamsInit fills the 0.4 size and
-// the documented defaults through the Go mirror.
+// A mirror and the library agree at run time too: EngineParamsInitSized fills the 0.4 size
+// and the documented defaults through the Go mirror; the unsized EngineParamsInit fills only
+// the 0.3 struct (what programs built against older headers have).
 func TestParamsInitThroughMirror(t *testing.T) {
+	var old EngineParams
+	old.SpinUs, old.ThreadPriority = 77, 77
+	EngineParamsInit(&old)
+	if old.StructSize != 96 || old.SpinUs != 77 || old.ThreadPriority != 77 {
+		t.Errorf("unsized engine_params_init wrote past the 0.3 struct: struct_size %d spin_us %d", old.StructSize, old.SpinUs)
+	}
 	var ep EngineParams
-	EngineParamsInit(&ep)
+	EngineParamsInitSized(&ep, unsafe.Sizeof(ep))
 	if uintptr(ep.StructSize) != reflect.TypeOf(ep).Size() {
 		t.Errorf("engine_params_init struct_size %d, Go mirror %d", ep.StructSize, reflect.TypeOf(ep).Size())
 	}
@@ -241,7 +249,7 @@ func TestParamsInitThroughMirror(t *testing.T) {
 		t.Errorf("engine defaults through the mirror: spin_us %d thread_priority %d flags %#x", ep.SpinUs, ep.ThreadPriority, ep.Flags)
 	}
 	var sp SessionParams
-	SessionParamsInit(&sp)
+	SessionParamsInitSized(&sp, unsafe.Sizeof(sp))
 	if uintptr(sp.StructSize) != reflect.TypeOf(sp).Size() || sp.Sampling.TopP != 1 || sp.Sampling.RepeatPenalty != 1 {
 		t.Errorf("session defaults through the mirror: %+v", sp)
 	}

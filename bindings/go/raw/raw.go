@@ -19,6 +19,9 @@ package raw
 #cgo LDFLAGS: -lllmkv
 #include <stdlib.h>
 #include <string.h>
+// The raw layer calls each function by its name: llmkv_engine_params_init is then the
+// function itself (the unsized 0.3 entry point), not the header's macro for the sized init.
+#define LLMKV_NO_INIT_MACROS
 #include <llmkv.h>
 
 // go_llmkv_err copies the calling thread's llmkv_last_error() for a failed status (NULL for
@@ -136,9 +139,17 @@ func LogSet(fn unsafe.Pointer, userData unsafe.Pointer, maxLevel int32) {
 
 // ---- Engine --------------------------------------------------------------------------------
 
-// EngineParamsInit is llmkv_engine_params_init.
+// EngineParamsInit is the function llmkv_engine_params_init: the entry point of programs
+// built against headers before 0.4, which fills only the 0.3 struct (struct_size 96). Use
+// EngineParamsInitSized.
 func EngineParamsInit(p *EngineParams) {
 	C.llmkv_engine_params_init((*C.llmkv_engine_params)(unsafe.Pointer(p)))
+}
+
+// EngineParamsInitSized is llmkv_engine_params_init_sized: fills size bytes (pass
+// unsafe.Sizeof(*p)) with the defaults.
+func EngineParamsInitSized(p *EngineParams, size uintptr) {
+	C.llmkv_engine_params_init_sized((*C.llmkv_engine_params)(unsafe.Pointer(p)), C.size_t(size))
 }
 
 // EngineCreate is llmkv_engine_create.
@@ -240,9 +251,15 @@ func PrefixRelease(p *Prefix) { C.llmkv_prefix_release(cp(p)) }
 
 // ---- Sessions ------------------------------------------------------------------------------------
 
-// SessionParamsInit is llmkv_session_params_init.
+// SessionParamsInit is the function llmkv_session_params_init (the unsized entry point of
+// programs built against headers before 0.4). Use SessionParamsInitSized.
 func SessionParamsInit(p *SessionParams) {
 	C.llmkv_session_params_init((*C.llmkv_session_params)(unsafe.Pointer(p)))
+}
+
+// SessionParamsInitSized is llmkv_session_params_init_sized (pass unsafe.Sizeof(*p)).
+func SessionParamsInitSized(p *SessionParams, size uintptr) {
+	C.llmkv_session_params_init_sized((*C.llmkv_session_params)(unsafe.Pointer(p)), C.size_t(size))
 }
 
 // SessionCreate is llmkv_session_create.

@@ -371,6 +371,7 @@ functions! {
     pub fn llmkv_log_set(func: llmkv_log_fn, user_data: *mut c_void, max_level: llmkv_log_level);
     // Engine
     pub fn llmkv_engine_params_init(p: *mut llmkv_engine_params);
+    pub fn llmkv_engine_params_init_sized(p: *mut llmkv_engine_params, size: usize);
     pub fn llmkv_engine_create(p: *const llmkv_engine_params, out: *mut *mut llmkv_engine) -> llmkv_status;
     pub fn llmkv_engine_destroy(e: *mut llmkv_engine);
     pub fn llmkv_engine_get_info(e: *const llmkv_engine, out: *mut llmkv_engine_info) -> llmkv_status;
@@ -397,6 +398,7 @@ functions! {
     pub fn llmkv_prefix_release(p: *mut llmkv_prefix);
     // Sessions
     pub fn llmkv_session_params_init(p: *mut llmkv_session_params);
+    pub fn llmkv_session_params_init_sized(p: *mut llmkv_session_params, size: usize);
     pub fn llmkv_session_create(e: *mut llmkv_engine, p: *const llmkv_session_params,
                                 out: *mut *mut llmkv_session) -> llmkv_status;
     pub fn llmkv_session_append(s: *mut llmkv_session, tokens: *const i32, n: usize) -> llmkv_status;

@@ -121,7 +121,7 @@ flag_set! {
 }
 
 /// Engine parameters (`llmkv_engine_params`), started from the library's defaults
-/// (`llmkv_engine_params_init`). Finish with [`EngineBuilder::build`].
+/// (`llmkv_engine_params_init_sized`). Finish with [`EngineBuilder::build`].
 ///
 /// ```no_run
 /// let engine = llmkv::Engine::builder("model.gguf").n_threads(4).spin_us(0).thread_priority(5).build()?;
@@ -137,10 +137,11 @@ pub struct EngineBuilder {
 impl EngineBuilder {
     pub fn new(model_path: impl AsRef<Path>) -> EngineBuilder {
         let mut raw = std::mem::MaybeUninit::<sys::llmkv_engine_params>::zeroed();
-        // SAFETY: the init function fills the whole struct (struct_size included); the
-        // zeroed start makes every field valid even before.
+        // SAFETY: the sized init fills exactly this struct (struct_size included; the unsized
+        // llmkv_engine_params_init fills only the 0.3 struct); the zeroed start makes every
+        // field valid even before.
         let raw = unsafe {
-            sys::llmkv_engine_params_init(raw.as_mut_ptr());
+            sys::llmkv_engine_params_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::llmkv_engine_params>());
             raw.assume_init()
         };
         EngineBuilder { raw, model_path: model_path.as_ref().to_path_buf(), devices: Vec::new() }
@@ -329,7 +330,7 @@ impl<'a> SessionParams<'a> {
         let mut raw = std::mem::MaybeUninit::<sys::llmkv_session_params>::zeroed();
         // SAFETY: fills the whole struct; zeroed before, so every field is valid regardless.
         let raw = unsafe {
-            sys::llmkv_session_params_init(raw.as_mut_ptr());
+            sys::llmkv_session_params_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::llmkv_session_params>());
             raw.assume_init()
         };
         SessionParams {
