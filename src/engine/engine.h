@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -193,6 +194,7 @@ private:
     std::deque<Submission> submissions_;
     std::atomic<size_t> n_submissions_{0};
     std::deque<llmkv_event> worker_events_;
+    std::vector<std::pair<Session *, std::string>> handover_text_;  // hand_over_locked's scratch
     llmkv_status worker_error_ = LLMKV_OK;  // a failed step, reported once by worker_poll
     std::string worker_error_message_;
     std::mutex control_mutex_;  // serializes worker_start / worker_stop (taken before mutex_)

@@ -87,12 +87,17 @@ void Engine::notify_work() {
 }
 
 void Engine::hand_over_locked() {
-    std::lock_guard<std::mutex> io(io_mutex_);
-    // Text first: a host that sees a TOKEN or DONE event finds its text already there.
+    // The text is gathered under the engine lock alone: io_mutex_, which the host's frame
+    // thread may be waiting for, is held only for the appends (a worker running at a lower
+    // priority must not be preempted while holding it for long).
+    handover_text_.clear();
     for (Request *r : sessions_) {
         Session *s = static_cast<Session *>(r);
-        if (s->text.pending_complete() > 0) s->outbox.push(s->text.take_complete());
+        if (s->text.pending_complete() > 0) handover_text_.emplace_back(s, s->text.take_complete());
     }
+    std::lock_guard<std::mutex> io(io_mutex_);
+    // Text first: a host that sees a TOKEN or DONE event finds its text already there.
+    for (const auto &[s, text] : handover_text_) s->outbox.push(text);
     const bool had = !worker_events_.empty();
     while (!events_.empty()) {
         worker_events_.push_back(events_.front());
