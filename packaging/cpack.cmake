@@ -33,21 +33,24 @@ set(LLMKV_DEB_NAME_runtime libllmkv${PROJECT_VERSION_MAJOR})
 set(LLMKV_DEB_NAME_dev libllmkv-dev)
 set(LLMKV_DEB_NAME_tools llmkv-tools)
 set(LLMKV_DEB_NAME_cuda libllmkv-cuda${PROJECT_VERSION_MAJOR})
+# These files are for the .debs only: EXCLUDE_FROM_ALL keeps them out of a plain
+# `cmake --install` (a prefix install, the vcpkg port) while CPack's per-component install
+# includes them.
 foreach(comp IN LISTS LLMKV_DEB_COMPONENTS)
   set(_doc ${CMAKE_INSTALL_DATAROOTDIR}/doc/${LLMKV_DEB_NAME_${comp}})
-  install(FILES ${LLMKV_DEB_DIR}/copyright DESTINATION ${_doc} COMPONENT ${comp})
+  install(FILES ${LLMKV_DEB_DIR}/copyright DESTINATION ${_doc} COMPONENT ${comp} EXCLUDE_FROM_ALL)
   if(LLMKV_GZIP)
-    install(FILES ${LLMKV_DEB_GEN}/changelog.Debian.gz DESTINATION ${_doc} COMPONENT ${comp})
+    install(FILES ${LLMKV_DEB_GEN}/changelog.Debian.gz DESTINATION ${_doc} COMPONENT ${comp} EXCLUDE_FROM_ALL)
   endif()
 endforeach()
 if(TARGET llmkv_cli)
   # The manual page of the command line (lintian: binary-without-manpage).
   execute_process(COMMAND ${LLMKV_GZIP} -9nc ${LLMKV_DEB_DIR}/llmkv.1 OUTPUT_FILE ${LLMKV_DEB_GEN}/llmkv.1.gz)
-  install(FILES ${LLMKV_DEB_GEN}/llmkv.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools)
+  install(FILES ${LLMKV_DEB_GEN}/llmkv.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT tools EXCLUDE_FROM_ALL)
 endif()
 if(TARGET llmkv_cuda)
   install(FILES ${LLMKV_DEB_DIR}/libllmkv-cuda.lintian-overrides
-    DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides RENAME ${LLMKV_DEB_NAME_cuda} COMPONENT cuda)
+    DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides RENAME ${LLMKV_DEB_NAME_cuda} COMPONENT cuda EXCLUDE_FROM_ALL)
 endif()
 
 # ---- control files of libllmkv0: shlibs, symbols (from packaging/abi/symbols.txt), triggers --
@@ -136,11 +139,16 @@ if(TARGET llmkv_cuda)
   # (developer.download.nvidia.com/compute/cuda/repos/debian12), whose packages are named by the
   # toolkit version; dpkg-shlibdeps finds no Debian package for them, so they are named here.
   # The module is only loaded by the libllmkv of the same version (it checks the module ABI).
+  find_package(CUDAToolkit QUIET)  # found in kernels/; its variables are needed here
   set(LLMKV_DEB_CUDA_SUFFIX "${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
-  set(LLMKV_DEB_CUDA_DEPENDS
-    "${LLMKV_DEB_NAME_runtime} (= ${LLMKV_DEB_VERSION}), cuda-cudart-${LLMKV_DEB_CUDA_SUFFIX}, libcublas-${LLMKV_DEB_CUDA_SUFFIX}"
-    CACHE STRING "Depends of libllmkv-cuda (added to those dpkg-shlibdeps finds)")
-  set(CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS "${LLMKV_DEB_CUDA_DEPENDS}")
+  set(LLMKV_DEB_CUDA_DEPENDS "" CACHE STRING
+    "Depends of libllmkv-cuda besides what dpkg-shlibdeps finds (empty: from the CUDA toolkit version)")
+  set(_cuda_depends "${LLMKV_DEB_CUDA_DEPENDS}")
+  if(NOT _cuda_depends)
+    set(_cuda_depends "${LLMKV_DEB_NAME_runtime} (= ${LLMKV_DEB_VERSION}), cuda-cudart-${LLMKV_DEB_CUDA_SUFFIX}, libcublas-${LLMKV_DEB_CUDA_SUFFIX}")
+  endif()
+  set(CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS "${_cuda_depends}")
+  set(CPACK_DEBIAN_CUDA_PACKAGE_CONTROL_EXTRA "${LLMKV_DEB_GEN}/triggers")
   set(CPACK_COMPONENT_CUDA_DESCRIPTION "embeddable LLM inference runtime - CUDA module
 llmkv runs GGUF language models on the CPU or NVIDIA GPUs around a quantized
 paged KV cache.

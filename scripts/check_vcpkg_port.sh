@@ -69,7 +69,8 @@ need=(include/llmkv.h lib/libllmkv.so lib/libllmkv.a lib/pkgconfig/llmkv.pc
 for f in "${need[@]}"; do
     [[ -e "$PKG/$f" ]] || { echo "missing: $f" >&2; bad=1; }
 done
-for d in lib/cmake bin debug/include debug/share; do
+# share/doc, share/man, share/lintian: the Debian-only files must stay out of a prefix install.
+for d in lib/cmake bin debug/include debug/share share/doc share/man share/lintian; do
     [[ ! -e "$PKG/$d" ]] || { echo "left behind: $d" >&2; bad=1; }
 done
 if grep -rl "$WORK" "$PKG/share/llmkv" "$PKG/lib/pkgconfig"; then

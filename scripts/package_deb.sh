@@ -32,4 +32,28 @@ t0=$SECONDS
 lintian --fail-on error --no-tag-display-limit "$OUT"/*.deb >&2
 echo "package_deb: lintian clean of errors in $((SECONDS - t0)) s" >&2
 "$ROOT/scripts/check_version.sh" "$BUILD" "$OUT" >&2
+
+# The symbols file gives a dependant the version constraint of the newest symbol it uses:
+# dpkg-shlibdeps on a program calling only llmkv_version, and on the consumer (which calls
+# llmkv_engine_create), against libllmkv0 as a package being built.
+t0=$SECONDS
+T="$(mktemp -d)"; trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/debian/libllmkv0"
+dpkg-deb -x "$OUT"/libllmkv0_*.deb "$T/debian/libllmkv0"
+dpkg-deb -e "$OUT"/libllmkv0_*.deb "$T/debian/libllmkv0/DEBIAN"
+printf 'Source: probe\n\nPackage: probe\nArchitecture: any\n' > "$T/debian/control"
+printf '#include <llmkv.h>\nint main(void) { return llmkv_version() > 0 ? 0 : 1; }\n' > "$T/old.c"
+cc "$T/old.c" -I "$ROOT/include" -L "$BUILD" -lllmkv -o "$T/probe_old"
+cc "$ROOT/packaging/consumers/consumer.c" -I "$ROOT/include" -L "$BUILD" -lllmkv -o "$T/probe_new"
+sym_ver() { awk -v s="$1" '$1 == s {print $2}' "$ROOT/packaging/abi/symbols.txt"; }
+for probe in "old llmkv_version" "new llmkv_engine_create"; do
+    set -- $probe
+    got="$(cd "$T" && dpkg-shlibdeps -O -e "probe_$1" 2>/dev/null | grep -o 'libllmkv0 ([^)]*)')"
+    want="libllmkv0 (>= $(sym_ver "$2"))"
+    if [[ "$got" != "$want" ]]; then
+        echo "package_deb: a program using $2 gets '$got' from dpkg-shlibdeps, expected '$want'" >&2; exit 1
+    fi
+    echo "package_deb: dpkg-shlibdeps, program using up to $2: $got" >&2
+done
+echo "package_deb: shlibdeps checks in $((SECONDS - t0)) s" >&2
 ls "$OUT"/*.deb
