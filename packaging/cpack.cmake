@@ -53,6 +53,15 @@ if(TARGET llmkv_cuda)
     DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides RENAME ${LLMKV_DEB_NAME_cuda} COMPONENT cuda EXCLUDE_FROM_ALL)
 endif()
 
+# `cmake --install --strip` (CPack: CPACK_STRIP_FILES) leaves static libraries alone; strip
+# libllmkv.a the way dh_strip does for -dev packages (debug info, .comment, .note).
+if(CMAKE_STRIP)
+  install(CODE "if(CMAKE_INSTALL_DO_STRIP)
+  execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug --remove-section=.comment --remove-section=.note
+    --enable-deterministic-archives \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/libllmkv.a\")
+endif()" COMPONENT dev)
+endif()
+
 # ---- control files of libllmkv0: shlibs, symbols (from packaging/abi/symbols.txt), triggers --
 file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/abi/symbols.txt _llmkv_symbol_lines REGEX "^llmkv_")
 set(_symbols "libllmkv.so.${PROJECT_VERSION_MAJOR} ${LLMKV_DEB_NAME_runtime} #MINVER#\n")
