@@ -18,7 +18,7 @@ for t in dpkg-shlibdeps lintian; do
 done
 # Make sure what is packaged is built (a no-op on a built tree).
 cmake --build "$BUILD" --target llmkv llmkv_static $(grep -q '^LLMKV_BUILD_TOOLS:BOOL=ON' "$BUILD/CMakeCache.txt" && echo llmkv_cli) >&2
-rm -rf "$OUT"; mkdir -p "$OUT"
+mkdir -p "$OUT"; rm -f "$OUT"/*.deb
 t0=$SECONDS
 (cd "$BUILD" && cpack -G DEB -B "$OUT" --config CPackConfig.cmake) >&2
 rm -rf "$OUT/_CPack_Packages"
