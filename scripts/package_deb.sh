@@ -17,7 +17,9 @@ for t in dpkg-shlibdeps lintian; do
     command -v "$t" >/dev/null || { echo "package_deb: $t missing (apt-get install dpkg-dev lintian)" >&2; exit 1; }
 done
 # Make sure what is packaged is built (a no-op on a built tree).
-cmake --build "$BUILD" --target llmkv llmkv_static $(grep -q '^LLMKV_BUILD_TOOLS:BOOL=ON' "$BUILD/CMakeCache.txt" && echo llmkv_cli) >&2
+targets=(llmkv llmkv_static)
+grep -q '^LLMKV_BUILD_TOOLS:BOOL=ON' "$BUILD/CMakeCache.txt" && targets+=(llmkv_cli)
+cmake --build "$BUILD" --target "${targets[@]}" >&2
 mkdir -p "$OUT"; rm -f "$OUT"/*.deb
 t0=$SECONDS
 (cd "$BUILD" && cpack -G DEB -B "$OUT" --config CPackConfig.cmake) >&2

@@ -46,7 +46,7 @@ lap() { echo "== [$((SECONDS - T0)) s] $*" >&2; }
 R="$(mktemp -d /var/tmp/llmkv-chroot.XXXXXX)"
 mounted=()
 cleanup() {
-    local m
+    local i
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
     rm -rf --one-file-system "$R"
 }
