@@ -30,8 +30,6 @@ vcpkg_cmake_configure(
         -DLLMKV_WERROR=OFF
         # flatc from the host flatbuffers port compiles src/kv/snapshot.fbs.
         "-DFLATC=${CURRENT_HOST_INSTALLED_DIR}/tools/flatbuffers/flatc${VCPKG_HOST_EXECUTABLE_SUFFIX}"
-    MAYBE_UNUSED_VARIABLES
-        FLATC
 )
 vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(PACKAGE_NAME llmkv CONFIG_PATH lib/cmake/llmkv)
