@@ -1,0 +1,48 @@
+# llmkv: libllmkv (shared, SONAME libllmkv.so.0, plus the static libllmkv.a), llmkv.h, the CMake
+# package llmkv::llmkv / llmkv::llmkv_static and llmkv.pc; feature "tools": the llmkv command
+# line; feature "cuda": libllmkv-cuda.so, the CUDA module libllmkv dlopens from its own folder
+# (lib/, next to libllmkv.so).
+vcpkg_from_github(
+    OUT_SOURCE_PATH SOURCE_PATH
+    REPO llmkv/llmkv
+    REF "v${VERSION}"
+    SHA512 0
+    HEAD_REF main
+)
+
+vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
+    FEATURES
+        tools LLMKV_BUILD_TOOLS
+)
+if("cuda" IN_LIST FEATURES)
+    set(LLMKV_CUDA ON)
+else()
+    set(LLMKV_CUDA OFF)
+endif()
+
+vcpkg_cmake_configure(
+    SOURCE_PATH "${SOURCE_PATH}"
+    OPTIONS
+        ${FEATURE_OPTIONS}
+        -DLLMKV_CUDA=${LLMKV_CUDA}
+        -DLLMKV_BUILD_TESTS=OFF
+        -DLLMKV_BUILD_BENCH=OFF
+        -DLLMKV_WERROR=OFF
+        # flatc from the host flatbuffers port compiles src/kv/snapshot.fbs.
+        "-DFLATC=${CURRENT_HOST_INSTALLED_DIR}/tools/flatbuffers/flatc${VCPKG_HOST_EXECUTABLE_SUFFIX}"
+)
+vcpkg_cmake_install()
+vcpkg_cmake_config_fixup(PACKAGE_NAME llmkv CONFIG_PATH lib/cmake/llmkv)
+vcpkg_fixup_pkgconfig()
+
+if("tools" IN_LIST FEATURES)
+    vcpkg_copy_tools(TOOL_NAMES llmkv AUTO_CLEAN)
+endif()
+
+file(REMOVE_RECURSE
+    "${CURRENT_PACKAGES_DIR}/debug/include"
+    "${CURRENT_PACKAGES_DIR}/debug/share")
+
+file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
+# The source tree carries no license file yet (see README.md of this port).
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/packaging/debian/copyright")
