@@ -5,7 +5,8 @@ PKGS=(build-essential cmake ninja-build pkg-config python3 python3-pip
       libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev libcmocka-dev libbenchmark-dev
       libmimalloc-dev libflatbuffers-dev flatbuffers-compiler libcli11-dev nlohmann-json3-dev
       clang libclang-rt-14-dev
-      golang-go mono-mcs mono-devel nunit-console libnunit-cil-dev)
+      golang-go mono-mcs mono-devel nunit-console libnunit-cil-dev
+      dpkg-dev lintian debootstrap file)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

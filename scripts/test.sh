@@ -18,10 +18,13 @@ export LLMKV_GEMMA3_MODEL="$("$ROOT/scripts/fetch_model.sh" gemma3)"
 echo "== Release build and full test suite (C API, units, golden, CLI, the Go/Rust/C# bindings)" >&2
 # The CUDA module (when nvcc exists) for Ampere and Hopper only: the other architectures of a
 # default build compile the same sources.
-"$ROOT/scripts/build.sh" "$ROOT/build-test" -DLLMKV_CUDA_ARCHITECTURES="80-real;90-real"
+"$ROOT/scripts/build.sh" "$ROOT/build-test" -DLLMKV_CUDA_ARCHITECTURES="80-real;90-real" -DCMAKE_INSTALL_PREFIX=/usr
 ctest --test-dir "$ROOT/build-test" --output-on-failure -j "$JOBS"
 echo "== CUDA kernel resources for sm_90 (ptxas -v; fails if a hot kernel spills; skipped without the CUDA module)" >&2
 CUDA_RESOURCE_ARCHS="${CUDA_RESOURCE_ARCHS:-90}" JOBS="$JOBS" "$ROOT/tools/cuda-resources.sh" "$ROOT/build-test"
+echo "== Debian packages from the built tree (cpack, lintian, versions, shlibdeps); clean-system install (debootstrap, apt) with both consumers, then purge" >&2
+"$ROOT/scripts/package_deb.sh" "$ROOT/build-test" "$ROOT/build-test/debs"
+"$ROOT/scripts/package_install_test.sh" "$ROOT/build-test/debs" "$LLMKV_MODEL"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (with fault injection, inert until a test arms it)" >&2
 GEN=()
