@@ -666,7 +666,7 @@ TEST_F(EngineTest, ACraftedSnapshotDoesNotPoisonTheSharedPrefixCache) {
 
     // A host that trusts its files opts in: the loaded blocks serve the cache.
     e = make_engine();
-    EXPECT_EQ(llmkv_prefix_load_ex(e, honest.c_str(), 0x2u, &loaded), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(llmkv_prefix_load_ex(e, honest.c_str(), 0x4u, &loaded), LLMKV_ERR_INVALID_ARGUMENT);
     ASSERT_EQ(llmkv_prefix_load_ex(e, honest.c_str(), LLMKV_PREFIX_LOAD_SHARE, &loaded), LLMKV_OK);
     std::vector<int32_t> real_victim = real;
     real_victim.insert(real_victim.end(), suffix.begin(), suffix.end());
