@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_packed.h"
 #include "common/half.h"
 
 namespace {
@@ -36,9 +37,20 @@ inline uint64_t next_u64() {
 }
 
 // A weight matrix with random payload and small, finite fp16 scales (no NaN/Inf/denormals).
+// Q4_0 / Q4_1 / Q8_0 carry their packed copy, as the engine's weights do (CpuBackend).
 struct OwnedMatrix {
     std::vector<uint8_t> bytes;
     WeightMatrix w;
+    std::shared_ptr<llmkv::cpu::PackedWeights> packed;
+    void repoint() {
+        w.data = bytes.data();
+        w.packed = nullptr;
+        packed.reset();
+        if (llmkv::cpu::is_packed_type(w.type)) {
+            packed = std::make_shared<llmkv::cpu::PackedWeights>(w);
+            w.packed = packed->data();
+        }
+    }
 };
 
 // Byte offsets of the fp16 factors inside a block of the lane formats.
@@ -109,6 +121,7 @@ OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
         }
     }
     m.w = WeightMatrix{t, m.bytes.data(), rows, cols, row_bytes};
+    m.repoint();
     return m;
 }
 
@@ -221,7 +234,7 @@ void BM_Format(benchmark::State &state) {
     copies.push_back(make_matrix(t, rows, cols));
     while (double(copies.size()) * double(copies[0].bytes.size()) < 128e6) {
         copies.push_back(copies[0]);
-        copies.back().w.data = copies.back().bytes.data();
+        copies.back().repoint();
     }
     std::vector<float> x = make_x(n, cols), y(size_t(n * rows));
     MatmulScratch scratch;

@@ -17,6 +17,9 @@ struct WeightMatrix {
     int64_t rows;  // output features
     int64_t cols;  // input features = GGUF dims[0]
     size_t row_bytes;
+    // Optional backend-specific copy of the same values in the layout its kernels read (the
+    // CPU backend's packed Q4_0 / Q4_1 / Q8_0, backend/cpu/matmul_packed.h); null: none.
+    const void *packed = nullptr;
 };
 
 // Decodes n elements (a multiple of the type's block size) to f32 in plain scalar code:

@@ -121,8 +121,30 @@ void CpuBackend::rms_norm(Tensor x, const float *weight, float eps, Tensor out) 
     });
 }
 
+void CpuBackend::load_weights(const WeightSet &weights) {
+    // Q4_0 / Q4_1 / Q8_0 matrices get the packed copy their kernels read (matmul_packed.h);
+    // the mapped file then serves only embedding rows. A matrix listed twice is packed once.
+    for (const WeightMatrix *w : weights.matrices) {
+        if (!w || !cpu::is_packed_type(w->type) || w->rows == 0) continue;
+        const PackedKey key{w->data, w->rows};
+        if (packed_.count(key)) continue;
+        cpu::PackedWeights p(*w, &pool_);
+        packed_bytes_ += p.bytes();
+        packed_.emplace(key, std::move(p));
+    }
+}
+
+WeightMatrix CpuBackend::with_packed(const WeightMatrix &w) const {
+    WeightMatrix r = w;
+    if (!r.packed && cpu::is_packed_type(w.type)) {
+        auto it = packed_.find(PackedKey{w.data, w.rows});
+        if (it != packed_.end()) r.packed = it->second.data();
+    }
+    return r;
+}
+
 void CpuBackend::matmul(const WeightMatrix &w, Tensor x, Tensor y) {
-    cpu::matmul(w, rows(x), x.cols, x.rows, rows(y), y.cols, pool_, matmul_scratch_);
+    cpu::matmul(with_packed(w), rows(x), x.cols, x.rows, rows(y), y.cols, pool_, matmul_scratch_);
 }
 
 void CpuBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &r) {
@@ -262,7 +284,7 @@ void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
 }
 
 void CpuBackend::logits(const WeightMatrix &w, Tensor x, float *host) {
-    cpu::matmul(w, rows(x), x.cols, x.rows, host, w.rows, pool_, matmul_scratch_);
+    cpu::matmul(with_packed(w), rows(x), x.cols, x.rows, host, w.rows, pool_, matmul_scratch_);
 }
 
 std::unique_ptr<KvTransferQueue> CpuBackend::make_transfer_queue(bool async) {
@@ -277,6 +299,7 @@ Backend::MemoryUsage CpuBackend::memory_usage() const {
     MemoryUsage m;
     m.kv = uint64_t(cache_.sealed_pool().n_total()) * cache_.sealed_pool().block_bytes() +
            uint64_t(cache_.tail_pool().n_total()) * cache_.tail_pool().block_bytes();
+    m.weights = packed_bytes_;
     m.other = buffer_bytes_;
     return m;
 }

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_packed.h"
 #include "common/thread_pool.h"
 
 namespace llmkv {
@@ -21,10 +23,10 @@ public:
 
     const char *name() const override { return "cpu"; }
     std::string device_name() const override { return cpu::matmul_kernel_name(); }
-    std::string kernel_id() const override { return cpu::matmul_kernel_name(); }
+    std::string kernel_id() const override { return cpu::matmul_kernel_id(); }
     llmkv_backend kind() const override { return LLMKV_BACKEND_CPU; }
 
-    void load_weights(const WeightSet &) override {}
+    void load_weights(const WeightSet &weights) override;
     Tensor alloc(uint32_t rows, uint32_t cols) override;
     const KvGeometry &kv_geometry() const override { return cache_.geometry(); }
 
@@ -52,6 +54,8 @@ public:
     MemoryUsage memory_usage() const override;
 
 private:
+    // w with its packed copy when load_weights made one.
+    WeightMatrix with_packed(const WeightMatrix &w) const;
     void write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim);
 
     KvCache &cache_;
@@ -59,6 +63,19 @@ private:
     std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
     uint64_t buffer_bytes_ = 0;
     cpu::MatmulScratch matmul_scratch_;
+    // Packed copies of the Q4_0 / Q4_1 / Q8_0 matrices (load_weights), by data pointer and rows.
+    struct PackedKey {
+        const void *data;
+        int64_t rows;
+        bool operator==(const PackedKey &o) const { return data == o.data && rows == o.rows; }
+    };
+    struct PackedKeyHash {
+        size_t operator()(const PackedKey &k) const {
+            return std::hash<const void *>()(k.data) ^ (size_t(k.rows) * 0x9e3779b97f4a7c15ull);
+        }
+    };
+    std::unordered_map<PackedKey, cpu::PackedWeights, PackedKeyHash> packed_;
+    uint64_t packed_bytes_ = 0;
     cpu::AttentionScratch attention_scratch_;
     // The batch.
     const std::vector<ForwardSpan> *spans_ = nullptr;

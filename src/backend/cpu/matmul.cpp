@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/matmul_packed.h"
 #include "common/error.h"
 #include "common/half.h"
 
@@ -26,17 +27,26 @@ void MatmulScratch::Free::operator()(uint8_t *p) const {
     ::operator delete(p, std::align_val_t(64));
 }
 
-uint8_t *MatmulScratch::reserve(size_t bytes) {
-    if (bytes > capacity_ || !buf_) {
+void MatmulScratch::grow(std::unique_ptr<uint8_t, Free> &buf, size_t &capacity, size_t bytes) {
+    if (bytes > capacity || !buf) {
         size_t cap = std::max<size_t>(bytes, 4096);
-        cap = std::max(cap, capacity_ + capacity_ / 2);  // geometric growth
+        cap = std::max(cap, capacity + capacity / 2);  // geometric growth
         cap = (cap + 63) & ~size_t(63);
-        buf_.reset();
-        capacity_ = 0;
-        buf_.reset(static_cast<uint8_t *>(::operator new(cap, std::align_val_t(64))));
-        capacity_ = cap;
+        buf.reset();
+        capacity = 0;
+        buf.reset(static_cast<uint8_t *>(::operator new(cap, std::align_val_t(64))));
+        capacity = cap;
     }
+}
+
+uint8_t *MatmulScratch::reserve(size_t bytes) {
+    grow(buf_, capacity_, bytes);
     return buf_.get();
+}
+
+uint8_t *MatmulScratch::reserve_packed(size_t bytes) {
+    grow(packed_, packed_capacity_, bytes);
+    return packed_.get();
 }
 
 // ---- kernel family selection -------------------------------------------------------------------
@@ -94,6 +104,8 @@ const char *matmul_kernel_name() {
             return "portable";
     }
 }
+
+std::string matmul_kernel_id() { return std::string(matmul_kernel_name()) + "-r2"; }
 
 // ---- portable kernels --------------------------------------------------------------------------
 
@@ -440,7 +452,7 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
             // cvtps2dq gives INT32_MIN for NaN and out-of-range values; packs saturate to int8.
             const int32_t q32 =
                 v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
-            const int32_t q = std::clamp(q32, -128, 127);
+            const int32_t q = std::clamp(q32, -127, 127);
             qs[b * kQBlock + i] = int8_t(q);
             sum += q;
         }
@@ -527,9 +539,35 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     (void)family;
 #endif
 
+    const bool packed = is_packed_type(w.type);
+    if (packed) {
+        switch (family) {
+#if defined(LLMKV_MATMUL_HAVE_AVX2)
+            case MatmulKernel::kAvx512:
+                rows_fn = detail::packed_rows_avx512;
+                break;
+            case MatmulKernel::kAvx2:
+                rows_fn = detail::packed_rows_avx2;
+                break;
+#endif
+            default:
+                rows_fn = detail::packed_rows_portable;
+                break;
+        }
+    }
+
     MatmulJob job{};
     job.type = w.type;
     job.w = static_cast<const uint8_t *>(w.data);
+    if (packed) {
+        if (w.packed) {
+            job.w = static_cast<const uint8_t *>(w.packed);
+        } else {
+            uint8_t *p = scratch.reserve_packed(packed_bytes(w));
+            pack_weights(w, p, &pool);
+            job.w = p;
+        }
+    }
     job.row_bytes = w.row_bytes;
     job.rows = w.rows;
     job.cols = w.cols;
@@ -542,7 +580,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     const unsigned nt = pool.size();
     if (is_quantized(w.type)) {
         const int64_t nb = w.cols / kQBlock;
-        const bool sums = w.type == TensorType::Q4_1;
+        const bool sums = w.type == TensorType::Q4_1 && !packed;
         job.act_stride = detail::act_row_bytes(nb);
         uint8_t *act = scratch.reserve(job.act_stride * size_t(n_tokens));
         job.act = act;
@@ -567,16 +605,9 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
                 quant_fn(x + i * ldx, nb, sums, act + size_t(i) * job.act_stride);
             }
         }
+        if (packed) detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-        // See q8_codes_avoid_minus_128: such calls (non-finite or subnormal-scaled
-        // activations only) take the AVX2 kernel so that the bits never depend on the family.
-        if (family == MatmulKernel::kAvx512 && w.type == TensorType::Q8_0 &&
-            !detail::q8_codes_avoid_minus_128(act, job.act_stride, n_tokens, nb)) {
-            rows_fn = detail::matmul_rows_avx2;
-        }
-        if (family == MatmulKernel::kAvx512 &&
-            (detail::is_lane_format(w.type) || w.type == TensorType::Q8_0 ||
-             w.type == TensorType::Q4_0)) {
+        if (family == MatmulKernel::kAvx512 && detail::is_lane_format(w.type)) {
             detail::lane_act_sums_avx512(w.type, act, job.act_stride, n_tokens, nb);
         }
 #endif

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/thread_pool.h"
 #include "model/tensor_type.h"
@@ -31,19 +32,27 @@ public:
     // Returns a 64-byte aligned buffer of at least `bytes` bytes (contents unspecified).
     uint8_t *reserve(size_t bytes);
     size_t capacity() const { return capacity_; }
+    // A second buffer, for weights packed on the fly (matmul of a packed type whose
+    // WeightMatrix has no packed copy: tests, one-off calls).
+    uint8_t *reserve_packed(size_t bytes);
 
 private:
     struct Free {
         void operator()(uint8_t *p) const;
     };
+    static void grow(std::unique_ptr<uint8_t, Free> &buf, size_t &capacity, size_t bytes);
     std::unique_ptr<uint8_t, Free> buf_;
     size_t capacity_ = 0;
+    std::unique_ptr<uint8_t, Free> packed_;
+    size_t packed_capacity_ = 0;
 };
 
 // Y (n_tokens, rows) = X (n_tokens, cols) * W^T. X is row-major f32 with row stride ldx
 // (elements), Y row-major with row stride ldy. For the quantized types cols must be a
 // multiple of the block (32, or 256 for the k-quants); every row of X is quantized once per call to q8 blocks of 32 and the dot
-// products are integer ones. Throws llmkv::Error on unsupported types or bad shapes.
+// products are integer ones. Q4_0, Q4_1 and Q8_0 are read from w.packed (matmul_packed.h),
+// or packed into the scratch first when w.packed is null (a full copy per call: give
+// long-lived matrices a PackedWeights). Throws llmkv::Error on unsupported types or bad shapes.
 void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens, float *y,
             int64_t ldy, ThreadPool &pool, MatmulScratch &scratch);
 
@@ -58,6 +67,11 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 
 // "avx512", "avx2" or "portable": the kernel family that matmul() uses now.
 const char *matmul_kernel_name();
+// What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
+// the arithmetic ("avx512-r2"). Revision 2: Q4_0 / Q4_1 / Q8_0 on packed weights
+// (matmul_packed.h), which changed their results; KV written by revision 1 is not bitwise what
+// this build computes, so its snapshots are refused unless loaded with "any kernel".
+std::string matmul_kernel_id();
 
 // Kernel family selection. kAuto (the default) uses AVX-512 when cpu_has_avx512_vnni(), else
 // AVX2 when cpu_has_avx2() (LLMKV_CPU_FEATURES=avx2 / =portable cap it, see cpu_features.h).

@@ -492,7 +492,8 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
         // packs interleave the 128-bit halves; the permute restores element order.
         const __m256i p =
             _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        const __m256i q = _mm256_permutevar8x32_epi32(p, order);
+        // Codes stay within -127..127 (only a NaN or out-of-range product packs to -128).
+        const __m256i q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, order), _mm256_set1_epi8(-127));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs + b * kQBlock), q);
         d[b] = db;
         if (with_sums) {
