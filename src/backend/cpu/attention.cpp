@@ -1,7 +1,8 @@
 // Paged attention on the CPU: per (span, query, head) a two-pass softmax over the visible
 // positions (all earlier ones, or the last `window` with a sliding window): sealed blocks
 // through the block table (read in their codec, rotated codecs via
-// H q and H applied once to the sealed V sum), then the session's fp16 window.
+// H q and H applied once to the sealed V sum), then the session's fp16 window. Long
+// contexts are cut into fixed-size partitions computed in parallel and combined in order.
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
@@ -158,7 +159,7 @@ LLMKV_PORTABLE_HEADS(axpy_rows_fp8_portable, axpy_fp8, uint8_t)
 LLMKV_PORTABLE_HEADS(axpy_rows_i4v_portable, axpy_i4v, uint8_t)
 #undef LLMKV_PORTABLE_HEADS
 
-void softmax_portable(float *x, uint32_t n, float scale) {  // x: f32 [n]
+float softmax_partial_portable(float *x, uint32_t n, float scale, float *max_out) {  // x: f32 [n]
     float max_score = -INFINITY;
     for (uint32_t t = 0; t < n; ++t) {
         x[t] *= scale;
@@ -169,6 +170,13 @@ void softmax_portable(float *x, uint32_t n, float scale) {  // x: f32 [n]
         x[t] = std::exp(x[t] - max_score);
         sum += x[t];
     }
+    *max_out = max_score;
+    return sum;
+}
+
+void softmax_portable(float *x, uint32_t n, float scale) {  // x: f32 [n]
+    float max_score;
+    const float sum = softmax_partial_portable(x, n, scale, &max_score);
     const float inv = 1.0f / sum;
     for (uint32_t t = 0; t < n; ++t) x[t] *= inv;
 }
@@ -190,6 +198,7 @@ bool use_avx2(uint32_t head_dim) {
 using RowsFn = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_t, uint32_t,
                         float *const *);
 using SoftmaxFn = void (*)(float *, uint32_t, float);
+using PartialSoftmaxFn = float (*)(float *, uint32_t, float, float *);
 
 template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t, float *const *)>
 void as_bytes(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d,
@@ -251,6 +260,14 @@ SoftmaxFn softmax_kernel(bool avx2) {
     return kernels::softmax_portable;
 }
 
+PartialSoftmaxFn partial_softmax_kernel(bool avx2) {
+#if defined(__x86_64__)
+    if (avx2) return kernels::softmax_partial_avx2;
+#endif
+    (void)avx2;
+    return kernels::softmax_partial_portable;
+}
+
 void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
     if (c.k.dtype != g.dtype_k || c.v.dtype != g.dtype_v) {
         fail(LLMKV_ERR_INTERNAL, "attention codecs %s/%s differ from the cache's %s/%s",
@@ -275,10 +292,6 @@ inline void prefetch_head(const uint8_t *p, size_t bytes) {  // p: one head, `by
 // Query heads one work item computes together (they share a K/V head).
 constexpr uint32_t kMaxItemHeads = 16;
 
-// Index of the span holding flattened item `item`, given prefix sums of items per span.
-size_t find_span(const std::vector<size_t> &offsets, size_t item) {
-    return size_t(std::upper_bound(offsets.begin(), offsets.end(), item) - offsets.begin()) - 1;
-}
 
 }  // namespace
 
@@ -287,6 +300,11 @@ float *AttentionScratch::scores(unsigned thread, size_t n) {
     auto &v = per_thread_[thread].scores;
     if (v.size() < n) v.resize(std::max(n, size_t(4096)));
     return v.data();
+}
+
+float *AttentionScratch::partials(size_t n) {
+    if (partials_.size() < n) partials_.resize(n);
+    return partials_.data();
 }
 
 float *AttentionScratch::work(unsigned thread, size_t n) {
@@ -331,63 +349,105 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
     const RowsFn score_window = score_kernel(LLMKV_KV_F16, avx2);
     const RowsFn accumulate_window = accumulate_kernel(LLMKV_KV_F16, avx2);
     const SoftmaxFn softmax = softmax_kernel(avx2);
+    const PartialSoftmaxFn softmax_partial = partial_softmax_kernel(avx2);
     const bool rotate_k = codecs.k.rotate, rotate_v = codecs.v.rotate;
     const size_t k_bytes = codec_head_bytes(codecs.k.dtype, KvRole::K, B, D);
     const size_t v_bytes = codec_head_bytes(codecs.v.dtype, KvRole::V, B, D);
+    const uint32_t P = attention_partition_tokens(B);  // positions per partition
 
-    // The output rows (span, query, head) are split evenly over the threads, as contiguous
-    // ranges; inside its range a thread computes the heads that share a K/V head together,
-    // so each sealed row is read and converted once for all of them. Kernels compute each
-    // head exactly the same way whatever heads come along, so neither the thread count nor
-    // the grouping changes a bit of the result.
-    std::vector<size_t> &offsets = scratch.span_offsets();
-    offsets.assign(n_spans + 1, 0);
-    size_t max_context = 0;
+    // Work units: (span, query, partition). A query's visible positions [lo, p] are read
+    // from `base` (the first block read, or lo when only the fp16 window is read) and cut
+    // into partitions [base + k P, base + (k + 1) P): fixed by the query's position and
+    // the window alone, never by the thread count or the batch. A query with one partition
+    // is computed as before partitions existed: one softmax, normalized weights, V summed
+    // straight into its output row. Otherwise each partition stores its max, sum of exp and
+    // unnormalized V sum per head, and a second pass combines them in partition order.
+    std::vector<AttentionScratch::Unit> &units = scratch.units();
+    units.clear();
+    size_t partial_floats = 0;  // f32 entries of the partial buffer
+    const size_t entry = size_t(D) + 2;  // one (head, partition) partial: o [D], m, l
     for (size_t s = 0; s < n_spans; ++s) {
-        offsets[s + 1] = offsets[s] + size_t(spans[s].n) * params.n_heads;
-        max_context = std::max<size_t>(max_context, spans[s].pos0 + spans[s].n);
+        for (uint32_t i = 0; i < spans[s].n; ++i) {
+            const uint32_t p = spans[s].pos0 + i;
+            const uint32_t n_sealed = g.sealed_blocks(p);
+            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
+            const uint32_t j_lo = std::min(lo / B, n_sealed);
+            const uint32_t base = j_lo < n_sealed ? j_lo * B : lo;
+            const uint32_t n_parts = (p + 1 - base + P - 1) / P;
+            for (uint32_t k = 0; k < n_parts; ++k) {
+                const uint32_t begin = std::max(base + k * P, lo), end = std::min(base + (k + 1) * P, p + 1);
+                units.push_back({uint32_t(s), i, k, n_parts, n_parts > 1 ? partial_floats : 0,
+                                 size_t(end - begin) + 32});
+            }
+            if (n_parts > 1) partial_floats += size_t(params.n_heads) * n_parts * entry;
+        }
     }
-    const size_t total = offsets[n_spans];
+    // Cost prefix sums over the units (cost ~ positions read, plus a fixed overhead).
+    std::vector<size_t> &cost = scratch.span_offsets();
+    cost.assign(units.size() + 1, 0);
+    for (size_t u = 0; u < units.size(); ++u) cost[u + 1] = cost[u] + units[u].cost;
+    const size_t total_cost = cost[units.size()];
+    float *partials = scratch.partials(partial_floats);  // [unit row][head][part][D + 2]
+
     const uint32_t item_heads = std::min(group, kMaxItemHeads);  // most heads computed together
     // Buffers are sized before the threads start (resizing is not thread-safe).
     for (unsigned t = 0; t < pool.size(); ++t) {
-        scratch.scores(t, item_heads * max_context);
+        scratch.scores(t, size_t(item_heads) * P);
         scratch.work(t, 2 * size_t(item_heads) * D);
     }
 
+    // Flattened rows (unit, head), split over the threads as contiguous ranges of about
+    // equal cost; inside its range a thread computes the heads that share a K/V head
+    // together, so each sealed row is read and converted once for all of them. Kernels
+    // compute each head exactly the same way whatever heads come along, so neither the
+    // thread count nor the grouping changes a bit of the result.
+    const uint32_t nq = params.n_heads;
+    auto split = [&](unsigned t, unsigned n_threads) -> size_t {  // first flattened row of thread t
+        if (t >= n_threads) return units.size() * nq;
+        const size_t target = size_t((unsigned __int128)total_cost * t / n_threads);
+        const size_t u = size_t(std::upper_bound(cost.begin(), cost.end(), target) - cost.begin()) - 1;
+        if (u >= units.size()) return units.size() * nq;
+        return u * nq + (target - cost[u]) * nq / units[u].cost;
+    };
+
     pool.run([&](unsigned thread, unsigned n_threads) {
-        size_t per = (total + n_threads - 1) / n_threads;
-        size_t begin = std::min(total, size_t(thread) * per);
-        size_t end = std::min(total, begin + per);
-        float *scores = scratch.scores(thread, item_heads * max_context);  // f32 [heads][max_context]
-        float *q_rot = scratch.work(thread, 2 * size_t(item_heads) * D);   // f32 [heads][D]: H q
-        float *v_rot = q_rot + size_t(item_heads) * D;                     // f32 [heads][D]: sum of H v
+        const size_t begin = split(thread, n_threads), end = split(thread + 1, n_threads);
+        float *scores = scratch.scores(thread, size_t(item_heads) * P);  // f32 [heads][P]
+        float *q_rot = scratch.work(thread, 2 * size_t(item_heads) * D);  // f32 [heads][D]: H q
+        float *v_rot = q_rot + size_t(item_heads) * D;                    // f32 [heads][D]: sum of H v
         const float *q[kMaxItemHeads];    // per head: q (unrotated)
         const float *q_k[kMaxItemHeads];  // per head: q in the sealed K domain
         const float *w[kMaxItemHeads];    // per head: softmax weights of the rows being read
         float *sc[kMaxItemHeads];         // per head: scores of the rows being read
         float *acc[kMaxItemHeads];        // per head: where the sealed V sum goes
-        float *out[kMaxItemHeads];        // per head: the output row
+        float *out[kMaxItemHeads];        // per head: the output row (or the partial's o)
         for (size_t row = begin; row < end;) {
-            size_t s = find_span(offsets, row);
-            const AttentionSpan &sp = spans[s];
-            uint32_t local = uint32_t(row - offsets[s]);
-            uint32_t i = local / params.n_heads;
-            uint32_t h0 = local % params.n_heads;
-            uint32_t kvh = h0 / group;
+            const AttentionScratch::Unit &un = units[row / nq];
+            const AttentionSpan &sp = spans[un.span];
+            const uint32_t i = un.query;
+            const uint32_t h0 = uint32_t(row % nq);
+            const uint32_t kvh = h0 / group;
             // heads [h0, h0 + nh): same K/V head, inside this thread's range
-            uint32_t nh = uint32_t(std::min<size_t>({end - row, (kvh + 1) * group - h0, item_heads}));
+            const uint32_t nh = uint32_t(std::min<size_t>({end - row, (kvh + 1) * group - h0, item_heads}));
             row += nh;
-            uint32_t p = sp.pos0 + i;
-            uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
+            const uint32_t p = sp.pos0 + i;
+            const uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
             // Visible positions [lo, p]; sealed blocks [j_lo, n_sealed) are read, the ones
             // before j_lo (wholly outside a sliding window) are never touched.
             const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
-            const uint32_t j_lo = std::min(lo / B, n_sealed);
-            const bool reads_sealed = j_lo < n_sealed;
+            const uint32_t j_lo0 = std::min(lo / B, n_sealed);
+            const uint32_t base = j_lo0 < n_sealed ? j_lo0 * B : lo;
+            // This unit's partition: positions [ps, pe) (ps a block boundary when blocks are read).
+            const uint32_t ps = base + un.part * P, pe = std::min(base + (un.part + 1) * P, p + 1);
+            const uint32_t vis = std::max(ps, lo);             // first visible position in it
+            const uint32_t j_lo = std::max(j_lo0, std::min(ps / B, n_sealed));
+            const uint32_t j_hi = std::min(n_sealed, std::max(j_lo, (pe + B - 1) / B));
+            const bool reads_sealed = j_lo < j_hi;
+            const bool single = un.n_parts == 1;
             for (uint32_t h = 0; h < nh; ++h) {
                 q[h] = sp.q + size_t(i) * params.q_stride + size_t(h0 + h) * D;
-                out[h] = sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D;
+                out[h] = single ? sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D
+                                : partials + un.partial + (size_t(h0 + h) * un.n_parts + un.part) * entry;
                 q_k[h] = q[h];
                 if (rotate_k && reads_sealed) {
                     float *r = q_rot + size_t(h) * D;
@@ -398,32 +458,39 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             }
             const size_t k_off = g.sealed_k_offset(params.layer, kvh);
             const size_t v_off = g.sealed_v_offset(params.layer, kvh);
+            // scores of position x of this partition: scores[h * P + (x - ps)]
 
             // Scores: sealed blocks in their codec, then the fp16 window.
-            for (uint32_t j = j_lo; j < std::min(n_sealed, j_lo + kPrefetchBlocks); ++j) {
+            for (uint32_t j = j_lo; j < std::min(j_hi, j_lo + kPrefetchBlocks); ++j) {
                 prefetch_head(sp.block(cache, params.layer, j) + k_off, k_bytes);
             }
-            for (uint32_t j = j_lo; j < n_sealed; ++j) {
-                if (j + kPrefetchBlocks < n_sealed) {
+            for (uint32_t j = j_lo; j < j_hi; ++j) {
+                if (j + kPrefetchBlocks < j_hi) {
                     prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + k_off, k_bytes);
                 }
-                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + size_t(j) * B;
+                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
                 score_k(nh, q_k, sp.block(cache, params.layer, j) + k_off, B, D, sc);
             }
-            const uint32_t first = std::max(n_sealed * B, lo);  // first position read from the window
-            const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity +
-                                                (first - sp.window_start)) * D;
-            const uint16_t *wv = sp.window_v + (size_t(kvh) * sp.window_capacity +
-                                                (first - sp.window_start)) * D;
-            const uint32_t n_window = p - first + 1;
-            for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * max_context + first;
-            score_window(nh, q, reinterpret_cast<const uint8_t *>(wk), n_window, D, sc);
+            // Window rows of this partition: [first, pe), possibly none.
+            const uint32_t first = std::max({n_sealed * B, lo, ps});
+            const uint32_t n_window = pe > first ? pe - first : 0;
+            const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
+            const uint16_t *wv = sp.window_v + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
+            if (n_window > 0) {
+                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P + (first - ps);
+                score_window(nh, q, reinterpret_cast<const uint8_t *>(wk), n_window, D, sc);
+            }
 
             for (uint32_t h = 0; h < nh; ++h) {
-                float *s_h = scores + size_t(h) * max_context;
-                softmax(s_h + lo, p + 1 - lo, params.scale);
+                float *s_h = scores + size_t(h) * P;
+                if (single) {
+                    softmax(s_h + (vis - ps), pe - vis, params.scale);
+                } else {
+                    float *ml = out[h] + D;  // m, l after the partial's o
+                    ml[1] = softmax_partial(s_h + (vis - ps), pe - vis, params.scale, &ml[0]);
+                }
                 // Rows of the first sealed block read that lie before the window weigh 0.
-                if (reads_sealed) std::fill(s_h + size_t(j_lo) * B, s_h + lo, 0.0f);
+                if (reads_sealed) std::fill(s_h, s_h + (vis - ps), 0.0f);
             }
 
             // Sealed V: straight into out, or into the rotated sums that H maps back.
@@ -432,14 +499,14 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 acc[h] = rotated ? v_rot + size_t(h) * D : out[h];
                 std::memset(acc[h], 0, D * sizeof(float));
             }
-            for (uint32_t j = j_lo; j < std::min(n_sealed, j_lo + kPrefetchBlocks); ++j) {
+            for (uint32_t j = j_lo; j < std::min(j_hi, j_lo + kPrefetchBlocks); ++j) {
                 prefetch_head(sp.block(cache, params.layer, j) + v_off, v_bytes);
             }
-            for (uint32_t j = j_lo; j < n_sealed; ++j) {
-                if (j + kPrefetchBlocks < n_sealed) {
+            for (uint32_t j = j_lo; j < j_hi; ++j) {
+                if (j + kPrefetchBlocks < j_hi) {
                     prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + v_off, v_bytes);
                 }
-                for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * max_context + size_t(j) * B;
+                for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
                 accumulate_v(nh, w, sp.block(cache, params.layer, j) + v_off, B, D, acc);
             }
             if (rotated) {
@@ -448,10 +515,49 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                     std::memcpy(out[h], acc[h], D * sizeof(float));
                 }
             }
-            for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * max_context + first;
-            accumulate_window(nh, w, reinterpret_cast<const uint8_t *>(wv), n_window, D, out);
+            if (n_window > 0) {
+                for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * P + (first - ps);
+                accumulate_window(nh, w, reinterpret_cast<const uint8_t *>(wv), n_window, D, out);
+            }
         }
     });
+
+    if (partial_floats == 0) return;
+    // Combine the partitions of each multi-partition (query, head), in partition order:
+    // M = max_k m_k, c_k = exp(m_k - M), out = (sum_k c_k o_k) / (sum_k c_k l_k).
+    // The first unit of each such query carries the offset of its partials.
+    std::vector<size_t> &firsts = scratch.combine_units();
+    firsts.clear();
+    for (size_t u = 0; u < units.size(); ++u) {
+        if (units[u].n_parts > 1 && units[u].part == 0) firsts.push_back(u);
+    }
+    const size_t n_rows = firsts.size() * nq;
+    auto combine = [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+            const AttentionScratch::Unit &un = units[firsts[r / nq]];
+            const uint32_t h = uint32_t(r % nq);
+            const AttentionSpan &sp = spans[un.span];
+            const float *part = partials + un.partial + size_t(h) * un.n_parts * entry;
+            float *o = sp.out + size_t(un.query) * params.out_stride + size_t(h) * D;
+            float m = -INFINITY;
+            for (uint32_t k = 0; k < un.n_parts; ++k) m = std::max(m, part[k * entry + D]);
+            float l = 0.0f;
+            std::memset(o, 0, D * sizeof(float));
+            for (uint32_t k = 0; k < un.n_parts; ++k) {
+                const float *pk = part + k * entry;
+                const float c = std::exp(pk[D] - m);
+                l += c * pk[D + 1];
+                for (uint32_t d = 0; d < D; ++d) o[d] += c * pk[d];
+            }
+            const float inv = 1.0f / l;
+            for (uint32_t d = 0; d < D; ++d) o[d] *= inv;
+        }
+    };
+    if (n_rows * entry < 4096 || pool.size() == 1) {
+        combine(0, n_rows);
+    } else {
+        pool.parallel_for(n_rows, 1, combine);
+    }
 }
 
 void paged_attention_reference(KvCache &cache, const AttentionParams &params,

@@ -53,13 +53,33 @@ struct AttentionCodecs {
 // The codecs of a cache: dtype_k / dtype_v and, once KvGeometry has them, rotate_k / rotate_v.
 inline AttentionCodecs attention_codecs(const KvGeometry &g) { return {codec_spec_k(g), codec_spec_v(g)}; }
 
-// Reusable per-thread buffers (grown only when a longer context or head_dim appears), so
-// paged_attention allocates nothing once warm.
+// Context partitions: a query's visible positions are cut into partitions of this many
+// positions (a whole number of blocks, counted from the first block the query reads), each
+// computed as one work item; a query with more than one is combined from the partitions'
+// max / sum of exp / unnormalized V sums in partition order. The size depends on the block
+// size only, never on the thread count or the batch, so results do not either.
+constexpr uint32_t kAttentionPartitionTokens = 1024;
+inline uint32_t attention_partition_tokens(uint32_t block_tokens) {
+    const uint32_t blocks = kAttentionPartitionTokens / block_tokens;
+    return (blocks > 0 ? blocks : 1) * block_tokens;
+}
+
+// Reusable buffers (grown only when a longer context, a larger batch or head_dim appears),
+// so paged_attention allocates nothing once warm.
 class AttentionScratch {
 public:
-    float *scores(unsigned thread, size_t n);  // f32 [n]: one score per visible position
+    // One work unit of paged_attention: one partition of one query of one span, all heads.
+    struct Unit {
+        uint32_t span, query, part, n_parts;
+        size_t partial;  // multi-partition queries: offset of the query's partials (floats)
+        size_t cost;     // positions read plus a fixed overhead (for splitting the work)
+    };
+    float *scores(unsigned thread, size_t n);  // f32 [n]: one score per position of a partition
     float *work(unsigned thread, size_t n);    // f32 [n]: rotated q, rotated V sum
+    float *partials(size_t n);                 // f32 [n]: per-partition results, shared
     std::vector<size_t> &span_offsets() { return offsets_; }
+    std::vector<Unit> &units() { return units_; }
+    std::vector<size_t> &combine_units() { return combine_; }
 
 private:
     struct PerThread {
@@ -68,11 +88,15 @@ private:
     };
     std::vector<PerThread> per_thread_;
     std::vector<size_t> offsets_;
+    std::vector<Unit> units_;
+    std::vector<size_t> combine_;
+    std::vector<float> partials_;
 };
 
 // Causal attention for every (span, query, head) over sealed blocks in the cache's codecs
-// (attention_codecs(cache.geometry())). Each output row is computed by one thread in a
-// fixed order, so results do not depend on batching or thread count.
+// (attention_codecs(cache.geometry())). Each (query, head, context partition) is computed
+// by one thread in a fixed order and partitions are combined in a fixed order, so results
+// do not depend on batching or thread count.
 void paged_attention(KvCache &cache, const AttentionParams &params, const AttentionSpan *spans,
                      size_t n_spans, ThreadPool &pool, AttentionScratch &scratch);
 // Same with the codecs given explicitly (their dtypes must be the geometry's; the rotation

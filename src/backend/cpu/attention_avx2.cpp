@@ -468,7 +468,7 @@ void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head,
     });
 }
 
-void softmax_avx2(float *x, uint32_t n, float scale) {  // x: f32 [n]
+float softmax_partial_avx2(float *x, uint32_t n, float scale, float *max_out) {  // x: f32 [n]
     const __m256 sc = _mm256_set1_ps(scale);
     __m256 mx = _mm256_set1_ps(-INFINITY);
     uint32_t i = 0;
@@ -502,6 +502,14 @@ void softmax_avx2(float *x, uint32_t n, float scale) {  // x: f32 [n]
             total += x[k];
         }
     }
+    *max_out = m;
+    return total;
+}
+
+void softmax_avx2(float *x, uint32_t n, float scale) {  // x: f32 [n]
+    float m;
+    const float total = softmax_partial_avx2(x, n, scale, &m);
+    uint32_t i;
     const __m256 inv = _mm256_set1_ps(1.0f / total);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= 1.0f / total;

@@ -49,6 +49,10 @@ void axpy_rows_i4v_portable(uint32_t nh, const float *const *w, const uint8_t *h
 
 // ---- softmax: x <- softmax(scale * x) over n values (x: f32 [n], n >= 1) ----------------
 void softmax_portable(float *x, uint32_t n, float scale);
+// Unnormalized form for one context partition: x <- exp(scale * x - m) with m = max(scale * x);
+// stores m in *max_out and returns sum(x). softmax_* is this followed by x *= 1 / sum (the
+// same operations, so the two agree bit for bit up to the final scaling).
+float softmax_partial_portable(float *x, uint32_t n, float scale, float *max_out);
 
 #if defined(__x86_64__)
 // Same contracts; require d % 8 == 0 (d % 16 == 0 for int4) and cpu_has_avx2().
@@ -75,6 +79,7 @@ void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head,
 // exp via range reduction and a degree-7 polynomial (within 2 ulp of expf for the
 // arguments softmax produces; below -87 it returns ~1.6e-38 instead of 0).
 void softmax_avx2(float *x, uint32_t n, float scale);
+float softmax_partial_avx2(float *x, uint32_t n, float scale, float *max_out);
 // dst[i] = fp16(src[i]) for i < n, round to nearest even (n % 8 == 0).
 void f32_to_f16_avx2(const float *src, uint16_t *dst, uint32_t n);
 #endif
