@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,10 @@ struct WeightSet {
         uint32_t n;
     };
     std::vector<Vector> vectors;
+    // Optional: a backend calls it for the bytes of a matrix it has copied into its own layout
+    // and will not read in place again, so that the model file's pages can leave the resident
+    // set (GgufFile::release_pages). Null: nothing to release.
+    std::function<void(const void *data, size_t bytes)> release;
 };
 
 class Backend {

@@ -342,6 +342,19 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path) {
     return f;
 }
 
+void GgufFile::release_pages(const void *p, size_t n) const {
+    if (!mapping_ || !p || n == 0) return;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(data_), hi = lo + size_;
+    uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + n;
+    if (b < lo || e > hi || e < b) return;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    b = (b + page - 1) & ~(page - 1);
+    e &= ~(page - 1);
+    // A private read-only file mapping: the pages were never written, so dropping them loses
+    // nothing. Advice only: a failure changes nothing that matters.
+    if (e > b) (void)::madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED);
+}
+
 std::unique_ptr<GgufFile> GgufFile::from_memory(const void *data, size_t size) {
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->data_ = static_cast<const uint8_t *>(data);

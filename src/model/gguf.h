@@ -107,6 +107,11 @@ public:
     uint32_t version() const { return version_; }
     size_t file_size() const { return size_; }
     const uint8_t *data() const { return data_; }
+    // Drops the whole pages of the mapped file inside [p, p + n) from the process's resident
+    // set (they are read from the file again if touched): for tensors a backend has copied
+    // into its own layout. Does nothing for a file in caller memory (from_memory) or for a
+    // range outside the file.
+    void release_pages(const void *p, size_t n) const;
     uint32_t alignment() const { return alignment_; }
     // Byte offset of the tensor data section (aligned end of the tensor infos). May equal or
     // exceed file_size() only when there are no tensors.

@@ -258,32 +258,27 @@ TEST_F(Avx512, BitwiseEqualToAvx2DegenerateActivations) {
     }
 }
 
-// The scan that sends Q8_0 calls with code -128 to AVX2 sees such a code wherever it is.
-TEST_F(Avx512, MinusOneTwentyEightScanFindsEveryPosition) {
+// The packed Q8_0 kernels rely on activation codes in -127..127 (AVX2's vpsignb would wrap
+// -(-128)): both quantizers clamp there, for NaN, infinities and subnormal scales too.
+TEST_F(Avx512, ActivationCodesNeverMinus128) {
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-    SKIP_WITHOUT_AVX512();
-    for (int64_t nb : {1, 2, 3, 18, 48}) {
-        const size_t stride = detail::act_row_bytes(nb);
-        std::vector<uint8_t> act(stride * 3, 0);
-        for (size_t i = 0; i < act.size(); ++i) act[i] = uint8_t(i * 37 % 255);  // never 0x80?
-        for (int64_t t = 0; t < 3; ++t) {
-            for (int64_t i = 0; i < nb * 32; ++i) {
-                uint8_t &q = act[size_t(t) * stride + size_t(i)];
-                if (q == 0x80) q = 0x81;
-            }
-        }
-        // Scale and sum bytes after the codes may hold 0x80: they must not count.
-        for (int64_t t = 0; t < 3; ++t) act[size_t(t) * stride + size_t(nb) * 32] = 0x80;
-        ASSERT_TRUE(detail::q8_codes_avoid_minus_128(act.data(), stride, 3, nb));
-        for (int64_t t = 0; t < 3; ++t) {
-            for (int64_t i = 0; i < nb * 32; ++i) {
-                uint8_t &q = act[size_t(t) * stride + size_t(i)];
-                const uint8_t keep = q;
-                q = 0x80;
-                ASSERT_FALSE(detail::q8_codes_avoid_minus_128(act.data(), stride, 3, nb))
-                    << "nb " << nb << " token " << t << " code " << i;
-                q = keep;
-            }
+    if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t nb = 6;
+    std::vector<float> x(size_t(nb * 32), 1.0f);
+    x[3] = std::numeric_limits<float>::quiet_NaN();
+    x[40] = std::numeric_limits<float>::infinity();
+    x[70] = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < 32; ++i) x[size_t(96 + i)] = (i % 2 ? -1 : 1) * 1e-44f * float(i + 1);
+    for (int i = 0; i < 32; ++i) x[size_t(128 + i)] = -3.0e38f;
+    for (int i = 0; i < 32; ++i) x[size_t(160 + i)] = i == 5 ? -1.0f : 0.0f;
+    for (bool sums : {false, true}) {
+        std::vector<uint8_t> a(detail::act_row_bytes(nb)), b(detail::act_row_bytes(nb));
+        detail::quantize_act_row_avx2(x.data(), nb, sums, a.data());
+        detail::quantize_act_row_portable(x.data(), nb, sums, b.data());
+        for (int64_t i = 0; i < nb * 32; ++i) {
+            ASSERT_NE(detail::act_qs(a.data())[i], -128) << "avx2, element " << i;
+            ASSERT_NE(detail::act_qs(b.data())[i], -128) << "portable, element " << i;
+            ASSERT_EQ(detail::act_qs(a.data())[i], detail::act_qs(b.data())[i]) << "element " << i;
         }
     }
 #else

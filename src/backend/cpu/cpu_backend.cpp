@@ -131,6 +131,9 @@ void CpuBackend::load_weights(const WeightSet &weights) {
         cpu::PackedWeights p(*w, &pool_);
         packed_bytes_ += p.bytes();
         packed_.emplace(key, std::move(p));
+        // The matmuls read only the copy now; embed() still reads rows of a tied embedding in
+        // place, and those pages come back from the file as they are touched.
+        if (weights.release) weights.release(w->data, size_t(w->rows) * w->row_bytes);
     }
 }
 

@@ -145,64 +145,6 @@ bool is_quantized(TensorType t) {
            is_lane_format(t);
 }
 
-// Dot products of one weight row with one X row. They are deliberately not inlined: every
-// output element is computed by this one copy of the code, so the result cannot depend on
-// how a caller's loops were unrolled or contracted.
-__attribute__((noinline)) float dot_q8_0(const uint8_t *w, const uint8_t *act, int64_t nb) {
-    const int8_t *xq = act_qs(act);
-    const float *xd = act_d(act, nb);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 34;
-        const int8_t *q = reinterpret_cast<const int8_t *>(blk + 2);
-        const int8_t *x = xq + b * kQBlock;
-        int32_t isum = 0;
-        // Products fit in int16 (|q x| <= 128 * 127); saying so lets compilers vectorize.
-#pragma GCC unroll 1
-        for (int i = 0; i < 32; ++i) isum += int16_t(q[i] * x[i]);
-        acc += (load_f16(blk) * xd[b]) * float(isum);
-    }
-    return acc;
-}
-
-__attribute__((noinline)) float dot_q4_0(const uint8_t *w, const uint8_t *act, int64_t nb) {
-    const int8_t *xq = act_qs(act);
-    const float *xd = act_d(act, nb);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 18;
-        const uint8_t *q = blk + 2;
-        const int8_t *x = xq + b * kQBlock;
-        // (n - 8) . x = n . x - 8 * sum(x), in exact integers; each pair of nibble products
-        // fits in int16 (2 * 15 * 128), which lets compilers vectorize.
-        int32_t isum = 0, xsum = 0;
-#pragma GCC unroll 1
-        for (int i = 0; i < 16; ++i) isum += int16_t((q[i] & 15) * x[i] + (q[i] >> 4) * x[i + 16]);
-        for (int i = 0; i < 32; ++i) xsum += x[i];
-        isum -= 8 * xsum;
-        acc += (load_f16(blk) * xd[b]) * float(isum);
-    }
-    return acc;
-}
-
-__attribute__((noinline)) float dot_q4_1(const uint8_t *w, const uint8_t *act, int64_t nb) {
-    const int8_t *xq = act_qs(act);
-    const float *xd = act_d(act, nb);
-    const float *xs = act_s(act, nb);
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + b * 20;
-        const uint8_t *q = blk + 4;
-        const int8_t *x = xq + b * kQBlock;
-        int32_t isum = 0;  // pairs of nibble products fit in int16 (see dot_q4_0)
-#pragma GCC unroll 1
-        for (int i = 0; i < 16; ++i) isum += int16_t((q[i] & 15) * x[i] + (q[i] >> 4) * x[i + 16]);
-        acc += (load_f16(blk) * xd[b]) * float(isum);
-        acc += load_f16(blk + 2) * xs[b];
-    }
-    return acc;
-}
-
 // ---- lane formats (matmul.h): exact integer lane parts, then the documented float steps -----
 
 // One unit (a 32-block, or a k-quant super-block) decoded to integers: codes u (unsigned
@@ -306,6 +248,9 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
     }
 }
 
+// Dot products of one weight row with one X row. They are deliberately not inlined: every
+// output element is computed by this one copy of the code, so the result cannot depend on
+// how a caller's loops were unrolled or contracted.
 __attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const uint8_t *act,
                                           int64_t nb) {
     const int8_t *xq = act_qs(act);
@@ -391,16 +336,9 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
     switch (job.type) {
         case TensorType::Q8_0:
-            rows_loop(job, r0, r1,
-                      [&](const uint8_t *w, int64_t t) { return dot_q8_0(w, act(t), nb); });
-            return;
         case TensorType::Q4_0:
-            rows_loop(job, r0, r1,
-                      [&](const uint8_t *w, int64_t t) { return dot_q4_0(w, act(t), nb); });
-            return;
         case TensorType::Q4_1:
-            rows_loop(job, r0, r1,
-                      [&](const uint8_t *w, int64_t t) { return dot_q4_1(w, act(t), nb); });
+            packed_rows_portable(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::F32:
             rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {

@@ -90,15 +90,16 @@ namespace detail {
 inline constexpr int64_t kQBlock = 32;
 
 // Quantized activations of one X row with nb blocks, at `base`:
-//   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), |q| <= 127
+//   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), clamped to -127..127
 //   float d[nb]         d = max|x| / 127 over the block (f32 division)
 //   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
 //                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
-//   int32/float s[nb * 8]  AVX-512 kernels, lane formats, Q8_0 and Q4_0 (lane_act_sums_avx512),
+//   int32/float s[nb * 8]  AVX-512 kernels, lane formats (lane_act_sums_avx512),
 //                       with S = sum(qs[b * 32 + 4i .. 4i + 3]): float(S) in s[b * 8 + i] for
 //                       the lane formats with a min, else the int32 -o * S (o of matmul.h;
-//                       IQ4_NL and Q8_0: 128, Q4_0: 8)
+//                       IQ4_NL: 128)
+//   int32/float s[nb]   packed types (packed_act_terms, matmul_packed.h)
 // s is only filled for those. Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
     size_t bytes = size_t(nb) * (kQBlock + 4 + 8 * 4);
@@ -192,18 +193,13 @@ void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n
 
 // Defined in matmul_avx512.cpp; only called when cpu_has_avx512_vnni() (and activations
 // quantized by quantize_act_row_avx2, their s filled by lane_act_sums_avx512 for the lane
-// formats, Q8_0 and Q4_0). Quantized types on the AVX-512 kernels, float types forwarded to
-// matmul_rows_avx2.
+// formats). Lane formats on the AVX-512 kernels, Q8_0 / Q4_0 / Q4_1 forwarded to
+// packed_rows_avx512 (job.w packed), float types to matmul_rows_avx2.
 void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1);
-// True when no activation code of the n_tokens rows is -128. The AVX-512 Q8_0 kernel equals
-// the AVX2 one only then (the AVX2 kernel's vpsignb wraps -(-128)); matmul() runs other Q8_0
-// calls on AVX2.
-// Fills s of the n_tokens activation rows (codes from quantize_act_row_avx2) for a lane format,
-// Q8_0 or Q4_0 `type`, as the layout above says; matmul() calls it before the AVX-512 lane kernels run.
+// Fills s of the n_tokens activation rows (codes from quantize_act_row_avx2) for a lane format
+// `type`, as the layout above says; matmul() calls it before the AVX-512 lane kernels run.
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb);
-bool q8_codes_avoid_minus_128(const uint8_t *act, size_t act_stride, int64_t n_tokens,
-                              int64_t nb);
 #endif
 
 }  // namespace detail

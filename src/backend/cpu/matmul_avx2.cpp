@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for Q8_0/Q4_0/Q4_1 weights and the lane formats (Q5_0, Q5_1,
-// IQ4_NL, Q2_K..Q6_K, following the steps matmul.h lists), FMA dot products for F32/F16/BF16,
-// and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
+// products (maddubs + madd) for the lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, following
+// the steps matmul.h lists; Q8_0/Q4_0/Q4_1 are matmul_packed_avx2.cpp's), FMA dot products for
+// F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_lane_simd.h"
+#include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
@@ -53,93 +54,6 @@ inline __m256i unpack_nibbles(const uint8_t *q) {
 
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
-
-// Per output element (r, t) and block b the kernels perform, lane-wise and in this order:
-//   p    = int32x8 block dot product of the weight and activation codes   (exact)
-//   sc   = d_w * d_x                                                       (one rounding)
-//   acc  = fma(sc, float(p), acc)
-//   acc  = fma([d_w, m_w, ...], s_x[8 lanes], acc)  s_x: 0 in even lanes   (Q4_1 only)
-// and finally Y = hsum(acc). Loads, broadcasts and tile shapes vary; these values do not.
-template <TensorType kType, int R, int T>
-void qtile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
-           float *y, int64_t ldy, const uint8_t *pf) {
-    constexpr size_t kBB = kBlockBytes<kType>;
-    const int8_t *xq[T];
-    const float *xd[T];
-    const float *xs[T];
-    for (int t = 0; t < T; ++t) {
-        const uint8_t *a = act + size_t(t) * act_stride;
-        xq[t] = act_qs(a);
-        xd[t] = act_d(a, nb);
-        xs[t] = act_s(a, nb);
-    }
-    __m256 acc[R][T];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; ++b) {
-        if (pf) prefetch_step<R * kBB>(pf + size_t(b) * (R * kBB));
-        __m256i xv[T];
-        __m256 dx[T];
-        __m256i corr[T];  // Q4_0: 8 * (x_2i + x_2i+1), so that (n - 8) . x = n . x - corr
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) {
-            xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
-            dx[t] = _mm256_broadcast_ss(xd[t] + b);
-            if constexpr (kType == TensorType::Q4_0) {
-                corr[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv[t]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-            const uint8_t *blk = w + size_t(r) * row_bytes + size_t(b) * kBB;
-            __m256i wq;
-            __m256 dw, dm = _mm256_setzero_ps();
-            if constexpr (kType == TensorType::Q4_1) {
-                // [d, m] pairs broadcast, converted: even lanes d, odd lanes m. The activation
-                // sums s_x are zero in the even lanes, so fma(dm, s_x, acc) adds m * s_x only.
-                dm = _mm256_cvtph_ps(
-                    _mm_castps_si128(_mm_broadcast_ss(reinterpret_cast<const float *>(blk))));
-                dw = _mm256_moveldup_ps(dm);
-                wq = unpack_nibbles(blk + 4);
-            } else {
-                dw = _mm256_cvtph_ps(_mm_broadcastw_epi16(_mm_loadu_si16(blk)));
-                if constexpr (kType == TensorType::Q8_0) {
-                    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2));
-                } else {
-                    wq = unpack_nibbles(blk + 2);
-                }
-            }
-            // maddubs wants an unsigned left operand: for Q8_0 use |w| and x with w's sign.
-            const __m256i wu = kType == TensorType::Q8_0 ? _mm256_sign_epi8(wq, wq) : wq;
-#pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) {
-                __m256i p16;
-                if constexpr (kType == TensorType::Q8_0) {
-                    p16 = _mm256_maddubs_epi16(wu, _mm256_sign_epi8(xv[t], wq));
-                } else if constexpr (kType == TensorType::Q4_0) {
-                    p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wu, xv[t]), corr[t]);
-                } else {
-                    p16 = _mm256_maddubs_epi16(wu, xv[t]);
-                }
-                const __m256i p = _mm256_madd_epi16(p16, ones);
-                const __m256 sc = _mm256_mul_ps(dw, dx[t]);
-                acc[r][t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[r][t]);
-                if constexpr (kType == TensorType::Q4_1) {
-                    acc[r][t] = _mm256_fmadd_ps(dm, _mm256_loadu_ps(xs[t] + b * 8), acc[r][t]);
-                }
-            }
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]);
-    }
-}
 
 // ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
 
@@ -312,11 +226,6 @@ struct TileTable {
 };
 
 template <TensorType kType, int... I, int... J>
-constexpr TileTable<QTileFn> make_qtiles(std::integer_sequence<int, I...>,
-                                         std::integer_sequence<int, J...>) {
-    return {{&qtile<kType, I + 1, 1>...}, {&qtile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
-}
-template <TensorType kType, int... I, int... J>
 constexpr TileTable<QTileFn> make_ltiles(std::integer_sequence<int, I...>,
                                          std::integer_sequence<int, J...>) {
     return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
@@ -376,16 +285,6 @@ void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &ti
 }
 
 template <TensorType kType>
-void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
-    static constexpr TileTable<QTileFn> kTiles = make_qtiles<kType>(DecodeSeq{}, BatchSeq{});
-    const int64_t nb = job.cols / kQBlock;
-    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
-        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.act + size_t(t) * job.act_stride,
-           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy, pf);
-    });
-}
-
-template <TensorType kType>
 void l_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<QTileFn> kTiles = make_ltiles<kType>(DecodeSeq{}, BatchSeq{});
     const int64_t nb = job.cols / kQBlock;
@@ -415,13 +314,9 @@ inline __m256 opaque(__m256 v) {
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
     switch (job.type) {
         case TensorType::Q8_0:
-            q_rows<TensorType::Q8_0>(job, r0, r1);
-            return;
         case TensorType::Q4_0:
-            q_rows<TensorType::Q4_0>(job, r0, r1);
-            return;
         case TensorType::Q4_1:
-            q_rows<TensorType::Q4_1>(job, r0, r1);
+            packed_rows_avx2(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::F32:
             f_rows<TensorType::F32>(job, r0, r1);

@@ -1,32 +1,17 @@
-// AVX-512 (F/BW/VL) + VNNI matmul kernels for the quantized weight types (Q8_0, Q4_0, Q4_1),
-// bitwise identical to the AVX2 kernels of matmul_avx2.cpp. Compiled with -mavx512f
+// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (Q5_0, Q5_1, IQ4_NL,
+// Q2_K..Q6_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
+// Q8_0 / Q4_0 / Q4_1 run on packed weights (matmul_packed_avx512.cpp); the float weight types
+// (F32/F16/BF16) on the AVX2 kernels.
 //
-// NOTE (exactness): the AVX2 kernel gives each output element (r, t) eight float lanes; per
-// 32-block b, lane i (elements 4i..4i+3 of the block) receives
-//     acc_i = fma(d_w * d_x, float(p_i), acc_i)          p_i = int32 dot of 4 codes
-//     acc_i = fma([d, m]_i, s_x[b * 8 + i], acc_i)        Q4_1 only
-// and Y = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). These kernels keep exactly those
-// eight lanes: a ZMM register holds the eight lanes of two outputs, rows r and r + 1 of the
+// NOTE (exactness): every family gives each output element (r, t) eight float lanes and the
+// float steps of matmul.h in block order, then Y = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+// (l3 + l7)). A ZMM register holds the eight lanes of two outputs, rows r and r + 1 of the
 // same token ("row pair", rows in lanes 0-7 and 8-15), and receives the same fma sequence in
 // the same block order; the final reduction uses the same tree with the same operand order
-// (see reduce_row_pairs). Only the integer part is computed differently, by one vpdpbusd
-// (u8 x s8, four products summed into int32, no saturation) instead of maddubs + madd:
-//   Q4_1: nibbles 0..15 times codes -128..127: every maddubs pair is within
-//         2 * 15 * 128 = 3840, so AVX2's int16 step never saturates; both give the exact sum.
-//   Q4_0: AVX2 computes n.x - 8 * (x0 + x1) in int16 pairs (|.| <= 2048, no wrap); here
-//         vpdpbusd(-8 * sum4(x), n, x), the same exact integer.
-//   Q8_0: AVX2 computes |w| * sign(x, w) (vpsignb); pairs stay within [-32768, 32512], no
-//         saturation. That equals w * x except for code x = -128 with w < 0, where vpsignb
-//         wraps (-(-128) = -128). Here vpdpbusd(-128 * sum4(x), w + 128, x) = exact w . x.
-//         Codes of -128 only come out of the quantizer for non-finite or subnormal-scaled
-//         activations; matmul() checks for them (q8_codes_avoid_minus_128) and runs such calls
-//         on the AVX2 kernel, so the results are those of AVX2 for every input.
-// The lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) follow the float steps of matmul.h on row
-// pairs; their integers come out of vpdpbusd with the offset as start value (from per-lane code
-// sums in the activation record) and exact f32 products for the scales and mins (see ltile), so
-// they equal both AVX2 and portable. Q8_0 and Q4_0 take their -128 / -8 start values from the
-// same sums. The float weight types (F32/F16/BF16) stay on the AVX2 kernels.
+// (see reduce_row_pairs). The integers come out of vpdpbusd (u8 x s8, four products summed
+// into int32, no saturation) with the code offset as start value (from per-lane code sums in
+// the activation record), and the scales and mins as exact f32 products (see ltile).
 
 // GCC 12's AVX-512 headers build "undefined" vectors from self-initialized locals (used by the
 // cast/broadcast/convert intrinsics below) and then warn about them at -O3.
@@ -43,6 +28,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_lane_simd.h"
+#include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/simd_util.h"
 
 namespace llmkv::cpu::detail {
@@ -115,101 +101,6 @@ inline __m256 reduce_row_pairs(__m512 a, __m512 b, __m512 c, __m512 d) {
                                    _mm512_shuffle_ps(u, u, _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, y));
-}
-
-// ---- quantized weights x q8 activations ---------------------------------------------------------
-
-// P row pairs (rows 0 .. nrows - 1 of the tile, nrows <= 2P; a missing last row repeats the
-// one before and is not stored) x T tokens. Per output element the lane operations are those
-// listed at the top of the file, in block order.
-template <TensorType kType, int P, int T>
-void qtile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, size_t act_stride,
-           int64_t nb, float *y, int64_t ldy, const uint8_t *pf) {
-    static_assert(P >= 1 && P <= 4);
-    constexpr size_t kBB = kBlockBytes<kType>;
-    const uint8_t *rows[2 * P];
-#pragma GCC unroll 8
-    for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
-    const uint8_t *tok[T];
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) tok[t] = act + size_t(t) * act_stride;
-    const size_t d_off = size_t(nb) * kQBlock;       // act_d(row, nb) - row
-    const size_t s_off = d_off + size_t(nb) * 4;     // act_s(row, nb) - row
-
-    __m512 acc[P][T];
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-        if (pf) prefetch_step<2 * P * kBB>(pf + size_t(b) * (2 * P * kBB));
-        __m512i wq[P];
-        __m512 dw[P], dm[P];
-#pragma GCC unroll 4
-        for (int p = 0; p < P; ++p) {
-            const uint8_t *ba = rows[2 * p] + size_t(b) * kBB;
-            const uint8_t *bb = rows[2 * p + 1] + size_t(b) * kBB;
-            wq[p] = load_codes<kType>(ba + kCodeOffset<kType>, bb + kCodeOffset<kType>);
-            if constexpr (kType == TensorType::Q4_1) {
-                // [d, m] f16 pairs: lanes 0-7 [d_a, m_a, ...], lanes 8-15 [d_b, m_b, ...].
-                const __m256i h = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_set1_epi32(int(load_u32(ba)))),
-                    _mm_set1_epi32(int(load_u32(bb))), 1);
-                dm[p] = _mm512_cvtph_ps(h);
-                dw[p] = _mm512_moveldup_ps(dm[p]);
-            } else {
-                const __m256i h = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_set1_epi16(short(load_u16(ba)))),
-                    _mm_set1_epi16(short(load_u16(bb))), 1);
-                dw[p] = _mm512_cvtph_ps(h);
-                dm[p] = dw[p];  // unused
-            }
-        }
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) {
-            const uint8_t *a = tok[t];
-            // The token's 32 codes in both halves, its scale, and (Q4_1) its 8 lane sums.
-            const __m512i xv = _mm512_broadcast_i64x4(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + size_t(b) * kQBlock)));
-            float dx;
-            std::memcpy(&dx, a + d_off + size_t(b) * 4, 4);
-            // Integer start value of the block dot: 0, or the correction that turns the
-            // unsigned weight codes back into signed ones (Q4_0: n - 8; Q8_0: (w + 128) - 128).
-            // -8 * S_i / -128 * S_i, S_i the lane's code sum (lane_act_sums_avx512).
-            __m512i p0 = _mm512_setzero_si512();
-            if constexpr (kType == TensorType::Q4_0 || kType == TensorType::Q8_0) {
-                p0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
-            }
-            __m512 xs = _mm512_setzero_ps();
-            if constexpr (kType == TensorType::Q4_1) {
-                xs = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(
-                    reinterpret_cast<const float *>(a + s_off) + size_t(b) * 8))));
-            }
-#pragma GCC unroll 4
-            for (int p = 0; p < P; ++p) {
-                const __m512i dot = _mm512_dpbusd_epi32(p0, wq[p], xv);
-                const __m512 sc = _mm512_mul_ps(dw[p], _mm512_set1_ps(dx));
-                acc[p][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[p][t]);
-                if constexpr (kType == TensorType::Q4_1) {
-                    acc[p][t] = _mm512_fmadd_ps(dm[p], xs, acc[p][t]);
-                }
-            }
-        }
-    }
-    // Rows r .. r + nrows - 1 of each token are contiguous in Y: one masked store per token.
-    const __mmask8 store_mask = __mmask8((1u << nrows) - 1u);
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-        __m512 pairs[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; ++p) {
-            pairs[p] = p < P ? acc[std::min(p, P - 1)][t] : _mm512_setzero_ps();
-        }
-        const __m256 out = reduce_row_pairs(pairs[0], pairs[1], pairs[2], pairs[3]);
-        _mm256_mask_storeu_ps(y + t * ldy, store_mask, out);
-    }
 }
 
 // ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
@@ -501,11 +392,6 @@ struct TileTable {
 };
 
 template <TensorType kType, int... I, int... J>
-constexpr TileTable make_qtiles(std::integer_sequence<int, I...>, std::integer_sequence<int, J...>) {
-    return {{&qtile<kType, I + 1, 1>...}, {&qtile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
-}
-
-template <TensorType kType, int... I, int... J>
 constexpr TileTable make_ltiles(std::integer_sequence<int, I...>, std::integer_sequence<int, J...>) {
     return {{&ltile<kType, std::min(I + 1, kDecodePairs<kType>), 1>...},
             {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
@@ -513,13 +399,8 @@ constexpr TileTable make_ltiles(std::integer_sequence<int, I...>, std::integer_s
 
 template <TensorType kType>
 constexpr TileTable tiles_for() {
-    if constexpr (is_lane_format(kType)) {
-        return make_ltiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
-                                  std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
-    } else {
-        return make_qtiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
-                                  std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
-    }
+    return make_ltiles<kType>(std::make_integer_sequence<int, kPairsDecode>{},
+                              std::make_integer_sequence<int, kPairsBatch * kTBatch>{});
 }
 
 template <TensorType kType>
@@ -575,13 +456,9 @@ void q_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
     switch (job.type) {
         case TensorType::Q8_0:
-            q_rows<TensorType::Q8_0>(job, r0, r1);
-            return;
         case TensorType::Q4_0:
-            q_rows<TensorType::Q4_0>(job, r0, r1);
-            return;
         case TensorType::Q4_1:
-            q_rows<TensorType::Q4_1>(job, r0, r1);
+            packed_rows_avx512(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::Q5_0:
             q_rows<TensorType::Q5_0>(job, r0, r1);
@@ -618,8 +495,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
 
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb) {
-    const int o = type == TensorType::IQ4_NL || type == TensorType::Q8_0 ? 128
-                  : type == TensorType::Q4_0 ? 8
+    const int o = type == TensorType::IQ4_NL ? 128
                   : type == TensorType::Q5_0 ? kLaneOffset<TensorType::Q5_0>
                   : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
                   : type == TensorType::Q6_K ? kLaneOffset<TensorType::Q6_K>
@@ -637,26 +513,6 @@ void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int6
             _mm256_storeu_si256(reinterpret_cast<__m256i *>(s + b * 32), v);
         }
     }
-}
-
-bool q8_codes_avoid_minus_128(const uint8_t *act, size_t act_stride, int64_t n_tokens,
-                              int64_t nb) {
-    const __m512i minus_128 = _mm512_set1_epi8(char(0x80));
-    const int64_t n = nb * kQBlock;  // codes per row, a multiple of 32
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        const int8_t *q = act_qs(act + size_t(t) * act_stride);
-        __mmask64 hit = 0;
-        int64_t i = 0;
-        for (; i + 64 <= n; i += 64) {
-            hit |= _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(q + i), minus_128);
-        }
-        if (i < n) {
-            hit |= _mm256_cmpeq_epi8_mask(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + i)),
-                                          _mm512_castsi512_si256(minus_128));
-        }
-        if (hit) return false;
-    }
-    return true;
 }
 
 }  // namespace llmkv::cpu::detail

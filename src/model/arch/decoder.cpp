@@ -86,6 +86,8 @@ public:
             vec(L.post_attn_norm, cfg_.n_embd);
             vec(L.post_ffn_norm, cfg_.n_embd);
         }
+        const GgufFile *file = &model.file();
+        w.release = [file](const void *p, size_t n) { file->release_pages(p, n); };
         be_.load_weights(w);
     }
 
