@@ -3,6 +3,10 @@
 // and prefill (n_tokens = 64), and the per-call cost of small matrices.
 #include <benchmark/benchmark.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <cstring>
 #include <map>
 #include <memory>
@@ -274,6 +278,7 @@ BENCHMARK(BM_Format)
 struct SmolLM2 {
     std::vector<OwnedMatrix> mats;
     double bytes = 0;
+    double macs = 0;  // multiply-adds per token
     SmolLM2() {
         const int64_t E = 576, KV = 192, FF = 1536;
         for (int l = 0; l < 30; ++l) {
@@ -283,7 +288,10 @@ struct SmolLM2 {
             }
         }
         mats.push_back(make_matrix(TensorType::Q8_0, 49152, E));
-        for (const auto &m : mats) bytes += double(m.bytes.size());
+        for (const auto &m : mats) {
+            bytes += double(m.bytes.size());
+            macs += double(m.w.rows) * double(m.w.cols);
+        }
     }
 };
 
@@ -309,6 +317,8 @@ void BM_SmolLM2(benchmark::State &state) {
     }
     set_rate(state, m.bytes);
     state.counters["MB"] = m.bytes * 1e-6;
+    state.counters["GMAC/s"] = benchmark::Counter(double(state.iterations()) * double(n) * m.macs * 1e-9,
+                                                  benchmark::Counter::kIsRate);
     state.counters["ms/token"] =
         benchmark::Counter(double(state.iterations()) * double(n) * 1e-3,
                            benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
@@ -372,6 +382,42 @@ BENCHMARK(BM_SmallCall)
     ->Apply(small_call_args)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// ---- the CPU's int8 peak: independent vpdpbusd chains, nothing else --------------------------
+// Reports GMAC/s (int8 multiply-adds per second, 64 per 512-bit vpdpbusd) of one thread, the
+// ceiling against which the prefill kernels' rate is stated (docs/PERFORMANCE.md).
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) uint64_t dpbusd_loop(int64_t iters) {
+    __m512i acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+    for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        asm volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
+                     "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
+                     "+v"(acc[10]), "+v"(acc[11]));
+    }
+    __m512i s = acc[0];
+    for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+    alignas(64) int32_t out[16];
+    _mm512_store_si512(out, s);
+    return uint64_t(uint32_t(out[0]) + uint32_t(out[15]));
+}
+
+void BM_Int8Peak(benchmark::State &state) {
+    if (!llmkv::cpu::set_matmul_kernel(MatmulKernel::kAvx512)) {
+        state.SkipWithError("no AVX-512 VNNI");
+        return;
+    }
+    llmkv::cpu::set_matmul_kernel(MatmulKernel::kAuto);
+    const int64_t iters = 1 << 20;
+    for (auto _ : state) benchmark::DoNotOptimize(dpbusd_loop(iters));
+    state.counters["GMAC/s"] = benchmark::Counter(double(state.iterations()) * double(iters) * 12 * 64 * 1e-9,
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Int8Peak)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 
 }  // namespace
 

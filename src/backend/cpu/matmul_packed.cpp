@@ -44,7 +44,11 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
             std::memcpy(blk + 2 * j, src, 2);                                     // d
             if (t == TensorType::Q4_1) std::memcpy(blk + 32 + 2 * j, src + 2, 2);  // m
             for (int k = 0; k < n_vec; ++k) {
-                std::memcpy(blk + off + size_t(k) * 64 + 4 * size_t(j), src + scale_bytes + 4 * k, 4);
+                uint8_t *dst4 = blk + off + size_t(k) * 64 + 4 * size_t(j);
+                std::memcpy(dst4, src + scale_bytes + 4 * k, 4);
+                if (t == TensorType::Q8_0) {
+                    for (int e = 0; e < 4; ++e) dst4[e] ^= 0x80;  // stored as w + 128
+                }
             }
         }
     }
@@ -126,8 +130,8 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     int32_t dot = 0;
                     if (type == TensorType::Q8_0) {
                         for (int k = 0; k < 8; ++k) {
-                            const int8_t *c = reinterpret_cast<const int8_t *>(blk + off + 64 * k + 4 * j);
-                            for (int e = 0; e < 4; ++e) dot += int32_t(c[e]) * x[4 * k + e];
+                            const uint8_t *c = blk + off + 64 * k + 4 * j;
+                            for (int e = 0; e < 4; ++e) dot += (int32_t(c[e]) - 128) * x[4 * k + e];
                         }
                     } else {
                         const int bias = type == TensorType::Q4_0 ? 8 : 0;

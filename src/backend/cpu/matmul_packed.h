@@ -10,7 +10,8 @@
 //                        qs[4k .. 4k + 3] at bytes 4j .. 4j + 3, so its low nibbles are the
 //                        row's elements 4k .. 4k + 3 and its high nibbles elements
 //                        16 + 4k .. 16 + 4k + 3.  Q8_0: 8 vectors of 64 bytes, vector k holding
-//                        row j's int8 codes 4k .. 4k + 3 at bytes 4j .. 4j + 3.
+//                        row j's codes 4k .. 4k + 3 at bytes 4j .. 4j + 3 as unsigned w + 128
+//                        (the operand vpdpbusd takes; AVX2 flips them back to signed).
 // Group g's block b is at g * nb * group_block_bytes + b * group_block_bytes. Packed and GGUF
 // sizes are equal (Q4_0 288 = 16 x 18 bytes per group block, Q4_1 320, Q8_0 544) up to the
 // padding of the last group.

@@ -71,8 +71,10 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             for (int k = 0; k < 8; ++k) {
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    const __m256i w = _mm256_loadu_si256(
-                        reinterpret_cast<const __m256i *>(blk + kCodes<kType> + 64 * k + 32 * h));
+                    const __m256i w = _mm256_xor_si256(  // stored as w + 128: back to signed
+                        _mm256_loadu_si256(
+                            reinterpret_cast<const __m256i *>(blk + kCodes<kType> + 64 * k + 32 * h)),
+                        _mm256_set1_epi8(char(0x80)));
                     const __m256i aw = _mm256_abs_epi8(w);
 #pragma GCC unroll 4
                     for (int t = 0; t < T; ++t) {

@@ -5,7 +5,7 @@
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
 // vpdpbusd (unsigned weight codes x broadcast signed activation codes; Q4_0 and Q8_0 start from
 // the -8 * S / -128 * S of the activation record that turns the unsigned codes back into
-// signed ones, Q8_0's codes being stored signed and flipped to w + 128 here) give the exact
+// signed ones; Q8_0's codes are stored as w + 128) give the exact
 // block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for Q4_1) apply
 // the float steps of matmul_packed.h. Prefill tiles are one group x up to kTokens tokens, so
 // a block's codes are loaded once per kTokens tokens; decode tiles are up to kDecodeGroups
@@ -50,8 +50,7 @@ constexpr int elem_of(int k) {
 template <TensorType kType>
 inline __m512i codes(const uint8_t *blk, int k) {
     if constexpr (kType == TensorType::Q8_0) {
-        return _mm512_xor_si512(_mm512_loadu_si512(blk + kCodes<kType> + 64 * k),
-                                _mm512_set1_epi8(char(0x80)));
+        return _mm512_loadu_si512(blk + kCodes<kType> + 64 * k);  // stored as w + 128
     } else {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (k & 3));
         const __m512i m = _mm512_set1_epi8(0x0f);
