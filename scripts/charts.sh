@@ -12,7 +12,7 @@
 #   -t        worker threads of every bench (default 2)
 # Environment: PYTHON (a python3 with matplotlib; default: the first of python3,
 #   /usr/bin/python3 that imports matplotlib), POOL_MIB (the KV pool of the capacity panel,
-#   default 256).
+#   default 256), NOTE (a line under every chart's caption, e.g. "shared machine: numbers noisy").
 # Exit status: 0 done, 1 a bench or the plot failed, 2 bad usage, 3 no python3 with matplotlib.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,9 +59,9 @@ if [[ $QUICK == 1 ]]; then
     BATCH=(--decode-only --batch-sizes 1,2 --kv-dtypes f16,int8 --decode-tokens 4)
     PREFIX=(--prefix-lengths 32,64 --sessions 2 --decode-tokens 4)
 else
-    BENCH=(--kv-dtypes f16,bf16,fp8,int8,int4 --contexts 256,512,1024,2048 --prompt-tokens 128 --gen-tokens 32 --reps 1)
-    BATCH=(--decode-only --batch-sizes 1,2,4,8,16,32,64 --kv-dtypes f16,int8,int4 --decode-tokens 16)
-    PREFIX=(--prefix-lengths 128,256,512,1024,2048 --sessions 16 --decode-tokens 32)
+    BENCH=(--kv-dtypes f16,bf16,fp8,int8,int4 --contexts 128,512,2048 --prompt-tokens 64 --gen-tokens 16 --reps 1)
+    BATCH=(--decode-only --batch-sizes 1,4,16,64 --kv-dtypes f16,int8,int4 --decode-tokens 8)
+    PREFIX=(--prefix-lengths 128,512,1024,2048 --sessions 16 --decode-tokens 16)
 fi
 
 run() {  # NAME ARGS...: one bench, its stdout kept beside its JSON report
@@ -91,7 +91,7 @@ print(f"charts.sh: {len(sys.argv) - 1} reports parse", file=sys.stderr)
 EOF
 
 rm -f "$OUT"/decode_vs_batch.* "$OUT"/kv_footprint.* "$OUT"/ttft_vs_prefix.* "$OUT"/decode_vs_context.*
-"$PYTHON" "$ROOT/scripts/plot_bench.py" --out "$OUT" --pool-mib "${POOL_MIB:-256}" "$DATA"/bench_*.json
+"$PYTHON" "$ROOT/scripts/plot_bench.py" --out "$OUT" --pool-mib "${POOL_MIB:-256}" --note "${NOTE:-}" "$DATA"/bench_*.json
 for chart in decode_vs_batch kv_footprint ttft_vs_prefix decode_vs_context; do
     [[ -s "$OUT/$chart.svg" ]] || { echo "charts.sh: $OUT/$chart.svg was not written" >&2; exit 1; }
 done

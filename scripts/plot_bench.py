@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Charts from the JSON documents of `llmkv bench* --json FILE` (schema "llmkv-bench/1").
 
-Usage: scripts/plot_bench.py [--out DIR] [--pool-mib N] [--no-png] INPUT...
+Usage: scripts/plot_bench.py [--out DIR] [--pool-mib N] [--no-png] [--note TEXT] INPUT...
   INPUT: JSON files, or directories (every *.json in them).
   --out: where the charts go (default docs/charts).
 
@@ -30,6 +30,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 # Reproducible SVG files: fixed element ids, no creation date.
 matplotlib.rcParams["svg.hashsalt"] = "llmkv-charts"
@@ -37,6 +38,7 @@ matplotlib.rcParams["axes.grid"] = True
 matplotlib.rcParams["grid.alpha"] = 0.3
 
 CODEC_ORDER = ["f16", "bf16", "fp8", "int8", "int4"]
+NOTE = ""  # --note: a line added under every chart's caption
 
 
 def load(inputs):
@@ -79,9 +81,13 @@ def caption(pairs):
         threads = sorted({t for d in docs for t in d["machine"].get("threads_used", [])})
     dates = sorted({d.get("date", "?")[:10] for d in docs})
     versions = sorted({d["machine"].get("llmkv_version", "?") for d in docs})
-    return (f"{', '.join(models)} | {'; '.join(cpus)} ({'/'.join(cores)} logical CPUs, {'/'.join(kernels)} kernels) | "
+    text = (f"{', '.join(models)} | {'; '.join(cpus)} ({'/'.join(cores)} logical CPUs, {'/'.join(kernels)} kernels) | "
             f"{'/'.join(str(t) for t in threads)} thread{'s' if threads != [1] else ''} | "
             f"llmkv {', '.join(versions)} | {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}")
+    loads = [d["machine"]["load_average_start"][0] for d in docs if d["machine"].get("load_average_start")]
+    if loads:
+        text += f" | load average at start {min(loads):.1f}" + (f"-{max(loads):.1f}" if max(loads) > min(loads) else "")
+    return text + (f"\n{NOTE}" if NOTE else "")
 
 
 def codec_key(name):
@@ -92,7 +98,7 @@ def codec_key(name):
 def finish(fig, name, title, pairs, args, written):
     fig.suptitle(title, fontsize=12)
     fig.text(0.5, 0.01, caption(pairs), ha="center", va="bottom", fontsize=7.5, color="#444444", wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.07 if NOTE else 0.05, 1, 0.95))
     svg = os.path.join(args.out, name + ".svg")
     fig.savefig(svg, metadata={"Date": None})
     written.append(svg)
@@ -170,6 +176,8 @@ def chart_kv_footprint(docs, args, written):
     a1.set_ylim(bottom=0)
     a2.set_ylabel(f"sessions that fit in a {args.pool_mib:g} MiB KV pool")
     a2.set_yscale("log")
+    a2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    a2.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
@@ -203,8 +211,9 @@ def chart_ttft(docs, args, written):
         xs, ys = zip(*data[how])
         ax.plot(xs, ys, marker="o", label=labels.get(how, how))
     ax.set_xlabel("cached prefix (system prompt) length, tokens")
-    ax.set_ylabel("time to first token, ms (best of 3)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("time to first token, ms (best of 3, log scale)")
+    ax.set_yscale("log")  # computed grows with the prefix; the cached ways stay near the question's cost
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.legend(fontsize=8)
     finish(fig, "ttft_vs_prefix",
            f"Time to first token vs cached prefix length (+{'/'.join(map(str, q))}-token question)", pairs, args,
@@ -246,7 +255,10 @@ def main():
     ap.add_argument("--out", default="docs/charts", help="output directory (default docs/charts)")
     ap.add_argument("--pool-mib", type=float, default=256, help="KV pool of the sessions-that-fit panel (MiB)")
     ap.add_argument("--no-png", action="store_true", help="SVG only")
+    ap.add_argument("--note", default="", help="a line added to every chart's caption (e.g. about the machine)")
     args = ap.parse_args()
+    global NOTE
+    NOTE = args.note
     docs = load(args.inputs)
     if not docs:
         print("plot_bench: no llmkv bench reports found", file=sys.stderr)

@@ -58,6 +58,15 @@ std::string utc_now() {
     return buf;
 }
 
+// The 1, 5 and 15 minute load averages (/proc/loadavg); null where unavailable. On a shared
+// machine they say how much the numbers are worth.
+Json load_average() {
+    std::ifstream in("/proc/loadavg");
+    double a = 0, b = 0, c = 0;
+    if (!(in >> a >> b >> c)) return nullptr;
+    return Json::array({a, b, c});
+}
+
 }  // namespace
 
 void set_command_line(int argc, char **argv) {
@@ -79,7 +88,8 @@ const char *kv_dtype_name(llmkv_kv_dtype d) {
     }
 }
 
-BenchReport::BenchReport(std::string bench, std::string path) : bench_(std::move(bench)), path_(std::move(path)) {}
+BenchReport::BenchReport(std::string bench, std::string path)
+    : bench_(std::move(bench)), path_(std::move(path)), load_start_(load_average()) {}
 
 bool BenchReport::check_writable(const char *who) const {
     if (!enabled()) return true;
@@ -140,7 +150,9 @@ int BenchReport::finish(int rc, const char *who) {
                           {"kernel_family", llmkv::cpu::matmul_kernel_name()},
                           {"threads_used", threads_},
                           {"os", os_name()},
-                          {"llmkv_version", llmkv_version_string()}};
+                          {"llmkv_version", llmkv_version_string()},
+                          {"load_average_start", load_start_},
+                          {"load_average_end", load_average()}};
     doc["model"] = model_.is_null() ? Json::object() : model_;
     doc["params"] = params_;
     doc["records"] = records_;

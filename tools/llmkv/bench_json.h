@@ -8,7 +8,7 @@
 // Document layout (schema "llmkv-bench/1"):
 //   schema, bench ("bench batch", ...), command_line (argv), date (UTC, ISO 8601),
 //   exit_status, machine {cpu_model, logical_cpus, kernel_family, threads_used[], os,
-//   llmkv_version}, model {file, path, name, architecture, n_params, weight_bytes, ...},
+//   llmkv_version, load_average_start/_end [1, 5, 15 min]}, model {file, path, name, architecture, n_params, weight_bytes, ...},
 //   params {the options in effect}, records [...].
 #pragma once
 
@@ -57,6 +57,7 @@ private:
     Json model_;
     Json threads_ = Json::array();
     Json records_ = Json::array();
+    Json load_start_;
 };
 
 // The CLI's name of a KV dtype ("f16", "bf16", "fp8", "int8", "int4").
