@@ -38,6 +38,9 @@ matplotlib.rcParams["axes.grid"] = True
 matplotlib.rcParams["grid.alpha"] = 0.3
 
 CODEC_ORDER = ["f16", "bf16", "fp8", "int8", "int4"]
+# A marker and dash per codec, so that codecs with the same bytes (f16 and bf16; fp8 and
+# int8) stay visible where their lines coincide.
+CODEC_STYLE = {"f16": ("o", "-"), "bf16": ("s", "--"), "fp8": ("^", "-."), "int8": ("D", "-"), "int4": ("v", "--")}
 NOTE = ""  # --note: a line added under every chart's caption
 
 
@@ -90,6 +93,11 @@ def caption(pairs):
     return text + (f"\n{NOTE}" if NOTE else "")
 
 
+def style(kv):
+    marker, dash = CODEC_STYLE.get(kv.split("/")[0], ("o", "-"))
+    return {"marker": marker, "linestyle": dash, "markersize": 6}
+
+
 def codec_key(name):
     base = name.split("/")[0]
     return (CODEC_ORDER.index(base) if base in CODEC_ORDER else len(CODEC_ORDER), name)
@@ -140,9 +148,9 @@ def chart_decode_vs_batch(docs, args, written):
     for g in sorted(agg, key=lambda g: (codec_key(g[0]), g[1] or 0)):
         label = f"KV {g[0]}" + (f", {g[1]} threads" if per_threads else "")
         xs, ys = zip(*agg[g])
-        a1.plot(xs, ys, marker="o", label=label)
+        a1.plot(xs, ys, label=label, **style(g[0]))
         xs, ys = zip(*per[g])
-        a2.plot(xs, ys, marker="o", label=label)
+        a2.plot(xs, ys, label=label, **style(g[0]))
     for ax, what in ((a1, "aggregate decode tok/s"), (a2, "decode tok/s per session")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sessions decoding together (batch)")
@@ -165,13 +173,16 @@ def chart_kv_footprint(docs, args, written):
     sizes = series(pairs, lambda r: r["kv"], "context", "session_kv_bytes")
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.8))
     sealed = {r["kv"]: r.get("sealed_bytes_per_token") for _, r in pairs}
-    for kv in sorted(bpt, key=codec_key):
+    codecs = sorted(bpt, key=codec_key)
+    for kv in codecs:
+        same = [k for k in codecs if k != kv and codecs.index(k) < codecs.index(kv) and sizes[k] == sizes[kv]]
+        label = f"KV {kv}" + (f" (= {same[0]})" if same else "")
         xs, ys = zip(*bpt[kv])
-        line, = a1.plot(xs, ys, marker="o", label=f"KV {kv}")
+        line, = a1.plot(xs, ys, label=label, **style(kv))
         if sealed.get(kv):  # the codec's sealed bytes per token: the long-context limit
             a1.axhline(sealed[kv], color=line.get_color(), linestyle=":", linewidth=1)
         xs, session = zip(*sizes[kv])
-        a2.plot(xs, [int(pool // s) if s > 0 else 0 for s in session], marker="o", label=f"KV {kv}")
+        a2.plot(xs, [int(pool // s) if s > 0 else 0 for s in session], label=label, **style(kv))
     a1.set_ylabel("KV bytes per token (one session)\ndotted: the codec's sealed-block bytes per token")
     a1.set_ylim(bottom=0)
     a2.set_ylabel(f"sessions that fit in a {args.pool_mib:g} MiB KV pool")
@@ -234,7 +245,7 @@ def chart_decode_vs_context(docs, args, written):
     fig, ax = plt.subplots(figsize=(8, 5))
     for g in sorted(data, key=lambda g: (codec_key(g[0]), g[1] or 0)):
         xs, ys = zip(*data[g])
-        ax.plot(xs, ys, marker="o", label=f"KV {g[0]}" + (f", {g[1]} threads" if per_threads else ""))
+        ax.plot(xs, ys, label=f"KV {g[0]}" + (f", {g[1]} threads" if per_threads else ""), **style(g[0]))
     ax.set_xscale("log", base=2)
     xs = sorted({r["context"] for _, r in pairs})
     ax.set_xticks(xs)

@@ -36,7 +36,8 @@ std::string cpu_model() {
         value.erase(0, std::min(value.find_first_not_of(" \t"), value.size()));
         if (value.empty()) continue;
         if (key == "model name") return value;
-        if (fallback.empty() && (key == "Hardware" || key == "cpu model" || key == "Model name" || key == "cpu")) {
+        if (fallback.empty() &&
+            (key == "Hardware" || key == "cpu model" || key == "Model name" || key == "cpu")) {
             fallback = value;
         }
     }
@@ -74,17 +75,24 @@ void set_command_line(int argc, char **argv) {
 }
 
 CLI::Option *add_json_option(CLI::App &app, std::string *path) {
-    return app.add_option("--json", *path, "also write every result as one JSON document to FILE")->type_name("FILE");
+    return app.add_option("--json", *path, "also write every result as one JSON document to FILE")
+        ->type_name("FILE");
 }
 
 const char *kv_dtype_name(llmkv_kv_dtype d) {
     switch (d) {
-        case LLMKV_KV_F16: return "f16";
-        case LLMKV_KV_BF16: return "bf16";
-        case LLMKV_KV_FP8_E4M3: return "fp8";
-        case LLMKV_KV_INT8: return "int8";
-        case LLMKV_KV_INT4: return "int4";
-        default: return "?";
+        case LLMKV_KV_F16:
+            return "f16";
+        case LLMKV_KV_BF16:
+            return "bf16";
+        case LLMKV_KV_FP8_E4M3:
+            return "fp8";
+        case LLMKV_KV_INT8:
+            return "int8";
+        case LLMKV_KV_INT4:
+            return "int4";
+        default:
+            return "?";
     }
 }
 

@@ -8,13 +8,12 @@
 // Document layout (schema "llmkv-bench/1"):
 //   schema, bench ("bench batch", ...), command_line (argv), date (UTC, ISO 8601),
 //   exit_status, machine {cpu_model, logical_cpus, kernel_family, threads_used[], os,
-//   llmkv_version, load_average_start/_end [1, 5, 15 min]}, model {file, path, name, architecture, n_params, weight_bytes, ...},
-//   params {the options in effect}, records [...].
+//   llmkv_version, load_average_start/_end [1, 5, 15 min]}, model {file, path, name, architecture,
+//   n_params, weight_bytes, ...}, params {the options in effect}, records [...].
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_common.h"
