@@ -6,7 +6,8 @@ PKGS=(build-essential cmake ninja-build pkg-config python3 python3-pip
       libmimalloc-dev libflatbuffers-dev flatbuffers-compiler libcli11-dev nlohmann-json3-dev
       clang libclang-rt-14-dev
       golang-go mono-mcs mono-devel nunit-console libnunit-cil-dev
-      dpkg-dev lintian debootstrap file)
+      dpkg-dev lintian debootstrap file
+      python3-matplotlib)  # scripts/plot_bench.py (docs/charts)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -53,6 +54,8 @@ double read_bandwidth(unsigned threads) {
 struct RunResult {
     double prefill_tps = 0;
     double decode_tps = 0;
+    uint64_t kv_bytes = 0;   // KV in use (sealed + tail blocks) once the prompt is computed
+    uint32_t kv_tokens = 0;  // tokens whose KV that is
 };
 
 // Prefills n_prompt tokens, then decodes n_gen tokens (greedy, no stop) and times both.
@@ -85,6 +88,16 @@ RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
     llmkv_run(e, nullptr, nullptr);
     double t1 = now();
     r.prefill_tps = n_prompt / (t1 - t0);
+    {
+        llmkv_stats st;
+        st.struct_size = sizeof(st);
+        llmkv_engine_get_stats(e, &st);
+        llmkv_session_info info;
+        info.struct_size = sizeof(info);
+        llmkv_session_get_info(s, &info);
+        r.kv_bytes = st.kv_bytes_used;
+        r.kv_tokens = info.n_cached;
+    }
     llmkv_session_generate(s, n_gen);
     uint32_t got = 0;
     double t2 = now();
@@ -107,18 +120,38 @@ struct BenchOptions {
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
+    std::vector<uint32_t> contexts;       // --contexts: long decode runs at each (else --context)
+    std::vector<llmkv_kv_dtype> dtypes;   // --kv-dtypes: one table each (else --kv-dtype)
+    std::string json;
 };
 
-int cmd_bench(BenchOptions o) {
+int cmd_bench(BenchOptions o, BenchReport &rep) {
     const std::string &model = o.model;
     std::vector<uint32_t> &threads_list = o.threads_list;
     const uint32_t n_prompt = o.n_prompt, n_gen = o.n_gen, context = o.context, reps = o.reps;
-    const llmkv_kv_dtype dtype = o.dtype;
     if (threads_list.empty()) threads_list = {1, 2};
     if (n_prompt < 2 || n_gen < 2 || reps < 1) {
         std::fprintf(stderr, "llmkv bench: --prompt-tokens and --gen-tokens must be >= 2\n");
         return 2;
     }
+    const bool dtype_sweep = !o.dtypes.empty();
+    const std::vector<llmkv_kv_dtype> dtypes = dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{o.dtype};
+    const std::vector<uint32_t> contexts = o.contexts.empty() ? std::vector<uint32_t>{context} : o.contexts;
+    for (uint32_t c : contexts) {
+        if (c < 2) {
+            std::fprintf(stderr, "llmkv bench: contexts must be >= 2\n");
+            return 2;
+        }
+    }
+    const uint32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+    Json &p = rep.params();
+    p["threads"] = threads_list;
+    p["prompt_tokens"] = n_prompt;
+    p["gen_tokens"] = n_gen;
+    p["contexts"] = contexts;
+    p["reps"] = reps;
+    p["kv_dtypes"] = Json::array();
+    for (llmkv_kv_dtype d : dtypes) p["kv_dtypes"].push_back(kv_dtype_name(d));
 
     std::printf("llmkv bench: %s\n", model.c_str());
     std::printf("memory read bandwidth: ");
@@ -127,44 +160,86 @@ int cmd_bench(BenchOptions o) {
     for (uint32_t t : threads_list) {
         bw.push_back(read_bandwidth(t));
         std::printf("%u thread%s %.1f GB/s  ", t, t > 1 ? "s" : "", bw.back());
+        rep.add({{"bench", "read_bandwidth"}, {"threads", t}, {"gb_s", bw.back()}});
     }
     std::printf("\n\n");
-    std::printf("| threads | prefill %u tok/s | decode tok/s (ctx %u) | decode tok/s (ctx %u) | roofline tok/s (short) | %% of roofline |\n",
-                n_prompt, n_prompt, context);
-    std::printf("|---|---|---|---|---|---|\n");
-    for (size_t ti = 0; ti < threads_list.size(); ++ti) {
-        llmkv_engine_params ep;
-        llmkv_engine_params_init(&ep);
-        ep.model_path = model.c_str();
-        ep.backend = LLMKV_BACKEND_CPU;
-        ep.n_threads = threads_list[ti];
-        ep.kv_dtype_k = dtype;
-        ep.kv_dtype_v = dtype;
-        ep.flags = 0;  // no prefix cache: every repetition really computes its prompt
-        ep.max_context = std::max(context + n_gen + 8, n_prompt + n_gen + 8);
-        llmkv_engine *e = nullptr;
-        if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
-            std::fprintf(stderr, "llmkv bench: %s\n", llmkv_last_error());
-            return 1;
+    for (llmkv_kv_dtype dtype : dtypes) {
+        if (dtype_sweep) std::printf("KV cache %s:\n\n", kv_dtype_name(dtype));
+        std::printf("| threads | prefill %u tok/s | decode tok/s (ctx %u) |", n_prompt, n_prompt);
+        for (uint32_t c : contexts) std::printf(" decode tok/s (ctx %u) |", c);
+        std::printf(" roofline tok/s (short) | %% of roofline |\n");
+        std::printf("|---|---|---|");
+        for (size_t i = 0; i < contexts.size(); ++i) std::printf("---|");
+        std::printf("---|---|\n");
+        for (size_t ti = 0; ti < threads_list.size(); ++ti) {
+            llmkv_engine_params ep;
+            llmkv_engine_params_init(&ep);
+            ep.model_path = model.c_str();
+            ep.backend = LLMKV_BACKEND_CPU;
+            ep.n_threads = threads_list[ti];
+            ep.kv_dtype_k = dtype;
+            ep.kv_dtype_v = dtype;
+            ep.flags = 0;  // no prefix cache: every repetition really computes its prompt
+            ep.max_context = std::max(max_ctx + n_gen + 8, n_prompt + n_gen + 8);
+            llmkv_engine *e = nullptr;
+            if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
+                std::fprintf(stderr, "llmkv bench: %s\n", llmkv_last_error());
+                return 1;
+            }
+            llmkv_engine_info info;
+            info.struct_size = sizeof(info);
+            llmkv_engine_get_info(e, &info);
+            rep.set_model(model, info);
+            const char *kv = kv_dtype_name(dtype);
+            const uint32_t threads = info.n_threads;
+            RunResult best_short;
+            for (uint32_t r = 0; r < reps; ++r) {
+                RunResult a = run_once(e, n_prompt, n_gen);
+                best_short.prefill_tps = std::max(best_short.prefill_tps, a.prefill_tps);
+                best_short.decode_tps = std::max(best_short.decode_tps, a.decode_tps);
+                best_short.kv_bytes = a.kv_bytes;
+                best_short.kv_tokens = a.kv_tokens;
+            }
+            std::vector<RunResult> longs;
+            for (uint32_t c : contexts) longs.push_back(run_once(e, c, n_gen));
+            // Bytes read per decoded token at short context: all weights plus the session's KV.
+            double bytes = double(info.weight_bytes) + double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
+            double roofline = bw[ti] * 1e9 / bytes;
+            std::printf("| %u | %.1f | %.1f |", threads_list[ti], best_short.prefill_tps, best_short.decode_tps);
+            for (const RunResult &l : longs) std::printf(" %.1f |", l.decode_tps);
+            std::printf(" %.1f | %.0f%% |\n", roofline, 100.0 * best_short.decode_tps / roofline);
+            std::fflush(stdout);
+
+            rep.add({{"bench", "prefill"}, {"kv", kv}, {"threads", threads}, {"prompt_tokens", n_prompt},
+                     {"reps", reps}, {"tok_s", best_short.prefill_tps}});
+            // The decode records: the short run (best of --reps) and one run at each context.
+            rep.add({{"bench", "decode"}, {"kv", kv}, {"threads", threads}, {"context", n_prompt}, {"run", "short"},
+                     {"gen_tokens", n_gen}, {"tok_s", best_short.decode_tps}});
+            for (size_t ci = 0; ci < contexts.size(); ++ci) {
+                rep.add({{"bench", "decode"}, {"kv", kv}, {"threads", threads}, {"context", contexts[ci]},
+                         {"run", "long"}, {"gen_tokens", n_gen}, {"tok_s", longs[ci].decode_tps},
+                         {"prefill_tok_s", longs[ci].prefill_tps}});
+            }
+            rep.add({{"bench", "roofline"}, {"kv", kv}, {"threads", threads}, {"context", n_prompt},
+                     {"bytes_per_token_read", bytes}, {"read_gb_s", bw[ti]}, {"tok_s", roofline},
+                     {"decode_pct_of_roofline", 100.0 * best_short.decode_tps / roofline}});
+            if (ti == 0) {
+                // The KV one session holds (measured after its prompt), per codec and context:
+                // the same for every thread count, so recorded once.
+                auto footprint = [&](uint32_t context_tokens, const RunResult &r) {
+                    rep.add({{"bench", "kv_footprint"}, {"kv", kv}, {"context", context_tokens},
+                             {"kv_tokens", r.kv_tokens}, {"session_kv_bytes", r.kv_bytes},
+                             {"bytes_per_token", r.kv_tokens ? double(r.kv_bytes) / r.kv_tokens : 0.0},
+                             {"sealed_bytes_per_token", info.kv_bytes_per_token_device},
+                             {"tail_bytes_per_token", info.kv_bytes_per_token_tail},
+                             {"block_tokens", info.kv_block_tokens}, {"residual_tokens", info.kv_residual_tokens}});
+                };
+                footprint(n_prompt, best_short);
+                for (size_t ci = 0; ci < contexts.size(); ++ci) footprint(contexts[ci], longs[ci]);
+            }
+            llmkv_engine_destroy(e);
         }
-        llmkv_engine_info info;
-        info.struct_size = sizeof(info);
-        llmkv_engine_get_info(e, &info);
-        RunResult best_short, best_long;
-        for (uint32_t r = 0; r < reps; ++r) {
-            RunResult a = run_once(e, n_prompt, n_gen);
-            best_short.prefill_tps = std::max(best_short.prefill_tps, a.prefill_tps);
-            best_short.decode_tps = std::max(best_short.decode_tps, a.decode_tps);
-        }
-        RunResult b = run_once(e, context, n_gen);
-        best_long = b;
-        // Bytes read per decoded token at short context: all weights plus the session's KV.
-        double bytes = double(info.weight_bytes) + double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
-        double roofline = bw[ti] * 1e9 / bytes;
-        std::printf("| %u | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", threads_list[ti], best_short.prefill_tps,
-                    best_short.decode_tps, best_long.decode_tps, roofline, 100.0 * best_short.decode_tps / roofline);
-        std::fflush(stdout);
-        llmkv_engine_destroy(e);
+        if (dtype_sweep) std::printf("\n");
     }
     std::printf("\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV bytes of the context)\n");
     return 0;
@@ -183,10 +258,20 @@ Command add_bench(CLI::App &parent) {
         ->type_name("THREADS");
     add_uint_option(*app, "--prompt-tokens", &o->n_prompt, "prompt length of the prefill run");
     add_uint_option(*app, "--gen-tokens", &o->n_gen, "tokens decoded per run");
-    add_uint_option(*app, "--context", &o->context, "context length of the long decode run");
+    CLI::Option *context =
+        add_uint_option(*app, "--context", &o->context, "context length of the long decode run");
+    add_uint_list_option(*app, "--contexts", &o->contexts, "long decode runs at each of these contexts (a sweep)")
+        ->excludes(context);
     add_uint_option(*app, "--reps", &o->reps, "repetitions of the short run (the best counts)");
-    add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
-    return {app, [o] { return cmd_bench(*o); }};
+    CLI::Option *dtype = add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
+    add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes, "one table per KV dtype (a sweep, e.g. f16,int8,int4)")
+        ->excludes(dtype);
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench", o->json);
+                if (!rep.check_writable("llmkv bench")) return 2;
+                return rep.finish(cmd_bench(*o, rep), "llmkv bench");
+            }};
 }
 
 }  // namespace llmkv_cli

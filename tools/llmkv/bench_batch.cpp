@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -39,6 +40,10 @@ struct Options {
     uint32_t decode_tokens = 64;  // per session in the decode sweep
     bool verify = false;
     bool quick = false;           // smaller workload (for a smoke run)
+    std::vector<uint32_t> batch_sizes{1, 8, 32, 64};  // sessions decoding together, in the sweep
+    std::vector<llmkv_kv_dtype> dtypes;  // --kv-dtypes: a decode sweep per KV dtype (default f16)
+    bool decode_only = false;            // the decode sweep alone
+    std::string json;
 };
 
 llmkv_engine *make_engine(const Options &o, uint64_t kv_bytes, llmkv_kv_dtype dtype, uint32_t flags,
@@ -215,7 +220,7 @@ double decode_rate(llmkv_engine *e, uint32_t n, uint32_t gen) {
     return double(st1.tokens_generated - st0.tokens_generated) / dt;
 }
 
-int cmd_bench_batch(Options o) {
+int cmd_bench_batch(Options o, BenchReport &rep) {
     if (o.quick) {
         o.sessions = std::min(o.sessions, 8u);
         o.decode_tokens = std::min(o.decode_tokens, 8u);
@@ -224,22 +229,75 @@ int cmd_bench_batch(Options o) {
         std::fprintf(stderr, "llmkv bench batch: --sessions must be >= 2 and --concurrency >= 1\n");
         return 2;
     }
+    if (o.batch_sizes.empty() || std::find(o.batch_sizes.begin(), o.batch_sizes.end(), 0u) != o.batch_sizes.end()) {
+        std::fprintf(stderr, "llmkv bench batch: --batch-sizes must be >= 1 each\n");
+        return 2;
+    }
+    const bool dtype_sweep = !o.dtypes.empty();
+    const std::vector<llmkv_kv_dtype> dtypes = dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{LLMKV_KV_F16};
+    std::vector<uint32_t> sizes;
+    for (uint32_t n : o.batch_sizes) {
+        if (o.quick && n > 8) break;
+        sizes.push_back(n);
+    }
+    if (sizes.empty()) {
+        std::fprintf(stderr, "llmkv bench batch: --quick runs batch sizes up to 8 only\n");
+        return 2;
+    }
+    Json &p = rep.params();
+    p["threads"] = o.threads;
+    p["batch_sizes"] = sizes;
+    p["decode_tokens"] = o.decode_tokens;
+    p["kv_dtypes"] = Json::array();
+    for (llmkv_kv_dtype d : dtypes) p["kv_dtypes"].push_back(kv_dtype_name(d));
+    p["decode_only"] = o.decode_only;
+    if (!o.decode_only) {
+        p["sessions"] = o.sessions;
+        p["concurrency"] = o.concurrency;
+        p["verify"] = o.verify;
+    }
+    p["quick"] = o.quick;
 
-    // 1. Decode sweep.
-    llmkv_engine *e = make_engine(o, 0, LLMKV_KV_F16, 0);
+    // 1. Decode sweep (the engine of the first KV dtype also runs the mixed workload).
+    llmkv_engine *e = nullptr;
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
-    llmkv_engine_get_info(e, &info);
-    std::printf("llmkv bench batch: %s, %u threads, %s kernels\n\n", info.model_name, info.n_threads,
-                info.backend_name);
-    std::printf("| sessions decoding together | aggregate tok/s | per session | vs 1 |\n|---|---|---|---|\n");
-    double base = 0;
-    for (uint32_t n : {1u, 8u, 32u, 64u}) {
-        if (o.quick && n > 8) break;
-        double r = decode_rate(e, n, o.decode_tokens);
-        if (n == 1) base = r;
-        std::printf("| %u | %.1f | %.1f | %.2fx |\n", n, r, r / n, r / base);
-        std::fflush(stdout);
+    for (size_t di = 0; di < dtypes.size(); ++di) {
+        llmkv_engine *d = make_engine(o, 0, dtypes[di], 0);
+        llmkv_engine_get_info(d, &info);
+        rep.set_model(o.model, info);
+        if (di == 0) {
+            std::printf("llmkv bench batch: %s, %u threads, %s kernels\n\n", info.model_name, info.n_threads,
+                        info.backend_name);
+        }
+        if (dtype_sweep) std::printf("%sKV cache %s:\n\n", di ? "\n" : "", kv_dtype_name(dtypes[di]));
+        // "vs 1" is against the first size of the sweep (1 unless --batch-sizes says otherwise).
+        std::printf("| sessions decoding together | aggregate tok/s | per session | vs %u |\n|---|---|---|---|\n",
+                    sizes[0]);
+        double base = 0;
+        for (uint32_t n : sizes) {
+            double r = decode_rate(d, n, o.decode_tokens);
+            if (base == 0) base = r;
+            std::printf("| %u | %.1f | %.1f | %.2fx |\n", n, r, r / n, r / base);
+            std::fflush(stdout);
+            rep.add({{"bench", "decode_batch"}, {"kv", kv_dtype_name(dtypes[di])}, {"threads", info.n_threads},
+                     {"batch", n}, {"decode_tokens", o.decode_tokens}, {"tok_s", r}, {"per_session_tok_s", r / n},
+                     {"vs_first", r / base}});
+        }
+        if (di == 0) {
+            e = d;
+        } else {
+            llmkv_engine_destroy(d);
+        }
+    }
+    if (o.decode_only) {
+        llmkv_engine_destroy(e);
+        return 0;
+    }
+    if (dtype_sweep) {  // the rest runs with f16 KV, as it always has
+        llmkv_engine_destroy(e);
+        e = make_engine(o, 0, LLMKV_KV_F16, 0);
+        llmkv_engine_get_info(e, &info);
     }
 
     // 2. Mixed workload, continuous vs static.
@@ -251,6 +309,8 @@ int cmd_bench_batch(Options o) {
     }
     std::printf("\nmixed workload: %u sessions, %llu prompt tokens, up to %llu output tokens, at most %u running\n\n",
                 o.sessions, (unsigned long long)prompt_total, (unsigned long long)out_max, o.concurrency);
+    p["mixed_prompt_tokens"] = prompt_total;
+    p["mixed_max_output_tokens"] = out_max;
     RunStats cont = run_workload(e, reqs, o.concurrency, true);
     RunStats stat = run_workload(e, reqs, o.concurrency, false);
     std::printf("| batching | seconds | generated tok/s | prompt+generated tok/s | steps | pool utilization mean / min |\n"
@@ -258,11 +318,19 @@ int cmd_bench_batch(Options o) {
     for (auto [name, r] : {std::pair<const char *, RunStats *>{"continuous", &cont}, {"static", &stat}}) {
         std::printf("| %s | %.1f | %.1f | %.1f | %llu | %.3f / %.3f |\n", name, r->seconds, r->generated / r->seconds,
                     (r->generated + r->prefilled) / r->seconds, (unsigned long long)r->steps, r->util_mean, r->util_min);
+        rep.add({{"bench", "mixed_workload"}, {"batching", name}, {"kv", "f16"}, {"threads", info.n_threads},
+                 {"sessions", o.sessions}, {"concurrency", o.concurrency}, {"seconds", r->seconds},
+                 {"generated_tokens", r->generated}, {"prefilled_tokens", r->prefilled},
+                 {"generated_tok_s", r->generated / r->seconds},
+                 {"total_tok_s", (r->generated + r->prefilled) / r->seconds}, {"steps", r->steps},
+                 {"pool_utilization_mean", r->util_mean}, {"pool_utilization_min", r->util_min}});
     }
     std::printf("\ncontinuous / static: %.2fx generated tokens/s\n", (cont.generated / cont.seconds) / (stat.generated / stat.seconds));
     bool same = cont.tokens == stat.tokens;
     std::printf("continuous and static runs give identical tokens: %s\n", same ? "yes" : "NO");
     int status = same ? 0 : 1;
+    rep.add({{"bench", "mixed_summary"}, {"continuous_vs_static", (cont.generated / cont.seconds) / (stat.generated / stat.seconds)},
+             {"identical_tokens", same}});
 
     if (o.verify) {
         // Every session alone, on the same engine, against the continuous run.
@@ -275,6 +343,7 @@ int cmd_bench_batch(Options o) {
         }
         std::printf("solo runs equal to the batched run, token for token: %zu of %zu\n", equal, reqs.size());
         if (equal != reqs.size()) status = 1;
+        rep.add({{"bench", "verify_solo"}, {"sessions", reqs.size()}, {"equal", equal}});
         // And with a pool that fits a quarter of the workload (preemption by recompute).
         uint64_t tokens_total = 0;
         for (const Request &r : reqs) tokens_total += r.prompt.size() + r.max_new;
@@ -289,6 +358,9 @@ int cmd_bench_batch(Options o) {
                     (unsigned long long)quarter_blocks, (unsigned long long)(tokens_total / info.kv_block_tokens),
                     o.sessions, q.seconds, (unsigned long long)q.preemptions, q_equal, reqs.size());
         if (q_equal != reqs.size()) status = 1;
+        rep.add({{"bench", "verify_small_pool"}, {"pool_blocks", quarter_blocks},
+                 {"workload_blocks", tokens_total / info.kv_block_tokens}, {"sessions", o.sessions},
+                 {"seconds", q.seconds}, {"preemptions", q.preemptions}, {"equal", q_equal}});
         llmkv_engine_destroy(small);
     }
     llmkv_engine_destroy(e);
@@ -331,9 +403,14 @@ int cmd_bench_batch(Options o) {
                     "resident\n\n| contiguous fp16 allocation per session | sessions in 64 MiB | llmkv / contiguous |\n"
                     "|---|---|---|\n",
                     fitted);
+        rep.add({{"bench", "capacity"}, {"kv", "int8"}, {"pool_bytes", budget}, {"shared_prefix_tokens", 500},
+                 {"own_tokens", 500}, {"sessions_resident", fitted}});
         for (uint32_t ctx : {1000u, 2048u, ci.n_ctx_train}) {
             uint64_t per = uint64_t(double(ctx) * fp16_token);
             uint64_t n = budget / per;
+            rep.add({{"bench", "capacity_contiguous_f16"}, {"context", ctx}, {"pool_bytes", budget},
+                     {"bytes_per_session", per}, {"sessions", n},
+                     {"llmkv_vs_contiguous", n ? Json(fitted / double(n)) : Json(nullptr)}});
             std::printf("| %u-token context (%.1f MiB) | %llu | %s |\n", ctx, per / 1048576.0, (unsigned long long)n,
                         n ? (std::to_string(fitted / double(n)).substr(0, 5) + "x").c_str() : "(none fit)");
         }
@@ -357,7 +434,16 @@ Command add_bench_batch(CLI::App &bench) {
     add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens per session in the decode sweep");
     app->add_flag("--verify", o->verify, "check that batched output matches sessions run alone");
     app->add_flag("--quick", o->quick, "a smaller workload, for a smoke run");
-    return {app, [o] { return cmd_bench_batch(*o); }};
+    add_uint_list_option(*app, "--batch-sizes", &o->batch_sizes, "sessions decoding together in the decode sweep");
+    add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes,
+                             "a decode sweep per KV dtype (default f16; the rest always runs f16)");
+    app->add_flag("--decode-only", o->decode_only, "run the decode sweep alone (no mixed workload, no capacity)");
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench batch", o->json);
+                if (!rep.check_writable("llmkv bench batch")) return 2;
+                return rep.finish(cmd_bench_batch(*o, rep), "llmkv bench batch");
+            }};
 }
 
 }  // namespace llmkv_cli

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -35,6 +36,7 @@ struct Options {
     std::vector<uint32_t> batches{1, 32};
     uint32_t tokens = 96;  // max new tokens per session
     std::string schema_file;
+    std::string json;
 };
 
 struct Result {
@@ -129,7 +131,7 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
     return true;
 }
 
-int run(const Options &o) {
+int run(const Options &o, BenchReport &rep) {
     std::string schema = kNpcSchema;
     if (!o.schema_file.empty()) {
         schema.clear();
@@ -148,6 +150,12 @@ int run(const Options &o) {
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
     llmkv_engine_get_info(e, &info);
+    rep.set_model(o.model, info);
+    rep.params()["threads"] = o.threads;
+    rep.params()["batch_sizes"] = o.batches;
+    rep.params()["max_new_tokens"] = o.tokens;
+    rep.params()["temperature"] = 0.7;
+    rep.params()["schema"] = o.schema_file.empty() ? std::string("built-in NPC schema") : o.schema_file;
     std::printf("llmkv bench grammar: %s, %u threads, up to %u new tokens, temperature 0.7\n", info.model_name,
                 info.n_threads, o.tokens);
     std::printf("%6s %-10s %12s %10s %14s %14s %10s %10s\n", "batch", "grammar", "decode tok/s", "tokens",
@@ -167,6 +175,12 @@ int run(const Options &o) {
             std::printf("%6u %-10s %12.1f %10llu %14.1f %14.1f %9.1f%% %7u/%-3u\n", b, label, r.decode_tps,
                         (unsigned long long)r.tokens, r.mask_us, r.sample_us, r.hit_rate * 100.0,
                         pass == 0 ? 0u : r.completed, b);
+            Json rec{{"bench", "grammar_decode"}, {"grammar", label}, {"threads", info.n_threads}, {"batch", b},
+                     {"tok_s", r.decode_tps}, {"tokens", r.tokens}, {"mask_us_per_token", r.mask_us},
+                     {"sample_us_per_token", r.sample_us}, {"mask_cache_hit_rate", r.hit_rate}};
+            rec["completed"] = pass == 0 ? Json(nullptr) : Json(r.completed);
+            rec["sessions"] = b;
+            rep.add(std::move(rec));
             std::fflush(stdout);
             if (pass == 1) {
                 // The schema once more, other seeds, with a keeper alive: the warm pass finds the
@@ -197,7 +211,12 @@ Command add_bench_grammar(CLI::App &bench) {
     add_uint_list_option(*app, "--batch", &o->batches, "batch sizes (comma-separated)");
     add_uint_option(*app, "-n,--tokens", &o->tokens, "new tokens per session at most");
     app->add_option("--json-schema", o->schema_file, "the schema (default: a built-in NPC schema)")->type_name("FILE");
-    return {app, [o] { return run(*o); }};
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench grammar", o->json);
+                if (!rep.check_writable("llmkv bench grammar")) return 2;
+                return rep.finish(run(*o, rep), "llmkv bench grammar");
+            }};
 }
 
 }  // namespace llmkv_cli

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -79,21 +80,27 @@ std::vector<int32_t> tokens_of(llmkv_session *s) {
 struct OffloadOptions {
     std::string model;
     uint32_t threads = 0, context = 1000, sessions = 16;
+    std::string json;
 };
 
-int cmd_bench_offload(const OffloadOptions &o) {
+int cmd_bench_offload(const OffloadOptions &o, BenchReport &rep) {
     const std::string &model = o.model;
     const uint32_t threads = o.threads, context = o.context, sessions = o.sessions;
     if (context < 16 || sessions < 2) {
         std::fprintf(stderr, "llmkv bench offload: --context must be >= 16 and --sessions >= 2\n");
         return 2;
     }
+    rep.params()["threads"] = threads;
+    rep.params()["context"] = context;
+    rep.params()["sessions"] = sessions;
+    rep.params()["kv"] = "int8";
 
     // 1 + 2: park and resume one session against recomputing it.
     llmkv_engine *e = make_engine(model, threads, 0, 256ull << 20);
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
     llmkv_engine_get_info(e, &info);
+    rep.set_model(model, info);
     std::vector<int32_t> prompt = filler_tokens(e, context, 7);
     llmkv_session_params sp;
     llmkv_session_params_init(&sp);
@@ -140,6 +147,12 @@ int cmd_bench_offload(const OffloadOptions &o) {
     std::printf("| resume (host -> device, synchronous, incl. a fork) | %.2f | %.3f |\n", best_resume * 1e3, best_resume / best_recompute);
     std::printf("\ncopy engine: %.1f GB/s over %.1f MiB moved; memcpy of 256 MiB: %.1f GB/s (%.2fx)\n\n",
                 copy_gbs, moved / 1048576.0, plain_gbs, copy_gbs / plain_gbs);
+    rep.add({{"bench", "park_resume"}, {"kv", "int8"}, {"threads", info.n_threads}, {"context", context},
+             {"kv_bytes", moved / 2}, {"recompute_ms", best_recompute * 1e3}, {"park_call_ms", best_park * 1e3},
+             {"resume_ms", best_resume * 1e3}, {"park_vs_recompute", best_park / best_recompute},
+             {"resume_vs_recompute", best_resume / best_recompute}});
+    rep.add({{"bench", "copy_bandwidth"}, {"bytes_moved", moved}, {"copy_gb_s", copy_gbs}, {"memcpy_gb_s", plain_gbs},
+             {"memcpy_bytes", uint64_t(256) << 20}, {"copy_vs_memcpy", copy_gbs / plain_gbs}});
     llmkv_engine_destroy(e);
 
     // 3. Quarter device budget: swap against recompute.
@@ -175,6 +188,11 @@ int cmd_bench_offload(const OffloadOptions &o) {
                     with_host ? "on (swap)" : "off (recompute)", dt, (unsigned long long)st.steps,
                     (unsigned long long)st.preemptions, (unsigned long long)st.swaps, (unsigned long long)st.parks,
                     (unsigned long long)st.tokens_prefilled, st.bytes_to_host / 1048576.0, st.bytes_to_device / 1048576.0);
+        rep.add({{"bench", "quarter_pool"}, {"host_tier", bool(with_host)}, {"kv", "int8"},
+                 {"threads", info.n_threads}, {"sessions", sessions}, {"new_tokens", 64}, {"device_bytes", device},
+                 {"seconds", dt}, {"steps", st.steps}, {"preemptions", st.preemptions}, {"swaps", st.swaps},
+                 {"parks", st.parks}, {"tokens_prefilled", st.tokens_prefilled}, {"bytes_to_host", st.bytes_to_host},
+                 {"bytes_to_device", st.bytes_to_device}});
         for (auto *s : ss) {
             results[with_host].push_back(tokens_of(s));
             llmkv_session_destroy(s);
@@ -183,6 +201,7 @@ int cmd_bench_offload(const OffloadOptions &o) {
     }
     bool same = results[0] == results[1];
     std::printf("\nswap and recompute runs give identical tokens: %s\n\n", same ? "yes" : "NO");
+    rep.add({{"bench", "quarter_pool_summary"}, {"identical_tokens", same}});
 
     // 4. One session 4x longer than the device pool: older blocks in the host tier.
     {
@@ -225,6 +244,14 @@ int cmd_bench_offload(const OffloadOptions &o) {
         std::printf("| device pool of %.1f MiB (a quarter), the rest in the host tier | %.2f | %.1f (%.2fx) |\n",
                     device_bytes / 1048576.0, prefill_s[1], gen_tps[1], gen_tps[1] / gen_tps[0]);
         bool long_same = out[0] == out[1];
+        for (int constrained = 0; constrained < 2; ++constrained) {
+            rep.add({{"bench", "long_session"}, {"kv", "int8"}, {"threads", info.n_threads}, {"context", long_ctx},
+                     {"device_limit", bool(constrained)},
+                     {"device_bytes", constrained ? Json(device_bytes) : Json(nullptr)},
+                     {"prefill_s", prefill_s[constrained]}, {"decode_tok_s", gen_tps[constrained]},
+                     {"decode_vs_unlimited", gen_tps[constrained] / gen_tps[0]}});
+        }
+        rep.add({{"bench", "long_session_summary"}, {"identical_tokens", long_same}});
         std::printf("\nidentical tokens: %s\n", long_same ? "yes" : "NO");
         same = same && long_same;
     }
@@ -241,7 +268,12 @@ Command add_bench_offload(CLI::App &bench) {
     add_threads_option(*app, &o->threads);
     add_uint_option(*app, "--context", &o->context, "tokens per session (>= 16)");
     add_uint_option(*app, "--sessions", &o->sessions, "sessions (>= 2)");
-    return {app, [o] { return cmd_bench_offload(*o); }};
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench offload", o->json);
+                if (!rep.check_writable("llmkv bench offload")) return 2;
+                return rep.finish(cmd_bench_offload(*o, rep), "llmkv bench offload");
+            }};
 }
 
 }  // namespace llmkv_cli

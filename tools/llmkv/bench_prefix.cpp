@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -51,20 +52,41 @@ llmkv_engine *make(const std::string &model, uint32_t threads, uint32_t flags) {
 
 struct PrefixOptions {
     std::string model;
-    uint32_t threads = 0, system_tokens = 1500, n_sessions = 64;
+    uint32_t threads = 0, system_tokens = 1500, n_sessions = 64, decode_tokens = 128;
+    std::vector<uint32_t> prefix_lengths;  // --prefix-lengths: a sweep (else --system-tokens)
+    std::string json;
 };
 
-int cmd_bench_prefix(const PrefixOptions &o) {
+struct Ttft {
+    double plain = 0, handle = 0, automatic = 0, loaded = 0;  // seconds to the first token
+    double create = 0, save = 0, load = 0;                    // prefix handle / snapshot
+};
+
+int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     const std::string &model = o.model;
-    const uint32_t threads = o.threads, system_tokens = o.system_tokens, question_tokens = 20,
-                   n_sessions = o.n_sessions, shared_tokens = 1000;
+    const uint32_t threads = o.threads, question_tokens = 20, n_sessions = o.n_sessions, shared_tokens = 1000;
+    const std::vector<uint32_t> lengths =
+        o.prefix_lengths.empty() ? std::vector<uint32_t>{o.system_tokens} : o.prefix_lengths;
+    if (lengths.size() > 50 || o.decode_tokens < 1) {
+        std::fprintf(stderr, "llmkv bench prefix: at most 50 --prefix-lengths, and --decode-tokens >= 1\n");
+        return 2;
+    }
+    Json &params = rep.params();
+    params["threads"] = threads;
+    params["prefix_lengths"] = lengths;
+    params["question_tokens"] = question_tokens;
+    params["sessions"] = n_sessions;
+    params["shared_tokens"] = shared_tokens;
+    params["decode_tokens"] = o.decode_tokens;
+    params["ttft_reps"] = 3;
     llmkv_engine *plain = make(model, threads, 0);
     llmkv_engine *cached = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
     if (!plain || !cached) return 1;
-    std::vector<int32_t> system = filler_tokens(plain, system_tokens, 1);
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    llmkv_engine_get_info(cached, &info);
+    rep.set_model(model, info);
     std::vector<int32_t> question = filler_tokens(plain, question_tokens, 2);
-    std::vector<int32_t> full = system;
-    full.insert(full.end(), question.begin(), question.end());
     llmkv_session_params sp;
     llmkv_session_params_init(&sp);
 
@@ -82,39 +104,75 @@ int cmd_bench_prefix(const PrefixOptions &o) {
         }
         return best;
     };
-    // 1. Computed from scratch.
-    double best_plain = best_ttft(plain, nullptr, full);
-    // 2. From a prefix handle.
-    double t0 = now();
-    llmkv_prefix *prefix = nullptr;
-    if (llmkv_prefix_create(cached, system.data(), system.size(), &prefix) != LLMKV_OK) {
-        std::fprintf(stderr, "llmkv bench prefix: %s\n", llmkv_last_error());
-        return 1;
+    // One system prompt of `system_tokens`: every way to its first token. Each length of a
+    // sweep has its own text (salt), so no length finds another's blocks in the cache.
+    auto measure = [&](uint32_t system_tokens, unsigned salt, Ttft &m) {
+        std::vector<int32_t> system = filler_tokens(plain, system_tokens, salt);
+        std::vector<int32_t> full = system;
+        full.insert(full.end(), question.begin(), question.end());
+        // 1. Computed from scratch.
+        m.plain = best_ttft(plain, nullptr, full);
+        // 2. From a prefix handle.
+        double t0 = now();
+        llmkv_prefix *prefix = nullptr;
+        if (llmkv_prefix_create(cached, system.data(), system.size(), &prefix) != LLMKV_OK) {
+            std::fprintf(stderr, "llmkv bench prefix: %s\n", llmkv_last_error());
+            return false;
+        }
+        m.create = now() - t0;
+        m.handle = best_ttft(cached, prefix, question);
+        // 3. Found by the automatic cache (the handle's blocks are cached too).
+        m.automatic = best_ttft(cached, nullptr, full);
+        // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
+        std::string snap = "/tmp/llmkv_bench_prefix_" + std::to_string(getpid()) + ".snap";
+        m.save = now();
+        llmkv_prefix_save(prefix, snap.c_str());
+        m.save = now() - m.save;
+        llmkv_prefix_release(prefix);
+        llmkv_engine *next = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
+        m.load = now();
+        llmkv_prefix *loaded = nullptr;
+        if (!next || llmkv_prefix_load(next, snap.c_str(), &loaded) != LLMKV_OK) {
+            std::fprintf(stderr, "llmkv bench prefix: load failed: %s\n", llmkv_last_error());
+            return false;
+        }
+        m.load = now() - m.load;
+        m.loaded = best_ttft(next, loaded, question);
+        llmkv_prefix_release(loaded);
+        llmkv_engine_destroy(next);
+        std::remove(snap.c_str());
+        return true;
+    };
+    auto report = [&](uint32_t system_tokens, const Ttft &m) {
+        std::printf("llmkv bench prefix: %u-token system prompt, %u-token question\n\n", system_tokens, question_tokens);
+        std::printf("| time to first token | ms | vs computed |\n|---|---|---|\n");
+        std::printf("| computed (no cache) | %.1f | 1.000 |\n", m.plain * 1e3);
+        std::printf("| from a prefix handle | %.1f | %.3f |\n", m.handle * 1e3, m.handle / m.plain);
+        std::printf("| automatic prefix cache | %.1f | %.3f |\n", m.automatic * 1e3, m.automatic / m.plain);
+        std::printf("| from a snapshot loaded by a fresh engine | %.1f | %.3f |\n", m.loaded * 1e3, m.loaded / m.plain);
+        std::printf("| (creating the handle once) | %.1f | |\n", m.create * 1e3);
+        std::printf("| (saving the snapshot / loading it) | %.1f / %.1f | %.3f load vs computing |\n\n", m.save * 1e3,
+                    m.load * 1e3, m.load / m.create);
+        const std::pair<const char *, double> ways[] = {{"computed", m.plain},
+                                                        {"prefix_handle", m.handle},
+                                                        {"prefix_cache", m.automatic},
+                                                        {"snapshot_loaded", m.loaded}};
+        for (const auto &[how, t] : ways) {
+            rep.add({{"bench", "ttft"}, {"how", how}, {"threads", info.n_threads}, {"prefix_tokens", system_tokens},
+                     {"question_tokens", question_tokens}, {"ms", t * 1e3}, {"vs_computed", t / m.plain}});
+        }
+        rep.add({{"bench", "prefix_snapshot"}, {"threads", info.n_threads}, {"prefix_tokens", system_tokens},
+                 {"create_ms", m.create * 1e3}, {"save_ms", m.save * 1e3}, {"load_ms", m.load * 1e3},
+                 {"load_vs_create", m.load / m.create}});
+    };
+    std::vector<Ttft> results(lengths.size());
+    for (size_t i = 0; i < lengths.size(); ++i) {
+        if (!measure(lengths[i], i == 0 ? 1 : unsigned(40 + i), results[i])) return 1;
+        if (i + 1 < lengths.size()) report(lengths[i], results[i]);  // a sweep reports as it goes
     }
-    double t_prefix = now() - t0;
-    double best_handle = best_ttft(cached, prefix, question);
-    // 3. Found by the automatic cache (the handle's blocks are cached too).
-    double best_auto = best_ttft(cached, nullptr, full);
-    // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
-    std::string snap = "/tmp/llmkv_bench_prefix_" + std::to_string(getpid()) + ".snap";
-    double t_save = now();
-    llmkv_prefix_save(prefix, snap.c_str());
-    t_save = now() - t_save;
-    llmkv_prefix_release(prefix);
-    llmkv_engine *next = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
-    double t_load = now();
-    llmkv_prefix *loaded = nullptr;
-    if (!next || llmkv_prefix_load(next, snap.c_str(), &loaded) != LLMKV_OK) {
-        std::fprintf(stderr, "llmkv bench prefix: load failed: %s\n", llmkv_last_error());
-        return 1;
-    }
-    t_load = now() - t_load;
-    double best_loaded = best_ttft(next, loaded, question);
-    llmkv_prefix_release(loaded);
-    llmkv_engine_destroy(next);
-    std::remove(snap.c_str());
 
     // 5. Bookkeeping when nothing is shared: decode speed with the cache on and off.
+    const uint32_t gen = o.decode_tokens;
     auto decode_rate = [&](llmkv_engine *e, unsigned salt) {
         std::vector<int32_t> p = filler_tokens(plain, 64, 200 + salt);
         llmkv_session *s = nullptr;
@@ -123,9 +181,9 @@ int cmd_bench_prefix(const PrefixOptions &o) {
         llmkv_session_generate(s, 1);
         llmkv_run(e, nullptr, nullptr);
         double t = now();
-        llmkv_session_generate(s, 128);
+        llmkv_session_generate(s, gen);
         llmkv_run(e, nullptr, nullptr);
-        double rate = 128 / (now() - t);
+        double rate = gen / (now() - t);
         llmkv_session_destroy(s);
         return rate;
     };
@@ -135,19 +193,14 @@ int cmd_bench_prefix(const PrefixOptions &o) {
         on = std::max(on, decode_rate(cached, 2 * r + 1));
     }
 
-    std::printf("llmkv bench prefix: %u-token system prompt, %u-token question\n\n", system_tokens, question_tokens);
-    std::printf("| time to first token | ms | vs computed |\n|---|---|---|\n");
-    std::printf("| computed (no cache) | %.1f | 1.000 |\n", best_plain * 1e3);
-    std::printf("| from a prefix handle | %.1f | %.3f |\n", best_handle * 1e3, best_handle / best_plain);
-    std::printf("| automatic prefix cache | %.1f | %.3f |\n", best_auto * 1e3, best_auto / best_plain);
-    std::printf("| from a snapshot loaded by a fresh engine | %.1f | %.3f |\n", best_loaded * 1e3, best_loaded / best_plain);
-    std::printf("| (creating the handle once) | %.1f | |\n", t_prefix * 1e3);
-    std::printf("| (saving the snapshot / loading it) | %.1f / %.1f | %.3f load vs computing |\n\n", t_save * 1e3,
-                t_load * 1e3, t_load / t_prefix);
+    report(lengths.back(), results.back());
     std::printf("decode with nothing shared: %.1f tok/s with the prefix cache, %.1f without (%.2f%% difference)\n\n",
                 on, off, 100.0 * (off - on) / off);
+    rep.add({{"bench", "decode_prefix_cache"}, {"threads", info.n_threads}, {"decode_tokens", gen},
+             {"tok_s_cache_on", on}, {"tok_s_cache_off", off}, {"difference_pct", 100.0 * (off - on) / off}});
 
     // Memory: n sessions sharing a prefix vs unshared.
+    llmkv_prefix *prefix = nullptr;
     std::vector<int32_t> shared = filler_tokens(plain, shared_tokens, 3);
     llmkv_prefix_create(cached, shared.data(), shared.size(), &prefix);
     std::vector<llmkv_session *> sessions;
@@ -164,9 +217,6 @@ int cmd_bench_prefix(const PrefixOptions &o) {
     llmkv_stats st;
     st.struct_size = sizeof(st);
     llmkv_engine_get_stats(cached, &st);
-    llmkv_engine_info info;
-    info.struct_size = sizeof(info);
-    llmkv_engine_get_info(cached, &info);
     double per_token = double(info.kv_bytes_per_token_device);
     double unshared = double(sessions.size()) * (shared_tokens + question_tokens) * per_token;
     double ideal = (double(shared_tokens) + double(sessions.size()) * question_tokens) * per_token;
@@ -178,6 +228,12 @@ int cmd_bench_prefix(const PrefixOptions &o) {
     std::printf("(blocks used %u of %u, tail slots %u, tokens held by sessions %llu)\n", st.blocks_used, st.blocks_total,
                 st.tail_blocks_used, (unsigned long long)st.tokens_stored);
     std::printf("\nused / ideal = %.2fx, unshared / used = %.1fx\n", st.kv_bytes_used / ideal, unshared / st.kv_bytes_used);
+    rep.add({{"bench", "shared_prefix_memory"}, {"kv", kv_dtype_name(llmkv_kv_dtype(info.kv_dtype_k))},
+             {"sessions", sessions.size()}, {"prefix_tokens", shared_tokens}, {"suffix_tokens", question_tokens},
+             {"kv_bytes_used", st.kv_bytes_used}, {"ideal_bytes", ideal}, {"unshared_bytes", unshared},
+             {"blocks_used", st.blocks_used}, {"blocks_total", st.blocks_total},
+             {"tail_blocks_used", st.tail_blocks_used}, {"tokens_stored", st.tokens_stored},
+             {"used_vs_ideal", st.kv_bytes_used / ideal}, {"unshared_vs_used", unshared / st.kv_bytes_used}});
     for (auto *s : sessions) llmkv_session_destroy(s);
     llmkv_prefix_release(prefix);
     llmkv_engine_destroy(plain);
@@ -193,9 +249,19 @@ Command add_bench_prefix(CLI::App &bench) {
     auto o = std::make_shared<PrefixOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
-    add_uint_option(*app, "--system-tokens", &o->system_tokens, "length of the shared system prompt");
+    CLI::Option *system =
+        add_uint_option(*app, "--system-tokens", &o->system_tokens, "length of the shared system prompt");
+    add_uint_list_option(*app, "--prefix-lengths", &o->prefix_lengths,
+                         "time to first token at each of these system-prompt lengths (a sweep)")
+        ->excludes(system);
     add_uint_option(*app, "--sessions", &o->n_sessions, "sessions sharing it");
-    return {app, [o] { return cmd_bench_prefix(*o); }};
+    add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens of each decode run (prefix cache on/off)");
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench prefix", o->json);
+                if (!rep.check_writable("llmkv bench prefix")) return 2;
+                return rep.finish(cmd_bench_prefix(*o, rep), "llmkv bench prefix");
+            }};
 }
 
 }  // namespace llmkv_cli

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
@@ -107,9 +109,10 @@ struct QualityOptions {
     uint32_t n_tokens = 20480, threads = 0;
     std::vector<uint32_t> passkey_lengths = {2000, 6000};
     bool skip_passkey = false;
+    std::string json;
 };
 
-int cmd_bench_quality(const QualityOptions &o) {
+int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
     const std::string &model_path = o.model_path, &corpus_path = o.corpus_path, &csv_path = o.csv_path;
     const std::vector<uint32_t> &contexts = o.contexts, &passkey_lengths = o.passkey_lengths;
     const uint32_t n_tokens = o.n_tokens, threads = o.threads, chunk = 256;
@@ -120,6 +123,24 @@ int cmd_bench_quality(const QualityOptions &o) {
         auto model = llmkv::LlamaModel::load(file);
         auto tokenizer = llmkv::Tokenizer::from_gguf(*file);
         const llmkv::LlamaConfig &c = model->config();
+        {
+            std::error_code ec;
+            const auto size = std::filesystem::file_size(model_path, ec);
+            rep.set_model(Json{{"file", std::filesystem::path(model_path).filename().string()},
+                               {"path", model_path},
+                               {"file_bytes", ec ? Json(nullptr) : Json(uint64_t(size))},
+                               {"name", c.name},
+                               {"architecture", c.architecture},
+                               {"n_params", model->n_params()},
+                               {"weight_bytes", model->weight_bytes()},
+                               {"n_layers", c.n_layers},
+                               {"n_embd", c.n_embd},
+                               {"n_heads", c.n_heads},
+                               {"n_kv_heads", c.n_kv_heads},
+                               {"head_dim", c.head_dim},
+                               {"n_vocab", c.n_vocab},
+                               {"n_ctx_train", c.n_ctx_train}});
+        }
 
         std::string text;
         std::string corpus_name;
@@ -144,6 +165,15 @@ int cmd_bench_quality(const QualityOptions &o) {
                     n_tokens);
 
         llmkv::ThreadPool pool(threads ? threads : llmkv::ThreadPool::hardware_threads());
+        rep.note_threads(uint32_t(pool.size()));
+        Json &params = rep.params();
+        params["threads"] = uint32_t(pool.size());
+        params["corpus"] = corpus_name;
+        params["tokens"] = n_tokens;
+        params["contexts"] = contexts;
+        params["passkey"] = !skip_passkey;
+        if (!skip_passkey) params["passkey_lengths"] = passkey_lengths;
+        params["csv"] = csv_path;
         std::vector<CodecPair> pairs;
         for (const CodecPair &p : kPairs) {
             if (pair_supported(p, c.head_dim)) {
@@ -293,6 +323,14 @@ int cmd_bench_quality(const QualityOptions &o) {
                 double kl = pi == 0 ? 0.0 : a.kl / double(a.count);
                 double top1 = double(a.top1_agree) / double(a.count);
                 std::printf(" %.3f | %+.2f%% | %.5f | %.4f |", ppl, change, kl, top1);
+                Json rec{{"bench", "kv_quality"}, {"kv", pairs[pi].label}, {"context", contexts[ci]},
+                       {"bytes_per_token", bpt}, {"vs_f16", bpt / f16_bpt}, {"perplexity", ppl},
+                       {"ppl_change_pct", change}, {"mean_kl", kl}, {"top1_agreement", top1}};
+                if (!skip_passkey) {
+                    rec["passkey_hits"] = hits;
+                    rec["passkey_trials"] = passkey_total[pi];
+                }
+                rep.add(std::move(rec));
                 if (csv) {
                     std::fprintf(csv, "%s,%.1f,%.4f,%u,%.4f,%.3f,%.6f,%.5f,%d,%d\n", pairs[pi].label, bpt, bpt / f16_bpt,
                                  contexts[ci], ppl, change, kl, top1, hits, passkey_total[pi]);
@@ -332,7 +370,12 @@ Command add_bench_quality(CLI::App &bench) {
     add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths, "filler lengths of the passkey probe");
     app->add_flag("--no-passkey", o->skip_passkey, "skip the passkey probe");
     app->add_option("--csv", o->csv_path, "where the CSV goes")->type_name("FILE")->capture_default_str();
-    return {app, [o] { return cmd_bench_quality(*o); }};
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench quality", o->json);
+                if (!rep.check_writable("llmkv bench quality")) return 2;
+                return rep.finish(cmd_bench_quality(*o, rep), "llmkv bench quality");
+            }};
 }
 
 }  // namespace llmkv_cli

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -23,6 +24,7 @@ struct WindowOptions {
     uint32_t measure = 4096;         // contexts up to this are prefilled and measured
     uint32_t decode_tokens = 64;
     std::vector<std::string> codecs;  // K/V pairs, default f16/f16 int8/int8 int4/int4
+    std::string json;
 };
 
 llmkv_engine *make(const WindowOptions &o, llmkv_kv_dtype k, llmkv_kv_dtype v, uint32_t flags, uint32_t max_ctx) {
@@ -98,9 +100,14 @@ Measured measure(llmkv_engine *e, uint32_t n, uint32_t decode_tokens) {
     return m;
 }
 
-int cmd_bench_window(WindowOptions o) {
+int cmd_bench_window(WindowOptions o, BenchReport &rep) {
     if (o.contexts.empty()) o.contexts = {4096, 32768};
     if (o.codecs.empty()) o.codecs = {"f16/f16", "int8/int8", "int4/int4"};
+    rep.params()["threads"] = o.threads;
+    rep.params()["contexts"] = o.contexts;
+    rep.params()["measure"] = o.measure;
+    rep.params()["decode_tokens"] = o.decode_tokens;
+    rep.params()["kv_pairs"] = o.codecs;
     const uint32_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end()) + o.decode_tokens + 1;
     std::printf("llmkv bench window: %s\n\n", o.model.c_str());
     std::printf("| K/V | context | KV MiB, window blocks released | KV MiB, kept | saved | how | prefill tok/s (released / kept) | decode tok/s (released / kept) |\n");
@@ -123,6 +130,7 @@ int cmd_bench_window(WindowOptions o) {
         ir.struct_size = ik.struct_size = sizeof(ir);
         llmkv_engine_get_info(released.get(), &ir);
         llmkv_engine_get_info(kept.get(), &ik);
+        rep.set_model(o.model, ir);
         if (ir.kv_window == 0) {
             std::fprintf(stderr, "llmkv bench window: %s has no sliding-window layers\n", o.model.c_str());
             return 1;
@@ -144,6 +152,16 @@ int cmd_bench_window(WindowOptions o) {
             }
             std::printf("| %s | %u | %.2f | %.2f | %.1f%% | %s | %s | %s |\n", pair.c_str(), n, br / 1048576.0,
                         bk / 1048576.0, 100.0 * (1.0 - br / bk), run ? "measured" : "computed", speed_p, speed_d);
+            Json r{{"bench", "window_kv"}, {"kv", pair}, {"threads", ir.n_threads}, {"context", n},
+                   {"how", run ? "measured" : "computed"}, {"kv_bytes_released", br}, {"kv_bytes_kept", bk},
+                   {"saved_pct", 100.0 * (1.0 - br / bk)}};
+            if (run) {
+                r["prefill_tok_s_released"] = mr.prefill_tps;
+                r["prefill_tok_s_kept"] = mk.prefill_tps;
+                r["decode_tok_s_released"] = mr.decode_tps;
+                r["decode_tok_s_kept"] = mk.decode_tps;
+            }
+            rep.add(std::move(r));
         }
     }
     std::printf("\n(KV = sealed blocks in use + tail slots of one session, no prefix cache; \"computed\" = from the "
@@ -163,7 +181,12 @@ Command add_bench_window(CLI::App &bench) {
     add_uint_option(*app, "--measure", &o->measure, "prefill and measure contexts up to this length (others are computed)");
     add_uint_option(*app, "--decode", &o->decode_tokens, "tokens decoded after each measured prefill");
     app->add_option("--kv", o->codecs, "K/V codec pair, e.g. int8/int4 (repeatable; default f16, int8, int4)");
-    return {app, [o] { return cmd_bench_window(*o); }};
+    add_json_option(*app, &o->json);
+    return {app, [o] {
+                BenchReport rep("bench window", o->json);
+                if (!rep.check_writable("llmkv bench window")) return 2;
+                return rep.finish(cmd_bench_window(*o, rep), "llmkv bench window");
+            }};
 }
 
 }  // namespace llmkv_cli

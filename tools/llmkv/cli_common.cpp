@@ -166,6 +166,18 @@ CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_
         ->default_str(shown);
 }
 
+CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names, std::vector<llmkv_kv_dtype> *target,
+                                      const std::string &description) {
+    auto parse = [target](const std::string &list) {
+        target->clear();
+        std::stringstream ss(list);
+        std::string item;
+        while (std::getline(ss, item, ',')) target->push_back(kv_dtype_from_name(item));
+        if (target->empty()) throw CLI::ValidationError("expected DTYPE,DTYPE,... (f16, bf16, fp8, int8, int4)");
+    };
+    return app.add_option_function<std::string>(names, parse, description)->type_name("DTYPE,...");
+}
+
 void add_sampling_options(CLI::App &app, llmkv_sampling *target) {
     app.add_option("--temp", target->temperature, "sampling temperature (0: greedy)")->capture_default_str();
     add_integer(app, "--top-k", &target->top_k, "keep the K most likely tokens (0: off)");

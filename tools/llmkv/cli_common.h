@@ -48,6 +48,9 @@ CLI::Option *add_threads_option(CLI::App &app, uint32_t *target);
 // A KV dtype: f16, bf16, fp8, int8 or int4 (anything else is an error).
 CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
                                  const std::string &description);
+// A comma-separated list of KV dtypes (`--kv-dtypes f16,int8`); the last occurrence wins.
+CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names, std::vector<llmkv_kv_dtype> *target,
+                                      const std::string &description);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed; target holds the defaults.
 void add_sampling_options(CLI::App &app, llmkv_sampling *target);
 

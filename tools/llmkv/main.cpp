@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
 
@@ -349,6 +350,7 @@ Command add_run(CLI::App &parent) {
 
 int main(int argc, char **argv) {
     using namespace llmkv_cli;
+    set_command_line(argc, argv);  // for the benches' --json reports
     CLI::App app("llmkv: an embeddable LLM inference runtime", "llmkv");
     // A repeated option keeps its last value (`-n 8 -n 16` is 16), as it always has.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
