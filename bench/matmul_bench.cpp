@@ -388,18 +388,21 @@ BENCHMARK(BM_SmallCall)
 // ceiling against which the prefill kernels' rate is stated (docs/PERFORMANCE.md).
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) uint64_t dpbusd_loop(int64_t iters) {
-    __m512i acc[12];
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+    // Twelve independent accumulators in named registers; the instruction is written out so that
+    // the compiler can neither fold the chains nor keep them in memory.
+    __m512i c0 = _mm512_set1_epi32(0), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+            c8 = c0, c9 = c0, c10 = c0, c11 = c0;
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+#define LLMKV_DPBUSD(c) asm volatile("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(a), "v"(b))
     for (int64_t n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-        asm volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
-                     "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
-                     "+v"(acc[10]), "+v"(acc[11]));
+        LLMKV_DPBUSD(c0); LLMKV_DPBUSD(c1); LLMKV_DPBUSD(c2); LLMKV_DPBUSD(c3);
+        LLMKV_DPBUSD(c4); LLMKV_DPBUSD(c5); LLMKV_DPBUSD(c6); LLMKV_DPBUSD(c7);
+        LLMKV_DPBUSD(c8); LLMKV_DPBUSD(c9); LLMKV_DPBUSD(c10); LLMKV_DPBUSD(c11);
     }
-    __m512i s = acc[0];
-    for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+#undef LLMKV_DPBUSD
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
     alignas(64) int32_t out[16];
     _mm512_store_si512(out, s);
     return uint64_t(uint32_t(out[0]) + uint32_t(out[15]));
