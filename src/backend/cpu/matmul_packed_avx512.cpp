@@ -32,7 +32,7 @@ namespace {
 constexpr int kTokens = 8;         // tokens per prefill tile
 constexpr int kDecodeGroups = 4;   // row groups per decode tile
 constexpr int64_t kTokenGroup = 64;
-constexpr size_t kPrefetchAhead = 2048;  // bytes ahead of each group's stream (decode)
+constexpr size_t kPrefetchAhead = 4096;  // bytes ahead of each group's stream (decode)
 
 template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
