@@ -190,6 +190,17 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
             info.struct_size = sizeof(info);
             llmkv_engine_get_info(e, &info);
             rep.set_model(model, info);
+            // The engine caps max_context at the model's trained context: a run that cannot fit
+            // its prompt and the tokens it decodes is refused here instead of never finishing.
+            if (std::max(max_ctx, n_prompt) + n_gen + 1 > info.max_context) {
+                std::fprintf(stderr,
+                             "llmkv bench: a %u-token context plus %u generated tokens exceeds the "
+                             "session limit of %u tokens (the model's context); use a shorter "
+                             "--context / --prompt-tokens\n",
+                             std::max(max_ctx, n_prompt), n_gen, info.max_context);
+                llmkv_engine_destroy(e);
+                return 2;
+            }
             const char *kv = kv_dtype_name(dtype);
             const uint32_t threads = info.n_threads;
             RunResult best_short;
