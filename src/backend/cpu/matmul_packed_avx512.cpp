@@ -30,9 +30,13 @@ namespace llmkv::cpu::detail {
 namespace {
 
 constexpr int kTokens = 8;         // tokens per prefill tile
-constexpr int kDecodeGroups = 4;   // row groups per decode tile
+constexpr int kDecodeGroups = 1;   // row groups per decode tile (one stream: 2 and 4 were 1.4x slower)
 constexpr int64_t kTokenGroup = 64;
-constexpr size_t kPrefetchAhead = 4096;  // bytes ahead of each group's stream (decode)
+// Decode streams each weight once. A tile reads its G groups (one contiguous region) block by
+// block; the tiles prefetch a linear sweep kPrefetchDistance bytes ahead of the region's start
+// plus the bytes consumed so far, the way matmul_avx2.cpp's drive() does for row-major weights,
+// and the first kPrefetchDistance bytes of a call are requested up front.
+constexpr size_t kPrefetchDistance = 8192;
 
 template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
@@ -119,7 +123,7 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
 // G row groups (consecutive, group_bytes apart) x 1 token (decode). Stores nrows rows in all.
 template <TensorType kType, int G>
 void dtile(const uint8_t *gw, size_t group_bytes, int64_t nb, const uint8_t *a, float *y,
-           int nrows, bool prefetch) {
+           int nrows, const uint8_t *pf, const uint8_t *pf_end) {
     const size_t d_off = size_t(nb) * kQBlock;
     const size_t s_off = d_off + size_t(nb) * 4;
     const int8_t *xq = act_qs(a);
@@ -129,11 +133,12 @@ void dtile(const uint8_t *gw, size_t group_bytes, int64_t nb, const uint8_t *a, 
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+        if (pf + size_t(G) * kGBB<kType> <= pf_end) prefetch_step<size_t(G) * kGBB<kType>>(pf);
+        pf += size_t(G) * kGBB<kType>;
         __m512i ia[G], ib[G];
 #pragma GCC unroll 4
         for (int g = 0; g < G; ++g) {
             const uint8_t *blk = gw + size_t(g) * group_bytes + size_t(b) * kGBB<kType>;
-            if (prefetch) prefetch_step<kGBB<kType>>(blk + kPrefetchAhead);
             ia[g] = start_value<kType>(a, s_off, b);
             ib[g] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -168,7 +173,8 @@ void dtile(const uint8_t *gw, size_t group_bytes, int64_t nb, const uint8_t *a, 
 }
 
 using PTileFn = void (*)(const uint8_t *, int64_t, const uint8_t *, size_t, float *, int64_t, int);
-using DTileFn = void (*)(const uint8_t *, size_t, int64_t, const uint8_t *, float *, int, bool);
+using DTileFn = void (*)(const uint8_t *, size_t, int64_t, const uint8_t *, float *, int,
+                         const uint8_t *, const uint8_t *);
 
 template <TensorType kType, int... I>
 constexpr std::array<PTileFn, sizeof...(I)> make_ptiles(std::integer_sequence<int, I...>) {
@@ -188,13 +194,15 @@ void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     const uint8_t *w0 = job.w + size_t(r0 / kPackRows) * group_bytes;
     const uint8_t *end = job.w + size_t((job.rows + kPackRows - 1) / kPackRows) * group_bytes;
     if (job.n_tokens == 1) {
+        for (const uint8_t *p = w0; p < std::min(w0 + kPrefetchDistance, end); p += 64) {
+            _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
+        }
         constexpr int64_t kStep = kDecodeGroups * kPackRows;
         for (int64_t r = r0; r < r1; r += kStep) {
             const int nr = int(std::min(kStep, r1 - r));
             const int ng = (nr + int(kPackRows) - 1) / int(kPackRows);
             const uint8_t *gw = w0 + size_t((r - r0) / kPackRows) * group_bytes;
-            const bool pf = gw + size_t(ng) * group_bytes + kPrefetchAhead <= end;
-            kD[size_t(ng - 1)](gw, group_bytes, nb, job.act, job.y + r, nr, pf);
+            kD[size_t(ng - 1)](gw, group_bytes, nb, job.act, job.y + r, nr, gw + kPrefetchDistance, end);
         }
         return;
     }
