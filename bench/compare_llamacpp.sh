@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same-run comparison of llmkv with a llama.cpp build on this machine: prefill 128/512 tokens
-# and decode (short, at 2,048 and 8,192 tokens of context) per model file, and aggregate
+# and decode (short, at 2,048 and 8,000 tokens of context) per model file, and aggregate
 # decode with 1/8/32 sessions. Runs alternate between the two engines, ROUNDS rounds; the
 # median of the rounds is printed per workload. Nothing here builds llama.cpp: point
 # LLAMA_BIN at a directory holding llama-bench and llama-batched-bench from a build you made.
@@ -8,14 +8,14 @@
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin bench/compare_llamacpp.sh MODEL.gguf [MODEL2.gguf ...]
 #
 # Environment: LLMKV (default build/tools/llmkv/llmkv), THREADS (2), ROUNDS (3),
-# CONTEXTS ("2048 8192"), BATCHES ("1 8 32"), OUT (a directory for the raw outputs;
+# CONTEXTS ("2048 8000": SmolLM2 holds 8,192 tokens), BATCHES ("1 8 32"), OUT (a directory for the raw outputs;
 # default a new temporary one). The machine should be quiet: other processes skew both.
 set -euo pipefail
 
 LLMKV=${LLMKV:-build/tools/llmkv/llmkv}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
-CONTEXTS=${CONTEXTS:-"2048 8192"}
+CONTEXTS=${CONTEXTS:-"2048 8000"}
 BATCHES=${BATCHES:-"1 8 32"}
 OUT=${OUT:-$(mktemp -d)}
 [[ -n "${LLAMA_BIN:-}" && -x "$LLAMA_BIN/llama-bench" && -x "$LLAMA_BIN/llama-batched-bench" ]] || {
@@ -32,7 +32,7 @@ col() { awk -F'|' -v c="$1" '{gsub(/ /, "", $c); print $c}'; }
 {
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cpus; threads $THREADS; rounds $ROUNDS"
 echo "llmkv: $($LLMKV --version 2>/dev/null | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
-echo "llama.cpp: $("$LLAMA_BIN/llama-bench" --version 2>&1 | head -2 | tr '\n' ' ' || true)"
+echo "llama.cpp: $LLAMA_BIN, build $("$LLAMA_BIN/llama-bench" -m "$1" -p 1 -n 0 -r 1 -o csv 2>/dev/null | tail -1 | cut -d, -f1,2 | tr -d '"')"
 } | tee "$OUT/header.txt"
 
 for model in "$@"; do
