@@ -8,7 +8,8 @@
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin bench/compare_llamacpp.sh MODEL.gguf [MODEL2.gguf ...]
 #
 # Environment: LLMKV (default build/tools/llmkv/llmkv), THREADS (2), ROUNDS (3),
-# CONTEXTS ("2048 8000": SmolLM2 holds 8,192 tokens), BATCHES ("1 8 32"), OUT (a directory for the raw outputs;
+# CONTEXTS ("2048 8000": SmolLM2 holds 8,192 tokens), FA (llama.cpp flash attention for the
+# long-context runs, default 1: without it an 8,000-token prompt takes minutes), BATCHES ("1 8 32"), OUT (a directory for the raw outputs;
 # default a new temporary one). The machine should be quiet: other processes skew both.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ LLMKV=${LLMKV:-build/tools/llmkv/llmkv}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 CONTEXTS=${CONTEXTS:-"2048 8000"}
+FA=${FA:-1}
 BATCHES=${BATCHES:-"1 8 32"}
 OUT=${OUT:-$(mktemp -d)}
 [[ -n "${LLAMA_BIN:-}" && -x "$LLAMA_BIN/llama-bench" && -x "$LLAMA_BIN/llama-batched-bench" ]] || {
@@ -57,7 +59,7 @@ for model in "$@"; do
                 --reps 1 > "$OUT/llmkv-$name-c$c-r$round.txt" 2>&1
             R[llmkv_c$c]+="$(llmkv_row < "$OUT/llmkv-$name-c$c-r$round.txt" | col 5) "
             "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c "$((c + 64))" -npp "$c" \
-                -ntg 32 -npl 1 > "$OUT/llama-$name-c$c-r$round.txt" 2>&1
+                -ntg 32 -npl 1 $( [[ $FA == 1 ]] && echo -fa ) > "$OUT/llama-$name-c$c-r$round.txt" 2>&1
             # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
             R[llama_c$c]+="$(grep -E '^\|\s+[0-9]' "$OUT/llama-$name-c$c-r$round.txt" | tail -1 | col 9) "
         done
@@ -74,7 +76,7 @@ for model in "$@"; do
     row "prefill 128" llama_pp128 llmkv_pp128
     row "prefill 512" llama_pp512 llmkv_pp512
     row "decode, short context" llama_tg llmkv_tg
-    for c in $CONTEXTS; do row "decode at $c context (f16 KV)" "llama_c$c" "llmkv_c$c"; done
+    for c in $CONTEXTS; do row "decode at $c context (f16 KV; llama.cpp -fa $FA)" "llama_c$c" "llmkv_c$c"; done
     unset R
 done | tee "$OUT/summary.md"
 
