@@ -93,6 +93,7 @@ max_b=$(tr ' ' '\n' <<< "$BATCHES" | sort -n | tail -1)
     echo "llama.cpp (llama-batched-bench -npp 128 -ntg 64, S_TG t/s per batch):"
     grep -E '^\|\s+[0-9]' "$OUT/llama-batched.txt" | awk -F'|' '{gsub(/ /,""); print "  batch " $4 ": " $9}'
     echo "llmkv (llmkv bench batch):"
-    grep -iE "batch|sessions" "$OUT/llmkv-batch.txt" | head -12 | sed 's/^/  /'
+    echo "  | sessions | aggregate tok/s | per session | vs 1 |"
+    grep -E '^\| [0-9]+ \|' "$OUT/llmkv-batch.txt" | head -4 | sed 's/^/  /'
 } | tee -a "$OUT/summary.md"
 echo "raw outputs: $OUT"
