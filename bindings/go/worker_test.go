@@ -128,8 +128,10 @@ func TestWorkerSubmitPoll(t *testing.T) {
 	}
 	s.ReadText()
 
-	// Cancel through the worker.
-	if err := s.SubmitText(" Tell me more.", llmkv.SubmitGenerate, 200); err != nil {
+	// Cancel through the worker. End-of-generation tokens are banned for this session, so
+	// only the cancel can end the generation early (the model may well stop at once otherwise).
+	s = newSession(t, e, llmkv.SessionOptions{MinNewTokens: 200})
+	if err := s.SubmitText(prompt, llmkv.SubmitGenerate, 200); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
