@@ -22,15 +22,12 @@ constexpr int64_t kR = kPackRows;
 
 int64_t n_groups(int64_t rows) { return (rows + kR - 1) / kR; }
 
-// Offset of the code vectors inside a group block.
-constexpr size_t codes_offset(TensorType t) { return t == TensorType::Q4_1 ? 64 : 32; }
-
 void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
     const TensorType t = w.type;
     const int64_t nb = w.cols / kQBlock;
     const size_t gbb = packed_group_block_bytes(t);
     const size_t bb = tensor_type_block_bytes(t);
-    const size_t off = codes_offset(t);
+    const size_t off = packed_codes_offset(t);
     const int n_vec = t == TensorType::Q8_0 ? 8 : 4;
     const size_t scale_bytes = t == TensorType::Q4_1 ? 4 : 2;  // GGUF block header
     uint8_t *gdst = dst + size_t(g) * size_t(nb) * gbb;
@@ -113,7 +110,7 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     const TensorType type = job.type;
     const int64_t nb = job.cols / kQBlock;
     const size_t gbb = packed_group_block_bytes(type);
-    const size_t off = codes_offset(type);
+    const size_t off = packed_codes_offset(type);
     for (int64_t g0 = r0; g0 < r1; g0 += kR) {
         const uint8_t *group = job.w + size_t(g0 / kR) * size_t(nb) * gbb;
         const int nr = int(std::min<int64_t>(kR, r1 - g0));

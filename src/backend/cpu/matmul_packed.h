@@ -56,6 +56,15 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
     return type == TensorType::Q4_0 ? 288 : type == TensorType::Q4_1 ? 320 : 544;
 }
 
+// Byte offset of the code vectors inside a group block (after d, and m for Q4_1).
+constexpr size_t packed_codes_offset(TensorType type) { return type == TensorType::Q4_1 ? 64 : 32; }
+
+// First element, within the 32-element block, of code vector k's four codes (k < 8; the Q4
+// vectors k and k + 4 are the low and high nibbles of the same 64 bytes).
+constexpr int packed_elem_of(TensorType type, int k) {
+    return type == TensorType::Q8_0 ? 4 * k : k < 4 ? 4 * k : 16 + 4 * (k - 4);
+}
+
 // Bytes of the packed copy of an is_packed_type matrix.
 size_t packed_bytes(const WeightMatrix &w);
 

@@ -28,13 +28,7 @@ constexpr int64_t kTokenGroup = 64;
 template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
 template <TensorType kType>
-inline constexpr size_t kCodes = kType == TensorType::Q4_1 ? 64 : 32;
-
-template <TensorType kType>
-constexpr int elem_of(int k) {
-    if constexpr (kType == TensorType::Q8_0) return 4 * k;
-    return k < 4 ? 4 * k : 16 + 4 * (k - 4);
-}
+inline constexpr size_t kCodes = packed_codes_offset(kType);
 
 inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p))));
@@ -103,9 +97,9 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                     for (int t = 0; t < T; ++t) {
                         const int8_t *x = act_qs(act + size_t(t) * act_stride) + b * kQBlock;
                         p16[h][t] = _mm256_add_epi16(
-                            p16[h][t], _mm256_maddubs_epi16(lo, bcast4(x + elem_of<kType>(k))));
+                            p16[h][t], _mm256_maddubs_epi16(lo, bcast4(x + packed_elem_of(kType, k))));
                         p16[h][t] = _mm256_add_epi16(
-                            p16[h][t], _mm256_maddubs_epi16(hi, bcast4(x + elem_of<kType>(k + 4))));
+                            p16[h][t], _mm256_maddubs_epi16(hi, bcast4(x + packed_elem_of(kType, k + 4))));
                     }
                 }
             }

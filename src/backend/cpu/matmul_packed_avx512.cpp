@@ -41,14 +41,7 @@ constexpr size_t kPrefetchDistance = 8192;
 template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
 template <TensorType kType>
-inline constexpr size_t kCodes = kType == TensorType::Q4_1 ? 64 : 32;
-
-// Element offset (in the activation block) of code vector k's 4 elements.
-template <TensorType kType>
-constexpr int elem_of(int k) {
-    if constexpr (kType == TensorType::Q8_0) return 4 * k;
-    return k < 4 ? 4 * k : 16 + 4 * (k - 4);
-}
+inline constexpr size_t kCodes = packed_codes_offset(kType);
 
 // Code vector k of a group block as unsigned bytes.
 template <TensorType kType>
@@ -95,7 +88,7 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
             const __m512i w = codes<kType>(blk, k);
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
-                const int8_t *x = act_qs(tok[t]) + b * kQBlock + elem_of<kType>(k);
+                const int8_t *x = act_qs(tok[t]) + b * kQBlock + packed_elem_of(kType, k);
                 ia[t] = _mm512_dpbusd_epi32(ia[t], w, bcast4(x));
             }
         }
@@ -144,9 +137,9 @@ void dtile(const uint8_t *gw, size_t group_bytes, int64_t nb, const uint8_t *a, 
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k += 2) {
                 ia[g] = _mm512_dpbusd_epi32(ia[g], codes<kType>(blk, k),
-                                            bcast4(xq + b * kQBlock + elem_of<kType>(k)));
+                                            bcast4(xq + b * kQBlock + packed_elem_of(kType, k)));
                 ib[g] = _mm512_dpbusd_epi32(ib[g], codes<kType>(blk, k + 1),
-                                            bcast4(xq + b * kQBlock + elem_of<kType>(k + 1)));
+                                            bcast4(xq + b * kQBlock + packed_elem_of(kType, k + 1)));
             }
         }
         const __m512 xd = _mm512_set1_ps(dx[b]);
