@@ -226,12 +226,10 @@ void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, ui
 // then + sum_d q_d z_d.
 template <int NH>
 LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
-                                float *const *scores) {
-    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
+                                const float *scales, const float *mins, float *const *scores) {
+    // head: nibbles [n][d/2]; scales, mins: f32 [d] (int4_k_params)
     constexpr int TT = kTileTokens<NH>;
     constexpr uint32_t kChunk = 256;  // channels per pass
-    const uint16_t *scales = reinterpret_cast<const uint16_t *>(head + codec_scales_offset(LLMKV_KV_INT4, n, d));
-    const uint16_t *mins = reinterpret_cast<const uint16_t *>(head + int4_k_mins_offset(n, d));
     alignas(32) float qs[NH][kChunk];  // f32 [NH][chunk]: q_d * s_d
     alignas(32) float sums[16];
     __m256 qz[NH];
@@ -239,7 +237,7 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
     for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
         const uint32_t len = d - c0 < kChunk ? d - c0 : kChunk;
         for (uint32_t i = 0; i < len; i += 8) {
-            const __m256 s = load_f16(scales + c0 + i), z = load_f16(mins + c0 + i);
+            const __m256 s = _mm256_loadu_ps(scales + c0 + i), z = _mm256_loadu_ps(mins + c0 + i);
             for (int h = 0; h < NH; ++h) {
                 const __m256 qv = _mm256_loadu_ps(q[h] + c0 + i);
                 _mm256_store_ps(qs[h] + i, _mm256_mul_ps(qv, s));
@@ -341,11 +339,10 @@ LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, const typename R
 // w: NH pointers to f32 [n]; out: NH pointers to f32 [d].
 template <int NH, int C>
 LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
-                                uint32_t G, uint32_t c0, float *const *out) {
-    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
+                                uint32_t G, const float *scales, const float *mins, uint32_t c0,
+                                float *const *out) {
+    // head: nibbles [n][d/2]; scales, mins: f32 [n][d/G] (int4_v_params)
     const uint32_t ng = d / G, g = c0 / G;
-    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
-    const uint8_t *mins = head + int4_v_mins_offset(n, d);
     __m256 acc[NH * C];
     float bias[NH];
     for (int h = 0; h < NH; ++h) {
@@ -355,7 +352,7 @@ LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint
     }
     for (uint32_t t = 0; t < n; ++t) {
         const size_t gi = size_t(t) * ng + g;
-        const float s = fp16_at(scales + gi * 2), z = fp16_at(mins + gi * 2);
+        const float s = scales[gi], z = mins[gi];
         __m256 ws[NH];
 #pragma GCC unroll 4
         for (int h = 0; h < NH; ++h) {
@@ -422,9 +419,20 @@ void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, 
                        uint32_t d, float *const *scores) {
     dot_rows_scaled<Fp8Rows>(nh, q, head, n, d, kFp8Unscale, scores);
 }
+template <llmkv_kv_dtype DT>
+void dot_rows_int4(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
+                   float *const *scores) {
+    float *sc = int4_param_scratch(2 * size_t(d)), *mn = sc + d;
+    int4_k_params(DT, head, n, d, sc, mn);
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH>(q + h0, head, n, d, sc, mn, scores + h0); });
+}
 void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores) {
-    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH>(q + h0, head, n, d, scores + h0); });
+    dot_rows_int4<LLMKV_KV_INT4>(nh, q, head, n, d, scores);
+}
+void dot_rows_i4ck_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *scores) {
+    dot_rows_int4<LLMKV_KV_INT4_COMPACT>(nh, q, head, n, d, scores);
 }
 
 void axpy_rows_f16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
@@ -450,22 +458,33 @@ void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head,
     axpy_rows<Fp8Rows>(nh, w, head, n, d, out,
                        [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2) * kFp8Unscale; });
 }
-void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
-                        uint32_t d, float *const *out) {
-    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
-    const uint32_t G = int4_v_group(d);
+template <llmkv_kv_dtype DT>
+void axpy_rows_int4(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
+                    float *const *out) {
+    // head: nibbles [n][d/2] and the (token, group) scales / mins of an int4 or compact int4 V head
+    const uint32_t G = int4_group(DT, d), ng = d / G;
+    float *sc = int4_param_scratch(2 * size_t(n) * ng), *mn = sc + size_t(n) * ng;
+    int4_v_params(DT, head, n, d, sc, mn);
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
         // 32 columns per tile (16 for 4 heads or 16-channel groups): inside one group.
         constexpr int C = NH == 4 ? 2 : 4;
-        const uint32_t cols = G == 32 ? 8 * C : 16;
+        const uint32_t cols = G >= 32 ? 8 * C : 16;
         for (uint32_t c = 0; c < d; c += cols) {
             if (cols == 32) {
-                axpy_i4v_tile<NH, 4>(w + h0, head, n, d, G, c, out + h0);
+                axpy_i4v_tile<NH, 4>(w + h0, head, n, d, G, sc, mn, c, out + h0);
             } else {
-                axpy_i4v_tile<NH, 2>(w + h0, head, n, d, G, c, out + h0);
+                axpy_i4v_tile<NH, 2>(w + h0, head, n, d, G, sc, mn, c, out + h0);
             }
         }
     });
+}
+void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *out) {
+    axpy_rows_int4<LLMKV_KV_INT4>(nh, w, head, n, d, out);
+}
+void axpy_rows_i4cv_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                         uint32_t d, float *const *out) {
+    axpy_rows_int4<LLMKV_KV_INT4_COMPACT>(nh, w, head, n, d, out);
 }
 
 float softmax_partial_avx2(float *x, uint32_t n, float scale, float *max_out) {  // x: f32 [n]
