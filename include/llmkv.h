@@ -151,7 +151,8 @@ typedef enum llmkv_kv_rotation {
 typedef struct llmkv_engine_params {
     uint32_t struct_size;
     const char *model_path;    /* GGUF file; borrowed for the duration of create */
-    llmkv_backend backend;     /* AUTO picks CUDA when available, else CPU */
+    llmkv_backend backend;     /* AUTO picks CUDA when available and able to run the
+                                  configuration (KV codec, shapes), else CPU */
     const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel */
     uint32_t n_devices;
     uint32_t n_threads;        /* CPU worker threads; 0 = all cores */

@@ -228,14 +228,13 @@ float group_sse(const float *x, size_t stride, uint32_t m, float z, float s) {
 // Every group's best (k, j) for the steps st, by squared error among the covering choice
 // (the largest min index at or below the group's smallest value, then the smallest scale
 // index whose range reaches its largest) and its neighbours one min step up and / or one
-// scale step down; indices clamp at kmax / jmax. Returns the total squared error.
-float int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std::vector<float> &hi, const float *x,
+// scale step down; indices clamp at kmax / jmax.
+void int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std::vector<float> &hi, const float *x,
                    const std::vector<size_t> &first, size_t stride, uint32_t m, uint32_t kmax, uint32_t jmax,
                    std::vector<uint8_t> &k, std::vector<uint8_t> &j) {
     const size_t ng = lo.size();
     k.resize(ng);
     j.resize(ng);
-    float total = 0.0f;
     for (size_t g = 0; g < ng; ++g) {
         uint32_t kb = 0;
         if (st.zstep > 0.0f) {
@@ -263,9 +262,7 @@ float int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std
                 }
             }
         }
-        total += best;
     }
-    return total;
 }
 
 // Chooses the steps and every group's (k, j) for groups whose values span [lo[g], hi[g]]
