@@ -36,6 +36,7 @@ const Pair kPairs[] = {
     {"int4/int4", {LLMKV_KV_INT4, false}, {LLMKV_KV_INT4, false}},
     {"int8r/int8r", {LLMKV_KV_INT8, true}, {LLMKV_KV_INT8, true}},
     {"int4/int4r", {LLMKV_KV_INT4, false}, {LLMKV_KV_INT4, true}},
+    {"int4c/int4c", {LLMKV_KV_INT4_COMPACT, false}, {LLMKV_KV_INT4_COMPACT, false}},
 };
 
 ThreadPool &pool_for(int n) {

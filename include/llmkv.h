@@ -120,7 +120,13 @@ typedef enum llmkv_kv_dtype {
     LLMKV_KV_BF16 = 1,
     LLMKV_KV_FP8_E4M3 = 2,
     LLMKV_KV_INT8 = 3,
-    LLMKV_KV_INT4 = 4
+    LLMKV_KV_INT4 = 4,
+    /* 4-bit codes like INT4 with compact block metadata: K keeps a scale and min per channel
+     * as 6-bit steps of the block's own fp16 ranges, V one 4-bit step pair per token and 64
+     * channels. 0.28x of f16 (INT4: 0.34x; llama.cpp's q4_0 cache: 0.28x), at somewhat lower
+     * quality than INT4 (docs/PERFORMANCE.md). CPU backend; head_dim % 16 == 0. Libraries
+     * built before it refuse it as an unknown dtype. */
+    LLMKV_KV_INT4_COMPACT = 5
 } llmkv_kv_dtype;
 
 /* engine_params.kv_rotation: orthogonal (Hadamard) rotation of sealed K/V along head_dim
@@ -128,7 +134,7 @@ typedef enum llmkv_kv_dtype {
  * rotation spreads evenly across channels. Only for fp8/int8/int4 and power-of-two
  * head_dim. */
 typedef enum llmkv_kv_rotation {
-    LLMKV_KV_ROTATION_AUTO = 0, /* on for int4 codecs, off otherwise */
+    LLMKV_KV_ROTATION_AUTO = 0, /* on for int4 codecs (INT4, INT4_COMPACT), off otherwise */
     LLMKV_KV_ROTATION_NONE = 1,
     LLMKV_KV_ROTATION_K = 2,
     LLMKV_KV_ROTATION_V = 3,
@@ -145,7 +151,8 @@ typedef enum llmkv_kv_rotation {
 typedef struct llmkv_engine_params {
     uint32_t struct_size;
     const char *model_path;    /* GGUF file; borrowed for the duration of create */
-    llmkv_backend backend;     /* AUTO picks CUDA when available, else CPU */
+    llmkv_backend backend;     /* AUTO picks CUDA when available and able to run the
+                                  configuration (KV codec, shapes), else CPU */
     const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel */
     uint32_t n_devices;
     uint32_t n_threads;        /* CPU worker threads; 0 = all cores */

@@ -38,6 +38,8 @@ inline const char *kv_layout_unsupported(const KvGeometry &g) {
     const uint32_t D = g.head_dim, ck = uint32_t(g.dtype_k), cv = uint32_t(g.dtype_v);
     if (g.n_layers == 0 || g.n_kv_heads == 0 || g.block_tokens == 0) return "empty KV geometry";
     if (D == 0 || D % 8 != 0 || D > 256) return "head_dim must be a multiple of 8 and <= 256";
+    if (ck == LLMKV_KV_INT4_COMPACT || cv == LLMKV_KV_INT4_COMPACT)
+        return "compact int4 (LLMKV_KV_INT4_COMPACT) runs on the CPU backend only";
     if (ck >= kNumCodecs || cv >= kNumCodecs) return "unknown KV dtype";
     if ((ck == kINT4 || cv == kINT4) && D % 16 != 0) return "int4 needs head_dim % 16 == 0";
     const bool pow2 = (D & (D - 1)) == 0;

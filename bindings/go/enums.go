@@ -15,11 +15,12 @@ const (
 type KVDtype int32
 
 const (
-	KVF16     KVDtype = raw.LLMKV_KV_F16
-	KVBF16    KVDtype = raw.LLMKV_KV_BF16
-	KVFP8E4M3 KVDtype = raw.LLMKV_KV_FP8_E4M3
-	KVInt8    KVDtype = raw.LLMKV_KV_INT8
-	KVInt4    KVDtype = raw.LLMKV_KV_INT4
+	KVF16         KVDtype = raw.LLMKV_KV_F16
+	KVBF16        KVDtype = raw.LLMKV_KV_BF16
+	KVFP8E4M3     KVDtype = raw.LLMKV_KV_FP8_E4M3
+	KVInt8        KVDtype = raw.LLMKV_KV_INT8
+	KVInt4        KVDtype = raw.LLMKV_KV_INT4
+	KVInt4Compact KVDtype = raw.LLMKV_KV_INT4_COMPACT // 0.28x of f16, CPU backend only
 )
 
 // KVRotation is llmkv_kv_rotation.

@@ -19,9 +19,16 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
             o.max_spans = r.max_spans;
             o.n_sealed_blocks = r.cache->sealed_pool().n_total();
             o.n_tail_slots = r.cache->tail_pool().n_total();
-            return make_cuda_backend(r.cache->geometry(), o);
-        }
-        if (r.kind == LLMKV_BACKEND_CUDA) {
+            if (r.kind == LLMKV_BACKEND_CUDA) return make_cuda_backend(r.cache->geometry(), o);
+            // AUTO: a configuration the CUDA module does not implement (say, a KV codec it
+            // lacks) runs on the CPU instead of failing.
+            try {
+                return make_cuda_backend(r.cache->geometry(), o);
+            } catch (const Error &e) {
+                if (e.status() != LLMKV_ERR_UNSUPPORTED) throw;
+                why = e.what();
+            }
+        } else if (r.kind == LLMKV_BACKEND_CUDA) {
             if (n_devices > 0) why = strprintf("device %d does not exist (%d devices)", r.device, n_devices);
             fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
         }

@@ -42,7 +42,7 @@ void copy_string(char *dst, size_t cap, const std::string &src) {
     dst[n] = '\0';
 }
 
-bool known_dtype(uint32_t d) { return d <= LLMKV_KV_INT4; }
+bool known_dtype(uint32_t d) { return d <= LLMKV_KV_INT4_COMPACT; }
 
 // A C host may store any int in an enum field; reading it as the C++ enum type would be
 // undefined for values outside the enumerators, so the raw bits are read instead.
@@ -108,8 +108,8 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     const uint32_t rotation = raw_enum(p.kv_rotation);
     if (rotation > LLMKV_KV_ROTATION_KV) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_rotation = %u is unknown", rotation);
     if (rotation == LLMKV_KV_ROTATION_AUTO) {
-        g.rotate_k = g.dtype_k == LLMKV_KV_INT4;
-        g.rotate_v = g.dtype_v == LLMKV_KV_INT4;
+        g.rotate_k = is_int4(g.dtype_k);
+        g.rotate_v = is_int4(g.dtype_v);
     } else {
         g.rotate_k = rotation == LLMKV_KV_ROTATION_K || rotation == LLMKV_KV_ROTATION_KV;
         g.rotate_v = rotation == LLMKV_KV_ROTATION_V || rotation == LLMKV_KV_ROTATION_KV;

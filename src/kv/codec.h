@@ -34,6 +34,26 @@
 //     [.. , +2*B*D/G)    fp16 min [B][D/G]    z_tg = min_tg rounded down
 //     value = z_tg + s_tg * nibble                                 bytes B*D/2 + 4*B*D/G
 //
+//   LLMKV_KV_INT4_COMPACT: the int4 nibbles, with the scales and mins as small indices into
+//   steps the head stores once (three fp16 after the nibbles: z0, zstep, sstep); a scale or
+//   min is then z0 + k * zstep or j * sstep, computed in f32 (int4c_k_params / _v_params).
+//   Role K (per CHANNEL over the block's B tokens, 6-bit k and j):
+//     [0, B*D/2)      nibbles as for int4
+//     [.., +6)        fp16 z0 (smallest channel min, rounded down), zstep, sstep (rounded up)
+//     [.., +D)        uint8 [D]: bits 0-3 of channel d's k (low nibble), bits 0-3 of its j (high)
+//     [.., +D/2)      uint8 [D/2]: channel d's 4 high bits in nibble d % 2 of byte d / 2 (low
+//                                          nibble for even d): k bits 4-5 in bits 0-1, j bits
+//                                          4-5 in bits 2-3
+//     value = (z0 + k_d * zstep) + (j_d * sstep) * nibble            bytes B*D/2 + 6 + 3*D/2
+//   Role V (per TOKEN, groups of G = 64 channels, 32 / 16 when D % 64 / D % 32 != 0; 4-bit k, j):
+//     [0, B*D/2)      nibbles as for int4
+//     [.., +6)        fp16 z0, zstep, sstep over the head's (token, group) mins and scales
+//     [.., +B*D/G)    uint8 [B][D/G]: k in bits 0-3, j in bits 4-7
+//     value = (z0 + k_tg * zstep) + (j_tg * sstep) * nibble          bytes B*D/2 + 6 + B*D/G
+//   Every min is <= its group's smallest value and z + 15 s covers its largest; the encoder
+//   then picks, per group, the min index one step up and the scale index one step down when
+//   that lowers the group's squared error (a clipped extreme can cost less than a coarser step).
+//
 // Nibbles are packed along head_dim, so int4 needs D % 16 == 0 but any B. Every part
 // starts at an even offset when B*D is even (always for int4 and for the AVX2 paths, which
 // need D % 8 == 0); all scale / min reads are unaligned-safe, so odd B*D works too.
@@ -41,7 +61,7 @@
 // Bytes per token for SmolLM2-135M (30 layers, 3 KV heads, D 64, B 16), K + V:
 //   f16/f16 23040 (1x); fp8/fp8 and int8/int8 11880 (0.516x); int8/int4 9540 (0.414x);
 //   int4/int4 7920 (0.344x: int4 K carries 4 bytes of scale + min per channel per 16 tokens,
-//   int4 V 4 bytes per 32 values).
+//   int4 V 4 bytes per 32 values); int4c/int4c 6457.5 (0.280x; llama.cpp's q4_0 cache: 6480).
 // A zero range (all-zero or constant row / channel / group) stores scale 0 and decodes to
 // the min exactly (0 for zeros): no 0/0. Inputs are sanitized before quantizing: NaN -> 0,
 // |x| > 65504 (inf, or a rotated outlier) -> +-65504, so no NaN / inf is ever stored.
@@ -93,8 +113,8 @@ CodecSpec codec_spec_v(const Geometry &g) {
 }
 
 // True when the codec (and rotation, if asked) is implemented for this role and shape:
-//   f16 / bf16: any D > 0, no rotation;  fp8 / int8: any D > 0;  int4: D % 16 == 0;
-//   rotate: fp8 / int8 / int4 only, D a power of two. block_tokens must be > 0.
+//   f16 / bf16: any D > 0, no rotation;  fp8 / int8: any D > 0;  int4 / int4c: D % 16 == 0;
+//   rotate: fp8 / int8 / int4 / int4c only, D a power of two. block_tokens must be > 0.
 // Unknown dtype values are false.
 bool codec_supported(CodecSpec spec, KvRole role, uint32_t block_tokens, uint32_t head_dim);
 const char *codec_name(llmkv_kv_dtype dtype);
@@ -136,6 +156,16 @@ inline size_t int4_v_mins_offset(uint32_t block_tokens, uint32_t head_dim) {
     return size_t(block_tokens) * head_dim / 2 +
            size_t(2) * block_tokens * (head_dim / int4_v_group(head_dim));
 }
+
+// Scales and mins of an int4 or compact int4 head (dtype LLMKV_KV_INT4 or _INT4_COMPACT) as
+// f32, what the attention kernels multiply with: K per channel (s, z: [D]); V per token and
+// group (s, z: [n][D / int4_group(dtype, D)]).
+uint32_t int4_group(llmkv_kv_dtype dtype, uint32_t head_dim);
+void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim, float *s,
+                   float *z);
+void int4_v_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim, float *s,
+                   float *z);
+inline bool is_int4(llmkv_kv_dtype dtype) { return dtype == LLMKV_KV_INT4 || dtype == LLMKV_KV_INT4_COMPACT; }
 
 // fp16 at any byte address.
 inline float load_fp16(const uint8_t *p) {

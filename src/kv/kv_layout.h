@@ -27,8 +27,16 @@ namespace llmkv {
 // Values of the int4 V layout: scales per group of this many dims.
 LLMKV_HD uint32_t int4_v_group(uint32_t head_dim) { return head_dim % 32 == 0 ? 32u : 16u; }
 
+// ---- LLMKV_KV_INT4_COMPACT (layout in kv/codec.h) -------------------------------------
+// V: one (scale, min) index pair per token and group of this many dims.
+LLMKV_HD uint32_t int4c_v_group(uint32_t head_dim) {
+    return head_dim % 64 == 0 ? 64u : head_dim % 32 == 0 ? 32u : 16u;
+}
+// Bytes of the three fp16 steps (z0, zstep, sstep) that head each compact int4 head's indices.
+constexpr uint32_t kInt4cHeaderBytes = 6;
+
 // Bytes of one head of one sealed block in a codec, scales included (0 for an unknown
-// dtype). K and V differ only for int4 (K per channel over the block, V per token in groups).
+// dtype). K and V differ only for the int4 codecs (K per channel over the block, V per token in groups).
 LLMKV_HD size_t kv_head_bytes(uint32_t dtype, bool is_v, uint32_t block_tokens, uint32_t head_dim) {
     const size_t B = block_tokens, D = head_dim;
     switch (dtype) {
@@ -38,6 +46,9 @@ LLMKV_HD size_t kv_head_bytes(uint32_t dtype, bool is_v, uint32_t block_tokens, 
         case LLMKV_KV_INT8: return B * D + B * 2;
         case LLMKV_KV_INT4:
             return is_v ? B * D / 2 + B * (D / int4_v_group(head_dim)) * 4 : B * D / 2 + D * 4;
+        case LLMKV_KV_INT4_COMPACT:
+            return is_v ? B * D / 2 + kInt4cHeaderBytes + B * (D / int4c_v_group(head_dim))
+                        : B * D / 2 + kInt4cHeaderBytes + D + D / 2;
         default: return 0;
     }
 }

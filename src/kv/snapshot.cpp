@@ -24,7 +24,7 @@ namespace llmkv {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'L', 'M', 'K', 'V', 'S', 'N', 'P'};
-constexpr uint32_t kMaxDtype = 4;  // LLMKV_KV_INT4
+constexpr uint32_t kMaxDtype = 5;  // LLMKV_KV_INT4_COMPACT
 constexpr uint32_t kMaxBlockTokens = 1024;
 constexpr uint32_t kMaxLayers = 4096;
 constexpr uint32_t kMaxKvHeads = 4096;
@@ -58,7 +58,7 @@ uint64_t get_u64(const uint8_t *p) {
 }
 
 const char *dtype_name(uint32_t d) {
-    static const char *const names[] = {"f16", "bf16", "fp8", "int8", "int4"};
+    static const char *const names[] = {"f16", "bf16", "fp8", "int8", "int4", "int4c"};
     return d <= kMaxDtype ? names[d] : "unknown";
 }
 

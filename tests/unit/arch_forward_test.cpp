@@ -359,7 +359,7 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
 // with the sealed blocks before the span's first window poisoned.
 TEST(ArchOps, WindowedPagedAttentionMatchesTheReferenceWithoutReadingOldBlocks) {
     const uint32_t D = 32, B = 16, n_heads = 4;
-    for (llmkv_kv_dtype dtype : {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_INT4}) {
+    for (llmkv_kv_dtype dtype : {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
         KvGeometry g;
         g.n_layers = 1;
         g.n_kv_heads = 2;

@@ -154,13 +154,15 @@ constexpr CodecSpec F16{LLMKV_KV_F16, false}, BF16{LLMKV_KV_BF16, false};
 constexpr CodecSpec FP8{LLMKV_KV_FP8_E4M3, false}, FP8R{LLMKV_KV_FP8_E4M3, true};
 constexpr CodecSpec I8{LLMKV_KV_INT8, false}, I8R{LLMKV_KV_INT8, true};
 constexpr CodecSpec I4{LLMKV_KV_INT4, false}, I4R{LLMKV_KV_INT4, true};
+constexpr CodecSpec I4C{LLMKV_KV_INT4_COMPACT, false}, I4CR{LLMKV_KV_INT4_COMPACT, true};
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, PartitionedAttention,
     ::testing::Values(PartitionCase{F16, F16}, PartitionCase{BF16, BF16}, PartitionCase{FP8, FP8},
                       PartitionCase{FP8R, FP8R}, PartitionCase{I8, I8}, PartitionCase{I8R, I8R},
                       PartitionCase{I8, I4}, PartitionCase{I8R, I4R}, PartitionCase{I4, I4},
-                      PartitionCase{I4R, I4R}, PartitionCase{I4R, I4},
+                      PartitionCase{I4R, I4R}, PartitionCase{I4R, I4}, PartitionCase{I4CR, I4CR},
+                      PartitionCase{I4C, I4C, 40},
                       // fp16 rows past the last sealed block that straddle a partition boundary
                       PartitionCase{I8, I8, 40}, PartitionCase{I4R, I4R, 40},
                       // sliding windows: longer than a partition (lo inside a block), shorter

@@ -217,6 +217,12 @@ KernelSet kernels_for(llmkv_kv_dtype dtype) {
                     , k::dot_rows_i8_avx2, k::axpy_rows_i8_avx2
 #endif
             };
+        case LLMKV_KV_INT4_COMPACT:
+            return {k::dot_rows_i4ck_portable, k::axpy_rows_i4cv_portable
+#if defined(__x86_64__)
+                    , k::dot_rows_i4ck_avx2, k::axpy_rows_i4cv_avx2
+#endif
+            };
         default:
             return {k::dot_rows_i4k_portable, k::axpy_rows_i4v_portable
 #if defined(__x86_64__)
@@ -338,7 +344,10 @@ INSTANTIATE_TEST_SUITE_P(
                       KernelCase{LLMKV_KV_INT8, 16, 72}, KernelCase{LLMKV_KV_INT4, 16, 64},
                       KernelCase{LLMKV_KV_INT4, 16, 48}, KernelCase{LLMKV_KV_INT4, 9, 16},
                       KernelCase{LLMKV_KV_INT4, 16, 96}, KernelCase{LLMKV_KV_INT4, 16, 512},
-                      KernelCase{LLMKV_KV_INT4, 32, 128}));
+                      KernelCase{LLMKV_KV_INT4, 32, 128}, KernelCase{LLMKV_KV_INT4_COMPACT, 16, 64},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 48}, KernelCase{LLMKV_KV_INT4_COMPACT, 9, 16},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 96}, KernelCase{LLMKV_KV_INT4_COMPACT, 16, 512},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 32, 128}));
 
 TEST(RowKernels, HeadScoresRejectUnsupportedShapes) {
     std::vector<uint8_t> head(1024);

@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(KvCodec, AllZeroBlocksDecodeToExactZeroInEveryCodec) {
     const uint32_t B = 16, D = 64;
     std::vector<uint16_t> zeros(size_t(B) * D, 0), neg_zeros(size_t(B) * D, 0x8000);
-    for (auto dtype : {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4}) {
+    for (auto dtype : {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
         for (KvRole role : {KvRole::K, KvRole::V}) {
             for (bool rotate : {false, true}) {
                 const CodecSpec spec{dtype, rotate};
@@ -251,13 +251,159 @@ TEST(KvCodec, AllZeroBlocksDecodeToExactZeroInEveryCodec) {
 TEST(KvCodec, ConstantInt4GroupsAreExact) {
     const uint32_t B = 16, D = 64;
     std::vector<uint16_t> rows(size_t(B) * D, fp32_to_fp16(-2.5f));
-    for (KvRole role : {KvRole::K, KvRole::V}) {
-        std::vector<uint8_t> enc(codec_head_bytes(LLMKV_KV_INT4, role, B, D));
-        std::vector<float> dec(rows.size());
-        codec_encode_head(CodecSpec{LLMKV_KV_INT4, false}, role, rows.data(), B, D, enc.data());
-        codec_decode_head(CodecSpec{LLMKV_KV_INT4, false}, role, enc.data(), B, D, dec.data());
-        for (float v : dec) ASSERT_EQ(v, -2.5f);
+    for (auto dtype : {LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
+        for (KvRole role : {KvRole::K, KvRole::V}) {
+            std::vector<uint8_t> enc(codec_head_bytes(dtype, role, B, D));
+            std::vector<float> dec(rows.size());
+            codec_encode_head(CodecSpec{dtype, false}, role, rows.data(), B, D, enc.data());
+            codec_decode_head(CodecSpec{dtype, false}, role, enc.data(), B, D, dec.data());
+            for (float v : dec) ASSERT_EQ(v, -2.5f) << codec_name(dtype);
+        }
     }
+}
+
+// ---- compact int4 -----------------------------------------------------------------------------
+
+// Groups of a compact int4 head in the stored domain: element indices per group (K: a
+// channel over the tokens; V: G channels of a token).
+std::vector<std::vector<size_t>> int4c_groups(KvRole role, uint32_t B, uint32_t D) {
+    std::vector<std::vector<size_t>> groups;
+    if (role == KvRole::K) {
+        for (uint32_t d = 0; d < D; ++d) {
+            groups.emplace_back();
+            for (uint32_t t = 0; t < B; ++t) groups.back().push_back(size_t(t) * D + d);
+        }
+    } else {
+        const uint32_t G = int4c_v_group(D);
+        for (uint32_t t = 0; t < B; ++t) {
+            for (uint32_t g = 0; g < D / G; ++g) {
+                groups.emplace_back();
+                for (uint32_t i = 0; i < G; ++i) groups.back().push_back(size_t(t) * D + g * G + i);
+            }
+        }
+    }
+    return groups;
+}
+
+// Every group's squared error is at most that of the covering choice (min one zstep below
+// the group's smallest value at worst, scale one sstep above the covering one), whose
+// elements are each within half a step; the stored steps are the analytic ones.
+TEST(KvCodecInt4c, GroupErrorIsWithinTheCoveringBound) {
+    struct Shape {
+        KvRole role;
+        uint32_t B, D;
+    };
+    for (Shape c : {Shape{KvRole::K, 16, 64}, Shape{KvRole::V, 16, 64}, Shape{KvRole::K, 7, 48},
+                    Shape{KvRole::V, 8, 48}, Shape{KvRole::K, 32, 128}, Shape{KvRole::V, 16, 96},
+                    Shape{KvRole::V, 16, 16}}) {
+        for (bool rotate : {false, true}) {
+            if (rotate && !hadamard_supported(c.D)) continue;
+            const CodecSpec spec{LLMKV_KV_INT4_COMPACT, rotate};
+            ASSERT_TRUE(codec_supported(spec, c.role, c.B, c.D));
+            for (Data kind : {Data::Normal, Data::OutlierChannels, Data::OutlierToken, Data::ZeroRows,
+                              Data::Tiny, Data::Huge, Data::NonFinite}) {
+                SCOPED_TRACE(testing::Message() << (c.role == KvRole::K ? "K" : "V") << " B " << c.B << " D " << c.D
+                                                << " rotate " << rotate << " " << data_name(kind));
+                const auto rows = make_rows(kind, c.B, c.D, 300 + uint32_t(kind));
+                std::vector<uint8_t> enc(codec_head_bytes(LLMKV_KV_INT4_COMPACT, c.role, c.B, c.D), 0xAB);
+                codec_encode_head(spec, c.role, rows.data(), c.B, c.D, enc.data());
+                const auto x = prepared(rows, c.B, c.D, rotate);
+                std::vector<float> stored(x.size());
+                codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, c.role, enc.data(), c.B, c.D, stored.data());
+                const size_t h = size_t(c.B) * c.D / 2;
+                const float zstep = fp16_at(enc, h + 2), sstep = fp16_at(enc, h + 4);
+                const float kmax = c.role == KvRole::K ? 63.0f : 15.0f;
+                const auto groups = int4c_groups(c.role, c.B, c.D);
+                std::vector<float> lo(groups.size()), hi(groups.size());
+                float min_lo = INFINITY, max_lo = -INFINITY, max_range = 0.0f;
+                for (size_t g = 0; g < groups.size(); ++g) {
+                    lo[g] = hi[g] = x[groups[g][0]];
+                    for (size_t i : groups[g]) {
+                        lo[g] = std::min(lo[g], x[i]);
+                        hi[g] = std::max(hi[g], x[i]);
+                    }
+                    min_lo = std::min(min_lo, lo[g]);
+                    max_lo = std::max(max_lo, lo[g]);
+                    max_range = std::max(max_range, hi[g] - lo[g]);
+                }
+                const float tiny = 6e-8f, rel = 1.0f + 1.0f / 512.0f;
+                EXPECT_LE(fp16_at(enc, h), min_lo);
+                EXPECT_LE(zstep, ((max_lo - min_lo) / kmax + std::fabs(min_lo) / 1024.0f) * rel + tiny);
+                EXPECT_LE(sstep, ((max_range + zstep) / 15.0f / kmax) * rel + tiny);
+                for (size_t g = 0; g < groups.size(); ++g) {
+                    double err2 = 0.0;
+                    for (size_t i : groups[g]) {
+                        ASSERT_TRUE(std::isfinite(stored[i])) << i;
+                        err2 += double(stored[i] - x[i]) * (stored[i] - x[i]);
+                    }
+                    const double step = (hi[g] - lo[g] + zstep) / 15.0 + sstep;
+                    const double mag = std::fabs(lo[g]) + std::fabs(hi[g]) + zstep * kmax;
+                    const double bound = double(groups[g].size()) * std::pow(step / 2 * (1 + 1e-5) + mag * 2.4e-7, 2);
+                    ASSERT_LE(err2, bound) << "group " << g << " [" << lo[g] << ", " << hi[g] << "]";
+                }
+            }
+        }
+    }
+}
+
+// The bit layout: indices read back from hand-set bytes.
+TEST(KvCodecInt4c, ParamsFollowTheDocumentedBitLayout) {
+    const uint32_t B = 4, D = 16;
+    std::vector<uint8_t> k(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::K, B, D), 0);
+    ASSERT_EQ(k.size(), size_t(B) * D / 2 + 6 + D + D / 2);
+    const size_t h = size_t(B) * D / 2;
+    const uint16_t z0 = fp32_to_fp16(-2.0f), zs = fp32_to_fp16(0.25f), ss = fp32_to_fp16(0.5f);
+    std::memcpy(&k[h], &z0, 2);
+    std::memcpy(&k[h + 2], &zs, 2);
+    std::memcpy(&k[h + 4], &ss, 2);
+    // channel 0: k = 0b100101 (37), j = 0b011010 (26); channel 1: k = 63, j = 1.
+    k[h + 6 + 0] = uint8_t((37 & 15) | ((26 & 15) << 4));
+    k[h + 6 + 1] = uint8_t(15 | (1 << 4));
+    k[h + 6 + D] = uint8_t(((37 >> 4) | ((26 >> 4) << 2)) | (((63 >> 4) | ((1 >> 4) << 2)) << 4));
+    std::vector<float> s(D), z(D);
+    int4_k_params(LLMKV_KV_INT4_COMPACT, k.data(), B, D, s.data(), z.data());
+    EXPECT_EQ(z[0], -2.0f + 37 * 0.25f);
+    EXPECT_EQ(s[0], 26 * 0.5f);
+    EXPECT_EQ(z[1], -2.0f + 63 * 0.25f);
+    EXPECT_EQ(s[1], 0.5f);
+    EXPECT_EQ(z[2], -2.0f);
+    EXPECT_EQ(s[2], 0.0f);
+
+    std::vector<uint8_t> v(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, B, D), 0);
+    ASSERT_EQ(v.size(), size_t(B) * D / 2 + 6 + B);  // D = 16: one group per token
+    std::memcpy(&v[h], &z0, 2);
+    std::memcpy(&v[h + 2], &zs, 2);
+    std::memcpy(&v[h + 4], &ss, 2);
+    v[h + 6 + 2] = uint8_t(9 | (14 << 4));  // token 2: k = 9, j = 14
+    std::vector<float> vs(B), vz(B);
+    int4_v_params(LLMKV_KV_INT4_COMPACT, v.data(), B, D, vs.data(), vz.data());
+    EXPECT_EQ(vz[2], -2.0f + 9 * 0.25f);
+    EXPECT_EQ(vs[2], 14 * 0.5f);
+    EXPECT_EQ(vz[0], -2.0f);
+    EXPECT_EQ(vs[0], 0.0f);
+    // A decoded value is min + scale * nibble.
+    v[size_t(2) * D / 2] = 0x30;  // token 2: channel 0 nibble 0, channel 1 nibble 3
+    std::vector<float> dec(size_t(B) * D);
+    codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, KvRole::V, v.data(), B, D, dec.data());
+    EXPECT_EQ(dec[size_t(2) * D + 0], vz[2]);
+    EXPECT_EQ(dec[size_t(2) * D + 1], vz[2] + 3 * vs[2]);
+}
+
+// Sizes: SmolLM2's geometry (30 layers, 3 KV heads, head_dim 64, 16-token blocks) costs
+// 6,457.5 bytes per token, below llama.cpp's q4_0 cache (6,480) and int4's 7,920.
+TEST(KvCodecInt4c, BytesPerTokenBeatAQ4_0Cache) {
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::K, 16, 64), 512u + 6 + 96);
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 64), 512u + 6 + 16);
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 96), 768u + 6 + 16 * 3);  // G = 32
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 48), 384u + 6 + 16 * 3);  // G = 16
+    KvGeometry g;
+    g.n_layers = 30;
+    g.n_kv_heads = 3;
+    g.head_dim = 64;
+    g.dtype_k = g.dtype_v = LLMKV_KV_INT4_COMPACT;
+    EXPECT_EQ(g.sealed_bytes_per_token(), 6457.5);
+    g.dtype_k = g.dtype_v = LLMKV_KV_INT4;
+    EXPECT_EQ(g.sealed_bytes_per_token(), 7920.0);
 }
 
 // ---- fp8 e4m3 -------------------------------------------------------------------------------
@@ -345,7 +491,7 @@ TEST(Hadamard, IsOrthonormalSymmetricAndItsOwnInverse) {
 // ---- support and sizes --------------------------------------------------------------------------
 
 TEST(KvCodec, SupportChecks) {
-    const auto all = {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4};
+    const auto all = {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT};
     for (auto dtype : all) {
         for (KvRole role : {KvRole::K, KvRole::V}) {
             EXPECT_TRUE(codec_supported(CodecSpec{dtype, false}, role, 16, 64)) << codec_name(dtype);
@@ -356,7 +502,7 @@ TEST(KvCodec, SupportChecks) {
             EXPECT_FALSE(codec_supported(CodecSpec{dtype, true}, role, 16, 48));  // not a power of two
         }
     }
-    for (auto bad : {llmkv_kv_dtype(5), llmkv_kv_dtype(7)}) {
+    for (auto bad : {llmkv_kv_dtype(6), llmkv_kv_dtype(7)}) {
         EXPECT_FALSE(codec_supported(CodecSpec{bad, false}, KvRole::K, 16, 64));
         EXPECT_FALSE(codec_supported(bad, 64));
         EXPECT_STREQ(codec_name(bad), "unknown");
@@ -395,7 +541,7 @@ TEST(KvCodec, HeadBytesIncludeScalesAndMatchTheLayouts) {
 TEST(KvCodec, EncodeDependsOnlyOnTheInputAndWritesEveryByte) {
     const uint32_t B = 16, D = 64;
     const auto rows = make_rows(Data::OutlierChannels, B, D, 9);
-    for (auto dtype : {LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4}) {
+    for (auto dtype : {LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
         for (KvRole role : {KvRole::K, KvRole::V}) {
             for (bool rotate : {false, true}) {
                 const size_t n = codec_head_bytes(dtype, role, B, D);

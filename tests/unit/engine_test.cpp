@@ -774,6 +774,47 @@ TEST_F(EngineTest, UnsupportedKvDtypeIsRejectedAtCreation) {
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
 }
 
+// Compact int4 through the C API: its bytes per token (tiny model: 2 layers x 2 KV heads,
+// head_dim 16, 4-token blocks: K 32 nibble bytes + 6 + 16 + 8, V 32 + 6 + 4 per head and
+// layer = 416 bytes per block), the pool it makes of a byte budget, and sessions batched
+// together giving their solo tokens bit for bit.
+TEST_F(EngineTest, CompactInt4CountsItsBytesAndKeepsBatchInvariance) {
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path_->c_str();
+    p.backend = LLMKV_BACKEND_CPU;
+    p.n_threads = 2;
+    p.kv_block_tokens = 4;
+    p.kv_dtype_k = LLMKV_KV_INT4_COMPACT;
+    p.kv_dtype_v = LLMKV_KV_INT4_COMPACT;
+    p.kv_device_bytes = 416 * 40;
+    llmkv_engine *e = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+    EXPECT_EQ(info.kv_bytes_per_token_device, 104u);
+    EXPECT_EQ(info.kv_blocks_total, 40u);
+    const int kSessions = 4;
+    std::vector<std::vector<int32_t>> prompts, solo;
+    const llmkv_session_params sp = sampling_params(0.0f, 0);
+    for (int i = 0; i < kSessions; ++i) {
+        prompts.push_back(byte_tokens(9 + 7 * i, 30 + i));
+        solo.push_back(solo_run(e, sp, prompts.back(), 14));
+    }
+    std::vector<llmkv_session *> sessions(kSessions);
+    for (int i = 0; i < kSessions; ++i) {
+        ASSERT_EQ(llmkv_session_create(e, &sp, &sessions[i]), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_append(sessions[i], prompts[i].data(), prompts[i].size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_generate(sessions[i], 14), LLMKV_OK);
+    }
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    for (int i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    for (auto *s : sessions) llmkv_session_destroy(s);
+    llmkv_engine_destroy(e);
+}
+
 TEST_F(EngineTest, ChatFormatUsesChatMlForThisVocabulary) {
     llmkv_engine *e = make_engine();
     llmkv_chat_message msgs[] = {{"system", "Be brief."}, {"user", "Hi"}};

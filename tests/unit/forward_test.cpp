@@ -322,7 +322,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(CodecPairCase{LLMKV_KV_F16, LLMKV_KV_F16, false, 0}, CodecPairCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, false, 0},
                       CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, false, 0}, CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, true, 5},
                       CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4, false, 0}, CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, true, 0},
-                      CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, false, 20}));
+                      CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, false, 20},
+                      CodecPairCase{LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, true, 0},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4_COMPACT, false, 20}));
 
 }  // namespace
 }  // namespace llmkv

@@ -427,7 +427,7 @@ TEST_F(SnapshotTest, InconsistentFieldsBehindAValidChecksumAreAFormatError) {
         {"overlaps the metadata", [](fb::SnapshotBuilder &b) { b.add_payload_offset(0); }},
         {"block_tokens 0 out of range", [](fb::SnapshotBuilder &b) { b.add_block_tokens(0); }},
         {"block_tokens 2048 out of range", [](fb::SnapshotBuilder &b) { b.add_block_tokens(2048); }},
-        {"dtype k=5", [](fb::SnapshotBuilder &b) { b.add_dtype_k(5); }},
+        {"dtype k=6", [](fb::SnapshotBuilder &b) { b.add_dtype_k(6); }},
         {"metadata format version 2", [](fb::SnapshotBuilder &b) { b.add_format_version(2); }},
         {"39 tokens stored for n_cached 100", [](fb::SnapshotBuilder &b) { b.add_n_cached(100); }},
         {"tail checksum mismatch", [](fb::SnapshotBuilder &b) { b.add_tail_checksum(1); }},

@@ -91,6 +91,8 @@ const char *kv_dtype_name(llmkv_kv_dtype d) {
             return "int8";
         case LLMKV_KV_INT4:
             return "int4";
+        case LLMKV_KV_INT4_COMPACT:
+            return "int4c";
         default:
             return "?";
     }

@@ -59,7 +59,7 @@ private:
     Json load_start_;
 };
 
-// The CLI's name of a KV dtype ("f16", "bf16", "fp8", "int8", "int4").
+// The CLI's name of a KV dtype ("f16", "bf16", "fp8", "int8", "int4", "int4c").
 const char *kv_dtype_name(llmkv_kv_dtype d);
 
 }  // namespace llmkv_cli

@@ -49,6 +49,8 @@ const CodecPair kPairs[] = {
     {"int8/int4 rot", LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV},
     {"int4/int4", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_NONE},
     {"int4/int4 rot", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV},
+    {"int4c/int4c", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_NONE},
+    {"int4c/int4c rot", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_KV},
 };
 
 // The default corpus: license texts that every Debian system carries (package base-files),
@@ -109,6 +111,7 @@ struct QualityOptions {
     uint32_t n_tokens = 20480, threads = 0;
     std::vector<uint32_t> passkey_lengths = {2000, 6000};
     bool skip_passkey = false;
+    std::vector<std::string> only_pairs;  // --pairs: these labels (and the f16/f16 reference)
     std::string json;
 };
 
@@ -175,7 +178,17 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
         if (!skip_passkey) params["passkey_lengths"] = passkey_lengths;
         params["csv"] = csv_path;
         std::vector<CodecPair> pairs;
+        for (const std::string &label : o.only_pairs) {
+            if (std::none_of(std::begin(kPairs), std::end(kPairs), [&](const CodecPair &p) { return label == p.label; })) {
+                std::fprintf(stderr, "llmkv bench quality: --pairs: unknown pair \"%s\"\n", label.c_str());
+                return 2;
+            }
+        }
         for (const CodecPair &p : kPairs) {
+            if (&p != &kPairs[0] && !o.only_pairs.empty() &&
+                std::find(o.only_pairs.begin(), o.only_pairs.end(), p.label) == o.only_pairs.end()) {
+                continue;
+            }
             if (pair_supported(p, c.head_dim)) {
                 pairs.push_back(p);
             } else {
@@ -369,6 +382,11 @@ Command add_bench_quality(CLI::App &bench) {
     add_uint_list_option(*app, "--contexts", &o->contexts, "context lengths of the perplexity runs");
     add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths, "filler lengths of the passkey probe");
     app->add_flag("--no-passkey", o->skip_passkey, "skip the passkey probe");
+    app->add_option("--pairs", o->only_pairs,
+                    "only these K/V pairs, by their labels (e.g. \"int4/int4 rot,int4c/int4c rot\"); f16/f16, the "
+                    "reference, always runs")
+        ->delimiter(',')
+        ->type_name("LABEL,...");
     app->add_option("--csv", o->csv_path, "where the CSV goes")->type_name("FILE")->capture_default_str();
     add_json_option(*app, &o->json);
     return {app, [o] {

@@ -81,7 +81,7 @@ const CLI::Validator &decimal() {
 }
 
 const std::vector<std::string> &kv_dtype_names() {
-    static const std::vector<std::string> names = {"f16", "bf16", "fp8", "int8", "int4"};
+    static const std::vector<std::string> names = {"f16", "bf16", "fp8", "int8", "int4", "int4c"};
     return names;
 }
 
@@ -98,7 +98,8 @@ llmkv_kv_dtype kv_dtype_from_name(const std::string &s) {
     if (s == "fp8") return LLMKV_KV_FP8_E4M3;
     if (s == "int8") return LLMKV_KV_INT8;
     if (s == "int4") return LLMKV_KV_INT4;
-    throw CLI::ValidationError("unknown KV dtype '" + s + "' (f16, bf16, fp8, int8, int4)");
+    if (s == "int4c") return LLMKV_KV_INT4_COMPACT;
+    throw CLI::ValidationError("unknown KV dtype '" + s + "' (f16, bf16, fp8, int8, int4, int4c)");
 }
 
 CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint32_t *target,
@@ -173,7 +174,7 @@ CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names, s
         std::stringstream ss(list);
         std::string item;
         while (std::getline(ss, item, ',')) target->push_back(kv_dtype_from_name(item));
-        if (target->empty()) throw CLI::ValidationError("expected DTYPE,DTYPE,... (f16, bf16, fp8, int8, int4)");
+        if (target->empty()) throw CLI::ValidationError("expected DTYPE,DTYPE,... (f16, bf16, fp8, int8, int4, int4c)");
     };
     return app.add_option_function<std::string>(names, parse, description)->type_name("DTYPE,...");
 }

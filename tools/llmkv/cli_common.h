@@ -45,7 +45,7 @@ Command add_bench_window(CLI::App &bench);
 CLI::Option *add_model_option(CLI::App &app, std::string *target, bool positional = false);
 // -t/--threads: worker threads, 0 = all cores.
 CLI::Option *add_threads_option(CLI::App &app, uint32_t *target);
-// A KV dtype: f16, bf16, fp8, int8 or int4 (anything else is an error).
+// A KV dtype: f16, bf16, fp8, int8, int4 or int4c (anything else is an error).
 CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
                                  const std::string &description);
 // A comma-separated list of KV dtypes (`--kv-dtypes f16,int8`); the last occurrence wins.

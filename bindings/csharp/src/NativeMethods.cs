@@ -252,6 +252,7 @@ namespace Llmkv.Native
         public const int LLMKV_KV_FP8_E4M3 = 2;
         public const int LLMKV_KV_INT8 = 3;
         public const int LLMKV_KV_INT4 = 4;
+        public const int LLMKV_KV_INT4_COMPACT = 5;
         public const int LLMKV_KV_ROTATION_AUTO = 0;
         public const int LLMKV_KV_ROTATION_NONE = 1;
         public const int LLMKV_KV_ROTATION_K = 2;

@@ -56,11 +56,12 @@ const (
 
 // llmkv_kv_dtype
 const (
-	LLMKV_KV_F16      = 0
-	LLMKV_KV_BF16     = 1
-	LLMKV_KV_FP8_E4M3 = 2
-	LLMKV_KV_INT8     = 3
-	LLMKV_KV_INT4     = 4
+	LLMKV_KV_F16          = 0
+	LLMKV_KV_BF16         = 1
+	LLMKV_KV_FP8_E4M3     = 2
+	LLMKV_KV_INT8         = 3
+	LLMKV_KV_INT4         = 4
+	LLMKV_KV_INT4_COMPACT = 5
 )
 
 // llmkv_kv_rotation

@@ -60,10 +60,11 @@ void dot_fp8(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float 
         scores[t] = acc * load_fp16(scales + size_t(t) * 2);
     }
 }
+template <llmkv_kv_dtype DT>
 void dot_i4k(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float *scores) {
-    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
-    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
-    const uint8_t *mins = head + int4_k_mins_offset(n, d);
+    // head: nibbles [n][d/2] and the scales / mins of an int4 or compact int4 K head
+    float *sc = kernels::int4_param_scratch(2 * size_t(d)), *mn = sc + d;  // f32 [d] each
+    int4_k_params(DT, head, n, d, sc, mn);
     constexpr uint32_t kChunk = 256;  // channels per pass: q * scale lives on the stack
     float qs[kChunk];                 // f32 [chunk]: q_d * s_d
     float qz = 0.0f;
@@ -71,8 +72,8 @@ void dot_i4k(const float *q, const uint8_t *head, uint32_t n, uint32_t d, float 
     for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
         const uint32_t len = std::min(d - c0, kChunk);
         for (uint32_t i = 0; i < len; ++i) {
-            qs[i] = q[c0 + i] * load_fp16(scales + size_t(c0 + i) * 2);
-            qz += q[c0 + i] * load_fp16(mins + size_t(c0 + i) * 2);
+            qs[i] = q[c0 + i] * sc[c0 + i];
+            qz += q[c0 + i] * mn[c0 + i];
         }
         for (uint32_t t = 0; t < n; ++t) {
             const uint8_t *r = head + (size_t(t) * d + c0) / 2;
@@ -118,18 +119,19 @@ void axpy_fp8(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float
         for (uint32_t i = 0; i < d; ++i) out[i] += ws * table[r[i]];
     }
 }
+template <llmkv_kv_dtype DT>
 void axpy_i4v(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float *out) {
-    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
-    const uint32_t G = int4_v_group(d), ng = d / G;
-    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
-    const uint8_t *mins = head + int4_v_mins_offset(n, d);
+    // head: nibbles [n][d/2] and the (token, group) scales / mins of an int4 or compact int4 V head
+    const uint32_t G = int4_group(DT, d), ng = d / G;
+    float *sc = kernels::int4_param_scratch(2 * size_t(n) * ng), *mn = sc + size_t(n) * ng;
+    int4_v_params(DT, head, n, d, sc, mn);
     for (uint32_t g = 0; g < ng; ++g) {
         float bias = 0.0f;
         float *o = out + size_t(g) * G;
         for (uint32_t t = 0; t < n; ++t) {
             const size_t gi = size_t(t) * ng + g;
-            const float ws = w[t] * load_fp16(scales + gi * 2);
-            bias += w[t] * load_fp16(mins + gi * 2);
+            const float ws = w[t] * sc[gi];
+            bias += w[t] * mn[gi];
             const uint8_t *r = head + (size_t(t) * d + size_t(g) * G) / 2;
             for (uint32_t i = 0; i < G; i += 2) {
                 o[i] += ws * float(r[i / 2] & 0x0Fu);
@@ -151,12 +153,20 @@ LLMKV_PORTABLE_HEADS(dot_rows_f16_portable, dot_f16, uint16_t)
 LLMKV_PORTABLE_HEADS(dot_rows_bf16_portable, dot_bf16, uint16_t)
 LLMKV_PORTABLE_HEADS(dot_rows_i8_portable, dot_i8, uint8_t)
 LLMKV_PORTABLE_HEADS(dot_rows_fp8_portable, dot_fp8, uint8_t)
-LLMKV_PORTABLE_HEADS(dot_rows_i4k_portable, dot_i4k, uint8_t)
+LLMKV_PORTABLE_HEADS(dot_rows_i4k_portable, dot_i4k<LLMKV_KV_INT4>, uint8_t)
+LLMKV_PORTABLE_HEADS(dot_rows_i4ck_portable, dot_i4k<LLMKV_KV_INT4_COMPACT>, uint8_t)
 LLMKV_PORTABLE_HEADS(axpy_rows_f16_portable, axpy_f16, uint16_t)
 LLMKV_PORTABLE_HEADS(axpy_rows_bf16_portable, axpy_bf16, uint16_t)
 LLMKV_PORTABLE_HEADS(axpy_rows_i8_portable, axpy_i8, uint8_t)
 LLMKV_PORTABLE_HEADS(axpy_rows_fp8_portable, axpy_fp8, uint8_t)
-LLMKV_PORTABLE_HEADS(axpy_rows_i4v_portable, axpy_i4v, uint8_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_i4v_portable, axpy_i4v<LLMKV_KV_INT4>, uint8_t)
+LLMKV_PORTABLE_HEADS(axpy_rows_i4cv_portable, axpy_i4v<LLMKV_KV_INT4_COMPACT>, uint8_t)
+
+float *int4_param_scratch(size_t n) {
+    thread_local std::vector<float> v;
+    if (v.size() < n) v.resize(n);
+    return v.data();
+}
 #undef LLMKV_PORTABLE_HEADS
 
 float softmax_partial_portable(float *x, uint32_t n, float scale, float *max_out) {  // x: f32 [n]
@@ -215,6 +225,7 @@ RowsFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
             case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_avx2;
             case LLMKV_KV_INT8: return kernels::dot_rows_i8_avx2;
             case LLMKV_KV_INT4: return kernels::dot_rows_i4k_avx2;
+            case LLMKV_KV_INT4_COMPACT: return kernels::dot_rows_i4ck_avx2;
         }
     }
 #endif
@@ -225,6 +236,7 @@ RowsFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
         case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_portable;
         case LLMKV_KV_INT8: return kernels::dot_rows_i8_portable;
         case LLMKV_KV_INT4: return kernels::dot_rows_i4k_portable;
+        case LLMKV_KV_INT4_COMPACT: return kernels::dot_rows_i4ck_portable;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }
@@ -238,6 +250,7 @@ RowsFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
             case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_avx2;
             case LLMKV_KV_INT8: return kernels::axpy_rows_i8_avx2;
             case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_avx2;
+            case LLMKV_KV_INT4_COMPACT: return kernels::axpy_rows_i4cv_avx2;
         }
     }
 #endif
@@ -248,6 +261,7 @@ RowsFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
         case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_portable;
         case LLMKV_KV_INT8: return kernels::axpy_rows_i8_portable;
         case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_portable;
+        case LLMKV_KV_INT4_COMPACT: return kernels::axpy_rows_i4cv_portable;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }

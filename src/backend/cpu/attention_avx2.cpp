@@ -222,16 +222,72 @@ void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, ui
     });
 }
 
+// Where the int4 kernels get a K channel's (scale, min) or a V group's: the fp16 arrays of
+// int4, or the indices of compact int4 with the head's steps (min = z0 + k * zstep, scale =
+// j * sstep; up to the rounding of a fused multiply-add, the values int4_k_params gives).
+template <llmkv_kv_dtype DT>
+struct Int4Params;
+template <>
+struct Int4Params<LLMKV_KV_INT4> {
+    const uint16_t *ks, *kz;         // K: fp16 scale [d], min [d]
+    const uint8_t *vs, *vz;          // V: fp16 scale [n][d/G], min [n][d/G]
+    Int4Params(const uint8_t *head, uint32_t n, uint32_t d)
+        : ks(reinterpret_cast<const uint16_t *>(head + codec_scales_offset(LLMKV_KV_INT4, n, d))),
+          kz(reinterpret_cast<const uint16_t *>(head + int4_k_mins_offset(n, d))),
+          vs(head + codec_scales_offset(LLMKV_KV_INT4, n, d)),
+          vz(head + int4_v_mins_offset(n, d)) {}
+    LLMKV_INLINE void k8(uint32_t c, __m256 &s, __m256 &z) const {  // channels c..c+7
+        s = load_f16(ks + c);
+        z = load_f16(kz + c);
+    }
+    LLMKV_INLINE void v1(size_t gi, float &s, float &z) const {
+        s = fp16_at(vs + gi * 2);
+        z = fp16_at(vz + gi * 2);
+    }
+};
+template <>
+struct Int4Params<LLMKV_KV_INT4_COMPACT> {
+    const uint8_t *low, *high, *idx;  // K: low [d], high [d/2]; V: idx [n][d/G]
+    float z0, zstep, sstep;
+    Int4Params(const uint8_t *head, uint32_t n, uint32_t d) {
+        const uint8_t *header = head + size_t(n) * d / 2;
+        low = idx = header + kInt4cHeaderBytes;
+        high = low + d;
+        z0 = fp16_at(header);
+        zstep = fp16_at(header + 2);
+        sstep = fp16_at(header + 4);
+    }
+    LLMKV_INLINE void k8(uint32_t c, __m256 &s, __m256 &z) const {  // channels c..c+7 (c % 8 == 0)
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+        const __m256i m15 = _mm256_set1_epi32(15);
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(low + c)));
+        int32_t h4;
+        __builtin_memcpy(&h4, high + c / 2, 4);  // the high bits of channels c..c+7
+        const __m256i hb = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(_mm_cvtsi32_si128(h4), dup)),
+                              _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
+            m15);
+        const __m256i k = _mm256_or_si256(_mm256_and_si256(lo, m15),
+                                          _mm256_slli_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(3)), 4));
+        const __m256i j = _mm256_or_si256(_mm256_srli_epi32(lo, 4), _mm256_slli_epi32(_mm256_srli_epi32(hb, 2), 4));
+        z = _mm256_add_ps(_mm256_set1_ps(z0), _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(zstep)));
+        s = _mm256_mul_ps(_mm256_cvtepi32_ps(j), _mm256_set1_ps(sstep));
+    }
+    LLMKV_INLINE void v1(size_t gi, float &s, float &z) const {
+        s = float(idx[gi] >> 4) * sstep;
+        z = z0 + float(idx[gi] & 15u) * zstep;
+    }
+};
+
 // int4 K for NH heads: per chunk of channels, qs = q * scale on the stack, nibble dots,
 // then + sum_d q_d z_d.
-template <int NH>
+template <int NH, llmkv_kv_dtype DT>
 LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
                                 float *const *scores) {
-    // head: nibbles [n][d/2], fp16 scale [d], fp16 min [d]
+    // head: nibbles [n][d/2], then the int4 or compact int4 K parameters
+    const Int4Params<DT> params(head, n, d);
     constexpr int TT = kTileTokens<NH>;
     constexpr uint32_t kChunk = 256;  // channels per pass
-    const uint16_t *scales = reinterpret_cast<const uint16_t *>(head + codec_scales_offset(LLMKV_KV_INT4, n, d));
-    const uint16_t *mins = reinterpret_cast<const uint16_t *>(head + int4_k_mins_offset(n, d));
     alignas(32) float qs[NH][kChunk];  // f32 [NH][chunk]: q_d * s_d
     alignas(32) float sums[16];
     __m256 qz[NH];
@@ -239,7 +295,8 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
     for (uint32_t c0 = 0; c0 < d; c0 += kChunk) {
         const uint32_t len = d - c0 < kChunk ? d - c0 : kChunk;
         for (uint32_t i = 0; i < len; i += 8) {
-            const __m256 s = load_f16(scales + c0 + i), z = load_f16(mins + c0 + i);
+            __m256 s, z;
+            params.k8(c0 + i, s, z);
             for (int h = 0; h < NH; ++h) {
                 const __m256 qv = _mm256_loadu_ps(q[h] + c0 + i);
                 _mm256_store_ps(qs[h] + i, _mm256_mul_ps(qv, s));
@@ -339,13 +396,12 @@ LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, const typename R
 // int4 V, NH heads, columns [c0, c0 + 8C) inside group g (G channels): sum_t (w_t s_tg) nib
 // in registers, then + sum_t w_t z_tg. C is even (16 columns = 8 bytes per step).
 // w: NH pointers to f32 [n]; out: NH pointers to f32 [d].
-template <int NH, int C>
+template <int NH, int C, llmkv_kv_dtype DT>
 LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
                                 uint32_t G, uint32_t c0, float *const *out) {
-    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
+    // head: nibbles [n][d/2], then the int4 or compact int4 V parameters ([n][d/G])
+    const Int4Params<DT> params(head, n, d);
     const uint32_t ng = d / G, g = c0 / G;
-    const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, d);
-    const uint8_t *mins = head + int4_v_mins_offset(n, d);
     __m256 acc[NH * C];
     float bias[NH];
     for (int h = 0; h < NH; ++h) {
@@ -355,7 +411,8 @@ LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint
     }
     for (uint32_t t = 0; t < n; ++t) {
         const size_t gi = size_t(t) * ng + g;
-        const float s = fp16_at(scales + gi * 2), z = fp16_at(mins + gi * 2);
+        float s, z;
+        params.v1(gi, s, z);
         __m256 ws[NH];
 #pragma GCC unroll 4
         for (int h = 0; h < NH; ++h) {
@@ -422,9 +479,18 @@ void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, 
                        uint32_t d, float *const *scores) {
     dot_rows_scaled<Fp8Rows>(nh, q, head, n, d, kFp8Unscale, scores);
 }
+template <llmkv_kv_dtype DT>
+void dot_rows_int4(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
+                   float *const *scores) {
+    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH, DT>(q + h0, head, n, d, scores + h0); });
+}
 void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores) {
-    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH>(q + h0, head, n, d, scores + h0); });
+    dot_rows_int4<LLMKV_KV_INT4>(nh, q, head, n, d, scores);
+}
+void dot_rows_i4ck_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *scores) {
+    dot_rows_int4<LLMKV_KV_INT4_COMPACT>(nh, q, head, n, d, scores);
 }
 
 void axpy_rows_f16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
@@ -450,22 +516,31 @@ void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head,
     axpy_rows<Fp8Rows>(nh, w, head, n, d, out,
                        [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2) * kFp8Unscale; });
 }
-void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
-                        uint32_t d, float *const *out) {
-    // head: nibbles [n][d/2], fp16 scale [n][d/G], fp16 min [n][d/G]
-    const uint32_t G = int4_v_group(d);
+template <llmkv_kv_dtype DT>
+void axpy_rows_int4(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n, uint32_t d,
+                    float *const *out) {
+    // head: nibbles [n][d/2] and the (token, group) scales / mins of an int4 or compact int4 V head
+    const uint32_t G = DT == LLMKV_KV_INT4 ? int4_v_group(d) : int4c_v_group(d);
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
         // 32 columns per tile (16 for 4 heads or 16-channel groups): inside one group.
         constexpr int C = NH == 4 ? 2 : 4;
-        const uint32_t cols = G == 32 ? 8 * C : 16;
+        const uint32_t cols = G >= 32 ? 8 * C : 16;
         for (uint32_t c = 0; c < d; c += cols) {
             if (cols == 32) {
-                axpy_i4v_tile<NH, 4>(w + h0, head, n, d, G, c, out + h0);
+                axpy_i4v_tile<NH, 4, DT>(w + h0, head, n, d, G, c, out + h0);
             } else {
-                axpy_i4v_tile<NH, 2>(w + h0, head, n, d, G, c, out + h0);
+                axpy_i4v_tile<NH, 2, DT>(w + h0, head, n, d, G, c, out + h0);
             }
         }
     });
+}
+void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *out) {
+    axpy_rows_int4<LLMKV_KV_INT4>(nh, w, head, n, d, out);
+}
+void axpy_rows_i4cv_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                         uint32_t d, float *const *out) {
+    axpy_rows_int4<LLMKV_KV_INT4_COMPACT>(nh, w, head, n, d, out);
 }
 
 float softmax_partial_avx2(float *x, uint32_t n, float scale, float *max_out) {  // x: f32 [n]

@@ -8,6 +8,7 @@
 // operations in the same order), so batching heads never changes a bit of the output.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace llmkv::cpu::kernels {
@@ -29,6 +30,10 @@ void dot_rows_fp8_portable(uint32_t nh, const float *const *q, const uint8_t *he
 // token count, d % 16 == 0). Computed as sum_d (q_d s_d) nib_td + sum_d q_d z_d.
 void dot_rows_i4k_portable(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                            uint32_t d, float *const *scores);
+// head: compact int4 K layout (kv/codec.h), computed as int4 K with the scales and mins
+// int4_k_params gives.
+void dot_rows_i4ck_portable(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                            uint32_t d, float *const *scores);
 
 // ---- V: out[h] += sum_t w[h][t] * V[t] ----------------------------------------------------
 // w: nh pointers to f32 [n]; out: nh pointers to f32 [d].
@@ -46,6 +51,12 @@ void axpy_rows_fp8_portable(uint32_t nh, const float *const *w, const uint8_t *h
 // (16 when d % 32 != 0). Computed per group as sum_t (w_t s_tg) nib_td + sum_t w_t z_tg.
 void axpy_rows_i4v_portable(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                             uint32_t d, float *const *out);
+// head: compact int4 V layout (groups of int4c_v_group(d) channels), computed as int4 V.
+void axpy_rows_i4cv_portable(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                             uint32_t d, float *const *out);
+
+// Per-thread f32 scratch (grown, never shrunk) for the scales and mins the int4 kernels expand.
+float *int4_param_scratch(size_t n);
 
 // ---- softmax: x <- softmax(scale * x) over n values (x: f32 [n], n >= 1) ----------------
 void softmax_portable(float *x, uint32_t n, float scale);
@@ -66,6 +77,8 @@ void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, 
                        uint32_t d, float *const *scores);
 void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores);
+void dot_rows_i4ck_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                        uint32_t d, float *const *scores);
 void axpy_rows_f16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
                         uint32_t d, float *const *out);
 void axpy_rows_bf16_avx2(uint32_t nh, const float *const *w, const uint16_t *rows, uint32_t n,
@@ -76,6 +89,8 @@ void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head,
                         uint32_t d, float *const *out);
 void axpy_rows_i4v_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                         uint32_t d, float *const *out);
+void axpy_rows_i4cv_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
+                         uint32_t d, float *const *out);
 // exp via range reduction and a degree-7 polynomial (within 2 ulp of expf for the
 // arguments softmax produces; below -87 it returns ~1.6e-38 instead of 0).
 void softmax_avx2(float *x, uint32_t n, float scale);

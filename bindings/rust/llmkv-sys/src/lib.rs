@@ -312,6 +312,7 @@ constants! {
     LLMKV_KV_FP8_E4M3: llmkv_kv_dtype = 2;
     LLMKV_KV_INT8: llmkv_kv_dtype = 3;
     LLMKV_KV_INT4: llmkv_kv_dtype = 4;
+    LLMKV_KV_INT4_COMPACT: llmkv_kv_dtype = 5;
 
     LLMKV_KV_ROTATION_AUTO: llmkv_kv_rotation = 0;
     LLMKV_KV_ROTATION_NONE: llmkv_kv_rotation = 1;
