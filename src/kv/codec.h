@@ -61,7 +61,7 @@
 // Bytes per token for SmolLM2-135M (30 layers, 3 KV heads, D 64, B 16), K + V:
 //   f16/f16 23040 (1x); fp8/fp8 and int8/int8 11880 (0.516x); int8/int4 9540 (0.414x);
 //   int4/int4 7920 (0.344x: int4 K carries 4 bytes of scale + min per channel per 16 tokens,
-//   int4 V 4 bytes per 32 values); int4c/int4c 6457.5 (0.280x; llama.cpp's q4_0 cache: 6480).
+//   int4 V 4 bytes per 32 values); int4c/int4c 6457.5 (0.280x).
 // A zero range (all-zero or constant row / channel / group) stores scale 0 and decodes to
 // the min exactly (0 for zeros): no 0/0. Inputs are sanitized before quantizing: NaN -> 0,
 // |x| > 65504 (inf, or a rotated outlier) -> +-65504, so no NaN / inf is ever stored.
