@@ -59,19 +59,19 @@ const char *kCorpusFiles[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2
                               "MPL-1.1", "Artistic", "CC0-1.0", "GPL-1", "LGPL-3"};
 
 
-bool pair_supported(const CodecPair &p, uint32_t head_dim) {
+bool pair_supported(const CodecPair &p, uint32_t block_tokens, uint32_t head_dim) {
     bool rk = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
     bool rv = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
-    return llmkv::codec_supported(llmkv::CodecSpec{p.k, rk}, llmkv::KvRole::K, 16, head_dim) &&
-           llmkv::codec_supported(llmkv::CodecSpec{p.v, rv}, llmkv::KvRole::V, 16, head_dim);
+    return llmkv::codec_supported(llmkv::CodecSpec{p.k, rk}, llmkv::KvRole::K, block_tokens, head_dim) &&
+           llmkv::codec_supported(llmkv::CodecSpec{p.v, rv}, llmkv::KvRole::V, block_tokens, head_dim);
 }
 
-KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p) {
+KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p, uint32_t block_tokens) {
     KvGeometry g;
     g.n_layers = c.n_layers;
     g.n_kv_heads = c.n_kv_heads;
     g.head_dim = c.head_dim;
-    g.block_tokens = 16;
+    g.block_tokens = block_tokens;
     g.dtype_k = p.k;
     g.dtype_v = p.v;
     g.rotate_k = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
@@ -109,6 +109,7 @@ struct QualityOptions {
     std::string corpus_path, csv_path = "kv_quality.csv";
     std::vector<uint32_t> contexts = {512, 2048};
     uint32_t n_tokens = 20480, threads = 0;
+    uint32_t block_tokens = 16;  // --block-tokens: the KV block (and so the int4 K group) size
     std::vector<uint32_t> passkey_lengths = {2000, 6000};
     bool skip_passkey = false;
     std::vector<std::string> only_pairs;  // --pairs: these labels (and the f16/f16 reference)
@@ -174,6 +175,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
         params["corpus"] = corpus_name;
         params["tokens"] = n_tokens;
         params["contexts"] = contexts;
+        params["block_tokens"] = o.block_tokens;
         params["passkey"] = !skip_passkey;
         if (!skip_passkey) params["passkey_lengths"] = passkey_lengths;
         params["csv"] = csv_path;
@@ -189,7 +191,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                 std::find(o.only_pairs.begin(), o.only_pairs.end(), p.label) == o.only_pairs.end()) {
                 continue;
             }
-            if (pair_supported(p, c.head_dim)) {
+            if (pair_supported(p, o.block_tokens, c.head_dim)) {
                 pairs.push_back(p);
             } else {
                 std::printf("(skipping %s: not supported by this build)\n", p.label);
@@ -204,7 +206,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
             const uint32_t step = std::min(chunk, L);
             std::vector<Runner> runners(pairs.size());
             for (size_t pi = 0; pi < pairs.size(); ++pi) {
-                KvGeometry g = geometry_for(c, pairs[pi]);
+                KvGeometry g = geometry_for(c, pairs[pi], o.block_tokens);
                 runners[pi].cache = std::make_unique<llmkv::KvCache>(g, L / g.block_tokens + 2, 1);
                 runners[pi].backend = std::make_unique<llmkv::CpuBackend>(*runners[pi].cache, pool);
                 runners[pi].forward = llmkv::Forward::create(*model, *runners[pi].backend, step);
@@ -264,6 +266,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                 ep.kv_dtype_k = pairs[pi].k;
                 ep.kv_dtype_v = pairs[pi].v;
                 ep.kv_rotation = pairs[pi].rotation;
+                ep.kv_block_tokens = o.block_tokens;
                 llmkv_engine *e = nullptr;
                 if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
                     std::fprintf(stderr, "passkey: %s\n", llmkv_last_error());
@@ -319,10 +322,10 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
         std::printf(" passkey |\n|---|---|---|");
         for (size_t i = 0; i < contexts.size(); ++i) std::printf("---|---|---|---|");
         std::printf("---|\n");
-        KvGeometry g0 = geometry_for(c, pairs[0]);
+        KvGeometry g0 = geometry_for(c, pairs[0], o.block_tokens);
         const double f16_bpt = g0.sealed_bytes_per_token();
         for (size_t pi = 0; pi < pairs.size(); ++pi) {
-            KvGeometry g = geometry_for(c, pairs[pi]);
+            KvGeometry g = geometry_for(c, pairs[pi], o.block_tokens);
             double bpt = g.sealed_bytes_per_token();
             std::printf("| %s | %.0f | %.3fx |", pairs[pi].label, bpt, bpt / f16_bpt);
             int hits = 0;
@@ -379,6 +382,8 @@ Command add_bench_quality(CLI::App &bench) {
     app->add_option("--corpus", o->corpus_path, "text to measure perplexity on (default: the built-in corpus)")
         ->type_name("FILE");
     add_uint_option(*app, "--tokens", &o->n_tokens, "corpus tokens to evaluate");
+    add_uint_option(*app, "--block-tokens", &o->block_tokens,
+                    "tokens per KV block (the int4 codecs' K scale group; bytes/token depend on it)");
     add_uint_list_option(*app, "--contexts", &o->contexts, "context lengths of the perplexity runs");
     add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths, "filler lengths of the passkey probe");
     app->add_flag("--no-passkey", o->skip_passkey, "skip the passkey probe");
