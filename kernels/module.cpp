@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -161,7 +162,8 @@ struct llmkv_cuda_context {
     std::vector<cudaEvent_t> ticket_events;
     uint64_t next_ticket = 1, completed_ticket = 0;
     cudaEvent_t compute_marker = nullptr, copy_marker = nullptr;
-    bool pending_writes = false;
+    bool pending_writes = false;  // async host-to-device block copies not yet ordered before compute
+    bool pending_reads = false;   // async device-to-host block copies, likewise
 
     llmkv_cuda_status sticky = LLMKV_CUDA_OK;
     std::string err;
@@ -176,6 +178,14 @@ struct llmkv_cuda_context {
             cudaGetLastError();  // not sticky in CUDA: clear it
             return fail(LLMKV_CUDA_ERR_OUT_OF_MEMORY,
                         format("CUDA %s: %s", what, cuda_text(e).c_str()));
+        }
+        if (e == cudaErrorInvalidValue) {
+            // The launchers' answer to a shape they do not handle (checked before anything is
+            // launched), and not sticky in CUDA either: UNSUPPORTED, the context stays usable.
+            cudaGetLastError();
+            return fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                        format("CUDA %s: %s (a shape or size these kernels do not handle)", what,
+                               cuda_text(e).c_str()));
         }
         return fail(LLMKV_CUDA_ERR_DEVICE, format("CUDA %s: %s", what, cuda_text(e).c_str()));
     }
@@ -287,28 +297,62 @@ namespace {
 
 using Ctx = llmkv_cuda_context;
 
-// Start of every context call: the device of the context, and no sticky error.
-llmkv_cuda_status enter(Ctx *ctx) {
+// Makes `device` current for the length of one module call and gives the calling thread its
+// own current device back afterwards: a host application with CUDA work of its own on another
+// device does not find its device changed by llmkv.
+class DeviceScope {
+public:
+    explicit DeviceScope(int device) {
+        if (cudaGetDevice(&prev_) != cudaSuccess) {
+            cudaGetLastError();
+            prev_ = -1;
+        }
+        if (prev_ != device) {
+            error_ = cudaSetDevice(device);
+            changed_ = error_ == cudaSuccess && prev_ >= 0;
+        }
+    }
+    ~DeviceScope() {
+        if (changed_ && cudaSetDevice(prev_) != cudaSuccess) cudaGetLastError();
+    }
+    DeviceScope(const DeviceScope &) = delete;
+    DeviceScope &operator=(const DeviceScope &) = delete;
+    cudaError_t error() const { return error_; }
+
+private:
+    int prev_ = -1;
+    bool changed_ = false;
+    cudaError_t error_ = cudaSuccess;
+};
+
+// Start of every context call: no sticky error, the message of the previous call cleared.
+llmkv_cuda_status enter(Ctx *ctx, const DeviceScope &scope) {
     if (ctx->sticky != LLMKV_CUDA_OK) return ctx->sticky;
     ctx->err.clear();
-    CK(ctx, cudaSetDevice(ctx->device));
+    CK(ctx, scope.error());
     return LLMKV_CUDA_OK;
 }
 
-// Makes the compute stream wait for asynchronous block writes submitted so far.
-llmkv_cuda_status order_after_copies(Ctx *ctx) {
-    if (!ctx->pending_writes) return LLMKV_CUDA_OK;
+// Makes the compute stream wait for the asynchronous block writes submitted so far (ops:
+// they must see the onboarded blocks) or, with reads_too, for every async copy (synchronous
+// copies: a write_block after read_blocks_async of the same block must not overtake the read,
+// the write-after-read the module header promises to order). Reads do not hold back ops, so
+// an offload keeps overlapping the next forward; the caller leaves those blocks untouched.
+llmkv_cuda_status order_after_copies(Ctx *ctx, bool reads_too = false) {
+    if (!ctx->pending_writes && !(reads_too && ctx->pending_reads)) return LLMKV_CUDA_OK;
     CK(ctx, cudaEventRecord(ctx->copy_marker, ctx->copy));
     CK(ctx, cudaStreamWaitEvent(ctx->compute, ctx->copy_marker, 0));
     ctx->pending_writes = false;
+    if (reads_too) ctx->pending_reads = false;
     return LLMKV_CUDA_OK;
 }
 
 template <class F>
 llmkv_cuda_status guarded(Ctx *ctx, F &&f) {
     if (!ctx) return LLMKV_CUDA_ERR_INVALID;
+    const DeviceScope scope(ctx->device);
     try {
-        CKS(enter(ctx));
+        CKS(enter(ctx, scope));
         return f();
     } catch (const std::bad_alloc &) {
         return ctx->fail(LLMKV_CUDA_ERR_OUT_OF_MEMORY, "host out of memory");
@@ -352,8 +396,9 @@ llmkv_cuda_status api_device_info(int32_t device, char *name, size_t name_cap, u
         return LLMKV_CUDA_ERR_NO_DEVICE;
     }
     cudaDeviceProp prop;
+    const DeviceScope scope(device);  // cudaMemGetInfo reports the current device
     if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
-        (e = cudaSetDevice(device)) != cudaSuccess) {
+        (e = scope.error()) != cudaSuccess) {
         cudaGetLastError();
         write_err(err, err_cap, "cudaGetDeviceProperties: " + cuda_text(e));
         return LLMKV_CUDA_ERR_DEVICE;
@@ -431,7 +476,7 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
         return ctx->fail(LLMKV_CUDA_ERR_NO_DEVICE,
                          format("CUDA device %d does not exist (%d devices)", p->device, n_dev));
     }
-    CK(ctx, cudaSetDevice(ctx->device));
+    CK(ctx, cudaSetDevice(ctx->device));  // inside api_create's DeviceScope
     CK(ctx, cudaStreamCreateWithFlags(&ctx->compute, cudaStreamNonBlocking));
     CK(ctx, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
     CK(ctx, cudaEventCreateWithFlags(&ctx->compute_marker, cudaEventDisableTiming));
@@ -496,6 +541,7 @@ llmkv_cuda_status api_create(const llmkv_cuda_kv_desc *kv, const llmkv_cuda_cont
     Ctx *ctx = nullptr;
     try {
         ctx = new Ctx();
+        const DeviceScope scope(p->device);  // the caller's device is current again on return
         const llmkv_cuda_status s = create_impl(ctx, kv, p);
         if (s != LLMKV_CUDA_OK) {
             write_err(err, err_cap, ctx->err);
@@ -520,7 +566,7 @@ llmkv_cuda_status api_create(const llmkv_cuda_kv_desc *kv, const llmkv_cuda_cont
 
 void api_destroy(llmkv_cuda_context *ctx) {
     if (!ctx) return;
-    cudaSetDevice(ctx->device);
+    const DeviceScope scope(ctx->device);
     ctx->release_all();
     delete ctx;
 }
@@ -1160,7 +1206,7 @@ llmkv_cuda_status api_end_batch(llmkv_cuda_context *ctx) {
 
 llmkv_cuda_status sync_copy(Ctx *ctx, void *dst, const void *src, size_t bytes,
                             cudaMemcpyKind kind) {
-    CKS(order_after_copies(ctx));
+    CKS(order_after_copies(ctx, /*reads_too=*/true));
     CK(ctx, cudaMemcpyAsync(dst, src, bytes, kind, ctx->compute));
     CK(ctx, cudaStreamSynchronize(ctx->compute));
     return LLMKV_CUDA_OK;
@@ -1258,7 +1304,7 @@ llmkv_cuda_status async_copies(Ctx *ctx, const uint32_t *ids, uint32_t n, const 
                cudaMemcpyAsync(dev, host[i], ctx->block_bytes, cudaMemcpyHostToDevice, ctx->copy));
         }
     }
-    if (!to_host && n > 0) ctx->pending_writes = true;
+    if (n > 0) (to_host ? ctx->pending_reads : ctx->pending_writes) = true;
     return record_ticket(ctx, ticket);
 }
 
@@ -1321,7 +1367,8 @@ llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void *
 
 void api_host_free(llmkv_cuda_context *ctx, void *p) {
     if (!p) return;
-    if (ctx) cudaSetDevice(ctx->device);
+    std::optional<DeviceScope> scope;
+    if (ctx) scope.emplace(ctx->device);
     cudaFreeHost(p);
     cudaGetLastError();
 }

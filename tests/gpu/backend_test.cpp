@@ -399,6 +399,16 @@ TEST(CudaBackend, BlocksAndTailsCopyBitForBit) {
     tw.read_block(8, back.data());  // ordered after the async writes
     EXPECT_EQ(0, std::memcmp(back.data(), blk.data(), bb));
     tw.copies->wait_all();
+    // A synchronous write after an async read of the same block waits for the read (the
+    // write-after-read the module promises to order): the offloaded copy holds the old bytes.
+    std::vector<uint8_t> other(bb);
+    for (size_t i = 0; i < bb; ++i) other[i] = uint8_t(i * 17 + 11);
+    const Ticket t3 = tw.copies->submit({{KvTransfer::kBlockOut, 5, pinned}}, false);
+    tw.write_block(5, other.data());
+    tw.copies->wait(t3);
+    EXPECT_EQ(0, std::memcmp(pinned, blk.data(), bb));
+    tw.read_block(5, back.data());
+    EXPECT_EQ(0, std::memcmp(back.data(), other.data(), bb));
     host.free(pinned, 2 * bb);
     // Out-of-range ids are argument errors, not device errors.
     try {
