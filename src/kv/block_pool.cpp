@@ -1,13 +1,13 @@
-// BlockPool: the slab is an anonymous mapping, so untouched blocks cost no resident memory.
+// BlockPool: the slab is anonymous memory (os::map_memory), so untouched blocks cost no
+// resident memory.
 #include "kv/block_pool.h"
-
-#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "platform/os.h"
 
 namespace llmkv {
 
@@ -24,11 +24,9 @@ BlockPool::BlockPool(uint32_t n_blocks, size_t block_bytes, const char *name)
     // The bookkeeping first: a throw after the mapping would leak it (no destructor runs).
     free_list_.reserve(n_blocks);
     refcount_.assign(n_blocks, 0);
-    void *p = fault::should_fail(fault::Site::kKvPool)
-                  ? (errno = ENOMEM, MAP_FAILED)
-                  : mmap(nullptr, slab_bytes_, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
+    void *p = fault::should_fail(fault::Site::kKvPool) ? (errno = ENOMEM, nullptr)
+                                                       : os::map_memory(slab_bytes_);
+    if (p == nullptr) {
         fail(LLMKV_ERR_OUT_OF_MEMORY, "%s pool: cannot map %zu bytes: %s", name, slab_bytes_,
              std::strerror(errno));
     }
@@ -37,7 +35,7 @@ BlockPool::BlockPool(uint32_t n_blocks, size_t block_bytes, const char *name)
 }
 
 BlockPool::~BlockPool() {
-    if (slab_) munmap(slab_, slab_bytes_);
+    if (slab_) os::release_memory(slab_, slab_bytes_);
 }
 
 bool BlockPool::allocate_many(uint32_t n, std::vector<uint32_t> &out) {

@@ -1,4 +1,4 @@
-// HostTier: the region (mmap + mlock by default), mimalloc loaded privately at run time,
+// HostTier: the region (anonymous memory, locked, by default), mimalloc loaded privately at run time,
 // and the heap thread that owns the arena-bound mimalloc heap.
 //
 // Why dlopen and not a link against libmimalloc: Debian's libmimalloc.so.2 is an override
@@ -40,10 +40,6 @@
 //    and says why.
 #include "kv/host_tier.h"
 
-#include <dlfcn.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -55,6 +51,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
+#include "platform/os.h"
 
 #if __has_include(<mimalloc.h>)
 #include <mimalloc.h>
@@ -107,8 +104,9 @@ struct Mimalloc {
 
 template <typename Fn>
 bool resolve(void *lib, const char *name, Fn &out, std::string &error) {
-    out = reinterpret_cast<Fn>(dlsym(lib, name));
-    if (out == nullptr && error.empty()) error = strprintf("libmimalloc.so.2 has no %s", name);
+    out = reinterpret_cast<Fn>(os::library_symbol(lib, name));
+    if (out == nullptr && error.empty())
+        error = strprintf("%s has no %s", os::mimalloc_library_file(), name);
     return out != nullptr;
 }
 
@@ -116,11 +114,11 @@ bool resolve(void *lib, const char *name, Fn &out, std::string &error) {
 const Mimalloc &mimalloc() {
     static const Mimalloc api = [] {
         Mimalloc m;
-        void *lib = dlopen("libmimalloc.so.2", RTLD_LOCAL | RTLD_NOW);
+        std::string why;
+        void *lib = os::load_library(os::mimalloc_library_file(), why);
         if (lib == nullptr) {
-            const char *why = dlerror();
-            m.error = strprintf("cannot load libmimalloc.so.2 (%s); install libmimalloc2.0",
-                                why ? why : "unknown error");
+            m.error = strprintf("cannot load %s (%s); install mimalloc 2.x (Debian: libmimalloc2.0)",
+                                os::mimalloc_library_file(), why.c_str());
             return m;
         }
         resolve(lib, "mi_version", m.version, m.error);
@@ -148,26 +146,7 @@ const Mimalloc &mimalloc() {
     return api;
 }
 
-int default_lock(const void *p, size_t n) {
-    return ::mlock(p, n);
-}
-
-void *mmap_aligned(uint64_t bytes, uint64_t alignment) {
-    // Over-map by the alignment and trim both ends: mmap only promises page alignment.
-    uint64_t mapped = 0;
-    if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 ||
-        __builtin_add_overflow(bytes, alignment, &mapped)) {
-        return nullptr;
-    }
-    void *raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return nullptr;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
-    const uintptr_t start = (base + alignment - 1) & ~uintptr_t(alignment - 1);
-    const uintptr_t end = start + bytes;
-    if (start > base) ::munmap(raw, start - base);
-    if (base + mapped > end) ::munmap(reinterpret_cast<void *>(end), base + mapped - end);
-    return reinterpret_cast<void *>(start);
-}
+int default_lock(const void *p, size_t n) { return os::lock_memory(p, n); }
 
 }  // namespace
 
@@ -177,17 +156,12 @@ namespace {
 bool lock_or_warn(int (*lock)(const void *, size_t), void *p, uint64_t bytes) {
     if (lock(p, bytes) == 0) return true;
     const int err = errno;
-    struct rlimit lim {};
-    ::getrlimit(RLIMIT_MEMLOCK, &lim);
     // One message per region, never per block.
     LLMKV_LOG_WARN_F(
-        "host tier: mlock of %llu bytes failed (%s; RLIMIT_MEMLOCK soft limit %s); the tier "
-        "stays usable but unlocked, so the OS may swap it out. Raise `ulimit -l` or grant "
-        "CAP_IPC_LOCK to lock it",
-        (unsigned long long)bytes, std::strerror(err),
-        lim.rlim_cur == RLIM_INFINITY
-            ? "unlimited"
-            : strprintf("%llu bytes", (unsigned long long)lim.rlim_cur).c_str());
+        "host tier: %s of %llu bytes failed (%s; %s); the tier stays usable but unlocked, so "
+        "the OS may swap it out. %s",
+        os::lock_function_name(), (unsigned long long)bytes, std::strerror(err),
+        os::lock_limit_text().c_str(), os::lock_advice());
     return false;
 }
 
@@ -200,33 +174,19 @@ HostAllocator mmap_host_allocator(int (*lock)(const void *, size_t)) {
     a.zeroed = true;  // fresh anonymous pages read as zero
     a.alloc = [lock](uint64_t bytes, uint64_t alignment, bool &locked) -> void * {
         locked = false;
-        void *p = mmap_aligned(bytes, alignment);
+        void *p = os::map_memory_aligned(bytes, alignment);
         if (p == nullptr) return nullptr;
-        // A process that forks (a host spawning a helper) would otherwise share the tier
-        // copy-on-write and pay a page copy on our next write to every touched page.
-        ::madvise(p, bytes, MADV_DONTFORK);
+        os::exclude_from_children(p, bytes);
         locked = lock_or_warn(lock, p, bytes);
         return p;
     };
-    a.free = [](void *p, uint64_t bytes) {
-        // munmap also drops the lock; nothing else to undo.
-        if (p != nullptr) ::munmap(p, bytes);
-    };
-    // MAP_FIXED replaces the mapping in one step (no window in which another mmap could
-    // take the range); the PROT_NONE / MAP_NORESERVE placeholder holds no memory.
-    a.release_keep_address = [](void *p, uint64_t bytes) {
-        if (::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-                   0) == MAP_FAILED) {
-            ::munmap(p, bytes);  // cannot happen short of a kernel failure; never leak memory
-        }
-    };
+    a.free = [](void *p, uint64_t bytes) { os::release_memory(p, bytes); };  // drops the lock too
+    // The range stays reserved while its memory goes back to the OS.
+    a.release_keep_address = [](void *p, uint64_t bytes) { (void)os::decommit_memory(p, bytes); };
     a.reacquire = [lock](void *p, uint64_t bytes, bool &locked) {
         locked = false;
-        if (::mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                   0) == MAP_FAILED) {
-            return false;
-        }
-        ::madvise(p, bytes, MADV_DONTFORK);
+        if (!os::recommit_memory(p, bytes)) return false;
+        os::exclude_from_children(p, bytes);
         locked = lock_or_warn(lock, p, bytes);
         return true;
     };

@@ -1,12 +1,8 @@
-// Snapshot files of prefix handles: atomic writer and a fully verifying, mmap-based reader.
+// Snapshot files of prefix handles: atomic writer and a fully verifying, file-mapping reader.
 // Layout and API in kv/snapshot.h; metadata schema in kv/snapshot.fbs (flatc-generated).
 
 #include "kv/snapshot.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <atomic>
@@ -18,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "platform/os.h"
 #include "snapshot_generated.h"
 
 namespace llmkv {
@@ -125,24 +122,24 @@ std::vector<uint8_t> build_header(const SnapshotMeta &meta, const std::vector<ui
 }
 
 // The system calls of the writer, each a fault-injection site (common/fault.h).
-ssize_t sys_write(int fd, const uint8_t *p, size_t n) {
+int64_t sys_write(int fd, const uint8_t *p, size_t n) {
     if (fault::should_fail(fault::Site::kSnapshotWrite)) {
         errno = ENOSPC;
         return -1;
     }
     if (fault::should_fail(fault::Site::kSnapshotZeroWrite)) return 0;
     if (fault::should_fail(fault::Site::kSnapshotShortWrite) && n > 1) n /= 2;
-    return ::write(fd, p, n);
+    return os::write_some(fd, p, n);
 }
 int sys_fsync(int fd) {
     if (fault::should_fail(fault::Site::kSnapshotFsync)) {
         errno = EIO;
         return -1;
     }
-    return ::fsync(fd);
+    return os::sync_file(fd);
 }
 int sys_close(int fd) {
-    const int rc = ::close(fd);  // the descriptor is released either way
+    const int rc = os::close_file(fd);  // the descriptor is released either way
     if (rc == 0 && fault::should_fail(fault::Site::kSnapshotClose)) {
         errno = EIO;
         return -1;
@@ -154,14 +151,14 @@ int sys_rename(const char *from, const char *to) {
         errno = ENOSPC;
         return -1;
     }
-    return ::rename(from, to);
+    return os::replace_file(from, to);
 }
 int sys_create(const char *path) {
     if (fault::should_fail(fault::Site::kSnapshotCreate)) {
         errno = EACCES;
         return -1;
     }
-    return ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    return os::create_exclusive(path);
 }
 
 // Writes all n bytes, continuing after partial writes. A write that makes no progress
@@ -169,7 +166,7 @@ int sys_create(const char *path) {
 void write_all(int fd, const uint8_t *p, uint64_t n, const std::string &path, uint64_t &offset) {
     while (n > 0) {
         const size_t chunk = size_t(std::min<uint64_t>(n, uint64_t(1) << 30));
-        const ssize_t w = sys_write(fd, p, chunk);
+        const int64_t w = sys_write(fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
             const int err = errno;
@@ -192,8 +189,8 @@ struct TempFile {
     std::string path;
     bool keep = false;
     ~TempFile() {
-        if (fd >= 0) ::close(fd);
-        if (!keep && !path.empty()) ::unlink(path.c_str());
+        if (fd >= 0) os::close_file(fd);
+        if (!keep && !path.empty()) os::remove_file(path);
     }
 };
 
@@ -254,7 +251,7 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
 
     static std::atomic<uint64_t> counter{0};
     TempFile tmp;
-    tmp.path = strprintf("%s.tmp.%ld.%llu", path.c_str(), long(::getpid()),
+    tmp.path = strprintf("%s.tmp.%ld.%llu", path.c_str(), os::process_id(),
                          (unsigned long long)counter.fetch_add(1));
     tmp.fd = sys_create(tmp.path.c_str());
     if (tmp.fd < 0) {
@@ -285,13 +282,7 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
     }
     tmp.keep = true;
     // Make the rename durable; a failure here leaves a complete file, so it is not fatal.
-    const size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)::fsync(dfd);
-        ::close(dfd);
-    }
+    os::sync_parent_directory(path);
 }
 
 LoadedSnapshot::LoadedSnapshot(LoadedSnapshot &&other) noexcept { *this = std::move(other); }
@@ -302,6 +293,7 @@ LoadedSnapshot &LoadedSnapshot::operator=(LoadedSnapshot &&other) noexcept {
         meta_ = std::move(other.meta_);
         map_ = std::exchange(other.map_, nullptr);
         map_bytes_ = std::exchange(other.map_bytes_, 0);
+        map_handle_ = std::exchange(other.map_handle_, nullptr);
         payload_offset_ = std::exchange(other.payload_offset_, 0);
         n_blocks_ = std::exchange(other.n_blocks_, 0);
     }
@@ -311,8 +303,12 @@ LoadedSnapshot &LoadedSnapshot::operator=(LoadedSnapshot &&other) noexcept {
 LoadedSnapshot::~LoadedSnapshot() { reset(); }
 
 void LoadedSnapshot::reset() noexcept {
-    if (map_ != nullptr) ::munmap(map_, map_bytes_);
+    if (map_ != nullptr) {
+        os::FileMap m{static_cast<const uint8_t *>(map_), map_bytes_, map_handle_};
+        os::unmap_file(m);
+    }
     map_ = nullptr;
+    map_handle_ = nullptr;
     map_bytes_ = 0;
     n_blocks_ = 0;
     payload_offset_ = 0;
@@ -330,33 +326,25 @@ const uint8_t *LoadedSnapshot::tail() const {
 }
 
 LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expected) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(LLMKV_ERR_IO, "snapshot %s: cannot open: %s", path.c_str(), std::strerror(errno));
-    struct stat st{};
-    if (::fstat(fd, &st) != 0) {
-        const int err = errno;
-        ::close(fd);
-        fail(LLMKV_ERR_IO, "snapshot %s: cannot stat: %s", path.c_str(), std::strerror(err));
+    os::FileMap fm;
+    switch (os::map_file(path, fm)) {
+        case os::MapError::kNone: break;
+        case os::MapError::kOpen: fail(LLMKV_ERR_IO, "snapshot %s: cannot open: %s", path.c_str(), std::strerror(errno));
+        case os::MapError::kStat: fail(LLMKV_ERR_IO, "snapshot %s: cannot stat: %s", path.c_str(), std::strerror(errno));
+        case os::MapError::kNotRegular: fail(LLMKV_ERR_IO, "snapshot %s: not a regular file", path.c_str());
+        case os::MapError::kMap: fail(LLMKV_ERR_IO, "snapshot %s: mmap failed: %s", path.c_str(), std::strerror(errno));
     }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail(LLMKV_ERR_IO, "snapshot %s: not a regular file", path.c_str());
-    }
-    const uint64_t size = uint64_t(st.st_size);
+    LoadedSnapshot out;
+    out.map_ = const_cast<uint8_t *>(fm.data);
+    out.map_bytes_ = fm.size;
+    out.map_handle_ = fm.handle;
+    const uint64_t size = fm.size;
     if (size < kSnapshotPreambleBytes) {
-        ::close(fd);
         bad(path, strprintf("truncated: %llu bytes, shorter than the %zu-byte preamble",
                             (unsigned long long)size, kSnapshotPreambleBytes));
     }
-    LoadedSnapshot out;
-    void *map = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int map_err = errno;
-    ::close(fd);
-    if (map == MAP_FAILED)
-        fail(LLMKV_ERR_IO, "snapshot %s: mmap failed: %s", path.c_str(), std::strerror(map_err));
-    out.map_ = map;
-    out.map_bytes_ = size_t(size);
-    const uint8_t *base = static_cast<const uint8_t *>(map);
+    const uint8_t *map = fm.data;
+    const uint8_t *base = map;
 
     // ---- preamble ----
     if (std::memcmp(base, kMagic, 8) != 0) bad(path, "bad magic (not an llmkv snapshot)");

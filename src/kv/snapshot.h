@@ -101,6 +101,7 @@ private:
     SnapshotMeta meta_;
     void *map_ = nullptr;
     size_t map_bytes_ = 0;
+    void *map_handle_ = nullptr;  // os::FileMap::handle
     uint64_t payload_offset_ = 0;
     size_t n_blocks_ = 0;
 };

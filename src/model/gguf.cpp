@@ -3,11 +3,6 @@
 // before anything is allocated or dereferenced.
 #include "model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -15,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "platform/os.h"
 
 namespace llmkv {
 
@@ -296,43 +292,39 @@ void read_array(GgufCursor &cur, GgufValue &v) {
 // ---- opening ------------------------------------------------------------------------------
 
 GgufFile::~GgufFile() {
-    if (mapping_ != nullptr) ::munmap(mapping_, size_);
+    if (mapping_ != nullptr) {
+        os::FileMap m{static_cast<const uint8_t *>(mapping_), size_, map_handle_};
+        os::unmap_file(m);
+    }
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string &path) {
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = path;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        fail(LLMKV_ERR_IO, "cannot open model file %s: %s", path.c_str(), std::strerror(e));
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        int e = errno;
-        ::close(fd);
-        fail(LLMKV_ERR_IO, "cannot stat model file %s: %s", path.c_str(), std::strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail(LLMKV_ERR_IO, "model file %s is not a regular file", path.c_str());
-    }
-    if (st.st_size > 0) {
-        size_t size = size_t(st.st_size);
-        void *m = fault::should_fail(fault::Site::kModelMmap)
-                      ? (errno = ENOMEM, MAP_FAILED)
-                      : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            ::close(fd);
-            fail(LLMKV_ERR_IO, "cannot map model file %s (%zu bytes): %s", path.c_str(), size,
-                 std::strerror(e));
+    os::FileMap m;
+    switch (os::map_file(path, m, fault::should_fail(fault::Site::kModelMmap))) {
+        case os::MapError::kNone: break;
+        case os::MapError::kOpen: {
+            const int e = errno;
+            fail(LLMKV_ERR_IO, "cannot open model file %s: %s", path.c_str(), std::strerror(e));
         }
-        f->mapping_ = m;
-        f->data_ = static_cast<const uint8_t *>(m);
-        f->size_ = size;
+        case os::MapError::kStat: {
+            const int e = errno;
+            fail(LLMKV_ERR_IO, "cannot stat model file %s: %s", path.c_str(), std::strerror(e));
+        }
+        case os::MapError::kNotRegular:
+            fail(LLMKV_ERR_IO, "model file %s is not a regular file", path.c_str());
+        case os::MapError::kMap: {
+            const int e = errno;
+            fail(LLMKV_ERR_IO, "cannot map model file %s: %s", path.c_str(), std::strerror(e));
+        }
     }
-    ::close(fd);
+    if (m.data != nullptr) {
+        f->mapping_ = const_cast<uint8_t *>(m.data);
+        f->map_handle_ = m.handle;
+        f->data_ = m.data;
+        f->size_ = m.size;
+    }
     try {
         f->parse();
     } catch (const Error &e) {
@@ -347,12 +339,10 @@ void GgufFile::release_pages(const void *p, size_t n) const {
     const uintptr_t lo = reinterpret_cast<uintptr_t>(data_), hi = lo + size_;
     uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + n;
     if (b < lo || e > hi || e < b) return;
-    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t page = uintptr_t(os::page_size());
     b = (b + page - 1) & ~(page - 1);
     e &= ~(page - 1);
-    // A private read-only file mapping: the pages were never written, so dropping them loses
-    // nothing. Advice only: a failure changes nothing that matters.
-    if (e > b) (void)::madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED);
+    if (e > b) os::drop_file_pages(reinterpret_cast<const void *>(b), e - b);
 }
 
 std::unique_ptr<GgufFile> GgufFile::from_memory(const void *data, size_t size) {

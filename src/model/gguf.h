@@ -147,7 +147,8 @@ private:
     std::string path_;
     const uint8_t *data_ = nullptr;
     size_t size_ = 0;
-    void *mapping_ = nullptr;  // non-null when this object owns an mmap of size_ bytes
+    void *mapping_ = nullptr;     // non-null when this object owns a file mapping of size_ bytes
+    void *map_handle_ = nullptr;  // the OS mapping object (os::FileMap::handle)
     uint32_t version_ = 0;
     uint32_t alignment_ = GgufLimits::kDefaultAlignment;
     uint64_t data_offset_ = 0;

@@ -1,10 +1,6 @@
 // Tokenizer::from_gguf: reads the tokenizer.ggml.* metadata of a GGUF file into a
 // TokenizerVocab and builds the Tokenizer (which validates it). from_gguf_metadata does the
 // same from a file's header and metadata alone.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <climits>
@@ -13,6 +9,7 @@
 #include "common/error.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "platform/os.h"
 
 namespace llmkv {
 
@@ -85,32 +82,30 @@ private:
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const std::string &path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(LLMKV_ERR_IO, "%s: %s", path.c_str(), std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        int err = errno;
-        ::close(fd);
-        fail(LLMKV_ERR_IO, "%s: %s", path.c_str(), std::strerror(err));
+    os::FileMap map;
+    switch (os::map_file(path, map)) {
+        case os::MapError::kNone: break;
+        case os::MapError::kNotRegular: fail(LLMKV_ERR_IO, "%s: not a regular file", path.c_str());
+        case os::MapError::kMap: {
+            const int err = errno;
+            fail(LLMKV_ERR_IO, "%s: mmap: %s", path.c_str(), std::strerror(err));
+        }
+        default: {
+            const int err = errno;
+            fail(LLMKV_ERR_IO, "%s: %s", path.c_str(), std::strerror(err));
+        }
     }
-    const size_t size = size_t(st.st_size);
-    if (size < GgufLimits::kHeaderBytes) {
-        ::close(fd);
-        fail(LLMKV_ERR_MODEL_FORMAT, "%s: too short for a GGUF header", path.c_str());
-    }
-    void *map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (map == MAP_FAILED) fail(LLMKV_ERR_IO, "%s: mmap: %s", path.c_str(), std::strerror(err));
     struct Unmap {
-        void *p;
-        size_t n;
-        ~Unmap() { ::munmap(p, n); }
-    } unmap{map, size};
+        os::FileMap &m;
+        ~Unmap() { os::unmap_file(m); }
+    } unmap{map};
+    const size_t size = map.size;
+    if (size < GgufLimits::kHeaderBytes)
+        fail(LLMKV_ERR_MODEL_FORMAT, "%s: too short for a GGUF header", path.c_str());
 
     // Header (magic, version, tensor count, kv count), then the key/value pairs. The copy
     // keeps both with the tensor count set to 0, so only the metadata is parsed.
-    const auto *bytes = static_cast<const uint8_t *>(map);
+    const uint8_t *bytes = map.data;
     KvWalker w(bytes, size);
     w.skip(8);  // magic and version: GgufFile checks them
     w.u64();    // tensor count

@@ -7,9 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
+#include "platform/os.h"
 
 namespace llmkv::cpu {
 
@@ -26,15 +24,11 @@ bool env_is(const char *const *names) {
 
 CpuFeatures detect() {
     CpuFeatures f;
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid(1, &a, &b, &c, &d)) {
+    uint32_t r[4] = {0, 0, 0, 0};
+    if (os::cpuid(1, 0, r)) {
+        const uint32_t c = r[2];
         const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u;
-        uint32_t xcr0 = 0;
-        if (osxsave) {
-            uint32_t hi;
-            asm volatile("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0u));
-        }
+        const uint64_t xcr0 = osxsave ? os::xgetbv0() : 0;
         // XCR0 bits 1 (SSE state) and 2 (AVX state); for AVX-512 also 5 (opmask), 6 (upper
         // halves of ZMM0-15) and 7 (ZMM16-31).
         const bool ymm_saved = (xcr0 & 0x06u) == 0x06u;
@@ -42,21 +36,17 @@ CpuFeatures detect() {
         const bool usable = avx && ymm_saved;
         f.fma = usable && ((c >> 12) & 1u);
         f.f16c = usable && ((c >> 29) & 1u);
-        if (usable && __get_cpuid_max(0, nullptr) >= 7) {
-            __cpuid_count(7, 0, a, b, c, d);
+        if (usable && os::cpuid(7, 0, r)) {
+            const uint32_t b = r[1];
             f.avx2 = (b >> 5) & 1u;
             const bool avx512f = (b >> 16) & 1u, avx512bw = (b >> 30) & 1u,
                        avx512vl = (b >> 31) & 1u;
             f.avx512 = zmm_saved && avx512f && avx512bw && avx512vl;
-            f.avx512_vnni = f.avx512 && ((c >> 11) & 1u);
-            const unsigned max_sub = a;
-            if (max_sub >= 1) {
-                __cpuid_count(7, 1, a, b, c, d);
-                f.avx_vnni = (a >> 4) & 1u;
-            }
+            f.avx512_vnni = f.avx512 && ((r[2] >> 11) & 1u);
+            const uint32_t max_sub = r[0];
+            if (max_sub >= 1 && os::cpuid(7, 1, r)) f.avx_vnni = (r[0] >> 4) & 1u;
         }
     }
-#endif
     static const char *const kPortable[] = {"portable", "scalar", "none", nullptr};
     static const char *const kAvx2[] = {"avx2", nullptr};
     f.forced_portable = env_is(kPortable);

@@ -1,11 +1,10 @@
-// CudaModule (dlopen of libllmkv-cuda.so, ABI check) and CudaBackend (the Backend of
+// CudaModule (loading libllmkv-cuda.so / llmkv-cuda.dll, ABI check) and CudaBackend (the Backend of
 // backend/backend.h over the module's op-level C ABI: weight matrices uploaded packed and
 // decoded to fp16 on the device, the device context, the ops, the KV transfer queue over the
 // module's copy stream, pinned host memory for the host tier). Compiled into libllmkv on
-// every machine: no CUDA header or library is involved, only dlopen.
+// every machine: no CUDA header or library is involved, only the platform layer's loader.
 #include "backend/cuda/cuda_backend.h"
 
-#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "platform/os.h"
 
 namespace llmkv {
 
@@ -23,16 +23,8 @@ namespace llmkv {
 
 namespace {
 
-std::string directory_of(const std::string &path) {
-    const size_t slash = path.rfind('/');
-    return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
-
 std::string libllmkv_directory() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void *>(&CudaModule::get), &info) == 0 || !info.dli_fname)
-        return {};
-    return directory_of(info.dli_fname);
+    return os::directory_of_binary_containing(reinterpret_cast<const void *>(&CudaModule::get));
 }
 
 }  // namespace
@@ -50,27 +42,23 @@ CudaModule::CudaModule() {
     }
     const std::string dir = libllmkv_directory();
     if (!dir.empty()) {
-        if (try_load(dir + "/" + LLMKV_CUDA_MODULE_NAME)) return;
+        if (try_load(dir + "/" + os::shared_library_file(LLMKV_CUDA_MODULE_STEM))) return;
         tried.push_back(error_);
     }
-    if (try_load(LLMKV_CUDA_MODULE_NAME)) return;
+    if (try_load(os::shared_library_file(LLMKV_CUDA_MODULE_STEM))) return;
     tried.push_back(error_);
     error_ = "the CUDA module could not be loaded:";
     for (const std::string &t : tried) error_ += " [" + t + "]";
 }
 
 bool CudaModule::try_load(const std::string &path) {
-    dlerror();
-    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *e = dlerror();
-        error_ = e ? std::string(e) : path + ": dlopen failed";  // dlerror names the file
-        return false;
-    }
-    auto get_api = reinterpret_cast<llmkv_cuda_get_api_fn>(dlsym(h, LLMKV_CUDA_GET_API_SYMBOL));
+    void *h = os::load_library(path, error_);
+    if (!h) return false;
+    auto get_api = reinterpret_cast<llmkv_cuda_get_api_fn>(
+        os::library_symbol(h, LLMKV_CUDA_GET_API_SYMBOL));
     if (!get_api) {
         error_ = strprintf("%s: no symbol %s", path.c_str(), LLMKV_CUDA_GET_API_SYMBOL);
-        dlclose(h);
+        os::unload_library(h);
         return false;
     }
     const llmkv_cuda_api *api = get_api(LLMKV_CUDA_ABI_VERSION);
@@ -78,7 +66,7 @@ bool CudaModule::try_load(const std::string &path) {
         api->struct_size < sizeof(llmkv_cuda_api)) {
         error_ = strprintf("%s: CUDA module ABI mismatch (libllmkv wants version %u)", path.c_str(),
                            LLMKV_CUDA_ABI_VERSION);
-        dlclose(h);
+        os::unload_library(h);
         return false;
     }
     handle_ = h;  // never closed: kernels and cuBLAS state live as long as the process

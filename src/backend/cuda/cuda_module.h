@@ -56,7 +56,9 @@ extern "C" {
 #endif
 
 #define LLMKV_CUDA_ABI_VERSION 3u
-#define LLMKV_CUDA_MODULE_NAME "libllmkv-cuda.so"
+/* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
+ * (os::shared_library_file). */
+#define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
 #define LLMKV_CUDA_GET_API_SYMBOL "llmkv_cuda_get_api"
 
 typedef int32_t llmkv_cuda_status;
