@@ -53,8 +53,13 @@ static void set_err(char *err, size_t cap, const char *fmt, ...) {
 /* ---- the platform layer ---------------------------------------------------------------- */
 
 #ifdef _WIN32
+/* path is UTF-8: converted for LoadLibraryW (LoadLibraryA would read it in the ANSI code
+ * page). */
 static void *lib_open(const char *path) {
-    return (void *)LoadLibraryA(path);
+    wchar_t wide[32768];
+    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, 32768) <= 0)
+        return NULL;
+    return (void *)LoadLibraryW(wide);
 }
 static void *lib_sym(void *h, const char *name) {
     FARPROC f = GetProcAddress((HMODULE)h, name);
@@ -209,9 +214,9 @@ int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap) {
 
     if (missing) {
         set_err(err, err_cap,
-                "%s: missing symbol %s (library %d.%d.%d, header %d.%d.%d; %zu of %zu functions missing)",
+                "%s: missing symbol %s (library %d.%d.%d, header %d.%d.%d; %lu of %lu functions missing)",
                 file, first_missing, major, minor, patch, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
-                LLMKV_VERSION_PATCH, missing, total);
+                LLMKV_VERSION_PATCH, (unsigned long)missing, (unsigned long)total);
         memset(api, 0, sizeof *api);
         lib_close(h);
         return LLMKV_LOAD_ERR_SYMBOL;

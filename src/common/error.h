@@ -6,6 +6,7 @@
 #include <string>
 
 #include "llmkv.h"
+#include "platform/compiler.h"
 
 namespace llmkv {
 
@@ -20,10 +21,10 @@ private:
 };
 
 // printf-style formatting into a std::string (GCC 12 has no std::format).
-std::string strprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strprintf(const char *fmt, ...) LLMKV_PRINTF_FORMAT(1, 2);
 
 // Throws llmkv::Error(status, formatted message).
 [[noreturn]] void fail(llmkv_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+    LLMKV_PRINTF_FORMAT(2, 3);
 
 }  // namespace llmkv

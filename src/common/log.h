@@ -2,10 +2,11 @@
 #pragma once
 
 #include "llmkv.h"
+#include "platform/compiler.h"
 
 namespace llmkv {
 
-void log_message(llmkv_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_message(llmkv_log_level level, const char *fmt, ...) LLMKV_PRINTF_FORMAT(2, 3);
 bool log_enabled(llmkv_log_level level);
 
 #define LLMKV_LOG_ERROR_F(...) ::llmkv::log_message(LLMKV_LOG_ERROR, __VA_ARGS__)

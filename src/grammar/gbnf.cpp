@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "grammar/grammar.h"
+#include "platform/compiler.h"
 
 namespace llmkv {
 namespace {
@@ -100,7 +101,7 @@ public:
     GrammarProgram compile(std::string_view root_name);
 
 private:
-    [[noreturn]] void error(size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+    [[noreturn]] void error(size_t off, const char *fmt, ...) LLMKV_PRINTF_FORMAT(3, 4);
 
     // ---- building ----
     uint32_t byte_set(const ByteSet &s) {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "grammar/grammar.h"
+#include "platform/compiler.h"
 
 namespace llmkv {
 namespace {
@@ -120,7 +121,7 @@ public:
     const std::map<std::string, std::string> &rule_pointers() const { return rule_ptr_; }
 
     [[noreturn]] static void error(const std::string &ptr, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3))) {
+        LLMKV_PRINTF_FORMAT(2, 3) {
         va_list ap;
         va_start(ap, fmt);
         char buf[512];

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 namespace llmkv::os {
@@ -100,5 +101,14 @@ bool lower_thread_priority(int levels, std::string &error);
 bool cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) noexcept;
 // XCR0 (the register states the OS saves). Call only when CPUID.1:ECX.OSXSAVE is set; 0 off x86.
 uint64_t xgetbv0() noexcept;
+
+// ---- process facts (for the command line and benchmark reports) ------------------------
+
+// "Linux 6.1.0-18-amd64 x86_64", "Windows 10.0.19045 x86_64"; "unknown" if not known.
+std::string system_name();
+// Peak resident memory of the process (max RSS / peak working set); 0 if not known.
+uint64_t peak_resident_bytes() noexcept;
+// Thread-safe gmtime.
+bool utc_calendar(std::time_t t, std::tm &out) noexcept;
 
 }  // namespace llmkv::os

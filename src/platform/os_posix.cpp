@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -252,5 +253,23 @@ uint64_t xgetbv0() noexcept {
     return 0;
 #endif
 }
+
+std::string system_name() {
+    struct utsname u {};
+    if (::uname(&u) != 0) return "unknown";
+    return std::string(u.sysname) + " " + u.release + " " + u.machine;
+}
+
+uint64_t peak_resident_bytes() noexcept {
+    struct rusage ru {};
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+#if defined(__APPLE__)
+    return uint64_t(ru.ru_maxrss);  // bytes there
+#else
+    return uint64_t(ru.ru_maxrss) * 1024;  // KiB on Linux
+#endif
+}
+
+bool utc_calendar(std::time_t t, std::tm &out) noexcept { return ::gmtime_r(&t, &out) != nullptr; }
 
 }  // namespace llmkv::os

@@ -9,6 +9,7 @@
 #define NOMINMAX
 #endif
 #include <windows.h>
+#include <psapi.h>
 
 #include <fcntl.h>
 #include <io.h>
@@ -358,5 +359,33 @@ uint64_t xgetbv0() noexcept {
     return 0;
 #endif
 }
+
+std::string system_name() {
+    // GetVersionEx reports the version the executable's manifest declares; ntdll's
+    // RtlGetVersion reports the real one.
+    using RtlGetVersionFn = LONG(WINAPI *)(OSVERSIONINFOW *);
+    OSVERSIONINFOW v{};
+    v.dwOSVersionInfoSize = sizeof v;
+    HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
+    auto get = ntdll ? reinterpret_cast<RtlGetVersionFn>(
+                           reinterpret_cast<void *>(GetProcAddress(ntdll, "RtlGetVersion")))
+                     : nullptr;
+    SYSTEM_INFO si;
+    GetNativeSystemInfo(&si);
+    const char *arch = si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_AMD64   ? "x86_64"
+                       : si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_ARM64 ? "arm64"
+                                                                                    : "unknown";
+    if (!get || get(&v) != 0) return strprintf("Windows %s", arch);
+    return strprintf("Windows %lu.%lu.%lu %s", (unsigned long)v.dwMajorVersion,
+                     (unsigned long)v.dwMinorVersion, (unsigned long)v.dwBuildNumber, arch);
+}
+
+uint64_t peak_resident_bytes() noexcept {
+    PROCESS_MEMORY_COUNTERS c{};
+    if (!GetProcessMemoryInfo(GetCurrentProcess(), &c, sizeof c)) return 0;
+    return uint64_t(c.PeakWorkingSetSize);
+}
+
+bool utc_calendar(std::time_t t, std::tm &out) noexcept { return gmtime_s(&out, &t) == 0; }
 
 }  // namespace llmkv::os

@@ -1,7 +1,6 @@
 // `--json FILE` of the bench subcommands: see bench_json.h.
 #include "bench_json.h"
 
-#include <sys/utsname.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "platform/os.h"
 
 namespace llmkv_cli {
 
@@ -45,15 +45,13 @@ std::string cpu_model() {
 }
 
 std::string os_name() {
-    struct utsname u;
-    if (uname(&u) != 0) return "unknown";
-    return std::string(u.sysname) + " " + u.release + " " + u.machine;
+    return llmkv::os::system_name();
 }
 
 std::string utc_now() {
     std::time_t t = std::time(nullptr);
     std::tm tm{};
-    gmtime_r(&t, &tm);
+    llmkv::os::utc_calendar(t, tm);
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;

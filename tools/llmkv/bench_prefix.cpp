@@ -2,12 +2,12 @@
 // after a long system prompt, computed vs served from a prefix handle vs found by the
 // automatic prefix cache; and the KV bytes of many sessions sharing one prefix against the
 // same sessions unshared. Numbers only.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +15,7 @@
 #include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
+#include "platform/os.h"
 
 namespace llmkv_cli {
 
@@ -124,7 +125,9 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
         // 3. Found by the automatic cache (the handle's blocks are cached too).
         m.automatic = best_ttft(cached, nullptr, full);
         // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
-        std::string snap = "/tmp/llmkv_bench_prefix_" + std::to_string(getpid()) + ".snap";
+        std::string snap = (std::filesystem::temp_directory_path() /
+                            ("llmkv_bench_prefix_" + std::to_string(llmkv::os::process_id()) + ".snap"))
+                               .string();
         m.save = now();
         llmkv_prefix_save(prefix, snap.c_str());
         m.save = now() - m.save;

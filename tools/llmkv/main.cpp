@@ -1,8 +1,6 @@
 // The llmkv command line: one CLI11 parser with a subcommand each for `run` (generate text
 // from a prompt, defined here), `demo`, `inspect`, `bench` (and its own subcommands) and
 // `version`. `run` uses only the public C API.
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +13,7 @@
 #include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
+#include "platform/os.h"
 
 namespace {
 
@@ -278,8 +277,6 @@ int cmd_run(const RunOptions &o) {
         static const char *reasons[] = {"none", "stop", "length", "cancelled", "context", "constraint"};
         double prefill_s = (t_first > 0 ? t_first : t_end) - t_start;
         double decode_s = t_end - (t_first > 0 ? t_first : t_end);
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
         llmkv_engine_info ei;
         ei.struct_size = sizeof(ei);
         llmkv_engine_get_info(engine, &ei);
@@ -288,7 +285,7 @@ int cmd_run(const RunOptions &o) {
                      "generated %u tokens, %.1f tok/s decode | finish: %s | %u threads | peak RSS %.1f MiB\n",
                      t_load * 1e3, n_prompt, prefill_s * 1e3, prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_generated,
                      (n_generated > 1 && decode_s > 0) ? (n_generated - 1) / decode_s : 0.0,
-                     finish < 6 ? reasons[finish] : "?", ei.n_threads, ru.ru_maxrss / 1024.0);
+                     finish < 6 ? reasons[finish] : "?", ei.n_threads, double(llmkv::os::peak_resident_bytes()) / (1024.0 * 1024.0));
     }
     llmkv_session_destroy(session);
     llmkv_prefix_release(prefix);

@@ -1,0 +1,30 @@
+# Dependencies of a Windows (MinGW-w64) build. Debian ships no Windows builds of them, so
+# scripts/build_windows.sh stages them in LLMKV_WIN_DEPS_DIR:
+#   include/  the header-only ones, taken from this machine's Debian packages (xxhash.h,
+#             flatbuffers/, nlohmann/, CLI/): the same versions the Linux build uses
+#   utf8proc/ the source of Debian's utf8proc package (its orig tarball, checksum-verified),
+#             compiled here into a static library
+# xxHash is used header-only (XXH_INLINE_ALL), as its header supports.
+set(LLMKV_WIN_DEPS_DIR "" CACHE PATH "Staged dependencies of a Windows build (scripts/build_windows.sh)")
+if(NOT LLMKV_WIN_DEPS_DIR OR NOT EXISTS ${LLMKV_WIN_DEPS_DIR}/include/xxhash.h)
+  message(FATAL_ERROR "A Windows build needs LLMKV_WIN_DEPS_DIR with the staged dependencies: "
+    "run scripts/build_windows.sh")
+endif()
+
+add_library(llmkv_win_headers INTERFACE)
+target_include_directories(llmkv_win_headers SYSTEM INTERFACE ${LLMKV_WIN_DEPS_DIR}/include)
+
+add_library(llmkv_utf8proc STATIC ${LLMKV_WIN_DEPS_DIR}/utf8proc/utf8proc.c)
+target_include_directories(llmkv_utf8proc SYSTEM PUBLIC ${LLMKV_WIN_DEPS_DIR}/utf8proc)
+target_compile_definitions(llmkv_utf8proc PUBLIC UTF8PROC_STATIC)
+
+# The names the rest of the build links against on Linux.
+add_library(PkgConfig::UTF8PROC INTERFACE IMPORTED)
+set_target_properties(PkgConfig::UTF8PROC PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_utf8proc)
+add_library(PkgConfig::XXHASH INTERFACE IMPORTED)
+set_target_properties(PkgConfig::XXHASH PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_win_headers
+  INTERFACE_COMPILE_DEFINITIONS XXH_INLINE_ALL)
+add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_win_headers)
+add_library(CLI11::CLI11 INTERFACE IMPORTED)
+set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_win_headers)
