@@ -28,3 +28,18 @@ add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
 set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_win_headers)
 add_library(CLI11::CLI11 INTERFACE IMPORTED)
 set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_win_headers)
+
+# Test dependencies: GoogleTest from its Debian source package (googletest, /usr/src/googletest)
+# and cmocka from the source tarball of Debian's cmocka package (staged as above).
+if(LLMKV_BUILD_TESTS)
+  set(LLMKV_GOOGLETEST_SOURCE_DIR /usr/src/googletest CACHE PATH "GoogleTest sources (Debian: googletest)")
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK ON CACHE BOOL "" FORCE)  # gguf_test uses its matchers
+  add_subdirectory(${LLMKV_GOOGLETEST_SOURCE_DIR} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+  add_library(llmkv_cmocka STATIC ${LLMKV_WIN_DEPS_DIR}/cmocka/src/cmocka.c)
+  target_include_directories(llmkv_cmocka SYSTEM PUBLIC ${LLMKV_WIN_DEPS_DIR}/cmocka/include)
+  target_compile_definitions(llmkv_cmocka PRIVATE HAVE_SIGNAL_H HAVE_INTTYPES_H HAVE_MALLOC_H
+    HAVE_STDINT_H HAVE__VSNPRINTF_S HAVE__SNPRINTF_S HAVE_SNPRINTF HAVE_VSNPRINTF)
+  add_library(PkgConfig::CMOCKA INTERFACE IMPORTED)
+  set_target_properties(PkgConfig::CMOCKA PROPERTIES INTERFACE_LINK_LIBRARIES llmkv_cmocka)
+endif()

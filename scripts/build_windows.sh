@@ -51,6 +51,24 @@ fi
 tar -xzf "$CACHE/$UTF8PROC_TGZ" -C "$DEPS/utf8proc" --strip-components=1 \
     --wildcards '*/utf8proc.c' '*/utf8proc.h' '*/utf8proc_data.c' '*/LICENSE.md'
 
+# cmocka (the C API tests): Debian bookworm's source (cmocka 1.1.5-2.1).
+CMOCKA_TXZ="cmocka_1.1.5.orig.tar.xz"
+CMOCKA_SHA256="f0ccd8242d55e2fd74b16ba518359151f6f8383ff8aef4976e48393f77bba8b6"
+if ! echo "$CMOCKA_SHA256  $CACHE/$CMOCKA_TXZ" | sha256sum -c --status 2>/dev/null; then
+    echo "build_windows: fetching $CMOCKA_TXZ from deb.debian.org" >&2
+    curl -sSfL --retry 3 -o "$CACHE/$CMOCKA_TXZ.part" \
+        "http://deb.debian.org/debian/pool/main/c/cmocka/$CMOCKA_TXZ"
+    mv "$CACHE/$CMOCKA_TXZ.part" "$CACHE/$CMOCKA_TXZ"
+    echo "$CMOCKA_SHA256  $CACHE/$CMOCKA_TXZ" | sha256sum -c --status ||
+        { echo "build_windows: $CMOCKA_TXZ checksum mismatch" >&2; exit 1; }
+fi
+mkdir -p "$DEPS/cmocka"
+tar -xJf "$CACHE/$CMOCKA_TXZ" -C "$DEPS/cmocka" --strip-components=1 \
+    --wildcards '*/src/cmocka.c' '*/include/*.h' '*/COPYING'
+# cmocka.h checks print_message formats against GCC's "printf" archetype, which MinGW maps to
+# msvcrt's (no %zu); the build uses MinGW's C99 stdio, so the staged copy says gnu_printf.
+sed -i 's/__format__ (__printf__, a, b)/__format__ (__gnu_printf__, a, b)/' "$DEPS/cmocka/include/cmocka.h"
+
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \

@@ -1,4 +1,5 @@
-// ThreadPool: generation counter + pending counter; workers spin (for a time), then futex-wait.
+// ThreadPool: generation counter + pending counter; workers spin (for a time), then futex-wait
+// (os::wait_while_equal: a futex on Linux, WaitOnAddress on Windows).
 #include "common/thread_pool.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/thread_priority.h"
+#include "platform/os.h"
 
 // No PAUSE instruction in the spin loops: under virtualisation a run of PAUSEs can trap
 // the vCPU (pause-loop exiting) and cost milliseconds. The spin is bounded in time (see
@@ -85,7 +87,7 @@ ThreadPool::~ThreadPool() { stop_workers(); }
 void ThreadPool::stop_workers() noexcept {
     stop_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+    os::wake_all(generation_);
     for (auto &w : workers_) w.join();
 }
 
@@ -97,14 +99,14 @@ void ThreadPool::run(const std::function<void(unsigned, unsigned)> &fn) {
     job_ = &fn;
     pending_.store(n_threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+    os::wake_all(generation_);
     fn(0, n_threads_);
     // Wait for the other workers: spin first, then sleep on the counter.
     if (!spin_until(spin_ns_, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
         for (;;) {
             uint32_t left = pending_.load(std::memory_order_acquire);
             if (left == 0) break;
-            pending_.wait(left, std::memory_order_acquire);
+            os::wait_while_equal(pending_, left);
         }
     }
     job_ = nullptr;
@@ -119,13 +121,13 @@ void ThreadPool::worker_loop(unsigned index) {
             for (;;) {
                 gen = generation_.load(std::memory_order_acquire);
                 if (gen != seen) break;
-                generation_.wait(seen, std::memory_order_acquire);
+                os::wait_while_equal(generation_, seen);
             }
         }
         seen = gen;
         if (stop_.load(std::memory_order_acquire)) return;
         (*job_)(index, n_threads_);
-        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) os::wake_one(pending_);
     }
 }
 

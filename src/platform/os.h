@@ -8,6 +8,7 @@
 // callers keep one error path and std::strerror for the message.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -91,6 +92,13 @@ void sync_parent_directory(const std::string &path) noexcept;
 long process_id() noexcept;
 
 // ---- threads and CPU ---------------------------------------------------------------------
+
+// Futex-style waiting on a 32-bit atomic: blocks while `word` holds `expected` (may return
+// spuriously; callers loop). Linux: std::atomic::wait (a futex). Windows: WaitOnAddress, not
+// libstdc++'s portable fallback, which lost wake-ups under MinGW-w64 (GCC 12).
+void wait_while_equal(const std::atomic<uint32_t> &word, uint32_t expected) noexcept;
+void wake_one(std::atomic<uint32_t> &word) noexcept;
+void wake_all(std::atomic<uint32_t> &word) noexcept;
 
 // Lowers the calling thread's scheduling priority by `levels` nice steps (1..19), mapped to
 // the nearest lower thread priority where the OS has no nice values. Returns false and

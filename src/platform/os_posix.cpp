@@ -203,6 +203,12 @@ void sync_parent_directory(const std::string &path) noexcept {
 
 long process_id() noexcept { return long(::getpid()); }
 
+void wait_while_equal(const std::atomic<uint32_t> &word, uint32_t expected) noexcept {
+    word.wait(expected, std::memory_order_acquire);
+}
+void wake_one(std::atomic<uint32_t> &word) noexcept { word.notify_one(); }
+void wake_all(std::atomic<uint32_t> &word) noexcept { word.notify_all(); }
+
 bool lower_thread_priority(int levels, std::string &error) {
 #if defined(__linux__)
     // Linux gives each thread its own nice value (PRIO_PROCESS with a thread id).

@@ -91,6 +91,11 @@ std::string system_message(DWORD e) {
 MapError map_file(const std::string &path, FileMap &out, bool fail_map) {
     out = FileMap{};
     const std::wstring w = wide(path);
+    if (!w.empty()) {
+        const DWORD attrs = GetFileAttributesW(w.c_str());
+        if (attrs != INVALID_FILE_ATTRIBUTES && (attrs & FILE_ATTRIBUTE_DIRECTORY))
+            return MapError::kNotRegular;  // CreateFileW would say "access denied"
+    }
     HANDLE file = w.empty() ? INVALID_HANDLE_VALUE
                             : CreateFileW(w.c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE,
                                           nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
@@ -302,6 +307,16 @@ int remove_file(const std::string &path) {
 void sync_parent_directory(const std::string &) noexcept {}  // MOVEFILE_WRITE_THROUGH did it
 
 long process_id() noexcept { return long(GetCurrentProcessId()); }
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+              "WaitOnAddress needs the atomic to be the plain 32-bit word");
+
+void wait_while_equal(const std::atomic<uint32_t> &word, uint32_t expected) noexcept {
+    // Compares the word with `expected` itself and sleeps only while they are equal.
+    WaitOnAddress(const_cast<std::atomic<uint32_t> *>(&word), &expected, sizeof expected, INFINITE);
+}
+void wake_one(std::atomic<uint32_t> &word) noexcept { WakeByAddressSingle(&word); }
+void wake_all(std::atomic<uint32_t> &word) noexcept { WakeByAddressAll(&word); }
 
 bool lower_thread_priority(int levels, std::string &error) {
     // Windows has seven thread priorities around NORMAL instead of 40 nice values: 1-4 nice

@@ -1,15 +1,18 @@
 // Tiny synthetic Llama models: writer and the naive f32 reference forward pass.
 #include "tiny_model.h"
 
-#include <unistd.h>
 
 #include <cmath>
+#include <numbers>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <stdexcept>
 
 #include "gguf_writer.h"
 #include "quant_reference.h"
+#include "platform/os.h"
 
 namespace llmkv::testing {
 
@@ -320,7 +323,7 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
             for (uint32_t i = 0; i < s.n_ff; ++i) {
                 if (gemma) {
                     const double z = g[i];
-                    g[i] = 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z))) * u[i];
+                    g[i] = 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z))) * u[i];
                 } else {
                     g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
                 }
@@ -344,7 +347,8 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
 
 std::string temp_path(const std::string &name) {
     const char *dir = std::getenv("TMPDIR");
-    return std::string(dir && *dir ? dir : "/tmp") + "/llmkv_test_" + std::to_string(getpid()) + "_" + name;
+    const std::string base = dir && *dir ? std::string(dir) : std::filesystem::temp_directory_path().string();
+    return base + "/llmkv_test_" + std::to_string(llmkv::os::process_id()) + "_" + name;
 }
 
 }  // namespace llmkv::testing

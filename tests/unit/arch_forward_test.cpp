@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -332,7 +333,7 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
     got = get(x);
     for (size_t i = 0; i < got.size(); ++i) {
         const double g = xv[i];
-        const double ref = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * yv[i];
+        const double ref = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * yv[i];
         ASSERT_NEAR(got[i], ref, 1e-5 * (1.0 + std::fabs(ref))) << i;
     }
 

@@ -13,6 +13,7 @@
 #include "llmkv.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
+#include "host_tier_skip.h"
 
 namespace llmkv {
 namespace {
@@ -202,6 +203,7 @@ TEST_F(EngineWindowTest, PrefixHandlesAndTheirSnapshotsContinueExactly) {
 }
 
 TEST_F(EngineWindowTest, PreemptionToTheHostTierUnderAFullPoolGivesTheSoloTokens) {
+    SKIP_WITHOUT_MIMALLOC();
     llmkv_engine *kept = make(LLMKV_ENGINE_KEEP_WINDOW_BLOCKS);
     std::vector<std::vector<int32_t>> prompts, expect;
     for (uint32_t i = 0; i < 6; ++i) {

@@ -11,6 +11,7 @@
 //   cmake --build build-tsan -j2 --target llmkv_unit_tests
 //   build-tsan/tests/llmkv_unit_tests --gtest_filter='HostTier*:CopyEngine*'
 #include "kv/host_tier.h"
+#include "host_tier_skip.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -40,11 +41,6 @@ constexpr uint64_t kMiB = uint64_t(1) << 20;
 // One sealed SmolLM2-135M int8 block: 30 layers x 3 kv heads x (K,V) x 16 tokens x 64 dims.
 constexpr size_t kSealedBlockBytes = 30 * 3 * 2 * 16 * 64;
 
-#define SKIP_WITHOUT_MIMALLOC()                                                  \
-    do {                                                                         \
-        std::string why;                                                         \
-        if (!HostTier::available(&why)) GTEST_SKIP() << "no host tier: " << why; \
-    } while (0)
 
 llmkv_status status_of(const std::function<void()> &fn) {
     try {

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kv/kv_manager.h"
 #include "kv/transfer.h"
+#include "host_tier_skip.h"
 
 namespace llmkv {
 namespace {
@@ -286,6 +287,7 @@ TEST(KvGroups, ForkSharesLiveBlocksAndBothRelease) {
 }
 
 TEST(KvGroups, ParkAndResumeMoveLocalBlocksToo) {
+    SKIP_WITHOUT_MIMALLOC();
     Rig r(100, /*prefix_cache=*/false, /*host_bytes=*/8u << 20);
     const std::vector<int32_t> t = tokens_of(80);
     KvSeq &a = r.add();

@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "common/error.h"
+#include "common/float_math.h"  // fma_float: std::fma is not correctly rounded in every C runtime
 #include "common/half.h"
 #include "quant_reference.h"
 
@@ -85,10 +86,10 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
                 }
                 uint16_t h;
                 std::memcpy(&h, blk, 2);
-                acc = std::fma(fp16_to_fp32(h) * d[b], float(dot), acc);
+                acc = fma_float(fp16_to_fp32(h) * d[b], float(dot), acc);
                 if (m.type == TensorType::Q4_1) {
                     std::memcpy(&h, blk + 2, 2);
-                    acc = std::fma(fp16_to_fp32(h), d[b] * float(sum), acc);
+                    acc = fma_float(fp16_to_fp32(h), d[b] * float(sum), acc);
                 }
             }
             y[size_t(t * m.rows + r)] = acc;

@@ -3,12 +3,11 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -19,6 +18,7 @@
 
 #include "common/error.h"
 #include "kv/snapshot.h"
+#include "platform/os.h"
 #include "snapshot_generated.h"
 
 namespace llmkv {
@@ -27,30 +27,23 @@ namespace {
 class SnapshotTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        std::string tmpl = ::testing::TempDir() + "llmkv_snapshot_XXXXXX";
-        std::vector<char> buf(tmpl.begin(), tmpl.end());
-        buf.push_back('\0');
-        ASSERT_NE(::mkdtemp(buf.data()), nullptr);
-        dir_ = buf.data();
+        static std::atomic<unsigned> counter{0};
+        dir_ = ::testing::TempDir() + "llmkv_snapshot_" + std::to_string(os::process_id()) + "_" +
+               std::to_string(counter.fetch_add(1));
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+        ASSERT_TRUE(std::filesystem::create_directory(dir_, ec)) << dir_ << ": " << ec.message();
     }
     void TearDown() override {
-        if (DIR *d = ::opendir(dir_.c_str())) {
-            while (dirent *e = ::readdir(d)) {
-                if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, ".."))
-                    std::remove((dir_ + "/" + e->d_name).c_str());
-            }
-            ::closedir(d);
-        }
-        ::rmdir(dir_.c_str());
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
     }
     std::string path(const std::string &name) const { return dir_ + "/" + name; }
     std::vector<std::string> dir_entries() const {
         std::vector<std::string> out;
-        if (DIR *d = ::opendir(dir_.c_str())) {
-            while (dirent *e = ::readdir(d))
-                if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) out.push_back(e->d_name);
-            ::closedir(d);
-        }
+        std::error_code ec;
+        for (const auto &e : std::filesystem::directory_iterator(dir_, ec))
+            out.push_back(e.path().filename().string());
         return out;
     }
     std::string dir_;
@@ -212,12 +205,12 @@ TEST_F(SnapshotTest, TruncationAtAnyOffsetIsAFormatError) {
     // Longest first: truncate(2) only ever shortens the file, never pads it with zeros.
     std::sort(lengths.rbegin(), lengths.rend());
     for (size_t len : lengths) {
-        ASSERT_EQ(::truncate(p.c_str(), off_t(len)), 0);
+        std::filesystem::resize_file(p, len);
         const std::string msg = read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT);
         if (HasFailure()) FAIL() << "length " << len << ": " << msg;
     }
     write_bytes(p, full);
-    ASSERT_EQ(::truncate(p.c_str(), 100), 0);
+    std::filesystem::resize_file(p, 100);
     const std::string msg = read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT);
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
@@ -461,7 +454,7 @@ TEST_F(SnapshotTest, WriteToAnUnwritablePathIsAnIoErrorAndLeavesNothing) {
         EXPECT_EQ(e.status(), LLMKV_ERR_IO) << e.what();
     }
     // Renaming onto a directory fails after the data is written: the temp file is removed.
-    ASSERT_EQ(::mkdir(path("occupied").c_str(), 0755), 0);
+    ASSERT_TRUE(std::filesystem::create_directory(path("occupied")));
     try {
         write_with(path("occupied"), m, pl);
         ADD_FAILURE() << "write succeeded";
@@ -469,7 +462,7 @@ TEST_F(SnapshotTest, WriteToAnUnwritablePathIsAnIoErrorAndLeavesNothing) {
         EXPECT_EQ(e.status(), LLMKV_ERR_IO) << e.what();
     }
     EXPECT_EQ(dir_entries(), std::vector<std::string>{"occupied"});
-    ::rmdir(path("occupied").c_str());
+    std::filesystem::remove(path("occupied"));
 }
 
 TEST_F(SnapshotTest, InconsistentWriteArgumentsAreInvalidArgument) {

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul_packed.h"
 #include "common/error.h"
+#include "common/float_math.h"
 #include "common/half.h"
 
 namespace llmkv::cpu {
@@ -275,8 +276,8 @@ __attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const 
             }
             const int sub = 2 * jb + i / 4;
             const int32_t ip = int32_t(lu.sc[sub]) * (p - lu.o * sx);
-            lane[i] = std::fma(sa, float(ip), lane[i]);
-            if (has_min) lane[i] = std::fma(sb, float(int32_t(lu.mn[sub]) * sx), lane[i]);
+            lane[i] = fma_float(sa, float(ip), lane[i]);
+            if (has_min) lane[i] = fma_float(sb, float(int32_t(lu.mn[sub]) * sx), lane[i]);
         }
     }
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));

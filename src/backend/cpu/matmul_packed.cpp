@@ -9,6 +9,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "common/error.h"
+#include "common/float_math.h"
 #include "common/half.h"
 
 namespace llmkv::cpu {
@@ -143,10 +144,10 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     uint16_t h;
                     std::memcpy(&h, blk + 2 * j, 2);
                     const float sc = fp16_to_fp32(h) * xd[b];
-                    y[j] = std::fma(sc, float(dot), y[j]);
+                    y[j] = fma_float(sc, float(dot), y[j]);
                     if (type == TensorType::Q4_1) {
                         std::memcpy(&h, blk + 32 + 2 * j, 2);
-                        y[j] = std::fma(fp16_to_fp32(h), xs[b], y[j]);
+                        y[j] = fma_float(fp16_to_fp32(h), xs[b], y[j]);
                     }
                 }
             }
