@@ -179,7 +179,8 @@ typedef struct llmkv_engine_params {
     int32_t spin_us;
     /* 0 (the default): llmkv's threads (compute workers, the llmkv_worker_start thread, the
      * host tier's copy thread) run at the priority of the thread that created them. 1..19:
-     * they run that many nice levels lower (Linux: setpriority on each thread), so a game's
+     * they run that many nice levels lower (Linux: setpriority on each thread; Windows:
+     * SetThreadPriority, 1-9 below normal, 10-18 lowest, 19 idle), so a game's
      * or app's own threads win the cores when both want them. Other values are
      * INVALID_ARGUMENT (raising priority needs privileges a host should not grant a library). */
     int32_t thread_priority;

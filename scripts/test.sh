@@ -6,9 +6,14 @@
 # them again with the fuzz corpora replayed, the host-tier and worker-thread tests under
 # ThreadSanitizer and a 30 s soak. LLMKV_FUZZ_SECONDS=N also runs every libFuzzer target for N s
 # (scripts/fuzz.sh: a clang build of its own, about 7 minutes here before the first input).
+# The Windows stage cross-builds with MinGW-w64 and runs the Windows tests and the demo under
+# Wine (scripts/test_windows.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
+# Every "== stage" line below is preceded by the minutes spent so far (CI's budget is 30).
+T0=$SECONDS
+echo() { if [[ "${1:-}" == "== "* ]]; then builtin echo "[test.sh $(( (SECONDS - T0) / 60 ))m$(( (SECONDS - T0) % 60 ))s]" >&2; fi; builtin echo "$@"; }
 "$ROOT/scripts/install_deps.sh"
 # The Rust binding's tests use the preinstalled toolchain (rustup's default place).
 [[ -d "$HOME/.cargo/bin" ]] && export PATH="$HOME/.cargo/bin:$PATH"
@@ -21,6 +26,8 @@ echo "== Release build and full test suite (C API, units, golden, CLI, the Go/Ru
 # default build compile the same sources.
 "$ROOT/scripts/build.sh" "$ROOT/build-test" -DLLMKV_CUDA_ARCHITECTURES="80-real;90-real" -DCMAKE_INSTALL_PREFIX=/usr
 ctest --test-dir "$ROOT/build-test" --output-on-failure -j "$JOBS"
+echo "== Windows: MinGW-w64 cross build, then under Wine the unit subset, every C API test and the demo (scripts/test_windows.sh)" >&2
+"$ROOT/scripts/test_windows.sh" "$ROOT/build-win"
 echo "== CUDA kernel resources for sm_90 (ptxas -v; fails if a hot kernel spills; skipped without the CUDA module)" >&2
 CUDA_RESOURCE_ARCHS="${CUDA_RESOURCE_ARCHS:-90}" JOBS="$JOBS" "$ROOT/tools/cuda-resources.sh" "$ROOT/build-test"
 echo "== Debian packages from the built tree (cpack, lintian, versions, shlibdeps); clean-system install (debootstrap, apt) with both consumers, then purge" >&2
@@ -60,4 +67,4 @@ if [[ "${LLMKV_FUZZ_SECONDS:-0}" != 0 ]]; then
 else
     echo "== libFuzzer runs skipped (the corpora were replayed under ASan/UBSan above); LLMKV_FUZZ_SECONDS=N or scripts/fuzz.sh N runs them" >&2
 fi
-echo "== all tests passed" >&2
+echo "== all tests passed ($(( (SECONDS - T0) / 60 )) min)" >&2

@@ -10,14 +10,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-win}"
 "$ROOT/scripts/build_windows.sh" "$BUILD" -DLLMKV_BUILD_TESTS=ON
 MODEL="${LLMKV_MODEL:-$("$ROOT/scripts/fetch_model.sh")}"
+MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"  # absolute: Wine runs from Z:\
 
-# A private Wine prefix inside the build tree: no state from (or for) the user's ~/.wine.
-export WINEPREFIX="$BUILD/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
-wineboot --init >/dev/null 2>&1 || true
+# A private Wine prefix inside the build tree (no state from or for the user's ~/.wine),
+# created by the first program run in it (about 10 s); its %TEMP% holds the tests' files.
+export WINEPREFIX="$BUILD/wineprefix" WINEDEBUG=-all
 # The C API tests load llmkv.dll from their own directory.
 cp -f "$BUILD/llmkv.dll" "$BUILD/tests/"
-export LLMKV_MODEL="$MODEL" TMPDIR="$BUILD/tmp"
-mkdir -p "$TMPDIR"
+export LLMKV_MODEL="$MODEL"
+unset TMPDIR  # the tests' temp files go to Wine's %TEMP%
+wine cmd /c "echo Wine prefix ready, TEMP=%TEMP%" >&2
 echo "== Windows tests under Wine ($(wine --version))" >&2
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
 echo "== the demo under Wine: llmkv.exe demo on $(basename "$MODEL")" >&2

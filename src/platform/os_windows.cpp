@@ -319,19 +319,19 @@ void wake_one(std::atomic<uint32_t> &word) noexcept { WakeByAddressSingle(&word)
 void wake_all(std::atomic<uint32_t> &word) noexcept { WakeByAddressAll(&word); }
 
 bool lower_thread_priority(int levels, std::string &error) {
-    // Windows has seven thread priorities around NORMAL instead of 40 nice values: 1-4 nice
-    // steps are one level down, 5-9 two, 10-19 the lowest.
-    const int target = levels >= 10 ? THREAD_PRIORITY_LOWEST
-                       : levels >= 5 ? THREAD_PRIORITY_BELOW_NORMAL - 1
-                                     : THREAD_PRIORITY_BELOW_NORMAL;
+    // Windows has a few thread priorities around NORMAL instead of 40 nice values: 1-9 nice
+    // steps are BELOW_NORMAL, 10-18 LOWEST, 19 IDLE.
+    const int target = levels >= 19   ? THREAD_PRIORITY_IDLE
+                       : levels >= 10 ? THREAD_PRIORITY_LOWEST
+                                      : THREAD_PRIORITY_BELOW_NORMAL;
     HANDLE self = GetCurrentThread();
     const int current = GetThreadPriority(self);
     if (current == THREAD_PRIORITY_ERROR_RETURN) {
         error = "GetThreadPriority failed: " + system_message(GetLastError());
         return false;
     }
-    const int want = current < target ? current : target;
-    if (!SetThreadPriority(self, want < THREAD_PRIORITY_LOWEST ? THREAD_PRIORITY_LOWEST : want)) {
+    if (current <= target) return true;  // already at or below it
+    if (!SetThreadPriority(self, target)) {
         error = "SetThreadPriority failed: " + system_message(GetLastError());
         return false;
     }
