@@ -17,11 +17,23 @@
 #endif
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
-#include "common/error.h"
 
 namespace llmkv::os {
+
+namespace {
+
+// snprintf into a std::string (the platform layer depends on nothing else of the project).
+template <class... A>
+std::string format(const char *fmt, A... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    return buf;
+}
+
+}  // namespace
 
 MapError map_file(const std::string &path, FileMap &out, bool fail_map) {
     out = FileMap{};
@@ -133,7 +145,7 @@ std::string lock_limit_text() {
     if (::getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return "unknown";
     return lim.rlim_cur == RLIM_INFINITY
                ? std::string("RLIMIT_MEMLOCK soft limit unlimited")
-               : strprintf("RLIMIT_MEMLOCK soft limit %llu bytes", (unsigned long long)lim.rlim_cur);
+               : format("RLIMIT_MEMLOCK soft limit %llu bytes", (unsigned long long)lim.rlim_cur);
 }
 
 const char *lock_function_name() noexcept { return "mlock"; }
@@ -216,12 +228,12 @@ bool lower_thread_priority(int levels, std::string &error) {
     errno = 0;
     const int current = ::getpriority(PRIO_PROCESS, tid);
     if (current == -1 && errno != 0) {
-        error = strprintf("getpriority failed: %s", std::strerror(errno));
+        error = format("getpriority failed: %s", std::strerror(errno));
         return false;
     }
     const int target = current + levels > 19 ? 19 : current + levels;
     if (::setpriority(PRIO_PROCESS, tid, target) != 0) {
-        error = strprintf("setpriority(%d) failed: %s", target, std::strerror(errno));
+        error = format("setpriority(%d) failed: %s", target, std::strerror(errno));
         return false;
     }
     return true;

@@ -22,12 +22,24 @@
 #endif
 
 #include <cerrno>
+#include <cstdio>
 #include <climits>
 #include <cstring>
 
-#include "common/error.h"
 
 namespace llmkv::os {
+
+namespace {
+
+// snprintf into a std::string (the platform layer depends on nothing else of the project).
+template <class... A>
+std::string format(const char *fmt, A... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    return buf;
+}
+
+}  // namespace
 
 namespace {
 
@@ -82,8 +94,8 @@ std::string system_message(DWORD e) {
     std::string s = n && buf ? narrow(buf) : std::string();
     if (buf) LocalFree(buf);
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-    return s.empty() ? strprintf("Windows error %lu", (unsigned long)e)
-                     : strprintf("%s (Windows error %lu)", s.c_str(), (unsigned long)e);
+    return s.empty() ? format("Windows error %lu", (unsigned long)e)
+                     : format("%s (Windows error %lu)", s.c_str(), (unsigned long)e);
 }
 
 }  // namespace
@@ -222,7 +234,7 @@ int lock_memory(const void *p, size_t bytes) noexcept {
 std::string lock_limit_text() {
     SIZE_T lo = 0, hi = 0;
     if (!GetProcessWorkingSetSize(GetCurrentProcess(), &lo, &hi)) return "working set unknown";
-    return strprintf("minimum working set %llu bytes", (unsigned long long)lo);
+    return format("minimum working set %llu bytes", (unsigned long long)lo);
 }
 
 const char *lock_function_name() noexcept { return "VirtualLock"; }
@@ -390,8 +402,8 @@ std::string system_name() {
     const char *arch = si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_AMD64   ? "x86_64"
                        : si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_ARM64 ? "arm64"
                                                                                     : "unknown";
-    if (!get || get(&v) != 0) return strprintf("Windows %s", arch);
-    return strprintf("Windows %lu.%lu.%lu %s", (unsigned long)v.dwMajorVersion,
+    if (!get || get(&v) != 0) return format("Windows %s", arch);
+    return format("Windows %lu.%lu.%lu %s", (unsigned long)v.dwMajorVersion,
                      (unsigned long)v.dwMinorVersion, (unsigned long)v.dwBuildNumber, arch);
 }
 

@@ -15,20 +15,21 @@ import sys
 
 # Room -> rooms it may include. A room is the longest matching prefix of a file's path.
 RULES = {
-    "src/common": {"common"},
-    "src/kv": {"common", "kv"},
-    "src/model": {"common", "model"},
-    "src/model/arch": {"common", "kv", "model", "model/arch", "backend/backend.h"},
-    "src/backend": {"common", "kv", "model", "backend/backend.h", "backend/factory.h",
+    "src/platform": {"platform"},  # the OS layer: nothing of the project below it
+    "src/common": {"platform", "common"},
+    "src/kv": {"platform", "common", "kv"},
+    "src/model": {"platform", "common", "model"},
+    "src/model/arch": {"platform", "common", "kv", "model", "model/arch", "backend/backend.h"},
+    "src/backend": {"platform", "common", "kv", "model", "backend/backend.h", "backend/factory.h",
                     "backend/cpu", "backend/cuda"},  # factory.cpp: the one place naming every backend
-    "src/backend/cpu": {"common", "kv", "model", "backend/backend.h", "backend/cpu"},
-    "src/backend/cuda": {"common", "kv", "model", "backend/backend.h", "backend/cuda"},
-    "src/sched": {"common", "kv", "sched"},
-    "src/grammar": {"common", "grammar"},
-    "src/engine": {"common", "kv", "model", "model/arch", "sched", "engine", "grammar",
+    "src/backend/cpu": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cpu"},
+    "src/backend/cuda": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cuda"},
+    "src/sched": {"platform", "common", "kv", "sched"},
+    "src/grammar": {"platform", "common", "grammar"},
+    "src/engine": {"platform", "common", "kv", "model", "model/arch", "sched", "engine", "grammar",
                    "backend/backend.h", "backend/factory.h"},
-    "src/api": {"common", "engine"},
-    "src/parallel": {"common", "kv", "model", "backend/backend.h", "parallel"},
+    "src/api": {"platform", "common", "engine"},
+    "src/parallel": {"platform", "common", "kv", "model", "backend/backend.h", "parallel"},
     "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h",
                 "model/tensor_type.h"},  # the packed block layouts the device decoders read
 }
