@@ -149,6 +149,27 @@ uint32_t le32(const std::vector<uint8_t> &b, size_t at) {
     return uint32_t(b[at]) | uint32_t(b[at + 1]) << 8 | uint32_t(b[at + 2]) << 16 | uint32_t(b[at + 3]) << 24;
 }
 
+// Paths are UTF-8 on every OS (Windows: converted for the wide file calls): a directory and
+// a file named outside ASCII round-trip, and replacing such a file leaves no temp file.
+TEST_F(SnapshotTest, Utf8PathsRoundTrip) {
+    const auto u8 = [](const std::string &utf8) { return std::filesystem::path(std::u8string(utf8.begin(), utf8.end())); };
+    const std::string dir = path("d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac");  // "déjà vu 日本"
+    ASSERT_TRUE(std::filesystem::create_directory(u8(dir)));
+    const std::string p = dir + "/pr\xc3\xa9" "fixe \xf0\x9f\x98\x80.snap";  // "préfixe 😀.snap"
+    SnapshotMeta m = make_meta(37, 512 + 3, 777, 5);
+    Payload pl = make_payload(m, 5);
+    write_with(p, m, pl);
+    write_with(p, m, pl);  // the atomic replace of an existing file
+    LoadedSnapshot s = read_snapshot(p, m);
+    expect_same(s, m, pl);
+    size_t files = 0;
+    for (const auto &e : std::filesystem::directory_iterator(u8(dir))) {
+        EXPECT_EQ(e.path().filename(), u8("pr\xc3\xa9" "fixe \xf0\x9f\x98\x80.snap"));
+        ++files;
+    }
+    EXPECT_EQ(files, 1u);
+}
+
 TEST_F(SnapshotTest, RoundTripReturnsIdenticalMetaAndBytes) {
     // n_cached: 0 and <= residual (no block), exactly one block, several blocks, a partial tail.
     const uint32_t cases[] = {0, 3, 4, 20, 21, 37, 4 + 16 * 5, 4 + 16 * 9 + 7};
