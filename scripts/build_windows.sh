@@ -35,36 +35,31 @@ for d in flatbuffers nlohmann CLI; do
     cp -r "/usr/include/$d" "$DEPS/include/$d"
 done
 
-# utf8proc: Debian bookworm's source (utf8proc 2.8.0-1), cached across builds.
-UTF8PROC_TGZ="utf8proc_2.8.0.orig.tar.gz"
-UTF8PROC_SHA256="a0a60a79fe6f6d54e7d411facbfcc867a6e198608f2cd992490e46f04b1bcecc"
+# Sources of Debian bookworm's packages, cached across builds and checked against the
+# sha256 of their .dsc: fetch_debian_source POOL_DIR TARBALL SHA256 -> path of the tarball.
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/llmkv"
 mkdir -p "$CACHE"
-if ! echo "$UTF8PROC_SHA256  $CACHE/$UTF8PROC_TGZ" | sha256sum -c --status 2>/dev/null; then
-    echo "build_windows: fetching $UTF8PROC_TGZ from deb.debian.org" >&2
-    curl -sSfL --retry 3 -o "$CACHE/$UTF8PROC_TGZ.part" \
-        "http://deb.debian.org/debian/pool/main/u/utf8proc/$UTF8PROC_TGZ"
-    mv "$CACHE/$UTF8PROC_TGZ.part" "$CACHE/$UTF8PROC_TGZ"
-    echo "$UTF8PROC_SHA256  $CACHE/$UTF8PROC_TGZ" | sha256sum -c --status ||
-        { echo "build_windows: $UTF8PROC_TGZ checksum mismatch" >&2; exit 1; }
-fi
-tar -xzf "$CACHE/$UTF8PROC_TGZ" -C "$DEPS/utf8proc" --strip-components=1 \
+fetch_debian_source() {
+    local dir="$1" file="$2" sum="$3"
+    if ! echo "$sum  $CACHE/$file" | sha256sum -c --status 2>/dev/null; then
+        echo "build_windows: fetching $file from deb.debian.org" >&2
+        curl -sSfL --retry 3 -o "$CACHE/$file.part" "http://deb.debian.org/debian/pool/main/$dir/$file"
+        mv "$CACHE/$file.part" "$CACHE/$file"
+        echo "$sum  $CACHE/$file" | sha256sum -c --status ||
+            { echo "build_windows: $file checksum mismatch" >&2; exit 1; }
+    fi
+    builtin echo "$CACHE/$file"
+}
+# utf8proc 2.8.0-1 (the tokenizer's Unicode tables).
+tar -xzf "$(fetch_debian_source u/utf8proc utf8proc_2.8.0.orig.tar.gz \
+        a0a60a79fe6f6d54e7d411facbfcc867a6e198608f2cd992490e46f04b1bcecc)" \
+    -C "$DEPS/utf8proc" --strip-components=1 \
     --wildcards '*/utf8proc.c' '*/utf8proc.h' '*/utf8proc_data.c' '*/LICENSE.md'
-
-# cmocka (the C API tests): Debian bookworm's source (cmocka 1.1.5-2.1).
-CMOCKA_TXZ="cmocka_1.1.5.orig.tar.xz"
-CMOCKA_SHA256="f0ccd8242d55e2fd74b16ba518359151f6f8383ff8aef4976e48393f77bba8b6"
-if ! echo "$CMOCKA_SHA256  $CACHE/$CMOCKA_TXZ" | sha256sum -c --status 2>/dev/null; then
-    echo "build_windows: fetching $CMOCKA_TXZ from deb.debian.org" >&2
-    curl -sSfL --retry 3 -o "$CACHE/$CMOCKA_TXZ.part" \
-        "http://deb.debian.org/debian/pool/main/c/cmocka/$CMOCKA_TXZ"
-    mv "$CACHE/$CMOCKA_TXZ.part" "$CACHE/$CMOCKA_TXZ"
-    echo "$CMOCKA_SHA256  $CACHE/$CMOCKA_TXZ" | sha256sum -c --status ||
-        { echo "build_windows: $CMOCKA_TXZ checksum mismatch" >&2; exit 1; }
-fi
+# cmocka 1.1.5-2.1 (the C API tests).
 mkdir -p "$DEPS/cmocka"
-tar -xJf "$CACHE/$CMOCKA_TXZ" -C "$DEPS/cmocka" --strip-components=1 \
-    --wildcards '*/src/cmocka.c' '*/include/*.h' '*/COPYING'
+tar -xJf "$(fetch_debian_source c/cmocka cmocka_1.1.5.orig.tar.xz \
+        f0ccd8242d55e2fd74b16ba518359151f6f8383ff8aef4976e48393f77bba8b6)" \
+    -C "$DEPS/cmocka" --strip-components=1 --wildcards '*/src/cmocka.c' '*/include/*.h' '*/COPYING'
 # cmocka.h checks print_message formats against GCC's "printf" archetype, which MinGW maps to
 # msvcrt's (no %zu); the build uses MinGW's C99 stdio, so the staged copy says gnu_printf.
 sed -i 's/__format__ (__printf__, a, b)/__format__ (__gnu_printf__, a, b)/' "$DEPS/cmocka/include/cmocka.h"

@@ -10,16 +10,7 @@
 # ships only for Linux: on Windows the tier needs mimalloc.dll beside llmkv.dll), the fault
 # and fuzz builds (sanitizers), golden tests (their time under Wine; the demo runs instead),
 # the shell-script CLI tests and the language bindings.
-set(LLMKV_TEST_DEFINES
-  LLMKV_TEST_FIXTURES_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures"
-  LLMKV_TEST_GOLDEN_DIR="${CMAKE_CURRENT_SOURCE_DIR}/golden")
-
-file(GLOB LLMKV_TEST_SUPPORT_SOURCES CONFIGURE_DEPENDS support/*.cpp)
-add_library(llmkv_test_support STATIC ${LLMKV_TEST_SUPPORT_SOURCES})
-target_include_directories(llmkv_test_support PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/support)
-target_link_libraries(llmkv_test_support PUBLIC llmkv_static)
-target_compile_options(llmkv_test_support PRIVATE ${LLMKV_WARNINGS})
-
+# (llmkv_test_support and LLMKV_TEST_DEFINES come from tests/CMakeLists.txt.)
 set(LLMKV_WINDOWS_UNIT_TESTS
   gguf tokenizer block_pool snapshot codec attention attention_partition matmul matmul_lane
   matmul_packed matmul_avx512 prefix_cache scheduler grammar sampler chat_template constraints

@@ -1,6 +1,7 @@
 // The platform layer on POSIX systems (Linux first; the calls are POSIX apart from the
 // madvise flags and the thread id, which are guarded below).
 #include "platform/os.h"
+#include "platform/format.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -12,9 +13,6 @@
 #if defined(__linux__)
 #include <sys/syscall.h>
 #endif
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 #include <cerrno>
 #include <cstdio>
@@ -22,18 +20,6 @@
 
 
 namespace llmkv::os {
-
-namespace {
-
-// snprintf into a std::string (the platform layer depends on nothing else of the project).
-template <class... A>
-std::string format(const char *fmt, A... args) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf, fmt, args...);
-    return buf;
-}
-
-}  // namespace
 
 MapError map_file(const std::string &path, FileMap &out, bool fail_map) {
     out = FileMap{};
@@ -241,34 +227,6 @@ bool lower_thread_priority(int levels, std::string &error) {
     (void)levels;
     error = "per-thread priorities are not implemented on this system";
     return false;
-#endif
-}
-
-bool cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    if (__get_cpuid_max(leaf & 0x80000000u, nullptr) < leaf) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(leaf, subleaf, a, b, c, d);
-    regs[0] = a;
-    regs[1] = b;
-    regs[2] = c;
-    regs[3] = d;
-    return true;
-#else
-    (void)leaf;
-    (void)subleaf;
-    (void)regs;
-    return false;
-#endif
-}
-
-uint64_t xgetbv0() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    uint32_t lo = 0, hi = 0;
-    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-    return (uint64_t(hi) << 32) | lo;
-#else
-    return 0;
 #endif
 }
 

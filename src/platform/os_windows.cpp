@@ -1,6 +1,7 @@
 // The platform layer on Windows (built with MinGW-w64 here; written to compile with MSVC too:
 // the compiler-specific lines are the CPUID ones, guarded by _MSC_VER).
 #include "platform/os.h"
+#include "platform/format.h"
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
@@ -15,11 +16,6 @@
 #include <io.h>
 #include <process.h>
 #include <sys/stat.h>
-#if defined(_MSC_VER)
-#include <intrin.h>
-#elif defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 #include <cerrno>
 #include <cstdio>
@@ -28,18 +24,6 @@
 
 
 namespace llmkv::os {
-
-namespace {
-
-// snprintf into a std::string (the platform layer depends on nothing else of the project).
-template <class... A>
-std::string format(const char *fmt, A... args) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf, fmt, args...);
-    return buf;
-}
-
-}  // namespace
 
 namespace {
 
@@ -348,43 +332,6 @@ bool lower_thread_priority(int levels, std::string &error) {
         return false;
     }
     return true;
-}
-
-bool cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) noexcept {
-#if defined(_MSC_VER)
-    int r[4];
-    __cpuid(r, int(leaf & 0x80000000u));
-    if (uint32_t(r[0]) < leaf) return false;
-    __cpuidex(r, int(leaf), int(subleaf));
-    for (int i = 0; i < 4; ++i) regs[i] = uint32_t(r[i]);
-    return true;
-#elif defined(__x86_64__) || defined(__i386__)
-    if (__get_cpuid_max(leaf & 0x80000000u, nullptr) < leaf) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(leaf, subleaf, a, b, c, d);
-    regs[0] = a;
-    regs[1] = b;
-    regs[2] = c;
-    regs[3] = d;
-    return true;
-#else
-    (void)leaf;
-    (void)subleaf;
-    (void)regs;
-    return false;
-#endif
-}
-
-uint64_t xgetbv0() noexcept {
-#if defined(_MSC_VER)
-    return uint64_t(_xgetbv(0));
-#elif defined(__x86_64__) || defined(__i386__)
-    uint32_t lo = 0, hi = 0;
-    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-    return (uint64_t(hi) << 32) | lo;
-#else
-    return 0;
-#endif
 }
 
 std::string system_name() {
