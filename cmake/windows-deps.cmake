@@ -4,9 +4,12 @@
 #             flatbuffers/, nlohmann/, CLI/): the same versions the Linux build uses
 #   utf8proc/ the source of Debian's utf8proc package (its orig tarball, checksum-verified),
 #             compiled here into a static library
+#   mimalloc/ the source of Debian's mimalloc package (cmake/windows-mimalloc.cmake makes
+#             mimalloc.dll of it)
 # xxHash is used header-only (XXH_INLINE_ALL), as its header supports.
-set(LLMKV_WIN_DEPS_DIR "" CACHE PATH "Staged dependencies of a Windows build (scripts/build_windows.sh)")
-if(NOT LLMKV_WIN_DEPS_DIR OR NOT EXISTS ${LLMKV_WIN_DEPS_DIR}/include/xxhash.h)
+# (A Windows build without LLMKV_WIN_DEPS_DIR, such as the vcpkg port's MinGW triplets, finds
+# its dependencies as the Linux build does.)
+if(NOT EXISTS ${LLMKV_WIN_DEPS_DIR}/include/xxhash.h)
   message(FATAL_ERROR "A Windows build needs LLMKV_WIN_DEPS_DIR with the staged dependencies: "
     "run scripts/build_windows.sh")
 endif()

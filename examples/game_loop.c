@@ -36,6 +36,20 @@
 
 #include "llmkv.h"
 
+/* Online cores: the one call here that differs between POSIX and Windows (MinGW-w64's
+ * winpthreads provides the pthreads and POSIX clocks used below). */
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+static long online_cores(void) {
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return (long)si.dwNumberOfProcessors;
+}
+#else
+static long online_cores(void) { return sysconf(_SC_NPROCESSORS_ONLN); }
+#endif
+
 #define MAX_NPCS 32
 #define FRAME_NS 16666667LL
 #define FRAME_WORK_MS 4
@@ -294,7 +308,7 @@ int main(int argc, char **argv) {
     const char *modes[3] = {"step", "worker", "worker+"};
     result_t res[3];
     int i, n_modes = 3, failed = 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = online_cores();
     if (argc < 2) {
         usage();
         return 2;

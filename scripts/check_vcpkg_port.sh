@@ -9,13 +9,17 @@
 #   4. moves the tree elsewhere (as vcpkg copies packages/ into installed/) and builds and runs
 #      both consumers from there: CMake find_package(llmkv) + llmkv::llmkv, and pkg-config.
 # Usage: scripts/check_vcpkg_port.sh [WORK_DIR] [MODEL]      (MODEL defaults to $LLMKV_MODEL)
-# Environment: FEATURES (default "tools"), JOBS (default nproc). Uses ccache when present.
+# Environment: FEATURES (default "tools"), JOBS (default nproc), TRIPLET (x64-linux, the
+# default, or x64-mingw-dynamic: cross-built with MinGW-w64, the dependencies staged by
+# scripts/stage_windows_deps.sh standing in for vcpkg's ports, and the consumer run under
+# Wine). Uses ccache when present.
 # A full library build: minutes (see docs/PACKAGING.md for the measured time).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${1:-$ROOT/build-vcpkg-port}"
 MODEL="${2:-${LLMKV_MODEL:-}}"
 FEATURES="${FEATURES:-tools}"
+TRIPLET="${TRIPLET:-x64-linux}"
 JOBS="${JOBS:-$(nproc)}"
 PORT="$ROOT/packaging/vcpkg/ports/llmkv"
 T0=$SECONDS
@@ -56,21 +60,35 @@ EXTRA=""
 if command -v ccache >/dev/null; then
     EXTRA="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache;-DCMAKE_C_COMPILER_LAUNCHER=ccache"
 fi
+TRIPLET_ARGS=(-DTARGET_TRIPLET="$TRIPLET")
+if [[ "$TRIPLET" == x64-mingw-dynamic ]]; then
+    "$ROOT/scripts/stage_windows_deps.sh" "$WORK/deps"
+    EXTRA="${EXTRA:+$EXTRA;}-DCMAKE_TOOLCHAIN_FILE=$ROOT/cmake/mingw-w64-x86_64.cmake;-DLLMKV_WIN_DEPS_DIR=$WORK/deps"
+    TRIPLET_ARGS+=(-DMIMALLOC_SOURCE_DIR="$WORK/deps/mimalloc")
+fi
 cmake -DSOURCE_DIR="$ROOT" -DPORT_DIR="$PORT" -DWORK_DIR="$WORK" -DFEATURES="$FEATURES" -DJOBS="$JOBS" \
-      -DEXTRA_CONFIGURE_ARGS="$EXTRA" -P "$ROOT/packaging/vcpkg/test/run_portfile.cmake"
-PKG="$WORK/packages/llmkv_x64-linux"
+      "${TRIPLET_ARGS[@]}" -DEXTRA_CONFIGURE_ARGS="$EXTRA" -P "$ROOT/packaging/vcpkg/test/run_portfile.cmake"
+PKG="$WORK/packages/llmkv_$TRIPLET"
 
 lap "the installed tree"
 bad=0
-need=(include/llmkv.h lib/libllmkv.so lib/libllmkv.a lib/pkgconfig/llmkv.pc
+need=(include/llmkv.h lib/libllmkv.a lib/pkgconfig/llmkv.pc
       share/llmkv/llmkvConfig.cmake share/llmkv/llmkvConfigVersion.cmake share/llmkv/llmkvTargets.cmake
       share/llmkv/usage share/llmkv/copyright)
-[[ " $FEATURES " == *" tools "* ]] && need+=(tools/llmkv/llmkv)
+gone=(lib/cmake debug/include debug/share share/doc share/man share/lintian)
+if [[ "$TRIPLET" == x64-mingw-dynamic ]]; then
+    need+=(bin/llmkv.dll bin/mimalloc.dll lib/llmkv.dll.a share/llmkv/mimalloc-LICENSE)
+    [[ " $FEATURES " == *" tools "* ]] && need+=(tools/llmkv/llmkv.exe tools/llmkv/mimalloc.dll)
+else
+    need+=(lib/libllmkv.so)
+    [[ " $FEATURES " == *" tools "* ]] && need+=(tools/llmkv/llmkv)
+    gone+=(bin)
+fi
 for f in "${need[@]}"; do
     [[ -e "$PKG/$f" ]] || { echo "missing: $f" >&2; bad=1; }
 done
 # share/doc, share/man, share/lintian: the Debian-only files must stay out of a prefix install.
-for d in lib/cmake bin debug/include debug/share share/doc share/man share/lintian; do
+for d in "${gone[@]}"; do
     [[ ! -e "$PKG/$d" ]] || { echo "left behind: $d" >&2; bad=1; }
 done
 if grep -rl "$WORK" "$PKG/share/llmkv" "$PKG/lib/pkgconfig"; then
@@ -80,9 +98,30 @@ fi
 [[ $bad -eq 0 ]] || exit 1
 
 lap "consumers from the relocated tree"
-INST="$WORK/relocated/installed/x64-linux"
+INST="$WORK/relocated/installed/$TRIPLET"
 mkdir -p "$(dirname "$INST")"
+rm -rf "$INST"
 mv "$PKG" "$INST"
+if [[ "$TRIPLET" == x64-mingw-dynamic ]]; then
+    # A C host linked against the import library, with the DLLs copied beside it (how a
+    # Windows application ships them), under a private Wine prefix. The CMake consumer needs
+    # MinGW builds of utf8proc and xxhash for llmkvConfig.cmake (vcpkg's ports), which the
+    # staged dependencies do not include: not run here.
+    OUT="$WORK/consumer-mingw"
+    mkdir -p "$OUT"
+    x86_64-w64-mingw32-gcc-posix -std=c99 -Wall -Werror -DCONSUMER_NAME='"consumer-mingw"' \
+        "$ROOT/packaging/consumers/consumer.c" -I"$INST/include" -L"$INST/lib" -lllmkv \
+        -o "$OUT/consumer-mingw.exe"
+    cp "$INST/bin/"*.dll "$OUT/"
+    export WINEPREFIX="$WORK/wineprefix" WINEDEBUG=-all
+    [[ -n "$MODEL" ]] && MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"
+    rc=0
+    wine "$OUT/consumer-mingw.exe" ${MODEL:+"$MODEL"} || rc=$?
+    [[ $rc -eq 0 || $rc -eq 77 ]] || { echo "consumer-mingw failed ($rc)" >&2; exit 1; }
+    if [[ -e "$INST/tools/llmkv/llmkv.exe" ]]; then wine "$INST/tools/llmkv/llmkv.exe" --help >/dev/null; fi
+    lap "vcpkg port staging test ($TRIPLET) passed"
+    exit $rc
+fi
 rc=0
 cmake -S "$ROOT/packaging/consumers/cmake" -B "$WORK/consumer-cmake" -DCMAKE_PREFIX_PATH="$INST" >/dev/null
 cmake --build "$WORK/consumer-cmake" >/dev/null

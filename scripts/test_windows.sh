@@ -8,6 +8,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-win}"
+mkdir -p "$BUILD" && BUILD="$(cd "$BUILD" && pwd)"  # absolute: WINEPREFIX must be
 "$ROOT/scripts/build_windows.sh" "$BUILD" -DLLMKV_BUILD_TESTS=ON
 MODEL="${LLMKV_MODEL:-$("$ROOT/scripts/fetch_model.sh")}"
 MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"  # absolute: Wine runs from Z:\
@@ -15,8 +16,10 @@ MODEL="$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")"  # absolute: Win
 # A private Wine prefix inside the build tree (no state from or for the user's ~/.wine),
 # created by the first program run in it (about 10 s); its %TEMP% holds the tests' files.
 export WINEPREFIX="$BUILD/wineprefix" WINEDEBUG=-all
-# The C API tests load llmkv.dll from their own directory.
-cp -f "$BUILD/llmkv.dll" "$BUILD/tests/"
+# The C API tests load llmkv.dll from their own directory; the host tier looks for
+# mimalloc.dll beside the binary that holds llmkv (llmkv.dll, or a test linked statically).
+for d in tests examples; do cp -f "$BUILD/llmkv.dll" "$BUILD/mimalloc.dll" "$BUILD/$d/"; done
+cp -f "$BUILD/mimalloc.dll" "$BUILD/tools/llmkv/"
 export LLMKV_MODEL="$MODEL"
 unset TMPDIR  # the tests' temp files go to Wine's %TEMP%
 wine cmd /c "echo Wine prefix ready, TEMP=%TEMP%" >&2

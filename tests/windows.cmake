@@ -5,16 +5,19 @@
 #  - unit tests of the GGUF reader, tokenizer, block pool, snapshots (file writes, atomic
 #    replace, mapping), codecs and kernels, prefix cache, scheduler, grammar, sampler, and
 #    the engine itself;
-#  - every C API test (cmocka), linked against llmkv.dll.
-# Left out, with why: host-tier and host-offload tests (they need mimalloc, which Debian
-# ships only for Linux: on Windows the tier needs mimalloc.dll beside llmkv.dll), the fault
-# and fuzz builds (sanitizers), golden tests (their time under Wine; the demo runs instead),
-# the shell-script CLI tests and the language bindings.
+#  - every C API test (cmocka), linked against llmkv.dll;
+#  - examples/game_loop.c on the real model (tests/cli/example_game_loop_test.sh through Wine).
+#  - the host tier and host offload, with the mimalloc.dll the build makes from Debian's
+#    mimalloc source (scripts/test_windows.sh puts it beside the test programs, where the
+#    tier looks first).
+# Left out, with why: the fault and fuzz builds (sanitizers), golden tests (their time under
+# Wine; the demo runs instead), the shell-script CLI tests and the language bindings.
 # (llmkv_test_support and LLMKV_TEST_DEFINES come from tests/CMakeLists.txt.)
 set(LLMKV_WINDOWS_UNIT_TESTS
   gguf tokenizer block_pool snapshot codec attention attention_partition matmul matmul_lane
   matmul_packed matmul_avx512 prefix_cache scheduler grammar sampler chat_template constraints
-  batching engine engine_window kv_groups forward arch_forward backend_seam copy_engine)
+  batching engine engine_window kv_groups forward arch_forward backend_seam copy_engine host_tier
+  host_offload)
 set(LLMKV_UNIT_SOURCES "")
 foreach(t ${LLMKV_WINDOWS_UNIT_TESTS})
   list(APPEND LLMKV_UNIT_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}_test.cpp)
@@ -39,3 +42,11 @@ foreach(src ${LLMKV_CAPI_SOURCES})
   add_test(NAME capi.${name} COMMAND capi_${name})
   set_tests_properties(capi.${name} PROPERTIES LABELS "capi" TIMEOUT 900)
 endforeach()
+
+# examples/game_loop.c: every way of driving llmkv from the frame loop serves all NPCs.
+if(TARGET example_game_loop)
+  add_test(NAME windows.example_game_loop COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/example_game_loop_test.sh
+    $<TARGET_FILE:example_game_loop> ${CMAKE_SOURCE_DIR}/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+  set_tests_properties(windows.example_game_loop PROPERTIES LABELS "cli" SKIP_RETURN_CODE 77 TIMEOUT 300
+    RUN_SERIAL TRUE ENVIRONMENT "LLMKV_TEST_LAUNCHER=wine;GAME_LOOP_SECONDS=2")
+endif()

@@ -114,11 +114,20 @@ bool resolve(void *lib, const char *name, Fn &out, std::string &error) {
 const Mimalloc &mimalloc() {
     static const Mimalloc api = [] {
         Mimalloc m;
-        std::string why;
-        void *lib = os::load_library(os::mimalloc_library_file(), why);
+        // Beside the llmkv library first (how a Windows application ships mimalloc.dll
+        // with llmkv.dll), then the system's search path (Debian's libmimalloc.so.2).
+        const std::string file = os::mimalloc_library_file();
+        const std::string dir =
+            os::directory_of_binary_containing(reinterpret_cast<const void *>(&mimalloc));
+        std::string why_beside, why;
+        void *lib = dir.empty() ? nullptr : os::load_library(dir + "/" + file, why_beside);
+        if (lib == nullptr) lib = os::load_library(file, why);
         if (lib == nullptr) {
-            m.error = strprintf("cannot load %s (%s); install mimalloc 2.x (Debian: libmimalloc2.0)",
-                                os::mimalloc_library_file(), why.c_str());
+            if (!why_beside.empty()) why = why_beside + "; " + why;
+            m.error = strprintf(
+                "cannot load %s (%s); install mimalloc 2.x (Debian: libmimalloc2.0) or put %s "
+                "beside the llmkv library",
+                file.c_str(), why.c_str(), file.c_str());
             return m;
         }
         resolve(lib, "mi_version", m.version, m.error);
@@ -136,9 +145,8 @@ const Mimalloc &mimalloc() {
             const int v = m.version();
             if (v < 207 || v >= 300) {
                 m.error = strprintf(
-                    "libmimalloc.so.2 is version %d.%d.%d; the host tier needs 2.0.7 or a later "
-                    "2.x",
-                    v / 100, (v / 10) % 10, v % 10);
+                    "%s is version %d.%d.%d; the host tier needs 2.0.7 or a later 2.x",
+                    file.c_str(), v / 100, (v / 10) % 10, v % 10);
             }
         }
         return m;

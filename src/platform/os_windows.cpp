@@ -168,9 +168,17 @@ void *map_memory_aligned(size_t bytes, size_t alignment) {
     SYSTEM_INFO si;
     GetSystemInfo(&si);
     if (alignment <= si.dwAllocationGranularity) return map_memory(bytes);
+    // More than the commit limit can never be committed: say so before reserving (a
+    // reservation of that size can succeed, and each failed commit of it is slow).
+    MEMORYSTATUSEX ms;
+    ms.dwLength = sizeof(ms);
+    if (GlobalMemoryStatusEx(&ms) && bytes > ms.ullTotalPageFile) {
+        errno = ENOMEM;
+        return nullptr;
+    }
     // A reservation cannot be trimmed: find an aligned address inside a larger reservation,
-    // release it and reserve exactly there. Another thread can take the range in between;
-    // then try again.
+    // release it and reserve exactly there. Another thread can take the range in between
+    // (ERROR_INVALID_ADDRESS); then try again. Any other failure is final.
     for (int attempt = 0; attempt < 16; ++attempt) {
         void *probe = VirtualAlloc(nullptr, bytes + alignment, MEM_RESERVE, PAGE_NOACCESS);
         if (probe == nullptr) {
@@ -183,6 +191,10 @@ void *map_memory_aligned(size_t bytes, size_t alignment) {
         void *p = VirtualAlloc(reinterpret_cast<void *>(start), bytes, MEM_RESERVE | MEM_COMMIT,
                                PAGE_READWRITE);
         if (p != nullptr) return p;
+        if (GetLastError() != ERROR_INVALID_ADDRESS) {
+            set_errno_from_last_error();
+            return nullptr;
+        }
     }
     errno = ENOMEM;
     return nullptr;
@@ -232,7 +244,10 @@ std::string shared_library_file(const std::string &stem) { return stem + ".dll";
 const char *mimalloc_library_file() noexcept { return "mimalloc.dll"; }
 
 void *load_library(const std::string &path, std::string &error) {
-    const std::wstring w = wide(path);
+    // LoadLibrary takes only backslashes as separators (a path with '/' is not found).
+    std::wstring w = wide(path);
+    for (wchar_t &c : w)
+        if (c == L'/') c = L'\\';
     HMODULE h = w.empty() ? nullptr : LoadLibraryW(w.c_str());
     if (h == nullptr) error = path + ": " + system_message(w.empty() ? ERROR_INVALID_NAME : GetLastError());
     return reinterpret_cast<void *>(h);

@@ -12,7 +12,8 @@ if [[ ! -f "$MODEL" ]]; then
 fi
 OUT="$(mktemp)"
 trap 'rm -f "$OUT"' EXIT
-"$EXAMPLE" "$MODEL" --seconds "${GAME_LOOP_SECONDS:-5}" --max-seconds 90 --npcs 8 | tee "$OUT"
+# LLMKV_TEST_LAUNCHER runs the program through another (wine, for the Windows build).
+${LLMKV_TEST_LAUNCHER:-} "$EXAMPLE" "$MODEL" --seconds "${GAME_LOOP_SECONDS:-5}" --max-seconds 90 --npcs 8 | tr -d '\r' | tee "$OUT"  # (Windows text output ends lines with CR LF)
 for mode in step worker worker+; do
     line="$(grep -E "^${mode//+/\\+} +[0-9]" "$OUT")" || { echo "no result line for mode $mode"; exit 1; }
     read -r _ frames _ _ _ _ _ _ _ replies <<<"$line"

@@ -1,6 +1,8 @@
 // HostTier: region sizing and alignment, locking and its fallback, arena exclusivity
-// (nothing but tier blocks lands in the region, and mimalloc never becomes the process
-// malloc), full-tier behaviour, error paths that leak nothing, and concurrent use.
+// (nothing but tier blocks lands in the region), full-tier behaviour, error paths that leak
+// nothing, and concurrent use. Portable (these run on Windows too, with mimalloc.dll);
+// host_tier_posix_test.cpp has the Linux-only ones (a real mlock failure under RLIMIT_MEMLOCK,
+// mimalloc's symbols kept out of the process's global scope).
 //
 // NOTE every HostTier registers one mimalloc arena and a process gets 64 of them over its
 // lifetime (see src/kv/host_tier.cpp), so these tests create only a handful of tiers.
@@ -13,14 +15,7 @@
 #include "kv/host_tier.h"
 #include "host_tier_skip.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <linux/capability.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -33,6 +28,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "platform/os.h"
 
 namespace llmkv {
 namespace {
@@ -84,12 +80,13 @@ int failing_lock(const void *, size_t) {
     return -1;
 }
 
-// Whether this process may lock `bytes` right now (root, CAP_IPC_LOCK or a high limit).
-bool can_mlock(size_t bytes) {
-    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return false;
-    const bool ok = mlock(p, bytes) == 0;
-    munmap(p, bytes);
+// Whether this process may lock `bytes` right now (root, CAP_IPC_LOCK or a high limit on
+// Linux; a large enough working set on Windows).
+bool can_lock(size_t bytes) {
+    void *p = os::map_memory(bytes);
+    if (p == nullptr) return false;
+    const bool ok = os::lock_memory(p, bytes) == 0;
+    os::release_memory(p, bytes);
     return ok;
 }
 
@@ -101,7 +98,7 @@ TEST(HostTier, RegionIsRoundedUpToWholeArenaBlocksAndAligned) {
     EXPECT_EQ(tier.bytes_used(), 0u);
     EXPECT_EQ(tier.blocks_used(), 0u);
     EXPECT_EQ(tier.allocator_name(), "mmap");
-    EXPECT_EQ(tier.locked(), can_mlock(size_t(tier.bytes_total())));
+    EXPECT_EQ(tier.locked(), can_lock(size_t(tier.bytes_total())));
     EXPECT_TRUE(tier.contains(tier.region_begin()));
     EXPECT_FALSE(
         tier.contains(static_cast<const char *>(tier.region_begin()) + tier.bytes_total()));
@@ -121,72 +118,26 @@ TEST(HostTier, FailedMlockKeepsTheTierUsableUnlockedAndWarnsOnce) {
         EXPECT_EQ(static_cast<unsigned char *>(blocks[i])[kSealedBlockBytes - 1], i + 1);
         tier.free_block(blocks[i]);
     }
-    EXPECT_EQ(log.count(LLMKV_LOG_WARN, "mlock"), 1u);
-}
-
-// The real mlock path under a tiny RLIMIT_MEMLOCK, in a child so the limit (and the
-// dropped capability) cannot leak into other tests.
-TEST(HostTier, RealMlockFailureUnderTinyRlimitFallsBackToUnlocked) {
-    SKIP_WITHOUT_MIMALLOC();
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    GTEST_SKIP() << "sanitizer runtimes replace mlock with a no-op that always succeeds";
-#endif
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        // root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK: drop it from this child.
-        __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-        __user_cap_data_struct caps[2]{};
-        if (syscall(SYS_capget, &header, caps) != 0) _exit(77);
-        caps[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-        caps[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
-        if (syscall(SYS_capset, &header, caps) != 0) _exit(77);
-        struct rlimit tiny {
-            4096, 4096
-        };
-        if (setrlimit(RLIMIT_MEMLOCK, &tiny) != 0) _exit(77);
-        llmkv_log_set(nullptr, nullptr, LLMKV_LOG_ERROR);  // keep the expected warning quiet
-        try {
-            HostTier tier(32 * kMiB);
-            if (tier.locked()) _exit(2);
-            void *block = tier.allocate_block(kSealedBlockBytes);
-            if (block == nullptr) _exit(3);
-            std::memset(block, 0x5a, kSealedBlockBytes);
-            tier.free_block(block);
-        } catch (...) {
-            _exit(4);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    if (WEXITSTATUS(status) == 77)
-        GTEST_SKIP() << "cannot drop CAP_IPC_LOCK / set RLIMIT_MEMLOCK here";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: locked anyway, 3: no block, 4: threw";
+    EXPECT_EQ(log.count(LLMKV_LOG_WARN, os::lock_function_name()), 1u);
 }
 
 TEST(HostTier, NothingButTierBlocksLandsInTheRegion) {
     SKIP_WITHOUT_MIMALLOC();
     HostTier tier(64 * kMiB);
 
-    // mimalloc is loaded privately: the process malloc is not mimalloc's and mimalloc's
-    // symbols are not visible to anyone else.
-    EXPECT_EQ(dlsym(RTLD_DEFAULT, "mi_malloc"), nullptr);
-    Dl_info info{};
-    ASSERT_NE(dladdr(dlsym(RTLD_DEFAULT, "malloc"), &info), 0);
-    ASSERT_NE(info.dli_fname, nullptr);
-    EXPECT_EQ(std::string(info.dli_fname).find("mimalloc"), std::string::npos) << info.dli_fname;
-
-    // The same mimalloc instance's default heap and a fresh non-arena heap.
-    void *lib = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    ASSERT_NE(lib, nullptr);
-    auto mi_malloc_fn = reinterpret_cast<void *(*)(size_t)>(dlsym(lib, "mi_malloc"));
-    auto mi_free_fn = reinterpret_cast<void (*)(void *)>(dlsym(lib, "mi_free"));
-    auto mi_heap_new_fn = reinterpret_cast<void *(*)()>(dlsym(lib, "mi_heap_new"));
+    // The same mimalloc instance's default heap and a fresh non-arena heap (loading the
+    // library by name again returns the instance the tier loaded).
+    std::string why;
+    void *lib = os::load_library(os::mimalloc_library_file(), why);
+    ASSERT_NE(lib, nullptr) << why;
+    auto mi_malloc_fn =
+        reinterpret_cast<void *(*)(size_t)>(os::library_symbol(lib, "mi_malloc"));
+    auto mi_free_fn = reinterpret_cast<void (*)(void *)>(os::library_symbol(lib, "mi_free"));
+    auto mi_heap_new_fn = reinterpret_cast<void *(*)()>(os::library_symbol(lib, "mi_heap_new"));
     auto mi_heap_malloc_fn =
-        reinterpret_cast<void *(*)(void *, size_t)>(dlsym(lib, "mi_heap_malloc"));
-    auto mi_heap_destroy_fn = reinterpret_cast<void (*)(void *)>(dlsym(lib, "mi_heap_destroy"));
+        reinterpret_cast<void *(*)(void *, size_t)>(os::library_symbol(lib, "mi_heap_malloc"));
+    auto mi_heap_destroy_fn =
+        reinterpret_cast<void (*)(void *)>(os::library_symbol(lib, "mi_heap_destroy"));
     ASSERT_TRUE(mi_malloc_fn && mi_free_fn && mi_heap_new_fn && mi_heap_malloc_fn &&
                 mi_heap_destroy_fn);
     void *other_heap = mi_heap_new_fn();
@@ -339,9 +290,8 @@ TEST(HostTier, AllocatorFailureIsOutOfMemoryAndLeaksNothing) {
         ++misaligned_counts.allocs;
         locked = false;
         mapping_bytes = size_t(bytes + 2 * alignment);
-        mapping = mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-        if (mapping == MAP_FAILED) return nullptr;
+        mapping = os::map_memory(mapping_bytes);
+        if (mapping == nullptr) return nullptr;
         // One page past an aligned address: never aligned.
         const uintptr_t aligned =
             (reinterpret_cast<uintptr_t>(mapping) + alignment - 1) & ~uintptr_t(alignment - 1);
@@ -351,7 +301,7 @@ TEST(HostTier, AllocatorFailureIsOutOfMemoryAndLeaksNothing) {
     misaligned.free = [&](void *p, uint64_t) {
         ++misaligned_counts.frees;
         misaligned_counts.freed = p;
-        munmap(mapping, mapping_bytes);
+        os::release_memory(mapping, mapping_bytes);
     };
     EXPECT_EQ(status_of([&] { HostTier tier(32 * kMiB, misaligned); }), LLMKV_ERR_INTERNAL);
     EXPECT_EQ(misaligned_counts.allocs, 1);
@@ -410,7 +360,7 @@ TEST(HostTier, DestroyedTiersArenaIsReusedBySameSizedTier) {
     for (int round = 0; round < 3; ++round) {
         HostTier tier(bytes);
         EXPECT_TRUE(tier.reused_arena());
-        EXPECT_EQ(tier.locked(), can_mlock(size_t(tier.bytes_total())));
+        EXPECT_EQ(tier.locked(), can_lock(size_t(tier.bytes_total())));
         std::vector<void *> blocks;
         while (void *b = tier.allocate_block(kSealedBlockBytes)) {
             ASSERT_TRUE(inside(tier, b, kSealedBlockBytes));

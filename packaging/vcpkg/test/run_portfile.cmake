@@ -1,10 +1,11 @@
 # Runs packaging/vcpkg/ports/llmkv/portfile.cmake outside vcpkg (which cannot be downloaded on
 # the machines this project is built on), with the vcpkg helper functions it calls replaced by
 # stand-ins that do what vcpkg's documentation says each one does, for one release build of
-# the x64-linux triplet:
+# the x64-linux triplet, or of x64-mingw-dynamic cross-built from Linux:
 #   cmake -DSOURCE_DIR=... -DPORT_DIR=... -DWORK_DIR=... -DFEATURES="tools" [-DJOBS=2]
+#         [-DTARGET_TRIPLET=x64-mingw-dynamic -DMIMALLOC_SOURCE_DIR=...]
 #         [-DEXTRA_CONFIGURE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache;..."] -P run_portfile.cmake
-# Result: WORK_DIR/packages/llmkv_x64-linux, the tree vcpkg would install.
+# Result: WORK_DIR/packages/llmkv_TRIPLET, the tree vcpkg would install.
 # scripts/check_vcpkg_port.sh drives it and checks the result; the port's README.md says what
 # this does not test.
 cmake_minimum_required(VERSION 3.22)
@@ -21,11 +22,30 @@ endif()
 file(READ "${PORT_DIR}/vcpkg.json" _manifest)
 string(JSON PORT GET "${_manifest}" name)
 string(JSON VERSION GET "${_manifest}" version)
-set(TARGET_TRIPLET x64-linux)
-set(VCPKG_TARGET_IS_LINUX ON)
-set(VCPKG_LIBRARY_LINKAGE static)   # x64-linux's default
+if(NOT DEFINED TARGET_TRIPLET)
+  set(TARGET_TRIPLET x64-linux)
+endif()
 set(VCPKG_HOST_EXECUTABLE_SUFFIX "")
-set(VCPKG_TARGET_SHARED_LIBRARY_SUFFIX ".so")
+if(TARGET_TRIPLET STREQUAL "x64-linux")
+  set(VCPKG_TARGET_IS_LINUX ON)
+  set(VCPKG_LIBRARY_LINKAGE static)   # x64-linux's default
+  set(VCPKG_TARGET_EXECUTABLE_SUFFIX "")
+  set(VCPKG_TARGET_SHARED_LIBRARY_SUFFIX ".so")
+elseif(TARGET_TRIPLET STREQUAL "x64-mingw-dynamic")
+  # Cross-built from Linux, as vcpkg's MinGW community triplets allow: EXTRA_CONFIGURE_ARGS
+  # carries the toolchain file and the staged dependencies standing in for vcpkg's ports.
+  set(VCPKG_TARGET_IS_WINDOWS ON)
+  set(VCPKG_TARGET_IS_MINGW ON)
+  set(VCPKG_LIBRARY_LINKAGE dynamic)
+  set(VCPKG_TARGET_EXECUTABLE_SUFFIX ".exe")
+  set(VCPKG_TARGET_SHARED_LIBRARY_SUFFIX ".dll")
+  if(NOT DEFINED MIMALLOC_SOURCE_DIR)
+    message(FATAL_ERROR "run_portfile.cmake: x64-mingw-dynamic needs -DMIMALLOC_SOURCE_DIR=... "
+      "(the mimalloc source vcpkg_from_github would download)")
+  endif()
+else()
+  message(FATAL_ERROR "run_portfile.cmake: TARGET_TRIPLET x64-linux or x64-mingw-dynamic")
+endif()
 set(CURRENT_PACKAGES_DIR "${WORK_DIR}/packages/${PORT}_${TARGET_TRIPLET}")
 set(CURRENT_INSTALLED_DIR "${WORK_DIR}/installed/${TARGET_TRIPLET}")
 set(CURRENT_HOST_INSTALLED_DIR "${WORK_DIR}/installed/x64-linux-host")
@@ -51,6 +71,11 @@ function(vcpkg_from_github)
       message(FATAL_ERROR "vcpkg_from_github: ${k} missing")
     endif()
   endforeach()
+  if(a_REPO STREQUAL "microsoft/mimalloc")
+    _mock_log("vcpkg_from_github ${a_REPO}@${a_REF}: using ${MIMALLOC_SOURCE_DIR}")
+    set(${a_OUT_SOURCE_PATH} "${MIMALLOC_SOURCE_DIR}" PARENT_SCOPE)
+    return()
+  endif()
   _mock_log("vcpkg_from_github ${a_REPO}@${a_REF}: using the local tree ${SOURCE_DIR}")
   set(${a_OUT_SOURCE_PATH} "${SOURCE_DIR}" PARENT_SCOPE)
 endfunction()
@@ -174,11 +199,11 @@ function(vcpkg_copy_tools)
   endif()
   file(MAKE_DIRECTORY "${a_DESTINATION}")
   foreach(t IN LISTS a_TOOL_NAMES)
-    if(NOT EXISTS "${a_SEARCH_DIR}/${t}${VCPKG_HOST_EXECUTABLE_SUFFIX}")
+    if(NOT EXISTS "${a_SEARCH_DIR}/${t}${VCPKG_TARGET_EXECUTABLE_SUFFIX}")
       message(FATAL_ERROR "vcpkg_copy_tools: ${t} not found in ${a_SEARCH_DIR}")
     endif()
     _mock_log("vcpkg_copy_tools: ${t} -> tools/${PORT}")
-    file(RENAME "${a_SEARCH_DIR}/${t}${VCPKG_HOST_EXECUTABLE_SUFFIX}" "${a_DESTINATION}/${t}${VCPKG_HOST_EXECUTABLE_SUFFIX}")
+    file(RENAME "${a_SEARCH_DIR}/${t}${VCPKG_TARGET_EXECUTABLE_SUFFIX}" "${a_DESTINATION}/${t}${VCPKG_TARGET_EXECUTABLE_SUFFIX}")
   endforeach()
   if(a_AUTO_CLEAN)
     file(GLOB rest "${CURRENT_PACKAGES_DIR}/bin/*")
