@@ -17,7 +17,7 @@ set(LLMKV_WINDOWS_UNIT_TESTS
   gguf tokenizer block_pool snapshot codec attention attention_partition matmul matmul_lane
   matmul_packed matmul_avx512 prefix_cache scheduler grammar sampler chat_template constraints
   batching engine engine_window kv_groups forward arch_forward backend_seam copy_engine host_tier
-  host_offload)
+  host_offload float_math activation)
 set(LLMKV_UNIT_SOURCES "")
 foreach(t ${LLMKV_WINDOWS_UNIT_TESTS})
   list(APPEND LLMKV_UNIT_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}_test.cpp)

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/float_math.h"
+
 namespace llmkv {
 
 namespace {
@@ -91,7 +93,7 @@ int32_t Sampler::sample(float *logits, const std::vector<int32_t> &context) {
     for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
     double sum = 0.0;
     for (size_t i = 0; i < n; ++i) {
-        double e = std::exp((double(candidates_[i].logit) - max_logit) / p.temperature);
+        double e = exp_double((double(candidates_[i].logit) - max_logit) / p.temperature);
         candidates_[i].prob = float(e);
         sum += e;
     }

@@ -12,6 +12,7 @@
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_features.h"
 #include "common/error.h"
+#include "common/float_math.h"
 #include "common/half.h"
 #include "kv/hadamard.h"
 
@@ -177,7 +178,7 @@ float softmax_partial_portable(float *x, uint32_t n, float scale, float *max_out
     }
     float sum = 0.0f;
     for (uint32_t t = 0; t < n; ++t) {
-        x[t] = std::exp(x[t] - max_score);
+        x[t] = exp_float(x[t] - max_score);
         sum += x[t];
     }
     *max_out = max_score;
@@ -559,7 +560,7 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             std::memset(o, 0, D * sizeof(float));
             for (uint32_t k = 0; k < un.n_parts; ++k) {
                 const float *pk = part + k * entry;
-                const float c = std::exp(pk[D] - m);
+                const float c = exp_float(pk[D] - m);
                 l += c * pk[D + 1];
                 for (uint32_t d = 0; d < D; ++d) o[d] += c * pk[d];
             }
@@ -620,7 +621,7 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
                     mx = std::max(mx, sc[t]);
                 }
                 double sum = 0;
-                for (uint32_t t = lo; t <= p; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+                for (uint32_t t = lo; t <= p; ++t) sum += (sc[t] = exp_double(sc[t] - mx));
                 float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
                 for (uint32_t d = 0; d < D; ++d) {
                     double acc = 0;

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/activation.h"
+#include "backend/cpu/cpu_features.h"
 #include "common/error.h"
+#include "common/float_math.h"
 #include "common/half.h"
 
 namespace llmkv {
@@ -19,7 +22,7 @@ void rms_norm(const float *x, const float *weight, uint32_t n, float eps, float 
 float gelu_tanh(float x) {
     constexpr float kSqrt2OverPi = 0.7978845608028654f;
     const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(inner));
+    return 0.5f * x * (1.0f + tanh_float(inner));
 }
 
 // Llama's rotary embedding as GGUF stores it: adjacent pairs (v[2i], v[2i+1]) rotate by
@@ -28,8 +31,8 @@ void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_di
                  float freq_scale, const float *inv_freq) {
     float p = float(pos) * freq_scale;
     for (uint32_t i = 0; i < rope_dim / 2; ++i) {
-        float angle = p * inv_freq[i];
-        float c = std::cos(angle), s = std::sin(angle);
+        float s, c;
+        sincos_float(p * inv_freq[i], s, c);
         for (uint32_t h = 0; h < n_heads; ++h) {
             float *x = v + size_t(h) * head_dim + 2 * i;
             float x0 = x[0], x1 = x[1];
@@ -47,8 +50,8 @@ void rope_rotate_halves(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t 
     const float p = float(pos) * freq_scale;
     const uint32_t half = rope_dim / 2;
     for (uint32_t i = 0; i < half; ++i) {
-        float angle = p * inv_freq[i];
-        float c = std::cos(angle), s = std::sin(angle);
+        float s, c;
+        sincos_float(p * inv_freq[i], s, c);
         for (uint32_t h = 0; h < n_heads; ++h) {
             float *x = v + size_t(h) * head_dim;
             float x0 = x[i], x1 = x[i + half];
@@ -258,20 +261,17 @@ void CpuBackend::scale(Tensor x, float s) {
 void CpuBackend::geglu(Tensor gate, Tensor up) {
     float *g = rows(gate);
     const float *u = rows(up);
-    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) g[i] = gelu_tanh(g[i]) * u[i];
-    });
+    const cpu::kernels::GluFn glu = cpu::kernels::geglu_kernel(cpu::cpu_has_avx2());
+    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256,
+                       [&](size_t b, size_t e) { glu(g + b, u + b, e - b); });
 }
 
 void CpuBackend::swiglu(Tensor gate, Tensor up) {
     float *g = rows(gate);
     const float *u = rows(up);
-    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) {
-            float gv = g[i];
-            g[i] = gv / (1.0f + std::exp(-gv)) * u[i];
-        }
-    });
+    const cpu::kernels::GluFn glu = cpu::kernels::swiglu_kernel(cpu::cpu_has_avx2());
+    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256,
+                       [&](size_t b, size_t e) { glu(g + b, u + b, e - b); });
 }
 
 void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {

@@ -86,7 +86,7 @@ private:
 };
 
 // gelu with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in f32
-// in this order (shared with tests).
+// in this order: the reference tests compare with (the backend's GeGLU is activation.h's).
 float gelu_tanh(float x);
 
 // Llama's RMSNorm and rotary embedding on one row (shared with tests).

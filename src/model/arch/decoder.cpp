@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/float_math.h"
 #include "model/arch/forward.h"
 
 namespace llmkv {
@@ -54,7 +55,7 @@ public:
             std::vector<float> &f = inv_freq_[r];
             f.resize(cfg_.rope_dim / 2);
             for (uint32_t i = 0; i < cfg_.rope_dim / 2; ++i) {
-                double v = 1.0 / std::pow(double(lr.freq_base), double(2 * i) / cfg_.rope_dim);
+                double v = 1.0 / pow_double(double(lr.freq_base), double(2 * i) / cfg_.rope_dim);
                 if (factors && lr.use_freq_factors) v /= factors[i];
                 f[i] = float(v);
             }
