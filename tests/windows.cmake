@@ -12,7 +12,7 @@
 #    tier looks first).
 # Left out, with why: the fault and fuzz builds (sanitizers), golden tests (their time under
 # Wine; the demo runs instead), the shell-script CLI tests and the language bindings.
-# (llmkv_test_support and LLMKV_TEST_DEFINES come from tests/CMakeLists.txt.)
+# (llmkv_test_support, LLMKV_TEST_DEFINES and llmkv_add_capi_tests come from tests/CMakeLists.txt.)
 set(LLMKV_WINDOWS_UNIT_TESTS
   gguf tokenizer block_pool snapshot codec attention attention_partition matmul matmul_lane
   matmul_packed matmul_avx512 prefix_cache scheduler grammar sampler chat_template constraints
@@ -32,16 +32,7 @@ target_compile_options(llmkv_unit_tests PRIVATE ${LLMKV_WARNINGS})
 add_test(NAME windows.unit COMMAND llmkv_unit_tests --gtest_brief=1)
 set_tests_properties(windows.unit PROPERTIES LABELS "unit" TIMEOUT 1800)
 
-file(GLOB LLMKV_CAPI_SOURCES CONFIGURE_DEPENDS capi/*.c)
-foreach(src ${LLMKV_CAPI_SOURCES})
-  get_filename_component(name ${src} NAME_WE)
-  add_executable(capi_${name} ${src})
-  target_link_libraries(capi_${name} PRIVATE llmkv PkgConfig::CMOCKA)
-  target_compile_definitions(capi_${name} PRIVATE ${LLMKV_TEST_DEFINES})
-  target_compile_options(capi_${name} PRIVATE -Wall -Wextra -Werror -pedantic)
-  add_test(NAME capi.${name} COMMAND capi_${name})
-  set_tests_properties(capi.${name} PROPERTIES LABELS "capi" TIMEOUT 900)
-endforeach()
+llmkv_add_capi_tests(900)  # tests/CMakeLists.txt
 
 # examples/game_loop.c: every way of driving llmkv from the frame loop serves all NPCs.
 if(TARGET example_game_loop)
