@@ -52,7 +52,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------------- */
 
 #define LLMKV_VERSION_MAJOR 0
-#define LLMKV_VERSION_MINOR 4
+#define LLMKV_VERSION_MINOR 5
 #define LLMKV_VERSION_PATCH 0
 #define LLMKV_VERSION_NUMBER \
     (LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH)
@@ -148,6 +148,20 @@ typedef enum llmkv_kv_rotation {
  * comparisons). Added in 0.3. */
 #define LLMKV_ENGINE_KEEP_WINDOW_BLOCKS 0x2u
 
+/* Tensor parallelism across processes (or machines): how the ranks exchange bytes, given
+ * by the application (the llmkv command implements it with MPI). Both calls are
+ * collective: every rank makes the same calls in the same order with the same byte counts.
+ * Return 0 on success; anything else stops the engine with LLMKV_ERR_BACKEND. Added in 0.5. */
+typedef struct llmkv_tp_transport {
+    void *ctx;          /* passed back to the callbacks */
+    int32_t rank;       /* this process: 0 runs the engine, 1..size-1 run llmkv_tp_serve */
+    int32_t size;       /* ranks in all */
+    /* On return every rank's buf (bytes) holds root's. */
+    int (*broadcast)(void *ctx, void *buf, size_t bytes, int32_t root);
+    /* On return every rank's recv (size * bytes) holds each rank's send (bytes), in rank order. */
+    int (*all_gather)(void *ctx, const void *send, void *recv, size_t bytes);
+} llmkv_tp_transport;
+
 typedef struct llmkv_engine_params {
     uint32_t struct_size;
     const char *model_path;    /* GGUF file; borrowed for the duration of create */
@@ -184,6 +198,21 @@ typedef struct llmkv_engine_params {
      * or app's own threads win the cores when both want them. Other values are
      * INVALID_ARGUMENT (raising priority needs privileges a host should not grant a library). */
     int32_t thread_priority;
+    /* ---- Appended in 0.5 (the 0.4 size, ending at thread_priority, and the 0.3 size are
+     * still accepted: these then take their defaults). Tensor parallelism on CPU ranks: the
+     * query and KV heads, the feed-forward columns and the output head's vocabulary are split
+     * over the ranks (Megatron style), each rank holding the KV of its own KV heads in its
+     * own pool with the same block ids; outputs equal one rank's up to the order of the
+     * partial sums (docs/PARALLELISM.md). The heads and feed-forward columns must divide by
+     * the rank count, or the KV heads replicate evenly (fewer KV heads than ranks). Long
+     * contexts beyond the device pool (host blocks read in place) are off with tp > 1;
+     * parking, swapping, prefix caching and snapshots work as with one rank. ---- */
+    /* Ranks as threads of this process, n_threads split among them. 0 or 1: none. */
+    uint32_t tp_size;
+    /* Ranks in other processes: this process is tp_transport->rank of tp_transport->size.
+     * Rank 0 calls llmkv_engine_create, every other rank llmkv_tp_serve, each with its own
+     * copy of the same model file. NULL: none. With tp_transport, tp_size is 0 or its size. */
+    const llmkv_tp_transport *tp_transport;
 } llmkv_engine_params;
 
 /* Fills defaults: AUTO backend, all cores, f16 K and V, 16-token blocks, automatic
@@ -211,6 +240,14 @@ LLMKV_API void llmkv_engine_params_init_sized(llmkv_engine_params *p, size_t siz
  * message names the field), UNSUPPORTED (architecture, tensor type, backend or dtype not
  * available), OUT_OF_MEMORY (KV pool). */
 LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out);
+
+/* Tensor parallelism across processes: runs rank p->tp_transport->rank (1 or more) until
+ * rank 0's engine is destroyed. Loads this rank's share of the model from p->model_path;
+ * the other parameters that matter (KV layout, pool sizes) come from rank 0. Returns LLMKV_OK
+ * after rank 0's shutdown; INVALID_ARGUMENT (no transport, rank 0), or the status of what
+ * stopped it: a setup that failed on any rank (the message names the rank), or
+ * BACKEND (the transport failed, rank 0 gave up before setting up). Added in 0.5. */
+LLMKV_API llmkv_status llmkv_tp_serve(const llmkv_engine_params *p);
 
 /* Destroys the engine and every session created from it. Session handles of this engine
  * become invalid. NULL is fine. */
@@ -258,6 +295,11 @@ typedef struct llmkv_engine_info {
     uint64_t kv_bytes_per_token_global; /* with window release: sealed bytes per token once it is
                                    outside every window (the global layers'); else as
                                    kv_bytes_per_token_device */
+    /* ---- Appended in 0.5 (the 0.1, 0.2 and 0.3 sizes are still accepted). ---- */
+    uint64_t kv_bytes_per_token_rank; /* tensor parallelism: sealed bytes per token on each rank
+                                   (its KV heads); else as kv_bytes_per_token_device */
+    uint64_t weight_bytes_rank; /* tensor parallelism: weight bytes each rank reads (its slices
+                                   and the replicated embedding and norms); else weight_bytes */
 } llmkv_engine_info;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */
@@ -304,6 +346,9 @@ typedef struct llmkv_stats {
     uint64_t grammar_mask_ns;       /* of which computing and applying grammar masks */
     uint64_t grammar_masks;         /* masks applied (one per constrained token) */
     uint64_t grammar_mask_cache_hits; /* of which served from a grammar's mask cache */
+    /* ---- Appended in 0.5 (the 0.1 and 0.2 sizes are still accepted). ---- */
+    uint64_t kv_bytes_used_rank;    /* tensor parallelism: kv_bytes_used on each rank (its KV
+                                       heads of the same blocks); else kv_bytes_used */
 } llmkv_stats;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */

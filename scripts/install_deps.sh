@@ -7,7 +7,8 @@ PKGS=(build-essential cmake ninja-build pkg-config python3 python3-pip
       clang libclang-rt-14-dev
       golang-go mono-mcs mono-devel nunit-console libnunit-cil-dev
       dpkg-dev lintian debootstrap file
-      python3-matplotlib)  # scripts/plot_bench.py (docs/charts)
+      python3-matplotlib  # scripts/plot_bench.py (docs/charts)
+      libopenmpi-dev openmpi-bin)  # the llmkv command's MPI ranks (tensor parallelism across processes)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -86,17 +86,50 @@ size_t size_v2<llmkv_engine_info>() {
     const size_t a = alignof(llmkv_engine_info);
     return (offsetof(llmkv_engine_info, kv_window) + a - 1) / a * a;
 }
+// Where the 0.3/0.4 version ended (before the 0.5 fields).
+template <typename T>
+size_t size_v3() {
+    return sizeof(T);
+}
+template <>
+size_t size_v3<llmkv_engine_info>() {
+    return offsetof(llmkv_engine_info, kv_bytes_per_token_rank);
+}
+template <>
+size_t size_v3<llmkv_stats>() {
+    return offsetof(llmkv_stats, kv_bytes_used_rank);
+}
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() || out->struct_size == size_v2<T>();
+    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() || out->struct_size == size_v2<T>() ||
+           out->struct_size == size_v3<T>();
 }
 
 // engine_params of 0.1 to 0.3 ended at kv_rotation.
 constexpr size_t kEngineParamsV3 = offsetof(llmkv_engine_params, spin_us);
 static_assert(sizeof(void *) != 8 || kEngineParamsV3 == 96, "the 0.3 engine_params size is part of the ABI");
+// engine_params of 0.4 ended at thread_priority.
+constexpr size_t kEngineParamsV4 = offsetof(llmkv_engine_params, tp_size);
+static_assert(sizeof(void *) != 8 || kEngineParamsV4 == 104, "the 0.4 engine_params size is part of the ABI");
 
 // session_params of 0.1 ended at user_data.
 constexpr size_t kSessionParamsV1 = offsetof(llmkv_session_params, stop_strings);
+
+// The caller's engine_params (any known size) with the fields its version lacks at their
+// defaults; false (the error set) for an unknown size.
+bool full_engine_params(const llmkv_engine_params *p, llmkv_engine_params &params) {
+    if (p->struct_size != sizeof(llmkv_engine_params) && p->struct_size != kEngineParamsV4 &&
+        p->struct_size != kEngineParamsV3) {
+        set_error(LLMKV_ERR_INVALID_ARGUMENT,
+                  llmkv::strprintf("engine_params.struct_size = %u is not a known size (%zu, %zu or %zu); call "
+                                   "llmkv_engine_params_init",
+                                   p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV4, kEngineParamsV3));
+        return false;
+    }
+    llmkv_engine_params_init_sized(&params, sizeof(params));
+    std::memcpy(&params, p, p->struct_size);
+    return true;
+}
 
 void require_no_worker(const Engine *engine, const char *call) {
     if (engine->worker_running()) {
@@ -175,13 +208,16 @@ LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_e
     LLMKV_REQUIRE(out, "out is NULL");
     *out = nullptr;
     LLMKV_REQUIRE(p, "params is NULL");
-    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_engine_params) || p->struct_size == kEngineParamsV3,
-                  "engine_params.struct_size = %u is not a known size (%zu or %zu); call llmkv_engine_params_init",
-                  p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV3);
     llmkv_engine_params params;  // fields the caller's version lacks take their defaults
-    llmkv_engine_params_init_sized(&params, sizeof(params));
-    std::memcpy(&params, p, p->struct_size);
+    if (!full_engine_params(p, params)) return LLMKV_ERR_INVALID_ARGUMENT;
     return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(params).release()); });
+}
+
+LLMKV_API llmkv_status llmkv_tp_serve(const llmkv_engine_params *p) {
+    LLMKV_REQUIRE(p, "params is NULL");
+    llmkv_engine_params params;
+    if (!full_engine_params(p, params)) return LLMKV_ERR_INVALID_ARGUMENT;
+    return guarded([&] { Engine::serve_rank(params); });
 }
 
 LLMKV_API void llmkv_engine_destroy(llmkv_engine *e) {

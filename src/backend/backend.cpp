@@ -31,4 +31,16 @@ BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometr
     return {uint32_t(T), uint32_t(n_logits)};
 }
 
+void Backend::all_reduce(Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
+}
+
+void Backend::gather_logits(const float *, uint32_t, uint32_t, uint32_t, uint32_t, float *) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
+}
+
+void Backend::set_communicator(Communicator *) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
+}
+
 }  // namespace llmkv

@@ -35,6 +35,8 @@
 
 namespace llmkv {
 
+class Communicator;
+
 // One span of a batch: consecutive tokens of one session.
 struct ForwardSpan {
     SessionKv *kv;          // positions start at kv->n_tokens; blocks must be reserved
@@ -162,6 +164,19 @@ public:
     virtual void logits(const WeightMatrix &w, Tensor x, float *host) = 0;
     // Ends the batch (after its last op).
     virtual void end_batch() = 0;
+
+    // ---- tensor parallelism (a rank's backend: model/shard.h, parallel/) ---------------
+    // x = the sum of x over the ranks of the backend's communicator (set_communicator),
+    // added in rank order so that every rank holds the same bits. Without a communicator:
+    // nothing (one rank). Backends without one: UNSUPPORTED.
+    virtual void all_reduce(Tensor x);
+    // Logits split by vocabulary: this rank's rows x local_cols values (columns
+    // [rank * stride, rank * stride + local_cols) of the rows x n_vocab logits) gathered into
+    // host (rows x n_vocab) on every rank. Backends without a communicator: UNSUPPORTED.
+    virtual void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                               uint32_t n_vocab, float *host);
+    // The ranks this backend's collectives run over (not owned; null: none).
+    virtual void set_communicator(Communicator *comm);
 
     // ---- KV storage and tiers -----------------------------------------------------------
     // The queue that moves KV blocks and tail slots between the pools and host memory.

@@ -57,10 +57,69 @@ uint32_t raw_enum(const Enum &field) {
 }  // namespace
 
 std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
+    bool ranks_told = false;
+    try {
+        return create_impl(p, ranks_told);
+    } catch (const std::exception &e) {
+        if (p.tp_transport && !ranks_told && p.tp_transport->rank == 0) {
+            // Ranks waiting in llmkv_tp_serve for a setup that will not come.
+            try {
+                TransportCommunicator comm(*p.tp_transport);
+                abort_ranks(comm, e.what());
+            } catch (const std::exception &) {
+            }
+        }
+        throw;
+    }
+}
+
+void Engine::serve_rank(const llmkv_engine_params &p) {
+    if (!p.tp_transport) fail(LLMKV_ERR_INVALID_ARGUMENT, "llmkv_tp_serve: engine_params.tp_transport is NULL");
+    TransportCommunicator comm(*p.tp_transport);
+    if (comm.rank() == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "llmkv_tp_serve: rank 0 runs the engine (llmkv_engine_create)");
+    if (p.n_threads > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
+    // A rank whose model does not load still takes part in the setup, to tell rank 0.
+    std::string load_error;
+    std::shared_ptr<GgufFile> file;
+    std::unique_ptr<LlamaModel> model;
+    try {
+        if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
+        file = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
+        model = LlamaModel::load(file);
+    } catch (const std::exception &e) {
+        load_error = e.what();
+    }
+    RankThreads threads;
+    threads.n_threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
+    threads.spin_us = p.spin_us;
+    threads.priority = p.thread_priority;
+    SpawnPriority spawn_priority(p.thread_priority);
+    llmkv::serve_rank(model.get(), load_error, comm, threads);
+}
+
+std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &ranks_told) {
     if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
     const uint32_t backend = raw_enum(p.backend), dtype_k = raw_enum(p.kv_dtype_k), dtype_v = raw_enum(p.kv_dtype_v);
     if (backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %u is unknown", backend);
-    if (p.n_devices > 1) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism (n_devices = %u) is not available yet", p.n_devices);
+    if (p.n_devices > 1) {
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "tensor parallelism over %u GPUs (NCCL) is not available yet; CPU ranks: engine_params.tp_size or "
+             "tp_transport", p.n_devices);
+    }
+    if (p.tp_size > 256) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u exceeds 256", p.tp_size);
+    if (p.tp_transport) {
+        const llmkv_tp_transport &t = *p.tp_transport;
+        if (t.size < 1 || t.size > 256 || t.rank < 0 || t.rank >= t.size) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_transport: rank %d of size %d", t.rank, t.size);
+        }
+        if (t.rank != 0) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_transport: rank %d calls llmkv_tp_serve, not "
+                 "llmkv_engine_create (rank 0 runs the engine)", t.rank);
+        }
+        if (p.tp_size > 1 && p.tp_size != uint32_t(t.size)) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u differs from tp_transport's %d ranks", p.tp_size, t.size);
+        }
+    }
     if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
     if (!known_dtype(dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %u is unknown", dtype_k);
     if (!known_dtype(dtype_v)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_v = %u is unknown", dtype_v);
@@ -84,6 +143,12 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
 
     std::unique_ptr<Engine> e(new Engine());
     e->params_ = p;
+    e->params_.tp_transport = nullptr;  // borrowed; not kept
+    e->tp_size_ = p.tp_transport ? uint32_t(p.tp_transport->size) : std::max<uint32_t>(1, p.tp_size);
+    if (e->tp_size_ > 1 && backend == LLMKV_BACKEND_CUDA) {
+        fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism runs on CPU ranks (tp_size %u with the CUDA backend: not yet)",
+             e->tp_size_);
+    }
     e->params_.model_path = nullptr;  // borrowed; not kept
     e->file_ = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
     e->model_ = LlamaModel::load(e->file_);
@@ -134,11 +199,19 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     for (uint32_t w : windows) e->window_ = std::max(e->window_, w);
     if (!(p.flags & LLMKV_ENGINE_KEEP_WINDOW_BLOCKS)) set_layer_groups(g, windows);
     const uint32_t max_sessions = p.max_sessions ? p.max_sessions : kDefaultMaxSessions;
-    e->create_kv_and_backend(g, backend, max_sessions);
-    e->forward_ = Forward::create(*e->model_, *e->backend_, e->max_batch_tokens_);
+    if (e->tp_size_ > 1) {
+        const std::string why = shard_unsupported_reason(*e->model_, e->tp_size_);
+        if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", e->tp_size_, why.c_str());
+        ranks_told = true;  // from here on the TpBackend tells the ranks
+        e->create_tp(g, max_sessions, p.tp_transport);
+    } else {
+        e->create_kv_and_backend(g, backend, max_sessions);
+    }
+    e->forward_ = Forward::create(*e->model_, *e->backend_, e->max_batch_tokens_, e->tp_ ? &e->tp_->shard() : nullptr);
 
     e->scheduler_ = std::make_unique<Scheduler>(*e->kv_, e->max_batch_tokens_);
-    e->params_.n_threads = e->pool_->size();
+    // Compute threads of this process (with in-process ranks: all ranks' together).
+    e->params_.n_threads = e->tp_ ? e->rank_threads_ * (p.tp_transport ? 1 : e->tp_size_) : e->pool_->size();
     e->params_.kv_block_tokens = g.block_tokens;
     e->params_.max_sessions = max_sessions;
     e->params_.max_batch_tokens = e->max_batch_tokens_;
@@ -147,7 +220,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
                      "(%s), %u threads, KV %s/%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
                      c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
-                     be->device_name().c_str(), unsigned(e->pool_->size()), codec_name(kg.dtype_k),
+                     be->device_name().c_str(), unsigned(e->params_.n_threads), codec_name(kg.dtype_k),
                      codec_name(kg.dtype_v), e->kv_->total_blocks(), kg.block_tokens, kg.sealed_block_bytes(),
                      kg.n_groups, kg.n_groups == 1 ? "" : "s");
     return e;
@@ -172,7 +245,42 @@ Engine::~Engine() {
     kv_.reset();
 }
 
-void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions) {
+void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport) {
+    const llmkv_engine_params &p = params_;
+    create_kv(g, max_sessions);
+    const unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
+    pool_ = std::make_unique<ThreadPool>(1);  // the ranks have their own
+    max_batch_tokens_ = p.max_batch_tokens ? p.max_batch_tokens : kDefaultMaxBatchTokens;
+    TpSetup setup;
+    setup.geometry = g;
+    setup.n_sealed_blocks = kv_->total_blocks();
+    setup.n_tail_slots = max_sessions;
+    setup.max_tokens = max_batch_tokens_;
+    RankThreads rank_threads;
+    rank_threads.spin_us = p.spin_us;
+    rank_threads.priority = p.thread_priority;
+    std::unique_ptr<TpBackend> tp;
+    if (transport) {
+        tp_comm_ = std::make_unique<TransportCommunicator>(*transport);
+        rank_threads.n_threads = threads;
+        tp = std::make_unique<TpBackend>(*model_, setup, *tp_comm_, rank_threads);
+    } else {
+        std::vector<std::unique_ptr<Communicator>> comms = InProcessGroup::make(tp_size_);
+        tp_comm_ = std::move(comms[0]);
+        comms.erase(comms.begin());
+        rank_threads.n_threads = std::max(1u, threads / tp_size_);
+        tp = std::make_unique<TpBackend>(*model_, setup, *tp_comm_, rank_threads, std::move(comms), rank_threads);
+    }
+    tp_ = tp.get();
+    rank_threads_ = rank_threads.n_threads;
+    backend_ = std::move(tp);
+    Backend *be = backend_.get();
+    kv_->attach(be->make_transfer_queue(p.kv_host_bytes != 0), be->host_allocator(),
+                [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
+    kv_->set_offload_allowed(false);
+}
+
+void Engine::create_kv(const KvGeometry &g, uint32_t max_sessions) {
     const llmkv_engine_params &p = params_;
     const size_t block_bytes = g.sealed_block_bytes();
     uint64_t budget = p.kv_device_bytes;
@@ -210,6 +318,11 @@ void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_
         }
     }
     kv_ = std::make_unique<KvManager>(kc);
+}
+
+void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions) {
+    const llmkv_engine_params &p = params_;
+    create_kv(g, max_sessions);
 
     if (!pool_) {
         unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
@@ -260,11 +373,11 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.n_heads = c.n_heads;
     out.n_kv_heads = c.n_kv_heads;
     out.head_dim = c.head_dim;
-    out.n_threads = pool_->size();
+    out.n_threads = params_.n_threads;
     out.kv_block_tokens = g.block_tokens;
     out.kv_dtype_k = g.dtype_k;
     out.kv_dtype_v = g.dtype_v;
-    out.tp_size = 1;
+    out.tp_size = tp_size_;
     out.n_params = model_->n_params();
     out.weight_bytes = model_->weight_bytes();
     out.kv_bytes_per_token_device = g.sealed_block_bytes() * g.n_groups / g.block_tokens;
@@ -272,6 +385,9 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.kv_layer_groups = g.n_groups;
     out.kv_bytes_per_token_global = g.sealed_block_bytes() / g.block_tokens;
     out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.tail_capacity();
+    const KvGeometry &rg = tp_ ? tp_->rank_kv_geometry() : g;
+    out.kv_bytes_per_token_rank = rg.sealed_block_bytes() * rg.n_groups / rg.block_tokens;
+    out.weight_bytes_rank = tp_ ? tp_->shard().weight_bytes() : out.weight_bytes;
     out.kv_device_bytes = kv_device_bytes_;
     out.kv_blocks_total = kv_->cache().sealed_pool().n_total();
     out.kv_tail_blocks_total = kv_->cache().tail_pool().n_total();
@@ -308,6 +424,12 @@ void Engine::get_stats(llmkv_stats &out) const {
         out.tokens_stored += s->kv.n_tokens;
     }
     out.kv_bytes_used = uint64_t(out.blocks_used) * sealed.block_bytes() + uint64_t(tails.n_used()) * tails.block_bytes();
+    if (tp_) {
+        const KvGeometry &rg = tp_->rank_kv_geometry();
+        out.kv_bytes_used_rank = uint64_t(out.blocks_used) * rg.sealed_block_bytes() + uint64_t(tails.n_used()) * rg.tail_block_bytes();
+    } else {
+        out.kv_bytes_used_rank = out.kv_bytes_used;
+    }
     out.prefix_hit_tokens = kv_->prefix_hit_tokens();
     out.prefix_miss_tokens = kv_->prefix_miss_tokens();
     out.tokens_prefilled = tokens_prefilled_;

@@ -27,6 +27,8 @@
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
+#include "parallel/communicator.h"
+#include "parallel/tensor_parallel.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 
@@ -71,6 +73,9 @@ struct Prefix {
 class Engine {
 public:
     static std::unique_ptr<Engine> create(const llmkv_engine_params &params);
+    // Tensor parallelism over a transport: runs rank params.tp_transport->rank >= 1 until
+    // rank 0's engine shuts it down (llmkv_tp_serve).
+    static void serve_rank(const llmkv_engine_params &params);
     ~Engine();
 
     // Serializes every call on the engine (FIFO: see common/fair_mutex.h).
@@ -141,6 +146,13 @@ private:
     // The KV manager, the thread pool (once) and the backend for geometry g; with layer
     // groups on a backend that cannot read them, again without groups.
     void create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions);
+    // The KV manager (pool sizes from the budget) for geometry g.
+    void create_kv(const KvGeometry &g, uint32_t max_sessions);
+    // Tensor parallelism: the KV manager and a TpBackend over tp_size_ ranks (threads of
+    // this process, or the transport's processes).
+    void create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport);
+    // create() without telling waiting ranks that it failed (ranks_told: the setup went out).
+    static std::unique_ptr<Engine> create_impl(const llmkv_engine_params &params, bool &ranks_told);
     Engine() = default;
     void push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
                     llmkv_status status);
@@ -209,6 +221,12 @@ private:
     std::unique_ptr<LlamaModel> model_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<ThreadPool> pool_;
+    // Tensor parallelism: rank 0's communicator (before backend_: outlives it), the backend
+    // as a TpBackend (null with one rank), and the rank count.
+    std::unique_ptr<Communicator> tp_comm_;
+    TpBackend *tp_ = nullptr;
+    uint32_t tp_size_ = 1;
+    unsigned rank_threads_ = 0;  // threads of each rank (tensor parallelism)
     std::unique_ptr<Backend> backend_;    // declared before kv_: destroyed after it (the host tier may be its memory)
     std::unique_ptr<KvManager> kv_;
     std::unique_ptr<Forward> forward_;

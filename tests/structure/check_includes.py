@@ -22,14 +22,16 @@ RULES = {
     "src/model/arch": {"platform", "common", "kv", "model", "model/arch", "backend/backend.h"},
     "src/backend": {"platform", "common", "kv", "model", "backend/backend.h", "backend/factory.h",
                     "backend/cpu", "backend/cuda"},  # factory.cpp: the one place naming every backend
-    "src/backend/cpu": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cpu"},
+    "src/backend/cpu": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cpu",
+                        "parallel/communicator.h"},
     "src/backend/cuda": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cuda"},
     "src/sched": {"platform", "common", "kv", "sched"},
     "src/grammar": {"platform", "common", "grammar"},
     "src/engine": {"platform", "common", "kv", "model", "model/arch", "sched", "engine", "grammar",
-                   "backend/backend.h", "backend/factory.h"},
+                   "backend/backend.h", "backend/factory.h", "parallel"},
     "src/api": {"platform", "common", "engine"},
-    "src/parallel": {"platform", "common", "kv", "model", "backend/backend.h", "parallel"},
+    "src/parallel": {"platform", "common", "kv", "model", "model/arch", "backend/backend.h",
+                     "backend/factory.h", "parallel"},
     "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h",
                 "model/tensor_type.h"},  # the packed block layouts the device decoders read
 }

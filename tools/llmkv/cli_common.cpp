@@ -190,4 +190,47 @@ void add_sampling_options(CLI::App &app, llmkv_sampling *target) {
     add_integer(app, "--seed", &target->seed, "random seed of the session's sampler");
 }
 
+namespace {
+MpiTransportFn g_mpi_transport = nullptr;
+}  // namespace
+
+void set_mpi_transport(MpiTransportFn fn) { g_mpi_transport = fn; }
+
+void add_tp_options(CLI::App &app, TpOptions *target) {
+    *target = TpOptions{};
+    add_uint_option(app, "--tp", &target->tp, "tensor parallelism: this many CPU ranks (threads of this process)");
+    app.add_flag("--mpi", target->mpi, "tensor parallelism: one rank per MPI process (mpirun -np N llmkv-mpi ...)");
+}
+
+bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p) {
+    if (o.mpi) {
+        if (!g_mpi_transport) {
+            std::fprintf(stderr, "llmkv: --mpi needs the llmkv-mpi binary (built where Open MPI's development files "
+                                 "are installed)\n");
+            return false;
+        }
+        std::string error;
+        const llmkv_tp_transport *t = g_mpi_transport(&error);
+        if (!t) {
+            std::fprintf(stderr, "llmkv: MPI: %s\n", error.c_str());
+            return false;
+        }
+        p.tp_transport = t;
+        p.tp_size = o.tp;
+        return true;
+    }
+    p.tp_size = o.tp;
+    return true;
+}
+
+bool serve_tp_rank(const llmkv_engine_params &p, int *rc) {
+    if (!p.tp_transport || p.tp_transport->rank == 0) return false;
+    const llmkv_status st = llmkv_tp_serve(&p);
+    if (st != LLMKV_OK) {
+        std::fprintf(stderr, "llmkv: rank %d: %s: %s\n", p.tp_transport->rank, llmkv_status_string(st), llmkv_last_error());
+    }
+    *rc = st == LLMKV_OK ? 0 : 1;
+    return true;
+}
+
 }  // namespace llmkv_cli

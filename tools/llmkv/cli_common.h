@@ -69,4 +69,25 @@ CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::
 
 llmkv_kv_dtype kv_dtype_from_name(const std::string &name);  // throws CLI::ValidationError
 
+// ---- tensor parallelism on CPU ranks ------------------------------------------------------
+// --tp N: N ranks as threads of this process. --mpi: one rank per MPI process (`mpirun -np
+// N llmkv-mpi run --mpi ...`; only the llmkv-mpi binary, built where Open MPI is installed,
+// has it).
+struct TpOptions {
+    uint32_t tp = 0;
+    bool mpi = false;
+};
+void add_tp_options(CLI::App &app, TpOptions *target);
+// Sets p's tp_size / tp_transport. False (and a message) when --mpi cannot be honoured.
+bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p);
+// With --mpi on ranks 1..: serves rank 0's engine until it ends (true, exit status in *rc).
+// False on rank 0 (and without --mpi): the caller creates the engine.
+bool serve_tp_rank(const llmkv_engine_params &p, int *rc);
+// The MPI transport (set by llmkv-mpi's main before the command line runs): initializes
+// MPI on first use; null and *error on failure.
+using MpiTransportFn = const llmkv_tp_transport *(*)(std::string *error);
+void set_mpi_transport(MpiTransportFn fn);
+// The llmkv command line (main() of llmkv and llmkv-mpi).
+int cli_main(int argc, char **argv);
+
 }  // namespace llmkv_cli

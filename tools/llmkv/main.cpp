@@ -17,6 +17,10 @@
 
 namespace {
 
+using llmkv_cli::apply_tp_options;
+using llmkv_cli::serve_tp_rank;
+using llmkv_cli::TpOptions;
+
 struct RunOptions {
     std::string model;
     std::string prompt;
@@ -40,6 +44,7 @@ struct RunOptions {
     std::string grammar_file;             // --grammar FILE (GBNF)
     std::string json_schema_file;         // --json-schema FILE
     std::string grammar_root = "root";
+    TpOptions tp;
 };
 
 // "TOKEN=BIAS": BIAS a number or -inf (bans the token).
@@ -156,6 +161,8 @@ int cmd_run(const RunOptions &o) {
     ep.kv_dtype_k = o.kv_dtype;
     ep.kv_dtype_v = o.kv_dtype_v >= 0 ? llmkv_kv_dtype(o.kv_dtype_v) : o.kv_dtype;
     ep.kv_residual_tokens = o.kv_residual;
+    if (!apply_tp_options(o.tp, ep)) return 1;
+    if (int rc = 0; serve_tp_rank(ep, &rc)) return rc;
     llmkv_engine *engine = nullptr;
     double t_load = now_seconds();
     if (check(llmkv_engine_create(&ep, &engine), "engine_create")) return 1;
@@ -318,6 +325,7 @@ Command add_run(CLI::App &parent) {
     app->add_flag("-v,--verbose", o->verbose, "log engine information on stderr");
     add_sampling_options(*app, &o->sampling);
     add_threads_option(*app, &o->n_threads);
+    add_tp_options(*app, &o->tp);
     add_uint_option(*app, "--max-context", &o->max_context, "tokens per session at most (0: the model's)");
     add_kv_dtype_option(*app, "--kv-dtype", &o->kv_dtype, "KV cache dtype (K and V)");
     CLI::Option *dtype_v = add_kv_dtype_option(*app, "--kv-dtype-v", &o->kv_dtype_v_choice,
@@ -345,8 +353,7 @@ Command add_run(CLI::App &parent) {
 
 }  // namespace llmkv_cli
 
-int main(int argc, char **argv) {
-    using namespace llmkv_cli;
+int llmkv_cli::cli_main(int argc, char **argv) {
     set_command_line(argc, argv);  // for the benches' --json reports
     CLI::App app("llmkv: an embeddable LLM inference runtime", "llmkv");
     // A repeated option keeps its last value (`-n 8 -n 16` is 16), as it always has.

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/float_math.h"
 #include "common/half.h"
+#include "parallel/communicator.h"
 
 namespace llmkv {
 
@@ -288,6 +289,20 @@ void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
 
 void CpuBackend::logits(const WeightMatrix &w, Tensor x, float *host) {
     cpu::matmul(with_packed(w), rows(x), x.cols, x.rows, host, w.rows, pool_, matmul_scratch_);
+}
+
+void CpuBackend::all_reduce(Tensor x) {
+    if (comm_) comm_->all_reduce_sum(rows(x), size_t(x.rows) * x.cols);
+}
+
+void CpuBackend::gather_logits(const float *local, uint32_t n_rows, uint32_t local_cols, uint32_t stride,
+                               uint32_t n_vocab, float *host) {
+    if (comm_) {
+        comm_->gather_columns(local, n_rows, local_cols, stride, n_vocab, host);
+        return;
+    }
+    if (local_cols != n_vocab) fail(LLMKV_ERR_INTERNAL, "gather_logits: %u of %u columns on one rank", local_cols, n_vocab);
+    std::memcpy(host, local, size_t(n_rows) * n_vocab * sizeof(float));
 }
 
 std::unique_ptr<KvTransferQueue> CpuBackend::make_transfer_queue(bool async) {

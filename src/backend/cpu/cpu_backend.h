@@ -46,6 +46,10 @@ public:
     void gather_logit_rows(Tensor x, Tensor out) override;
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override { spans_ = nullptr; }
+    void all_reduce(Tensor x) override;
+    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride, uint32_t n_vocab,
+                       float *host) override;
+    void set_communicator(Communicator *comm) override { comm_ = comm; }
 
     std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override;
     HostAllocator host_allocator() override { return mmap_host_allocator(); }
@@ -60,6 +64,7 @@ private:
 
     KvCache &cache_;
     ThreadPool &pool_;
+    Communicator *comm_ = nullptr;
     std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
     uint64_t buffer_bytes_ = 0;
     cpu::MatmulScratch matmul_scratch_;

@@ -17,6 +17,11 @@
 //     x += f
 //   logits = rms_norm(x, output_norm) Wout   (rows that want logits)
 //
+// Tensor parallelism (a ModelShard): the same sequence on one rank's heads and feed-forward
+// columns, with x += all_reduce(o) and x += all_reduce(f) (each rank's partial product of
+// Wo and Wdown summed over the ranks before the post norms), and the logits of the rank's
+// vocabulary rows gathered from every rank.
+//
 // Llama 2/3, Mistral, SmolLM2, TinyLlama ("llama"), Qwen2/2.5 ("qwen2"), Qwen3 ("qwen3"),
 // Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3").
 #include <cmath>
@@ -31,8 +36,14 @@ namespace {
 
 class DecoderForward final : public Forward {
 public:
-    DecoderForward(const LlamaModel &model, Backend &backend, uint32_t max_tokens)
-        : model_(model), cfg_(model.config()), be_(backend), max_tokens_(max_tokens) {
+    DecoderForward(const LlamaModel &model, Backend &backend, uint32_t max_tokens, const ModelShard *shard)
+        : model_(model),
+          shard_(shard),
+          cfg_(shard ? shard->config() : model.config()),
+          layers_(shard ? shard->layers() : model.layers()),
+          output_(shard ? shard->output() : model.output()),
+          be_(backend),
+          max_tokens_(max_tokens) {
         const uint32_t T = max_tokens;
         x_ = be_.alloc(T, cfg_.n_embd);
         xn_ = be_.alloc(T, cfg_.n_embd);
@@ -66,14 +77,17 @@ public:
             rp.inv_freq = f.data();
         }
 
+        if (shard_) local_logits_.resize(size_t(T) * shard_->ranges().n_vocab);
         WeightSet w;
         w.matrices.push_back(&model.token_embedding());
-        if (model.output().data != model.token_embedding().data) w.matrices.push_back(&model.output());
+        if (output_.data != model.token_embedding().data || output_.rows != model.token_embedding().rows) {
+            w.matrices.push_back(&output_);
+        }
         w.vectors.push_back({model.output_norm(), cfg_.n_embd});
         auto vec = [&](const float *p, uint32_t n) {
             if (p) w.vectors.push_back({p, n});
         };
-        for (const LlamaLayer &L : model.layers()) {
+        for (const LlamaLayer &L : layers_) {
             for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
                 w.matrices.push_back(m);
             }
@@ -107,7 +121,7 @@ public:
         be_.embed(model_.token_embedding(), x);
         if (cfg_.embd_scale != 1.0f) be_.scale(x, cfg_.embd_scale);
         for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
-            const LlamaLayer &L = model_.layers()[l];
+            const LlamaLayer &L = layers_[l];
             const RopeParams &rope = ropes_[cfg_.layer_rope[l]];
             be_.rms_norm(x, L.attn_norm, cfg_.rms_eps, xn);
             be_.matmul(L.wq, xn, q);
@@ -127,6 +141,7 @@ public:
             be_.write_kv(l, k, v);
             be_.attention(l, q, cfg_.n_heads, cfg_.attn_scale, cfg_.window(l), attn);
             be_.matmul(L.wo, attn, tmp);
+            if (shard_) be_.all_reduce(tmp);
             if (L.post_attn_norm) be_.rms_norm(tmp, L.post_attn_norm, cfg_.rms_eps, tmp);
             be_.add(x, tmp);
 
@@ -139,6 +154,7 @@ public:
                 be_.swiglu(gate, up);
             }
             be_.matmul(L.w_down, gate, tmp);
+            if (shard_) be_.all_reduce(tmp);
             if (L.post_ffn_norm) be_.rms_norm(tmp, L.post_ffn_norm, cfg_.rms_eps, tmp);
             be_.add(x, tmp);
         }
@@ -150,27 +166,39 @@ public:
             Tensor last = last_.first_rows(n_logits), last_norm = last_norm_.first_rows(n_logits);
             be_.gather_logit_rows(x, last);
             be_.rms_norm(last, model_.output_norm(), cfg_.rms_eps, last_norm);
-            be_.logits(model_.output(), last_norm, logits.data());
+            if (shard_) {
+                const ShardRanges &r = shard_->ranges();
+                be_.logits(output_, last_norm, local_logits_.data());
+                be_.gather_logits(local_logits_.data(), n_logits, r.n_vocab, r.vocab_stride, cfg_.n_vocab,
+                                  logits.data());
+            } else {
+                be_.logits(output_, last_norm, logits.data());
+            }
         }
         be_.end_batch();
     }
 
 private:
     const LlamaModel &model_;
+    const ModelShard *shard_;  // null: the whole model on one rank
     const LlamaConfig &cfg_;
+    const std::vector<LlamaLayer> &layers_;
+    const WeightMatrix &output_;
     Backend &be_;
     uint32_t max_tokens_;
     Tensor x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_, last_, last_norm_;
     std::vector<std::vector<float>> inv_freq_;
     std::vector<RopeParams> ropes_;
+    std::vector<float> local_logits_;  // this rank's vocabulary columns (tensor parallelism)
 };
 
 }  // namespace
 
-std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backend, uint32_t max_tokens) {
+std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backend, uint32_t max_tokens,
+                                         const ModelShard *shard) {
     const std::string &arch = model.config().architecture;
     if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" || arch == "phi3") {
-        return std::make_unique<DecoderForward>(model, backend, max_tokens);
+        return std::make_unique<DecoderForward>(model, backend, max_tokens, shard);
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no forward pass for architecture '%s'", arch.c_str());
 }

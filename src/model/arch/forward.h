@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "model/llama_model.h"
+#include "model/shard.h"
 
 namespace llmkv {
 
@@ -23,7 +24,11 @@ public:
     // The forward pass of the model's architecture on `backend`, for batches of up to
     // max_tokens tokens. Allocates its activations now (backend.alloc) and gives the
     // backend the weights. Throws LLMKV_ERR_UNSUPPORTED for an architecture without one.
-    static std::unique_ptr<Forward> create(const LlamaModel &model, Backend &backend, uint32_t max_tokens);
+    // With a shard (tensor parallelism): the forward pass of one rank, on its slices of the
+    // weights; the backend's communicator sums the attention and MLP outputs over the
+    // ranks and gathers the logits, which every rank returns whole.
+    static std::unique_ptr<Forward> create(const LlamaModel &model, Backend &backend, uint32_t max_tokens,
+                                           const ModelShard *shard = nullptr);
     virtual ~Forward() = default;
 
     // Runs the batch. On return each span's kv->n_tokens has advanced by n, and logits

@@ -1,0 +1,132 @@
+#include "model/shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "common/error.h"
+
+namespace llmkv {
+
+namespace {
+
+int64_t block_elements(const WeightMatrix &w) { return tensor_type_block_elements(w.type); }
+
+}  // namespace
+
+std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
+    const LlamaConfig &c = model.config();
+    if (size == 0) return "0 ranks";
+    if (size == 1) return "";
+    if (c.n_heads % size != 0) return strprintf("%u query heads do not split over %u ranks", c.n_heads, size);
+    if (c.n_kv_heads % size != 0 && size % c.n_kv_heads != 0) {
+        return strprintf("%u KV heads neither split over %u ranks nor replicate evenly on them", c.n_kv_heads, size);
+    }
+    if (c.n_ff % size != 0) return strprintf("%u feed-forward columns do not split over %u ranks", c.n_ff, size);
+    if (c.n_vocab < size) return strprintf("a vocabulary of %u tokens does not split over %u ranks", c.n_vocab, size);
+    const uint32_t q_cols = c.n_heads / size * c.head_dim, ff_cols = c.n_ff / size;
+    for (size_t l = 0; l < model.layers().size(); ++l) {
+        const LlamaLayer &L = model.layers()[l];
+        if (q_cols % block_elements(L.wo) != 0) {
+            return strprintf("layer %zu: attn_output is %s, whose %lld-value blocks do not split at %u columns", l,
+                             tensor_type_name(L.wo.type), (long long)block_elements(L.wo), q_cols);
+        }
+        if (ff_cols % block_elements(L.w_down) != 0) {
+            return strprintf("layer %zu: ffn_down is %s, whose %lld-value blocks do not split at %u columns", l,
+                             tensor_type_name(L.w_down.type), (long long)block_elements(L.w_down), ff_cols);
+        }
+    }
+    return "";
+}
+
+ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size) {
+    ShardRanges r;
+    r.n_q_heads = c.n_heads / size;
+    r.q_head0 = rank * r.n_q_heads;
+    if (c.n_kv_heads >= size) {
+        r.n_kv_heads = c.n_kv_heads / size;
+        r.kv_head0 = rank * r.n_kv_heads;
+    } else {
+        r.kv_replicas = size / c.n_kv_heads;
+        r.n_kv_heads = 1;
+        r.kv_head0 = rank / r.kv_replicas;
+        r.kv_primary = rank % r.kv_replicas == 0;
+    }
+    r.n_ff = c.n_ff / size;
+    r.ff0 = rank * r.n_ff;
+    r.vocab_stride = (c.n_vocab + size - 1) / size;
+    r.vocab0 = std::min(c.n_vocab, rank * r.vocab_stride);
+    r.n_vocab = std::min(r.vocab_stride, c.n_vocab - r.vocab0);
+    return r;
+}
+
+WeightMatrix ModelShard::rows(const WeightMatrix &w, int64_t row0, int64_t n) {
+    WeightMatrix s = w;
+    s.data = static_cast<const uint8_t *>(w.data) + size_t(row0) * w.row_bytes;
+    s.rows = n;
+    s.packed = nullptr;
+    weight_bytes_ += uint64_t(n) * w.row_bytes;
+    return s;
+}
+
+WeightMatrix ModelShard::columns(const WeightMatrix &w, int64_t col0, int64_t n) {
+    const int64_t be = block_elements(w);
+    const size_t bb = tensor_type_block_bytes(w.type);
+    const size_t off = size_t(col0 / be) * bb, row_bytes = size_t(n / be) * bb;
+    std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[size_t(w.rows) * row_bytes]);
+    if (!buf) fail(LLMKV_ERR_OUT_OF_MEMORY, "tensor parallelism: no memory for a %zu-byte weight slice", size_t(w.rows) * row_bytes);
+    for (int64_t i = 0; i < w.rows; ++i) {
+        std::memcpy(buf.get() + size_t(i) * row_bytes, static_cast<const uint8_t *>(w.data) + size_t(i) * w.row_bytes + off,
+                    row_bytes);
+    }
+    WeightMatrix s = w;
+    s.data = buf.get();
+    s.cols = n;
+    s.row_bytes = row_bytes;
+    s.packed = nullptr;
+    weight_bytes_ += uint64_t(w.rows) * row_bytes;
+    owned_.push_back(std::move(buf));
+    return s;
+}
+
+std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank, uint32_t size) {
+    const std::string why = shard_unsupported_reason(model, size);
+    if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", size, why.c_str());
+    if (rank >= size) fail(LLMKV_ERR_INVALID_ARGUMENT, "tensor parallelism: rank %u of %u", rank, size);
+    std::unique_ptr<ModelShard> s(new ModelShard());
+    const LlamaConfig &c = model.config();
+    s->rank_ = rank;
+    s->size_ = size;
+    s->ranges_ = shard_ranges(c, rank, size);
+    const ShardRanges &r = s->ranges_;
+    s->config_ = c;
+    s->config_.n_heads = r.n_q_heads;
+    s->config_.n_kv_heads = r.n_kv_heads;
+    s->config_.n_ff = r.n_ff;
+    const int64_t D = c.head_dim;
+    for (const LlamaLayer &L : model.layers()) {
+        LlamaLayer o = L;
+        o.wq = s->rows(L.wq, r.q_head0 * D, r.n_q_heads * D);
+        o.wk = s->rows(L.wk, r.kv_head0 * D, r.n_kv_heads * D);
+        o.wv = s->rows(L.wv, r.kv_head0 * D, r.n_kv_heads * D);
+        o.wo = s->columns(L.wo, r.q_head0 * D, r.n_q_heads * D);
+        if (L.bq) {
+            o.bq = L.bq + r.q_head0 * D;
+            o.bk = L.bk + r.kv_head0 * D;
+            o.bv = L.bv + r.kv_head0 * D;
+        }
+        o.w_gate = s->rows(L.w_gate, r.ff0, r.n_ff);
+        o.w_up = s->rows(L.w_up, r.ff0, r.n_ff);
+        o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
+        s->layers_.push_back(o);
+    }
+    const uint64_t before_output = s->weight_bytes_;
+    s->output_ = s->rows(model.output(), r.vocab0, r.n_vocab);
+    // A tied head is a view of the embedding, which every rank holds whole.
+    if (model.output().data == model.token_embedding().data) s->weight_bytes_ = before_output;
+    const WeightMatrix &e = model.token_embedding();
+    s->weight_bytes_ += uint64_t(e.rows) * e.row_bytes;
+    return s;
+}
+
+}  // namespace llmkv

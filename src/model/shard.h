@@ -1,0 +1,71 @@
+// ModelShard: one rank's part of a model under tensor parallelism (Megatron style), as a
+// forward pass reads it. Views into the model's own weights where a split is a row range
+// (no copy), owned copies where it is a column range:
+//   wq, wk, wv, w_gate, w_up   split by output rows: rank r's heads / feed-forward columns
+//   wo, w_down                 split by input columns (their partial products are summed
+//                              over the ranks: an all-reduce after each)
+//   output head                split by vocabulary rows (the logits are gathered)
+//   token embedding, norms     replicated
+// KV heads are split with the query heads; when there are fewer KV heads than ranks each KV
+// head is held by size / n_kv_heads ranks (replicated), and every rank's query heads use
+// the one it holds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/llama_model.h"
+
+namespace llmkv {
+
+// Which heads, columns and vocabulary rows a rank holds.
+struct ShardRanges {
+    uint32_t q_head0 = 0, n_q_heads = 0;    // query heads [q_head0, q_head0 + n_q_heads)
+    uint32_t kv_head0 = 0, n_kv_heads = 0;  // KV heads it holds
+    uint32_t kv_replicas = 1;               // ranks holding each of its KV heads
+    bool kv_primary = true;                 // the lowest rank holding these KV heads
+    uint32_t ff0 = 0, n_ff = 0;             // feed-forward columns
+    uint32_t vocab0 = 0, n_vocab = 0;       // output-head rows
+    uint32_t vocab_stride = 0;              // rank r's rows start at r * vocab_stride
+};
+
+// Whether the model splits over `size` ranks: "" when it does, else why not (query heads,
+// KV heads, feed-forward columns or a quantized format's block size do not divide).
+std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size);
+// Rank `rank`'s ranges (the model must split: shard_unsupported_reason is "").
+ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size);
+
+class ModelShard {
+public:
+    // Throws LLMKV_ERR_UNSUPPORTED with shard_unsupported_reason when the model does not
+    // split over `size` ranks; LLMKV_ERR_OUT_OF_MEMORY when the copies cannot be made.
+    static std::unique_ptr<ModelShard> make(const LlamaModel &model, uint32_t rank, uint32_t size);
+
+    uint32_t rank() const { return rank_; }
+    uint32_t size() const { return size_; }
+    const ShardRanges &ranges() const { return ranges_; }
+    // The model's config with this rank's head, KV head and feed-forward counts (n_vocab
+    // stays the whole vocabulary: the logits are gathered).
+    const LlamaConfig &config() const { return config_; }
+    const std::vector<LlamaLayer> &layers() const { return layers_; }
+    const WeightMatrix &output() const { return output_; }  // vocabulary rows of this rank
+    // Bytes of weights this rank reads: its slices, the replicated embedding and norms.
+    uint64_t weight_bytes() const { return weight_bytes_; }
+
+private:
+    ModelShard() = default;
+    WeightMatrix rows(const WeightMatrix &w, int64_t row0, int64_t n);
+    WeightMatrix columns(const WeightMatrix &w, int64_t col0, int64_t n);
+
+    uint32_t rank_ = 0, size_ = 1;
+    ShardRanges ranges_;
+    LlamaConfig config_;
+    std::vector<LlamaLayer> layers_;
+    WeightMatrix output_{};
+    std::vector<std::unique_ptr<uint8_t[]>> owned_;  // column slices
+    uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace llmkv

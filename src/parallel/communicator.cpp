@@ -1,0 +1,122 @@
+#include "parallel/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace llmkv {
+
+void Communicator::all_reduce_sum(float *x, size_t n) {
+    const uint32_t p = size();
+    if (p <= 1 || n == 0) return;
+    recv_.resize(n * p);
+    all_gather(x, recv_.data(), n * sizeof(float));
+    // Rank order, every rank: the same additions in the same order.
+    std::memcpy(x, recv_.data(), n * sizeof(float));
+    for (uint32_t r = 1; r < p; ++r) {
+        const float *src = recv_.data() + size_t(r) * n;
+        for (size_t i = 0; i < n; ++i) x[i] += src[i];
+    }
+}
+
+void Communicator::gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                                  uint32_t total_cols, float *out) {
+    const uint32_t p = size();
+    const size_t per_rank = size_t(rows) * stride;
+    send_.assign(per_rank, 0.0f);
+    for (uint32_t i = 0; i < rows; ++i) {
+        std::memcpy(send_.data() + size_t(i) * stride, local + size_t(i) * local_cols, local_cols * sizeof(float));
+    }
+    recv_.resize(per_rank * p);
+    if (p > 1) {
+        all_gather(send_.data(), recv_.data(), per_rank * sizeof(float));
+    } else {
+        std::copy(send_.begin(), send_.end(), recv_.begin());
+    }
+    for (uint32_t r = 0; r < p; ++r) {
+        const uint32_t c0 = r * stride;
+        if (c0 >= total_cols) break;
+        const uint32_t n = std::min(stride, total_cols - c0);
+        for (uint32_t i = 0; i < rows; ++i) {
+            std::memcpy(out + size_t(i) * total_cols + c0, recv_.data() + size_t(r) * per_rank + size_t(i) * stride,
+                        n * sizeof(float));
+        }
+    }
+}
+
+// ---- threads of one process ------------------------------------------------------------
+
+namespace {
+
+class InProcessCommunicator final : public Communicator {
+public:
+    InProcessCommunicator(std::shared_ptr<InProcessGroup> group, uint32_t rank, uint32_t size)
+        : group_(std::move(group)), rank_(rank), size_(size) {}
+    uint32_t rank() const override { return rank_; }
+    uint32_t size() const override { return size_; }
+
+    void broadcast(void *buf, size_t bytes, uint32_t root) override {
+        if (rank_ == root) group_->ptrs_[root] = buf;
+        group_->barrier();  // root's pointer is published
+        if (rank_ != root && bytes) std::memcpy(buf, group_->ptrs_[root], bytes);
+        group_->barrier();  // every rank has copied: root's buffer may change
+    }
+
+    void all_gather(const void *send, void *recv, size_t bytes) override {
+        group_->ptrs_[rank_] = send;
+        group_->barrier();
+        for (uint32_t r = 0; r < size_; ++r) {
+            if (bytes) std::memcpy(static_cast<uint8_t *>(recv) + r * bytes, group_->ptrs_[r], bytes);
+        }
+        group_->barrier();
+    }
+
+private:
+    std::shared_ptr<InProcessGroup> group_;
+    uint32_t rank_, size_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> InProcessGroup::make(uint32_t n) {
+    auto group = std::make_shared<InProcessGroup>(n);
+    std::vector<std::unique_ptr<Communicator>> out;
+    for (uint32_t r = 0; r < n; ++r) out.push_back(std::make_unique<InProcessCommunicator>(group, r, n));
+    return out;
+}
+
+void InProcessGroup::barrier() {
+    std::unique_lock<std::mutex> l(mu_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == ptrs_.size()) {
+        arrived_ = 0;
+        ++generation_;
+        cv_.notify_all();
+        return;
+    }
+    cv_.wait(l, [&] { return generation_ != gen; });
+}
+
+// ---- the application's transport -------------------------------------------------------
+
+TransportCommunicator::TransportCommunicator(const llmkv_tp_transport &t) : t_(t) {
+    if (!t.broadcast || !t.all_gather) fail(LLMKV_ERR_INVALID_ARGUMENT, "tp_transport: broadcast and all_gather must be set");
+    if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "tp_transport: rank %d of size %d", t.rank, t.size);
+    }
+}
+
+void TransportCommunicator::broadcast(void *buf, size_t bytes, uint32_t root) {
+    if (t_.broadcast(t_.ctx, buf, bytes, int32_t(root)) != 0) {
+        fail(LLMKV_ERR_BACKEND, "tp_transport: broadcast of %zu bytes failed on rank %d", bytes, t_.rank);
+    }
+}
+
+void TransportCommunicator::all_gather(const void *send, void *recv, size_t bytes) {
+    if (t_.all_gather(t_.ctx, send, recv, bytes) != 0) {
+        fail(LLMKV_ERR_BACKEND, "tp_transport: all_gather of %zu bytes failed on rank %d", bytes, t_.rank);
+    }
+}
+
+}  // namespace llmkv

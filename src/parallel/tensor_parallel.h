@@ -1,0 +1,155 @@
+// Tensor parallelism on CPU ranks: TpBackend, the backend an engine holds on rank 0, and
+// serve_rank(), the loop every other rank runs.
+//
+// Every rank holds its ModelShard (model/shard.h), a CPU backend with its own KV pools laid
+// out for its KV heads, and the same block ids: rank 0's engine (scheduler, KV manager,
+// prefix cache, host tier, snapshots) allocates ids once for all ranks. Rank 0 drives the
+// others with commands over a Communicator (broadcast from rank 0):
+//   setup      geometry, pool sizes and the model's fingerprint; every rank answers with
+//              its status (all_gather) before anything else runs;
+//   forward    a batch (its spans' tokens, block tables, tail slots and positions); every
+//              rank runs its forward pass, meeting the others in the all-reduces;
+//   transfer   KV blocks and tail slots between the pools and rank 0's host memory, in the
+//              layout of the whole model (kv/kv_layout.h with every KV head): a block copied
+//              out gathers each KV head from the lowest rank holding it, a block copied in
+//              gives each rank its heads. Host tier, parking, the tiered prefix cache and
+//              snapshots therefore see one block, whatever the rank count;
+//   copy_tail  a tail slot inside the pools (forks, sessions from a prefix handle);
+//   shutdown   (rank 0's engine is destroyed).
+// Ranks inside one process are threads (InProcessGroup); ranks in other processes run
+// llmkv_tp_serve over the application's transport (llmkv_tp_transport: MPI in the llmkv
+// command).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/thread_pool.h"
+#include "model/shard.h"
+#include "parallel/communicator.h"
+
+namespace llmkv {
+
+class Forward;
+
+// Copies one rank's KV heads between the whole model's layout (full) and the rank's pool
+// layout (local: full with n_kv_heads = the rank's count); kv_head0 = its first KV head.
+// Sealed blocks (both directions) and tail slots.
+void kv_block_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *full_bytes,
+                      uint8_t *rank_bytes);
+void kv_block_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *rank_bytes,
+                        uint8_t *full_bytes);
+void kv_tail_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *full_bytes,
+                     uint8_t *rank_bytes);
+void kv_tail_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *rank_bytes,
+                       uint8_t *full_bytes);
+
+// The whole model's geometry with one rank's KV heads.
+KvGeometry rank_geometry(const KvGeometry &full, const ShardRanges &r);
+
+// How a rank runs: its threads (counting the rank's own), their spin and priority.
+struct RankThreads {
+    unsigned n_threads = 1;
+    long spin_us = -1;
+    int priority = 0;
+};
+
+// What every rank agrees on, sent by rank 0 at setup.
+struct TpSetup {
+    KvGeometry geometry;  // the whole model's
+    uint32_t n_sealed_blocks = 0;
+    uint32_t n_tail_slots = 0;
+    uint32_t max_tokens = 0;
+};
+
+// One rank's state: shard, pools, threads, backend.
+struct RankState;
+
+class TpBackend final : public Backend {
+public:
+    // Rank 0 of `comm`: sends the setup, builds its own rank, and waits for every rank's
+    // status (throws the first failure's status and message; the ranks then stop).
+    // in_process > 0: starts that many ranks 1.. as threads of this process (comm is rank 0
+    // of their InProcessGroup, whose other communicators `workers` holds), each with
+    // worker_threads.
+    TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator &comm, const RankThreads &threads,
+              std::vector<std::unique_ptr<Communicator>> workers = {}, const RankThreads &worker_threads = {});
+    ~TpBackend() override;
+
+    const ModelShard &shard() const;
+    uint32_t tp_size() const { return comm_.size(); }
+    // The rank-local geometry (rank 0's; every rank's has the same sizes).
+    const KvGeometry &rank_kv_geometry() const;
+
+    const char *name() const override { return "cpu"; }
+    std::string device_name() const override;
+    std::string kernel_id() const override;
+    llmkv_backend kind() const override { return LLMKV_BACKEND_CPU; }
+
+    void load_weights(const WeightSet &weights) override;
+    Tensor alloc(uint32_t rows, uint32_t cols) override;
+    const KvGeometry &kv_geometry() const override { return setup_.geometry; }
+
+    void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override;
+    void embed(const WeightMatrix &table, Tensor out) override;
+    void rms_norm(Tensor x, const float *weight, float eps, Tensor out) override;
+    void matmul(const WeightMatrix &w, Tensor x, Tensor y) override;
+    void rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) override;
+    void write_kv(uint32_t layer, Tensor k, Tensor v) override;
+    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window, Tensor out) override;
+    void add(Tensor x, Tensor y) override;
+    void add_bias(Tensor x, const float *bias) override;
+    void scale(Tensor x, float s) override;
+    void swiglu(Tensor gate, Tensor up) override;
+    void geglu(Tensor gate, Tensor up) override;
+    void gather_logit_rows(Tensor x, Tensor out) override;
+    void logits(const WeightMatrix &w, Tensor x, float *host) override;
+    void end_batch() override;
+    void all_reduce(Tensor x) override;
+    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride, uint32_t n_vocab,
+                       float *host) override;
+    void set_communicator(Communicator *) override {}
+
+    std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override;
+    HostAllocator host_allocator() override;
+    void copy_tail(int64_t from, int64_t to) override;
+    // Host blocks live in rank 0's memory only: long contexts beyond the pools are off.
+    bool reads_host_blocks() const override { return false; }
+    // Every rank's (rank 0's times the rank count: their shapes are equal).
+    MemoryUsage memory_usage() const override;
+
+    // Moves KV between the pools and rank 0's host memory (the transfer queue's work).
+    void transfer(const std::vector<KvTransfer> &transfers);
+
+private:
+    Backend &local();
+    void stop();
+
+    const LlamaModel &model_;
+    TpSetup setup_;
+    Communicator &comm_;
+    std::unique_ptr<RankState> rank0_;
+    std::vector<std::unique_ptr<Communicator>> worker_comms_;
+    std::vector<std::thread> workers_;
+    std::mutex command_mu_;  // one command at a time (a batch holds it from begin to end)
+    std::unique_lock<std::mutex> batch_lock_;
+    std::vector<uint8_t> message_;
+    bool stopped_ = false;
+};
+
+// Ranks 1..: serves rank 0's commands until its shutdown. `model` is this rank's copy of
+// the model (the same file: the setup checks its fingerprint); load_error, when not
+// empty, is this rank's failure to load it, reported to rank 0 at setup. Throws what
+// ended it early (a transport failure, a setup refused).
+void serve_rank(const LlamaModel *model, const std::string &load_error, Communicator &comm, const RankThreads &threads);
+
+// Rank 0 could not set up (its own model failed to load, bad parameters): tells ranks
+// waiting in serve_rank to stop.
+void abort_ranks(Communicator &comm, const std::string &why);
+
+}  // namespace llmkv
