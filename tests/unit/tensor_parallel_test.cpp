@@ -22,6 +22,7 @@
 #include "model/tokenizer.h"
 #include "parallel/communicator.h"
 #include "parallel/tensor_parallel.h"
+#include "host_tier_skip.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
 
@@ -400,6 +401,303 @@ TEST(TpCommunicator, InProcessCollectivesAddInRankOrderOnEveryRank) {
     EXPECT_EQ(results[0][3], 42.0f);
     EXPECT_EQ(std::vector<float>(results[0].begin() + 4, results[0].end()),
               (std::vector<float>{0, 1, 10, 11, 20}));
+}
+
+}  // namespace
+}  // namespace llmkv
+
+// ---- through the C API ---------------------------------------------------------------------
+
+namespace llmkv {
+namespace {
+
+using testing::byte_tokens;
+using testing::stats;
+using testing::tokens_of;
+
+class TpEngine : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        TinyModelSpec spec;  // 4 heads, 2 KV heads; 128 feed-forward columns: 64 per rank
+        spec.n_ff = 128;
+        spec.weight_type = TensorType::Q8_0;
+        spec.embd_type = TensorType::Q8_0;
+        spec.n_ctx = 256;
+        path_ = new std::string(testing::temp_path("tp_tiny.gguf"));
+        testing::write_tiny_model(spec, *path_);
+    }
+    static void TearDownTestSuite() {
+        std::remove(path_->c_str());
+        delete path_;
+    }
+
+    static llmkv_engine_params params(uint32_t tp, uint64_t kv_bytes = 0, uint64_t host_bytes = 0) {
+        llmkv_engine_params p;
+        llmkv_engine_params_init(&p);
+        p.model_path = path_->c_str();
+        p.backend = LLMKV_BACKEND_CPU;
+        p.n_threads = 2;
+        p.kv_block_tokens = 4;
+        p.kv_device_bytes = kv_bytes;
+        p.kv_host_bytes = host_bytes;
+        p.max_batch_tokens = 32;
+        p.tp_size = tp;
+        return p;
+    }
+    static llmkv_engine *make(const llmkv_engine_params &p) {
+        llmkv_engine *e = nullptr;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+        return e;
+    }
+    static llmkv_session_params sampling(float temperature, uint64_t seed) {
+        llmkv_session_params sp;
+        llmkv_session_params_init(&sp);
+        sp.sampling.temperature = temperature;
+        sp.sampling.top_k = 40;
+        sp.sampling.seed = seed;
+        return sp;
+    }
+    static llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
+                                uint32_t n) {
+        llmkv_session *s = nullptr;
+        EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
+        EXPECT_EQ(llmkv_session_generate(s, n), LLMKV_OK);
+        return s;
+    }
+    static std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
+                                     uint32_t n) {
+        llmkv_session *s = start(e, sp, prompt, n);
+        EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+        std::vector<int32_t> t = tokens_of(s);
+        llmkv_session_destroy(s);
+        return t;
+    }
+
+    static std::string *path_;
+};
+std::string *TpEngine::path_ = nullptr;
+
+TEST_F(TpEngine, InfoAndStatsCountEachRanksBytes) {
+    llmkv_engine *one = make(params(1)), *two = make(params(2));
+    llmkv_engine_info i1, i2;
+    i1.struct_size = i2.struct_size = sizeof(llmkv_engine_info);
+    ASSERT_EQ(llmkv_engine_get_info(one, &i1), LLMKV_OK);
+    ASSERT_EQ(llmkv_engine_get_info(two, &i2), LLMKV_OK);
+    EXPECT_EQ(i1.tp_size, 1u);
+    EXPECT_EQ(i2.tp_size, 2u);
+    EXPECT_EQ(i1.kv_bytes_per_token_rank, i1.kv_bytes_per_token_device);
+    EXPECT_EQ(i2.kv_bytes_per_token_rank * 2, i2.kv_bytes_per_token_device);  // one of two KV heads each
+    EXPECT_EQ(i2.kv_blocks_total, i1.kv_blocks_total);
+    EXPECT_LT(i2.weight_bytes_rank, i2.weight_bytes);
+    EXPECT_EQ(i1.weight_bytes_rank, i1.weight_bytes);
+    EXPECT_STREQ(i2.backend_name, "cpu");
+    solo(two, sampling(0, 1), byte_tokens(30, 4), 3);  // a finished session keeps its KV until destroyed
+    llmkv_session *s = start(two, sampling(0, 1), byte_tokens(21, 5), 4);
+    ASSERT_EQ(llmkv_run(two, nullptr, nullptr), LLMKV_OK);
+    const llmkv_stats st = stats(two);
+    EXPECT_GT(st.kv_bytes_used, 0u);
+    EXPECT_EQ(st.kv_bytes_used_rank * 2, st.kv_bytes_used);
+    EXPECT_EQ(llmkv_engine_validate(two), LLMKV_OK) << llmkv_last_error();
+    llmkv_session_destroy(s);
+    llmkv_engine_destroy(one);
+    llmkv_engine_destroy(two);
+}
+
+TEST_F(TpEngine, BatchedSessionsEqualSoloRunsAndRunsRepeatBitwise) {
+    std::vector<std::vector<int32_t>> prompts, expected;
+    llmkv_engine *e = make(params(2));
+    for (int i = 0; i < 5; ++i) {
+        prompts.push_back(byte_tokens(4 + 9 * i, 300 + i));
+        expected.push_back(solo(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts.back(), 10));
+    }
+    std::vector<llmkv_session *> s;
+    for (int i = 0; i < 5; ++i) s.push_back(start(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10));
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(tokens_of(s[i]), expected[i]) << "session " << i;
+    for (auto *x : s) llmkv_session_destroy(x);
+    llmkv_engine_destroy(e);
+    // Another engine, other thread counts per rank: the same tokens.
+    llmkv_engine_params p = params(2);
+    p.n_threads = 4;
+    llmkv_engine *again = make(p);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(solo(again, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10), expected[i]);
+    llmkv_engine_destroy(again);
+}
+
+TEST_F(TpEngine, PrefixCacheHitsGiveTheSameTokens) {
+    llmkv_engine *e = make(params(2));
+    const std::vector<int32_t> prompt = byte_tokens(45, 9);
+    const std::vector<int32_t> first = solo(e, sampling(0, 1), prompt, 8);
+    const uint64_t hits = stats(e).prefix_hit_tokens;
+    EXPECT_EQ(solo(e, sampling(0, 1), prompt, 8), first);
+    EXPECT_GE(stats(e).prefix_hit_tokens - hits, 40u);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(e);
+}
+
+TEST_F(TpEngine, SnapshotSavedWithTwoRanksLoadsWithTwoRanks) {
+    const std::vector<int32_t> system = byte_tokens(41, 21), suffix = byte_tokens(7, 22);
+    std::vector<int32_t> full = system;
+    full.insert(full.end(), suffix.begin(), suffix.end());
+    const std::string path = testing::temp_path("tp.llmkvsnap");
+    llmkv_engine *e = make(params(2));
+    const std::vector<int32_t> expected = solo(e, sampling(0.7f, 5), full, 9);
+    llmkv_prefix *prefix = nullptr;
+    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_save(prefix, path.c_str()), LLMKV_OK) << llmkv_last_error();
+    llmkv_prefix_release(prefix);
+    llmkv_engine_destroy(e);
+
+    llmkv_engine *fresh = make(params(2));
+    llmkv_prefix *loaded = nullptr;
+    ASSERT_EQ(llmkv_prefix_load(fresh, path.c_str(), &loaded), LLMKV_OK) << llmkv_last_error();
+    const uint64_t before = stats(fresh).tokens_prefilled;
+    llmkv_session_params sp = sampling(0.7f, 5);
+    sp.prefix = loaded;
+    llmkv_session *s = start(fresh, sp, suffix, 9);
+    ASSERT_EQ(llmkv_run(fresh, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(tokens_of(s), expected);
+    EXPECT_EQ(stats(fresh).tokens_prefilled - before, suffix.size() + 1) << "only the suffix was computed";
+    llmkv_session_destroy(s);
+    llmkv_prefix_release(loaded);
+    EXPECT_EQ(llmkv_engine_validate(fresh), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(fresh);
+
+    // Another rank count rounds differently: refused, naming the kernels.
+    llmkv_engine *one = make(params(1));
+    EXPECT_EQ(llmkv_prefix_load(one, path.c_str(), &loaded), LLMKV_ERR_SNAPSHOT_FORMAT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("tp2"), std::string::npos) << llmkv_last_error();
+    llmkv_engine_destroy(one);
+    std::remove(path.c_str());
+}
+
+TEST_F(TpEngine, ParkedAndPreemptedSessionsContinueBitwise) {
+    SKIP_WITHOUT_MIMALLOC();
+    const std::vector<int32_t> a = byte_tokens(33, 61), b = byte_tokens(6, 62);
+    llmkv_engine *ref = make(params(2));
+    llmkv_session *r = start(ref, sampling(0.9f, 3), a, 6);
+    ASSERT_EQ(llmkv_run(ref, nullptr, nullptr), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_append(r, b.data(), b.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(r, 6), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(ref, nullptr, nullptr), LLMKV_OK);
+    const std::vector<int32_t> expected = tokens_of(r);
+    llmkv_session_destroy(r);
+    llmkv_engine_destroy(ref);
+
+    llmkv_engine *e = make(params(2, 0, 8ull << 20));
+    llmkv_session *s = start(e, sampling(0.9f, 3), a, 6);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_park(s), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_session_append(s, b.data(), b.size()), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(s, 6), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    EXPECT_EQ(tokens_of(s), expected);
+    const llmkv_stats st = stats(e);
+    EXPECT_EQ(st.parks, 1u);
+    EXPECT_EQ(st.resumes, 1u);
+    EXPECT_GT(st.bytes_to_host, 0u);
+    llmkv_session_destroy(s);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(e);
+
+    // Preemption: six sessions in a pool that holds about two, with and without a host tier
+    // (swapped out, or dropped and recomputed): each ends with its solo tokens.
+    std::vector<std::vector<int32_t>> prompts, solo_tokens;
+    llmkv_engine *big = make(params(2));
+    for (int i = 0; i < 6; ++i) {
+        prompts.push_back(byte_tokens(30 + i, 500 + i));
+        solo_tokens.push_back(solo(big, sampling(0.5f, 90 + i), prompts.back(), 24));
+    }
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(big, &info), LLMKV_OK);
+    llmkv_engine_destroy(big);
+    const uint64_t block_bytes = info.kv_bytes_per_token_device * 4;
+    for (uint64_t host : {uint64_t(0), uint64_t(8) << 20}) {
+        llmkv_engine *small = make(params(2, block_bytes * 34, host));
+        std::vector<llmkv_session *> s6;
+        for (int i = 0; i < 6; ++i) s6.push_back(start(small, sampling(0.5f, 90 + i), prompts[i], 24));
+        ASSERT_EQ(llmkv_run(small, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+        for (int i = 0; i < 6; ++i) EXPECT_EQ(tokens_of(s6[i]), solo_tokens[i]) << "session " << i << " host " << host;
+        EXPECT_GT(stats(small).preemptions, 0u) << "the pool was meant to be short";
+        for (auto *x : s6) llmkv_session_destroy(x);
+        EXPECT_EQ(llmkv_engine_validate(small), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(small);
+    }
+}
+
+TEST_F(TpEngine, BadTensorParallelParametersAreRefused) {
+    llmkv_engine *e = nullptr;
+    llmkv_engine_params p = params(3);  // 4 query heads
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(llmkv_last_error()).find("query heads"), std::string::npos) << llmkv_last_error();
+    p = params(1000);
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    p = params(2);
+    p.backend = LLMKV_BACKEND_CUDA;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+    llmkv_tp_transport t{};
+    t.rank = 0;
+    t.size = 2;  // no callbacks
+    p = params(0);
+    p.tp_transport = &t;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    t.rank = 1;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(llmkv_tp_serve(nullptr), LLMKV_ERR_INVALID_ARGUMENT);
+    p.tp_transport = nullptr;
+    EXPECT_EQ(llmkv_tp_serve(&p), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(e, nullptr);
+}
+
+// The transport path (what llmkv-mpi does over MPI) with ranks as threads: rank 0 creates
+// the engine, rank 1 serves it; tokens equal the in-process ranks'. A rank whose model does
+// not load makes rank 0's create fail with its message.
+int comm_broadcast(void *ctx, void *buf, size_t bytes, int32_t root) {
+    static_cast<Communicator *>(ctx)->broadcast(buf, bytes, uint32_t(root));
+    return 0;
+}
+int comm_all_gather(void *ctx, const void *send, void *recv, size_t bytes) {
+    static_cast<Communicator *>(ctx)->all_gather(send, recv, bytes);
+    return 0;
+}
+
+TEST_F(TpEngine, RanksServedThroughATransportMatchInProcessRanks) {
+    const std::vector<int32_t> prompt = byte_tokens(27, 77);
+    llmkv_engine *in_process = make(params(2));
+    const std::vector<int32_t> expected = solo(in_process, sampling(0.6f, 8), prompt, 12);
+    llmkv_engine_destroy(in_process);
+
+    for (bool bad_model : {false, true}) {
+        auto comms = InProcessGroup::make(2);
+        llmkv_tp_transport t0{comms[0].get(), 0, 2, comm_broadcast, comm_all_gather};
+        llmkv_tp_transport t1{comms[1].get(), 1, 2, comm_broadcast, comm_all_gather};
+        llmkv_status served = LLMKV_ERR_INTERNAL;
+        const std::string missing = testing::temp_path("no_such_model.gguf");
+        std::thread rank1([&] {
+            llmkv_engine_params p = params(0);
+            if (bad_model) p.model_path = missing.c_str();
+            p.tp_transport = &t1;
+            served = llmkv_tp_serve(&p);
+        });
+        llmkv_engine_params p = params(0);
+        p.tp_transport = &t0;
+        llmkv_engine *e = nullptr;
+        const llmkv_status created = llmkv_engine_create(&p, &e);
+        if (bad_model) {
+            EXPECT_EQ(created, LLMKV_ERR_MODEL_FORMAT);
+            EXPECT_NE(std::string(llmkv_last_error()).find("rank 1"), std::string::npos) << llmkv_last_error();
+            rank1.join();
+            EXPECT_NE(served, LLMKV_OK);
+            continue;
+        }
+        ASSERT_EQ(created, LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(solo(e, sampling(0.6f, 8), prompt, 12), expected);
+        llmkv_engine_destroy(e);
+        rank1.join();
+        EXPECT_EQ(served, LLMKV_OK) << "rank 1 ends with rank 0's shutdown";
+    }
 }
 
 }  // namespace
