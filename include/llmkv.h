@@ -152,14 +152,16 @@ typedef enum llmkv_kv_rotation {
  * by the application (the llmkv command implements it with MPI). Both calls are
  * collective: every rank makes the same calls in the same order with the same byte counts.
  * Return 0 on success; anything else stops the engine with LLMKV_ERR_BACKEND. Added in 0.5. */
+/* On return every rank's buf (bytes) holds root's. */
+typedef int (*llmkv_tp_broadcast_fn)(void *ctx, void *buf, size_t bytes, int32_t root);
+/* On return every rank's recv (size * bytes) holds each rank's send (bytes), in rank order. */
+typedef int (*llmkv_tp_all_gather_fn)(void *ctx, const void *send, void *recv, size_t bytes);
 typedef struct llmkv_tp_transport {
     void *ctx;          /* passed back to the callbacks */
     int32_t rank;       /* this process: 0 runs the engine, 1..size-1 run llmkv_tp_serve */
     int32_t size;       /* ranks in all */
-    /* On return every rank's buf (bytes) holds root's. */
-    int (*broadcast)(void *ctx, void *buf, size_t bytes, int32_t root);
-    /* On return every rank's recv (size * bytes) holds each rank's send (bytes), in rank order. */
-    int (*all_gather)(void *ctx, const void *send, void *recv, size_t bytes);
+    llmkv_tp_broadcast_fn broadcast;
+    llmkv_tp_all_gather_fn all_gather;
 } llmkv_tp_transport;
 
 typedef struct llmkv_engine_params {

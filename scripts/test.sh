@@ -27,6 +27,8 @@ echo "== Release build and full test suite (C API, units, golden, CLI, the Go/Ru
 # paged_attention.cu alone costs about 2.5 minutes of a core per architecture.
 "$ROOT/scripts/build.sh" "$ROOT/build-test" -DLLMKV_CUDA_ARCHITECTURES="90-real" -DCMAKE_INSTALL_PREFIX=/usr
 ctest --test-dir "$ROOT/build-test" --output-on-failure -j "$JOBS"
+echo "== Tensor parallelism end to end: SmolLM2 on 3 and Gemma 3 on 2 CPU ranks, as threads and as MPI processes (scripts/check_tp_mpi.sh)" >&2
+"$ROOT/scripts/check_tp_mpi.sh" "$ROOT/build-test" "$LLMKV_MODEL" "$LLMKV_GEMMA3_MODEL"
 echo "== Windows: MinGW-w64 cross build, then under Wine the unit subset, every C API test and the demo (scripts/test_windows.sh)" >&2
 "$ROOT/scripts/test_windows.sh" "$ROOT/build-win"
 echo "== Linux and Windows builds decode byte-identical text (greedy and sampled, SmolLM2 and Gemma 3; scripts/check_cross_os_tokens.sh)" >&2

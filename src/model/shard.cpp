@@ -65,7 +65,6 @@ WeightMatrix ModelShard::rows(const WeightMatrix &w, int64_t row0, int64_t n) {
     s.data = static_cast<const uint8_t *>(w.data) + size_t(row0) * w.row_bytes;
     s.rows = n;
     s.packed = nullptr;
-    weight_bytes_ += uint64_t(n) * w.row_bytes;
     return s;
 }
 
@@ -84,9 +83,26 @@ WeightMatrix ModelShard::columns(const WeightMatrix &w, int64_t col0, int64_t n)
     s.cols = n;
     s.row_bytes = row_bytes;
     s.packed = nullptr;
-    weight_bytes_ += uint64_t(w.rows) * row_bytes;
     owned_.push_back(std::move(buf));
     return s;
+}
+
+uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
+    const LlamaConfig &c = model.config();
+    auto row_part = [](const WeightMatrix &w, uint64_t rows) { return rows * w.row_bytes; };
+    auto col_part = [](const WeightMatrix &w, uint64_t cols) { return w.cols ? uint64_t(w.rows) * w.row_bytes * cols / w.cols : 0; };
+    uint64_t n = 0;
+    for (const LlamaLayer &L : model.layers()) {
+        n += row_part(L.wq, uint64_t(r.n_q_heads) * c.head_dim) + row_part(L.wk, uint64_t(r.n_kv_heads) * c.head_dim) +
+             row_part(L.wv, uint64_t(r.n_kv_heads) * c.head_dim) + col_part(L.wo, uint64_t(r.n_q_heads) * c.head_dim) +
+             row_part(L.w_gate, r.n_ff) + row_part(L.w_up, r.n_ff) + col_part(L.w_down, r.n_ff);
+    }
+    // The embedding whole on every rank; a separate output head's vocabulary rows (a tied
+    // head is a view of the embedding).
+    const WeightMatrix &e = model.token_embedding();
+    n += uint64_t(e.rows) * e.row_bytes;
+    if (model.output().data != e.data) n += row_part(model.output(), r.n_vocab);
+    return n;
 }
 
 std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank, uint32_t size) {
@@ -120,12 +136,8 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
         o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
         s->layers_.push_back(o);
     }
-    const uint64_t before_output = s->weight_bytes_;
     s->output_ = s->rows(model.output(), r.vocab0, r.n_vocab);
-    // A tied head is a view of the embedding, which every rank holds whole.
-    if (model.output().data == model.token_embedding().data) s->weight_bytes_ = before_output;
-    const WeightMatrix &e = model.token_embedding();
-    s->weight_bytes_ += uint64_t(e.rows) * e.row_bytes;
+    s->weight_bytes_ = shard_weight_bytes(model, r);
     return s;
 }
 

@@ -37,6 +37,11 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size);
 // Rank `rank`'s ranges (the model must split: shard_unsupported_reason is "").
 ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size);
 
+// Bytes of weights the rank with these ranges reads: its slices of the attention and MLP
+// matrices, its rows of a separate output head, and the embedding every rank holds whole
+// (norms and biases, a few KiB, are not counted).
+uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r);
+
 class ModelShard {
 public:
     // Throws LLMKV_ERR_UNSUPPORTED with shard_unsupported_reason when the model does not

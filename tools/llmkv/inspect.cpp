@@ -12,13 +12,47 @@
 #include "kv/kv_cache.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
+#include "model/shard.h"
 #include "model/tensor_type.h"
 
 namespace llmkv_cli {
 
 namespace {
 
-int cmd_inspect(const std::string &path) {
+// The tensor-parallel plan over tp ranks: each rank's heads, columns and vocabulary rows,
+// its weight bytes and KV bytes per token (the engine's own split, model/shard.h).
+void print_tp_plan(const llmkv::LlamaModel &model, const llmkv::KvGeometry &whole, uint32_t tp) {
+    const llmkv::LlamaConfig &c = model.config();
+    std::printf("\ntensor parallelism over %u ranks:\n", tp);
+    const std::string why = llmkv::shard_unsupported_reason(model, tp);
+    if (!why.empty()) {
+        std::printf("  not possible: %s\n", why.c_str());
+        return;
+    }
+    std::printf("  %-5s %-12s %-14s %-14s %-16s %12s %14s %14s\n", "rank", "query heads", "KV heads", "ffn columns",
+                "vocab rows", "weights MiB", "f16 KV B/tok", "int8 KV B/tok");
+    for (uint32_t r = 0; r < tp; ++r) {
+        const llmkv::ShardRanges s = llmkv::shard_ranges(c, r, tp);
+        llmkv::KvGeometry g = whole;
+        g.n_kv_heads = s.n_kv_heads;
+        g.dtype_k = g.dtype_v = LLMKV_KV_F16;
+        const double f16 = g.sealed_bytes_per_token();
+        g.dtype_k = g.dtype_v = LLMKV_KV_INT8;
+        const double i8 = g.sealed_bytes_per_token();
+        const std::string kv = std::to_string(s.kv_head0) + "-" + std::to_string(s.kv_head0 + s.n_kv_heads - 1) +
+                               (s.kv_replicas > 1 ? " (x" + std::to_string(s.kv_replicas) + ")" : "");
+        std::printf("  %-5u %-12s %-14s %-14s %-16s %12.1f %14.0f %14.0f\n", r,
+                    (std::to_string(s.q_head0) + "-" + std::to_string(s.q_head0 + s.n_q_heads - 1)).c_str(), kv.c_str(),
+                    (std::to_string(s.ff0) + "-" + std::to_string(s.ff0 + s.n_ff - 1)).c_str(),
+                    (std::to_string(s.vocab0) + "-" + std::to_string(s.vocab0 + s.n_vocab - 1)).c_str(),
+                    llmkv::shard_weight_bytes(model, s) / 1048576.0, f16, i8);
+    }
+    std::printf("  per token and layer two all-reduces of %u floats (%.1f KiB per token for all %u layers), and a\n"
+                "  gather of the logits (%u floats per rank)\n",
+                c.n_embd, 2.0 * c.n_layers * c.n_embd * 4 / 1024.0, c.n_layers, (c.n_vocab + tp - 1) / tp);
+}
+
+int cmd_inspect(const std::string &path, uint32_t tp) {
     try {
         std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(path));
         std::printf("file: %s\nGGUF version %u, %zu metadata keys, %zu tensors, %zu bytes\n", path.c_str(),
@@ -125,6 +159,7 @@ int cmd_inspect(const std::string &path) {
                         double(all.held_blocks(4096)) * all.sealed_block_bytes() / 1048576.0,
                         double(all.held_blocks(32768)) * all.sealed_block_bytes() / 1048576.0);
         }
+        if (tp > 1) print_tp_plan(*model, g, tp);
         return 0;
     } catch (const llmkv::Error &e) {
         std::fprintf(stderr, "llmkv inspect: %s: %s\n", llmkv_status_string(e.status()), e.what());
@@ -138,8 +173,10 @@ Command add_inspect(CLI::App &parent) {
     CLI::App *app = parent.add_subcommand(
         "inspect", "describe a model file: architecture, tensor formats and sizes, KV bytes/token per codec");
     auto path = std::make_shared<std::string>();
+    auto tp = std::make_shared<uint32_t>(0);
     add_model_option(*app, path.get(), /*positional=*/true);
-    return {app, [path] { return cmd_inspect(*path); }};
+    add_uint_option(*app, "--tp", tp.get(), "also show the tensor-parallel plan over this many ranks");
+    return {app, [path, tp] { return cmd_inspect(*path, *tp); }};
 }
 
 }  // namespace llmkv_cli
