@@ -351,6 +351,11 @@ typedef struct llmkv_stats {
     /* ---- Appended in 0.5 (the 0.1 and 0.2 sizes are still accepted). ---- */
     uint64_t kv_bytes_used_rank;    /* tensor parallelism: kv_bytes_used on each rank (its KV
                                        heads of the same blocks); else kv_bytes_used */
+    uint64_t tp_reduce_ns;          /* tensor parallelism: time rank 0 spent in the forward
+                                       passes' all-reduces and logit gathers (waiting for the
+                                       other ranks included); 0 with one rank */
+    uint64_t tp_reduces;            /* how many such collectives (2 per layer and step, plus
+                                       one gather per step with logits) */
 } llmkv_stats;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */

@@ -427,6 +427,8 @@ void Engine::get_stats(llmkv_stats &out) const {
     if (tp_) {
         const KvGeometry &rg = tp_->rank_kv_geometry();
         out.kv_bytes_used_rank = uint64_t(out.blocks_used) * rg.sealed_block_bytes() + uint64_t(tails.n_used()) * rg.tail_block_bytes();
+        out.tp_reduce_ns = tp_comm_->reduce_ns();
+        out.tp_reduces = tp_comm_->reduces();
     } else {
         out.kv_bytes_used_rank = out.kv_bytes_used;
     }

@@ -105,6 +105,14 @@ uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
     return n;
 }
 
+uint64_t shard_weight_elements(const LlamaConfig &c, const ShardRanges &r, bool tied_output) {
+    const uint64_t E = c.n_embd, D = c.head_dim;
+    const uint64_t per_layer = 2 * uint64_t(r.n_q_heads) * D * E  // wq rows, wo columns
+                               + 2 * uint64_t(r.n_kv_heads) * D * E  // wk, wv rows
+                               + 3 * uint64_t(r.n_ff) * E;           // gate, up rows; down columns
+    return per_layer * c.n_layers + uint64_t(c.n_vocab) * E + (tied_output ? 0 : uint64_t(r.n_vocab) * E);
+}
+
 std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank, uint32_t size) {
     const std::string why = shard_unsupported_reason(model, size);
     if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", size, why.c_str());

@@ -42,6 +42,10 @@ ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size);
 // (norms and biases, a few KiB, are not counted).
 uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r);
 
+// The same for a model known only by its hyperparameters (capacity planning): matrix
+// elements the rank holds, the embedding (and a separate output head's rows) included.
+uint64_t shard_weight_elements(const LlamaConfig &c, const ShardRanges &r, bool tied_output);
+
 class ModelShard {
 public:
     // Throws LLMKV_ERR_UNSUPPORTED with shard_unsupported_reason when the model does not

@@ -1,15 +1,35 @@
 #include "parallel/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "common/error.h"
 
 namespace llmkv {
 
+namespace {
+
+// Adds the time of a scope to a counter.
+class ScopeTimer {
+public:
+    ScopeTimer(uint64_t &ns, uint64_t &calls) : ns_(ns), t0_(std::chrono::steady_clock::now()) { ++calls; }
+    ~ScopeTimer() {
+        ns_ += uint64_t(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count());
+    }
+
+private:
+    uint64_t &ns_;
+    std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
 void Communicator::all_reduce_sum(float *x, size_t n) {
     const uint32_t p = size();
     if (p <= 1 || n == 0) return;
+    ScopeTimer timer(reduce_ns_, reduces_);
     recv_.resize(n * p);
     all_gather(x, recv_.data(), n * sizeof(float));
     // Rank order, every rank: the same additions in the same order.
@@ -22,6 +42,7 @@ void Communicator::all_reduce_sum(float *x, size_t n) {
 
 void Communicator::gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
                                   uint32_t total_cols, float *out) {
+    ScopeTimer timer(reduce_ns_, reduces_);
     const uint32_t p = size();
     const size_t per_rank = size_t(rows) * stride;
     send_.assign(per_rank, 0.0f);

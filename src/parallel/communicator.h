@@ -42,8 +42,14 @@ public:
     void gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
                         uint32_t total_cols, float *out);
 
+    // Time spent in all_reduce_sum and gather_columns (waiting for the other ranks included),
+    // and how many calls.
+    uint64_t reduce_ns() const { return reduce_ns_; }
+    uint64_t reduces() const { return reduces_; }
+
 private:
     std::vector<float> send_, recv_;
+    uint64_t reduce_ns_ = 0, reduces_ = 0;
 };
 
 // Ranks that are threads of one process. make(n) returns the n communicators; each is

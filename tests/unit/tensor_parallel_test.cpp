@@ -498,6 +498,10 @@ TEST_F(TpEngine, InfoAndStatsCountEachRanksBytes) {
     const llmkv_stats st = stats(two);
     EXPECT_GT(st.kv_bytes_used, 0u);
     EXPECT_EQ(st.kv_bytes_used_rank * 2, st.kv_bytes_used);
+    // Two all-reduces per layer and step, and a logit gather per step with logits.
+    EXPECT_GE(st.tp_reduces, st.steps * 2 * 2);
+    EXPECT_GT(st.tp_reduce_ns, 0u);
+    EXPECT_EQ(stats(one).tp_reduces, 0u);
     EXPECT_EQ(llmkv_engine_validate(two), LLMKV_OK) << llmkv_last_error();
     llmkv_session_destroy(s);
     llmkv_engine_destroy(one);

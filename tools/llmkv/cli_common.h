@@ -38,6 +38,7 @@ Command add_bench_batch(CLI::App &bench);
 Command add_bench_offload(CLI::App &bench);
 Command add_bench_grammar(CLI::App &bench);
 Command add_bench_window(CLI::App &bench);
+Command add_bench_tp(CLI::App &bench);
 
 // The options the subcommands share, defined once. Each sets *target to its default first.
 // -m/--model: $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf. With positional, the

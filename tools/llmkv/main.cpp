@@ -373,6 +373,7 @@ int llmkv_cli::cli_main(int argc, char **argv) {
     commands.push_back(add_bench_offload(*bench.app));
     commands.push_back(add_bench_grammar(*bench.app));
     commands.push_back(add_bench_window(*bench.app));
+    commands.push_back(add_bench_tp(*bench.app));
     CLI::App *version = app.add_subcommand("version", "print the version");
     CLI::App *help = app.add_subcommand("help", "print this help");
     app.footer("MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n"
