@@ -53,6 +53,11 @@ type EngineOptions struct {
 	// ThreadPriority: 0 = llmkv's threads run at the creating thread's priority; 1..19 =
 	// that many nice levels lower.
 	ThreadPriority int32
+	// TPSize is tensor parallelism on CPU ranks run as threads of this process, Threads
+	// split among them (0.5): the query and KV heads, feed-forward columns and vocabulary
+	// are split over the ranks. The model's heads must divide by it (or its KV heads
+	// replicate evenly), else NewEngine returns StatusUnsupported. 0 or 1 = none.
+	TPSize uint32
 }
 
 // Int32 returns a pointer to v (for EngineOptions.SpinUS).
@@ -126,6 +131,7 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 		p.SpinUs = *opts.SpinUS
 	}
 	p.ThreadPriority = opts.ThreadPriority
+	p.TpSize = opts.TPSize
 	var h *raw.Engine
 	if err := chk(op)(raw.EngineCreate(&p, &h)); err != nil {
 		return nil, err
@@ -199,7 +205,8 @@ type EngineInfo struct {
 	MaxContext   uint32
 	NLayers      uint32
 	NThreads     uint32
-	BOS, EOS     int32 // -1 if none
+	TPSize       uint32 // tensor-parallel ranks (1: none); Raw has the per-rank byte counts
+	BOS, EOS     int32  // -1 if none
 	EOT          int32
 	Raw          raw.EngineInfo
 }
@@ -228,7 +235,7 @@ func (e *Engine) Info() (EngineInfo, error) {
 	return EngineInfo{
 		ModelName: cstr(r.ModelName[:]), Architecture: cstr(r.Architecture[:]), BackendName: cstr(r.BackendName[:]),
 		Backend: Backend(r.Backend), NVocab: r.NVocab, NCtxTrain: r.NCtxTrain, MaxContext: r.MaxContext,
-		NLayers: r.NLayers, NThreads: r.NThreads, BOS: r.BosToken, EOS: r.EosToken, EOT: r.EotToken, Raw: r,
+		NLayers: r.NLayers, NThreads: r.NThreads, TPSize: r.TpSize, BOS: r.BosToken, EOS: r.EosToken, EOT: r.EotToken, Raw: r,
 	}, nil
 }
 

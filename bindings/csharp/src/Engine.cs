@@ -38,16 +38,23 @@ namespace Llmkv
             var p = Library.InitParams<llmkv_engine_params>(
                 buf => N.llmkv_engine_params_init_sized(buf, (UIntPtr)Marshal.SizeOf(typeof(llmkv_engine_params))),
                 N.llmkv_engine_params_init, out libSize);
-            if (libSize < p.struct_size)
+            if (libSize < (uint)Marshal.SizeOf(typeof(llmkv_engine_params)))
             {
+                // An older library (0.4, 0.3) writes its own, shorter size (InitParams keeps it
+                // as struct_size): the fields appended after it do not exist there, so asking
+                // for them must fail rather than be ignored.
                 p.struct_size = libSize;
-                p.spin_us = -1;   // not read by that library; the 0.4 default for clarity
-                // An older library (0.3) writes its own, shorter size: the 0.4 fields do not
-                // exist there, so asking for them must fail rather than be ignored.
-                if ((options.SpinUs.HasValue && options.SpinUs.Value != -1) ||
-                    (options.ThreadPriority.HasValue && options.ThreadPriority.Value != 0))
+                if (libSize <= (uint)Marshal.OffsetOf(typeof(llmkv_engine_params), "spin_us").ToInt32())
+                {
+                    p.spin_us = -1;   // not read by that library; the 0.4 default for clarity
+                    if ((options.SpinUs.HasValue && options.SpinUs.Value != -1) ||
+                        (options.ThreadPriority.HasValue && options.ThreadPriority.Value != 0))
+                        throw new LlmkvException(Status.Unsupported,
+                            "the loaded library " + Library.VersionString + " has no spin_us/thread_priority (added in 0.4)");
+                }
+                if (options.TpSize.HasValue && options.TpSize.Value > 1)
                     throw new LlmkvException(Status.Unsupported,
-                        "the loaded library " + Library.VersionString + " has no spin_us/thread_priority (added in 0.4)");
+                        "the loaded library " + Library.VersionString + " has no tp_size (added in 0.5)");
             }
             if (options.Backend.HasValue) p.backend = (int)options.Backend.Value;
             if (options.NThreads.HasValue) p.n_threads = options.NThreads.Value;
@@ -64,6 +71,7 @@ namespace Llmkv
             if (options.KvRotation.HasValue) p.kv_rotation = (int)options.KvRotation.Value;
             if (options.SpinUs.HasValue) p.spin_us = options.SpinUs.Value;
             if (options.ThreadPriority.HasValue) p.thread_priority = options.ThreadPriority.Value;
+            if (options.TpSize.HasValue) p.tp_size = options.TpSize.Value;
 
             _handle = new EngineHandle();
             using (var pins = new Pins())
@@ -87,13 +95,24 @@ namespace Llmkv
             }
         }
 
+        /// <summary>A library before 0.5 refuses the 0.5 sizes of llmkv_engine_info and
+        /// llmkv_stats; it is asked for its own (the struct up to the first 0.5 field).</summary>
+        private static bool LibraryBefore05 => Library.Version < 500;
+
         public EngineInfo Info
         {
             get
             {
                 var i = new llmkv_engine_info();
-                i.struct_size = (uint)Marshal.SizeOf(typeof(llmkv_engine_info));
+                bool old = LibraryBefore05;
+                i.struct_size = (uint)(old ? Marshal.OffsetOf(typeof(llmkv_engine_info), "kv_bytes_per_token_rank").ToInt32()
+                                           : Marshal.SizeOf(typeof(llmkv_engine_info)));
                 using (var u = Use()) Library.Check(N.llmkv_engine_get_info(u.Ptr, ref i));
+                if (old)
+                {   // what the header says an engine without tensor parallelism reports
+                    i.kv_bytes_per_token_rank = i.kv_bytes_per_token_device;
+                    i.weight_bytes_rank = i.weight_bytes;
+                }
                 return new EngineInfo
                 {
                     ModelName = Utf8.FromBuffer(i.model_name), Architecture = Utf8.FromBuffer(i.architecture),
@@ -109,16 +128,22 @@ namespace Llmkv
                     BosToken = i.bos_token, EosToken = i.eos_token, EotToken = i.eot_token,
                     NUnrepresentableBytes = i.n_unrepresentable_bytes, KvWindow = i.kv_window,
                     KvLayerGroups = i.kv_layer_groups, KvBytesPerTokenGlobal = i.kv_bytes_per_token_global,
+                    KvBytesPerTokenRank = i.kv_bytes_per_token_rank, WeightBytesRank = i.weight_bytes_rank,
                 };
             }
         }
 
-        /// <summary>llmkv_engine_get_stats (the raw struct: its fields are the header's).</summary>
+        /// <summary>llmkv_engine_get_stats (the raw struct: its fields are the header's). From a
+        /// library before 0.5, kv_bytes_used_rank is kv_bytes_used and the tp_* counters are 0
+        /// (one rank).</summary>
         public llmkv_stats GetStats()
         {
             var s = new llmkv_stats();
-            s.struct_size = (uint)Marshal.SizeOf(typeof(llmkv_stats));
+            bool old = LibraryBefore05;
+            s.struct_size = (uint)(old ? Marshal.OffsetOf(typeof(llmkv_stats), "kv_bytes_used_rank").ToInt32()
+                                       : Marshal.SizeOf(typeof(llmkv_stats)));
             using (var u = Use()) Library.Check(N.llmkv_engine_get_stats(u.Ptr, ref s));
+            if (old) s.kv_bytes_used_rank = s.kv_bytes_used;
             return s;
         }
 

@@ -17,6 +17,19 @@ using System.Runtime.InteropServices;
 
 namespace Llmkv.Native
 {
+    /// <summary>0.5: tensor parallelism across processes, how the ranks exchange bytes. The
+    /// callbacks are C function pointers (llmkv_tp_broadcast_fn, llmkv_tp_all_gather_fn: from
+    /// Marshal.GetFunctionPointerForDelegate, the delegate kept alive while the ranks run).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct llmkv_tp_transport
+    {
+        public IntPtr ctx;                 // void *
+        public int rank;
+        public int size;
+        public IntPtr broadcast;           // llmkv_tp_broadcast_fn
+        public IntPtr all_gather;          // llmkv_tp_all_gather_fn
+    }
+
     [StructLayout(LayoutKind.Sequential)]
     public struct llmkv_engine_params
     {
@@ -40,6 +53,9 @@ namespace Llmkv.Native
         // 0.4
         public int spin_us;
         public int thread_priority;
+        // 0.5
+        public uint tp_size;
+        public IntPtr tp_transport;        // const llmkv_tp_transport *
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -82,6 +98,9 @@ namespace Llmkv.Native
         public uint kv_window;
         public uint kv_layer_groups;
         public ulong kv_bytes_per_token_global;
+        // 0.5
+        public ulong kv_bytes_per_token_rank;
+        public ulong weight_bytes_rank;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -125,6 +144,10 @@ namespace Llmkv.Native
         public ulong grammar_mask_ns;
         public ulong grammar_masks;
         public ulong grammar_mask_cache_hits;
+        // 0.5
+        public ulong kv_bytes_used_rank;
+        public ulong tp_reduce_ns;
+        public ulong tp_reduces;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -213,13 +236,22 @@ namespace Llmkv.Native
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     public delegate void llmkv_event_fn(IntPtr ev /* const llmkv_event * */, IntPtr user_data);
 
+    /// <summary>0.5: on return every rank's buf (bytes) holds root's; 0 on success.</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate int llmkv_tp_broadcast_fn(IntPtr ctx, IntPtr buf, UIntPtr bytes, int root);
+
+    /// <summary>0.5: on return every rank's recv (size * bytes) holds each rank's send (bytes),
+    /// in rank order; 0 on success.</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate int llmkv_tp_all_gather_fn(IntPtr ctx, IntPtr send, IntPtr recv, UIntPtr bytes);
+
     public static class NativeMethods
     {
         public const string Lib = "llmkv";
 
         // ---- Version
         public const int LLMKV_VERSION_MAJOR = 0;
-        public const int LLMKV_VERSION_MINOR = 4;
+        public const int LLMKV_VERSION_MINOR = 5;
         public const int LLMKV_VERSION_PATCH = 0;
         public const int LLMKV_VERSION_NUMBER = LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH;
 
@@ -325,6 +357,10 @@ namespace Llmkv.Native
         public static extern void llmkv_engine_params_init_sized(IntPtr p, UIntPtr size);
         [DllImport(Lib, EntryPoint = "llmkv_engine_create", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern int llmkv_engine_create(ref llmkv_engine_params p, out IntPtr engine);
+        /// <summary>0.5: runs rank p.tp_transport->rank (1 or more) of tensor parallelism across
+        /// processes until rank 0's engine is destroyed.</summary>
+        [DllImport(Lib, EntryPoint = "llmkv_tp_serve", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern int llmkv_tp_serve(ref llmkv_engine_params p);
         [DllImport(Lib, EntryPoint = "llmkv_engine_destroy", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void llmkv_engine_destroy(IntPtr engine);
         [DllImport(Lib, EntryPoint = "llmkv_engine_get_info", CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

@@ -125,6 +125,10 @@ namespace Llmkv
         public int? SpinUs { get; set; }
         /// <summary>0.4: 0 = llmkv's threads run at their creator's priority; 1..19 nice levels lower.</summary>
         public int? ThreadPriority { get; set; }
+        /// <summary>0.5: tensor parallelism on CPU ranks run as threads of this process, NThreads
+        /// split among them (the heads, feed-forward columns and vocabulary split over the ranks;
+        /// the model's heads must divide by it, else Unsupported). 0 or 1 = none.</summary>
+        public uint? TpSize { get; set; }
 
         public EngineOptions() { }
         public EngineOptions(string modelPath) { ModelPath = modelPath; }
@@ -226,6 +230,7 @@ namespace Llmkv
         public uint NVocab, NCtxTrain, MaxContext, NLayers, NEmbd, NHeads, NKvHeads, HeadDim, NThreads;
         public uint KvBlockTokens;
         public KvDtype KvDtypeK, KvDtypeV;
+        /// <summary>Tensor-parallel ranks (1: none).</summary>
         public uint TpSize;
         public ulong NParams, WeightBytes, KvBytesPerTokenDevice, KvBytesPerTokenTail, KvDeviceBytes;
         public uint KvBlocksTotal, KvTailBlocksTotal, KvResidualTokens;
@@ -233,5 +238,11 @@ namespace Llmkv
         public int BosToken, EosToken, EotToken;
         public uint NUnrepresentableBytes, KvWindow, KvLayerGroups;
         public ulong KvBytesPerTokenGlobal;
+        /// <summary>0.5: sealed KV bytes per token on each rank (its KV heads); with one rank
+        /// KvBytesPerTokenDevice.</summary>
+        public ulong KvBytesPerTokenRank;
+        /// <summary>0.5: weight bytes each rank reads (its slices and the replicated parts); with
+        /// one rank WeightBytes.</summary>
+        public ulong WeightBytesRank;
     }
 }

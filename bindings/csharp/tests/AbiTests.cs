@@ -241,6 +241,8 @@ namespace Llmkv.Tests
             NativeMethods.llmkv_engine_params_init_sized(ref ep, (UIntPtr)Marshal.SizeOf(typeof(llmkv_engine_params)));
             Assert.AreEqual(-1, ep.spin_us);
             Assert.AreEqual(0, ep.thread_priority);
+            Assert.AreEqual(0u, ep.tp_size);
+            Assert.AreEqual(IntPtr.Zero, ep.tp_transport);
             Assert.AreEqual(NativeMethods.LLMKV_ENGINE_PREFIX_CACHE, ep.flags & NativeMethods.LLMKV_ENGINE_PREFIX_CACHE);
             Assert.AreEqual(NativeMethods.LLMKV_KV_F16, ep.kv_dtype_k);
             var sp = new llmkv_session_params();

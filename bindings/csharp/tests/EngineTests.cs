@@ -30,6 +30,65 @@ namespace Llmkv.Tests
             }
         }
 
+        /// <summary>0.5: one rank reports the engine's own bytes; TpSize splits the model's heads
+        /// over CPU ranks (SmolLM2: 9 query and 3 KV heads split over 3 ranks, not over 2), each
+        /// holding its share of the weights and KV, and generation works.</summary>
+        [Test]
+        public void TensorParallelRanksSplitTheModelAndGenerate()
+        {
+            TestUtil.Require05();
+            EngineInfo one;
+            using (var e = TestUtil.NewEngine())
+            {
+                one = e.Info;
+                Assert.AreEqual(1u, one.TpSize);
+                Assert.AreEqual(one.KvBytesPerTokenDevice, one.KvBytesPerTokenRank);
+                Assert.AreEqual(one.WeightBytes, one.WeightBytesRank);
+                using (var s = e.CreateSession())
+                {
+                    Assert.IsNotEmpty(s.Complete(TestUtil.Story, 4));
+                    var st = e.GetStats();
+                    Assert.Greater(st.kv_bytes_used, 0ul);
+                    Assert.AreEqual(st.kv_bytes_used, st.kv_bytes_used_rank);
+                    Assert.AreEqual(0ul, st.tp_reduces, "no collectives with one rank");
+                }
+            }
+            uint tp = 0, bad = 0;
+            for (uint n = 2; n <= 4; n++)
+            {
+                if (tp == 0 && one.NHeads % n == 0 && (one.NKvHeads % n == 0 || n % one.NKvHeads == 0)) tp = n;
+                if (bad == 0 && one.NHeads % n != 0) bad = n;
+            }
+            if (bad != 0)
+            {
+                var ex = Assert.Throws<LlmkvException>(() => TestUtil.NewEngine(o => o.TpSize = bad));
+                Assert.AreEqual(Status.Unsupported, ex.Status);
+                StringAssert.Contains("tensor parallelism", ex.Detail);
+            }
+            if (tp == 0) Assert.Ignore("the model's " + one.NHeads + " query / " + one.NKvHeads + " KV heads split over no rank count in 2..4");
+            using (var e = TestUtil.NewEngine(o => o.TpSize = tp))
+            {
+                var i = e.Info;
+                Assert.AreEqual(tp, i.TpSize);
+                Assert.AreEqual(one.KvBytesPerTokenDevice, i.KvBytesPerTokenDevice);
+                Assert.AreEqual(one.WeightBytes, i.WeightBytes);
+                Assert.Greater(i.KvBytesPerTokenRank, 0ul);
+                if (i.NKvHeads > 1) Assert.Less(i.KvBytesPerTokenRank, i.KvBytesPerTokenDevice, "a rank holds only its KV heads");
+                Assert.Greater(i.WeightBytesRank, 0ul);
+                Assert.Less(i.WeightBytesRank, i.WeightBytes, "a rank reads only its slices");
+                using (var s = e.CreateSession())
+                {
+                    string text = s.Complete(TestUtil.Story, 8);
+                    Assert.IsNotEmpty(text.Trim(), "generation at tp " + tp);
+                    var st = e.GetStats();
+                    Assert.Greater(st.kv_bytes_used_rank, 0ul);
+                    if (i.NKvHeads > 1) Assert.Less(st.kv_bytes_used_rank, st.kv_bytes_used);
+                    Assert.Greater(st.tp_reduces, 0ul, "the forward passes reduced across ranks");
+                }
+                e.Validate();
+            }
+        }
+
         [Test]
         public void LogHandlerReceivesTheLibrarysMessages()
         {

@@ -68,6 +68,13 @@ namespace Llmkv.Tests
             e = Assert.Throws<LlmkvException>(() => new Engine(new EngineOptions(missing) { KvResidualTokens = 5000 }));
             Assert.AreEqual(Status.InvalidArgument, e.Status);
             StringAssert.Contains("kv_residual_tokens", e.Detail);
+            e = Assert.Throws<LlmkvException>(() => new Engine(new EngineOptions(missing) { TpSize = 257 }));
+            if (TestUtil.Is05)
+            {
+                Assert.AreEqual(Status.InvalidArgument, e.Status);
+                StringAssert.Contains("tp_size = 257", e.Detail);
+            }
+            else Assert.AreEqual(Status.Unsupported, e.Status, "a library before 0.5 has no tp_size");
         }
 
         [Test]

@@ -22,6 +22,7 @@ namespace Llmkv.Tests
         }
 
         public static bool Is04 => Library.Version >= 400;
+        public static bool Is05 => Library.Version >= 500;
 
         /// <summary>Options over the real model; polite on a shared machine (no spinning) when the
         /// library has spin_us.</summary>
@@ -38,6 +39,11 @@ namespace Llmkv.Tests
         public static void Require04()
         {
             if (!Is04) Assert.Ignore("needs a 0.4 library (worker mode); loaded: " + Library.VersionString);
+        }
+
+        public static void Require05()
+        {
+            if (!Is05) Assert.Ignore("needs a 0.5 library (tensor parallelism); loaded: " + Library.VersionString);
         }
 
         /// <summary>Steps the engine until every listed session had its DONE or ERROR; returns

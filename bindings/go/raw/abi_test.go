@@ -21,6 +21,7 @@ import (
 
 // The Go mirror of every struct of the header, by the mirror's name.
 var mirrors = map[string]reflect.Type{
+	"TpTransport":   reflect.TypeOf(TpTransport{}),
 	"EngineParams":  reflect.TypeOf(EngineParams{}),
 	"EngineInfo":    reflect.TypeOf(EngineInfo{}),
 	"Stats":         reflect.TypeOf(Stats{}),
@@ -230,7 +231,7 @@ func TestABIFunctions(t *testing.T) {
 	}
 }
 
-// A mirror and the library agree at run time too: EngineParamsInitSized fills the 0.4 size
+// A mirror and the library agree at run time too: EngineParamsInitSized fills the 0.5 size
 // and the documented defaults through the Go mirror; the unsized EngineParamsInit fills only
 // the 0.3 struct (what programs built against older headers have).
 func TestParamsInitThroughMirror(t *testing.T) {
@@ -245,8 +246,16 @@ func TestParamsInitThroughMirror(t *testing.T) {
 	if uintptr(ep.StructSize) != reflect.TypeOf(ep).Size() {
 		t.Errorf("engine_params_init struct_size %d, Go mirror %d", ep.StructSize, reflect.TypeOf(ep).Size())
 	}
-	if ep.SpinUs != -1 || ep.ThreadPriority != 0 || ep.Flags&LLMKV_ENGINE_PREFIX_CACHE == 0 {
-		t.Errorf("engine defaults through the mirror: spin_us %d thread_priority %d flags %#x", ep.SpinUs, ep.ThreadPriority, ep.Flags)
+	if ep.SpinUs != -1 || ep.ThreadPriority != 0 || ep.Flags&LLMKV_ENGINE_PREFIX_CACHE == 0 || ep.TpSize != 0 || ep.TpTransport != nil {
+		t.Errorf("engine defaults through the mirror: spin_us %d thread_priority %d flags %#x tp_size %d tp_transport %p",
+			ep.SpinUs, ep.ThreadPriority, ep.Flags, ep.TpSize, ep.TpTransport)
+	}
+	// The 0.4 size (ending at thread_priority) is filled as such: the 0.5 fields stay untouched.
+	var v4 EngineParams
+	v4.TpSize = 77
+	EngineParamsInitSized(&v4, unsafe.Offsetof(v4.TpSize))
+	if v4.StructSize != 104 || v4.SpinUs != -1 || v4.TpSize != 77 {
+		t.Errorf("engine_params_init_sized(104): struct_size %d spin_us %d tp_size %d", v4.StructSize, v4.SpinUs, v4.TpSize)
 	}
 	var sp SessionParams
 	SessionParamsInitSized(&sp, unsafe.Sizeof(sp))

@@ -43,6 +43,7 @@ static char *go_llmkv_err(llmkv_status st) {
 #define GO_SHIM(call) do { llmkv_status st_ = (call); *err = go_llmkv_err(st_); return st_; } while (0)
 
 static llmkv_status go_engine_create(const llmkv_engine_params *p, llmkv_engine **out, char **err) { GO_SHIM(llmkv_engine_create(p, out)); }
+static llmkv_status go_tp_serve(const llmkv_engine_params *p, char **err) { GO_SHIM(llmkv_tp_serve(p)); }
 static llmkv_status go_engine_get_info(const llmkv_engine *e, llmkv_engine_info *out, char **err) { GO_SHIM(llmkv_engine_get_info(e, out)); }
 static llmkv_status go_engine_get_stats(const llmkv_engine *e, llmkv_stats *out, char **err) { GO_SHIM(llmkv_engine_get_stats(e, out)); }
 static llmkv_status go_engine_validate(const llmkv_engine *e, char **err) { GO_SHIM(llmkv_engine_validate(e)); }
@@ -156,6 +157,15 @@ func EngineParamsInitSized(p *EngineParams, size uintptr) {
 func EngineCreate(p *EngineParams, out **Engine) (int32, string) {
 	var e *C.char
 	st := C.go_engine_create((*C.llmkv_engine_params)(unsafe.Pointer(p)), (**C.llmkv_engine)(unsafe.Pointer(out)), &e)
+	return status(st, e)
+}
+
+// TpServe is llmkv_tp_serve (0.5): runs rank p.TpTransport.Rank (1 or more) of tensor
+// parallelism across processes until rank 0's engine is destroyed. p.TpTransport must point
+// to C memory whose Broadcast and AllGather are C functions.
+func TpServe(p *EngineParams) (int32, string) {
+	var e *C.char
+	st := C.go_tp_serve((*C.llmkv_engine_params)(unsafe.Pointer(p)), &e)
 	return status(st, e)
 }
 

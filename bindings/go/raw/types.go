@@ -18,7 +18,18 @@ type Session struct{ _ [0]byte }
 // Prefix is the opaque llmkv_prefix.
 type Prefix struct{ _ [0]byte }
 
-// EngineParams mirrors llmkv_engine_params (0.4: 104 bytes).
+// TpTransport mirrors llmkv_tp_transport (0.5): how the ranks of tensor parallelism across
+// processes exchange bytes. Broadcast and AllGather are C function pointers of the header's
+// types llmkv_tp_broadcast_fn and llmkv_tp_all_gather_fn (a Go function cannot be one).
+type TpTransport struct {
+	Ctx       unsafe.Pointer
+	Rank      int32
+	Size      int32
+	Broadcast unsafe.Pointer
+	AllGather unsafe.Pointer
+}
+
+// EngineParams mirrors llmkv_engine_params (0.5: 120 bytes; 0.4: 104; 0.3: 96).
 type EngineParams struct {
 	StructSize       uint32
 	ModelPath        *byte
@@ -39,6 +50,8 @@ type EngineParams struct {
 	KvRotation       int32
 	SpinUs           int32
 	ThreadPriority   int32
+	TpSize           uint32
+	TpTransport      *TpTransport
 }
 
 // EngineInfo mirrors llmkv_engine_info.
@@ -78,6 +91,8 @@ type EngineInfo struct {
 	KvWindow              uint32
 	KvLayerGroups         uint32
 	KvBytesPerTokenGlobal uint64
+	KvBytesPerTokenRank   uint64
+	WeightBytesRank       uint64
 }
 
 // Stats mirrors llmkv_stats.
@@ -119,6 +134,9 @@ type Stats struct {
 	GrammarMaskNs        uint64
 	GrammarMasks         uint64
 	GrammarMaskCacheHits uint64
+	KvBytesUsedRank      uint64
+	TpReduceNs           uint64
+	TpReduces            uint64
 }
 
 // ChatMessage mirrors llmkv_chat_message.

@@ -1,4 +1,4 @@
-//! Raw FFI declarations for libllmkv: `include/llmkv.h` (C API 0.4), written by hand.
+//! Raw FFI declarations for libllmkv: `include/llmkv.h` (C API 0.5), written by hand.
 //!
 //! Everything here mirrors the header one to one: the same names, `#[repr(C)]` structs with
 //! the same fields in the same order, the `#define` and enum constants with their values, and
@@ -83,6 +83,24 @@ pub struct llmkv_prefix {
 pub type llmkv_log_fn =
     Option<unsafe extern "C" fn(level: llmkv_log_level, message: *const c_char, user_data: *mut c_void)>;
 pub type llmkv_event_fn = Option<unsafe extern "C" fn(event: *const llmkv_event, user_data: *mut c_void)>;
+/// On return every rank's `buf` (`bytes`) holds `root`'s. Added in 0.5.
+pub type llmkv_tp_broadcast_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, buf: *mut c_void, bytes: usize, root: i32) -> c_int>;
+/// On return every rank's `recv` (`size * bytes`) holds each rank's `send` (`bytes`), in rank
+/// order. Added in 0.5.
+pub type llmkv_tp_all_gather_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, send: *const c_void, recv: *mut c_void, bytes: usize) -> c_int>;
+
+/// Tensor parallelism across processes: how the ranks exchange bytes. Added in 0.5.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct llmkv_tp_transport {
+    pub ctx: *mut c_void,
+    pub rank: i32,
+    pub size: i32,
+    pub broadcast: llmkv_tp_broadcast_fn,
+    pub all_gather: llmkv_tp_all_gather_fn,
+}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +125,9 @@ pub struct llmkv_engine_params {
     // Appended in 0.4.
     pub spin_us: i32,
     pub thread_priority: i32,
+    // Appended in 0.5.
+    pub tp_size: u32,
+    pub tp_transport: *const llmkv_tp_transport,
 }
 
 #[repr(C)]
@@ -149,6 +170,9 @@ pub struct llmkv_engine_info {
     pub kv_window: u32,
     pub kv_layer_groups: u32,
     pub kv_bytes_per_token_global: u64,
+    // Appended in 0.5.
+    pub kv_bytes_per_token_rank: u64,
+    pub weight_bytes_rank: u64,
 }
 
 #[repr(C)]
@@ -192,6 +216,10 @@ pub struct llmkv_stats {
     pub grammar_mask_ns: u64,
     pub grammar_masks: u64,
     pub grammar_mask_cache_hits: u64,
+    // Appended in 0.5.
+    pub kv_bytes_used_rank: u64,
+    pub tp_reduce_ns: u64,
+    pub tp_reduces: u64,
 }
 
 #[repr(C)]
@@ -280,7 +308,7 @@ pub struct llmkv_event {
 
 constants! {
     LLMKV_VERSION_MAJOR: c_int = 0;
-    LLMKV_VERSION_MINOR: c_int = 4;
+    LLMKV_VERSION_MINOR: c_int = 5;
     LLMKV_VERSION_PATCH: c_int = 0;
     /// MAJOR*10000 + MINOR*100 + PATCH of the header this crate mirrors.
     LLMKV_VERSION_NUMBER: c_int = LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH;
@@ -374,6 +402,7 @@ functions! {
     pub fn llmkv_engine_params_init(p: *mut llmkv_engine_params);
     pub fn llmkv_engine_params_init_sized(p: *mut llmkv_engine_params, size: usize);
     pub fn llmkv_engine_create(p: *const llmkv_engine_params, out: *mut *mut llmkv_engine) -> llmkv_status;
+    pub fn llmkv_tp_serve(p: *const llmkv_engine_params) -> llmkv_status;
     pub fn llmkv_engine_destroy(e: *mut llmkv_engine);
     pub fn llmkv_engine_get_info(e: *const llmkv_engine, out: *mut llmkv_engine_info) -> llmkv_status;
     pub fn llmkv_engine_get_stats(e: *const llmkv_engine, out: *mut llmkv_stats) -> llmkv_status;

@@ -40,17 +40,18 @@ macro_rules! structs {
 
 fn rust_structs() -> Vec<RustStruct> {
     structs! {
+        llmkv_tp_transport { ctx, rank, size, broadcast, all_gather }
         llmkv_engine_params { struct_size, model_path, backend, devices, n_devices, n_threads,
             kv_dtype_k, kv_dtype_v, kv_block_tokens, kv_device_bytes, kv_host_bytes,
             max_batch_tokens, max_context, flags, max_sessions, kv_residual_tokens, kv_rotation,
-            spin_us, thread_priority }
+            spin_us, thread_priority, tp_size, tp_transport }
         llmkv_engine_info { struct_size, model_name, architecture, backend_name, backend, n_vocab,
             n_ctx_train, max_context, n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_threads,
             kv_block_tokens, kv_dtype_k, kv_dtype_v, tp_size, n_params, weight_bytes,
             kv_bytes_per_token_device, kv_bytes_per_token_tail, kv_device_bytes, kv_blocks_total,
             kv_tail_blocks_total, kv_residual_tokens, kv_rotate_k, kv_rotate_v, bos_token,
             eos_token, eot_token, n_unrepresentable_bytes, kv_window, kv_layer_groups,
-            kv_bytes_per_token_global }
+            kv_bytes_per_token_global, kv_bytes_per_token_rank, weight_bytes_rank }
         llmkv_stats { struct_size, blocks_total, blocks_free, blocks_cached, blocks_used,
             tail_blocks_total, tail_blocks_used, sessions_total, sessions_idle, sessions_queued,
             sessions_prefilling, sessions_generating, sessions_parked, sessions_finished,
@@ -58,7 +59,7 @@ fn rust_structs() -> Vec<RustStruct> {
             bytes_to_device, preemptions, tokens_prefilled, tokens_generated, steps,
             host_bytes_total, host_bytes_used, host_blocks, parks, swaps, resumes, copy_ns,
             demotions, promotions, sample_ns, grammar_mask_ns, grammar_masks,
-            grammar_mask_cache_hits }
+            grammar_mask_cache_hits, kv_bytes_used_rank, tp_reduce_ns, tp_reduces }
         llmkv_chat_message { role, content }
         llmkv_sampling { temperature, top_k, top_p, min_p, repeat_penalty, seed, repeat_last_n }
         llmkv_logit_bias { token, bias }

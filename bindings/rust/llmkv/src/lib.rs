@@ -1,4 +1,4 @@
-//! Safe Rust binding of **libllmkv** (C API 0.4, `include/llmkv.h`), an embeddable LLM
+//! Safe Rust binding of **libllmkv** (C API 0.5, `include/llmkv.h`), an embeddable LLM
 //! inference runtime: load a GGUF model into an [`Engine`], run many [`Session`]s in one
 //! KV-cache budget, step them yourself ([`Engine::step`]) or let the engine's worker thread
 //! do it ([`Engine::start_worker`], [`Engine::poll`], [`Session::submit_text`]).

@@ -153,7 +153,8 @@ impl EngineBuilder {
         self.raw.backend = b.raw();
         self
     }
-    /// GPU ordinals (more than one = tensor parallel, not supported by the library yet).
+    /// GPU ordinals (more than one = tensor parallel over GPUs, not supported by the library
+    /// yet; [`EngineBuilder::tp_size`] runs CPU ranks).
     pub fn devices(mut self, d: &[i32]) -> Self {
         self.devices = d.to_vec();
         self
@@ -232,6 +233,14 @@ impl EngineBuilder {
     /// in 0.4.
     pub fn thread_priority(mut self, nice: i32) -> Self {
         self.raw.thread_priority = nice;
+        self
+    }
+    /// Tensor parallelism on CPU ranks run as threads of this process, `n_threads` split
+    /// among them: the query and KV heads, feed-forward columns and vocabulary are split over
+    /// the ranks. The model's heads must divide by `n` (or its KV heads replicate evenly),
+    /// else `build` is `Status::Unsupported`. 0 or 1 = none. Added in 0.5.
+    pub fn tp_size(mut self, n: u32) -> Self {
+        self.raw.tp_size = n;
         self
     }
     fn set_flag(&mut self, bit: u32, on: bool) {

@@ -32,8 +32,8 @@ fn error_display_names_status_and_message() {
 }
 
 #[test]
-fn library_version_is_0_4() {
-    assert!(llmkv::version() >= 400, "library {} predates C API 0.4", llmkv::version_string());
+fn library_version_is_0_5() {
+    assert!(llmkv::version() >= 500, "library {} predates C API 0.5", llmkv::version_string());
     assert!(llmkv::version_string().starts_with("0."), "{}", llmkv::version_string());
 }
 
@@ -76,6 +76,9 @@ fn bad_engine_param_values_name_the_field() {
         assert_eq!(e.status, Status::InvalidArgument, "{field}: {e}");
         assert!(e.message.contains(field), "message should name {field}: {e}");
     }
+    let e = builder(&m).tp_size(257).build().unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument, "tp_size: {e}");
+    assert!(e.message.contains("tp_size"), "message should name tp_size: {e}");
     // The 0.4 fields at their limits are accepted.
     let e = builder(&m).thread_priority(19).spin_us(100_000).build().unwrap();
     assert_eq!(e.info().unwrap().n_threads, 2);

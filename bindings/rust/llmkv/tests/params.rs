@@ -20,12 +20,13 @@ fn engine_params_start_from_the_library_defaults() {
     let b = Engine::builder("x.gguf");
     let r = *b.raw();
     assert_eq!(r.struct_size as usize, std::mem::size_of::<llmkv::sys::llmkv_engine_params>());
-    assert_eq!(r.struct_size, 104, "the 0.4 size");
+    assert_eq!(r.struct_size, 120, "the 0.5 size");
     assert_eq!((r.spin_us, r.thread_priority), (-1, 0), "0.4 defaults");
+    assert_eq!((r.tp_size, r.tp_transport), (0, std::ptr::null()), "0.5 defaults");
     assert_eq!(r.flags & llmkv::sys::LLMKV_ENGINE_PREFIX_CACHE, llmkv::sys::LLMKV_ENGINE_PREFIX_CACHE);
-    let b = b.spin_us(50).thread_priority(7).kv_dtype(KvDtype::Int8, KvDtype::Int4).prefix_cache(false).max_sessions(3);
+    let b = b.spin_us(50).thread_priority(7).kv_dtype(KvDtype::Int8, KvDtype::Int4).prefix_cache(false).max_sessions(3).tp_size(3);
     let r = *b.raw();
-    assert_eq!((r.spin_us, r.thread_priority, r.max_sessions), (50, 7, 3));
+    assert_eq!((r.spin_us, r.thread_priority, r.max_sessions, r.tp_size), (50, 7, 3, 3));
     assert_eq!((r.kv_dtype_k, r.kv_dtype_v), (llmkv::sys::LLMKV_KV_INT8, llmkv::sys::LLMKV_KV_INT4));
     assert_eq!(r.flags & llmkv::sys::LLMKV_ENGINE_PREFIX_CACHE, 0);
 }
