@@ -332,7 +332,16 @@ TpBackend::~TpBackend() { stop(); }
 void TpBackend::stop() {
     if (stopped_) return;
     stopped_ = true;
-    if (batch_lock_.owns_lock()) batch_lock_.unlock();
+    if (batch_lock_.owns_lock()) {
+        // The ranks wait inside a step's collectives: a shutdown would be read as its data.
+        LLMKV_LOG_ERROR_F("tensor parallelism: destroyed in the middle of a step; the other ranks cannot be stopped");
+        batch_lock_.unlock();
+        // Thread ranks stay blocked in that collective for good: leave them their
+        // communicators (leaked on purpose) rather than free what they wait on.
+        for (std::thread &t : workers_) t.detach();
+        for (auto &c : worker_comms_) (void)c.release();
+        return;
+    }
     try {
         std::lock_guard<std::mutex> l(command_mu_);
         send_command(comm_, kShutdown, nullptr, 0);
@@ -354,7 +363,17 @@ std::string TpBackend::kernel_id() const { return strprintf("%s+tp%u", rank0_->b
 void TpBackend::load_weights(const WeightSet &weights) { local().load_weights(weights); }
 Tensor TpBackend::alloc(uint32_t rows, uint32_t cols) { return local().alloc(rows, cols); }
 
+void TpBackend::check_in_step() const {
+    // A batch that began and never ended (an exception between the two) left the other
+    // ranks inside its collectives: nothing rank 0 sends can be understood any more.
+    if (batch_lock_.owns_lock()) {
+        fail(LLMKV_ERR_BACKEND, "tensor parallelism: a step failed midway and the ranks are out of step; "
+                                "destroy the engine");
+    }
+}
+
 void TpBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) {
+    check_in_step();
     batch_lock_ = std::unique_lock<std::mutex>(command_mu_);
     encode_batch(spans, message_);
     send_command(comm_, kForward, message_.data(), message_.size());
@@ -391,6 +410,7 @@ std::unique_ptr<KvTransferQueue> TpBackend::make_transfer_queue(bool) { return s
 HostAllocator TpBackend::host_allocator() { return local().host_allocator(); }
 
 void TpBackend::copy_tail(int64_t from, int64_t to) {
+    check_in_step();
     std::lock_guard<std::mutex> l(command_mu_);
     const int64_t ids[2] = {from, to};
     send_command(comm_, kCopyTail, ids, sizeof(ids));
@@ -398,6 +418,7 @@ void TpBackend::copy_tail(int64_t from, int64_t to) {
 }
 
 void TpBackend::transfer(const std::vector<KvTransfer> &transfers) {
+    check_in_step();
     std::lock_guard<std::mutex> l(command_mu_);
     message_.clear();
     Writer w{message_};

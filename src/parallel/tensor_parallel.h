@@ -129,6 +129,8 @@ public:
 private:
     Backend &local();
     void stop();
+    // Throws BACKEND when a batch began and never ended (the ranks are out of step).
+    void check_in_step() const;
 
     const LlamaModel &model_;
     TpSetup setup_;
