@@ -7,6 +7,7 @@
 #    the engine itself;
 #  - every C API test (cmocka), linked against llmkv.dll;
 #  - examples/game_loop.c on the real model (tests/cli/example_game_loop_test.sh through Wine).
+#  - tensor parallelism with ranks as threads (tensor_parallel_test.cpp);
 #  - the host tier and host offload, with the mimalloc.dll the build makes from Debian's
 #    mimalloc source (scripts/test_windows.sh puts it beside the test programs, where the
 #    tier looks first).
@@ -17,7 +18,7 @@ set(LLMKV_WINDOWS_UNIT_TESTS
   gguf tokenizer block_pool snapshot codec attention attention_partition matmul matmul_lane
   matmul_packed matmul_avx512 prefix_cache scheduler grammar sampler chat_template constraints
   batching engine engine_window kv_groups forward arch_forward backend_seam copy_engine host_tier
-  host_offload float_math activation)
+  host_offload float_math activation tensor_parallel)
 set(LLMKV_UNIT_SOURCES "")
 foreach(t ${LLMKV_WINDOWS_UNIT_TESTS})
   list(APPEND LLMKV_UNIT_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}_test.cpp)
