@@ -265,7 +265,7 @@ void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_t
         rank_threads.n_threads = threads;
         tp = std::make_unique<TpBackend>(*model_, setup, *tp_comm_, rank_threads);
     } else {
-        std::vector<std::unique_ptr<Communicator>> comms = InProcessGroup::make(tp_size_);
+        std::vector<std::unique_ptr<Communicator>> comms = InProcessGroup::make(tp_size_, p.spin_us);
         tp_comm_ = std::move(comms[0]);
         comms.erase(comms.begin());
         rank_threads.n_threads = std::max(1u, threads / tp_size_);

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
+#include "platform/os.h"
 
 namespace llmkv {
 
@@ -100,23 +103,37 @@ private:
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> InProcessGroup::make(uint32_t n) {
-    auto group = std::make_shared<InProcessGroup>(n);
+std::vector<std::unique_ptr<Communicator>> InProcessGroup::make(uint32_t n, long spin_us) {
+    auto group = std::make_shared<InProcessGroup>(n, spin_us);
     std::vector<std::unique_ptr<Communicator>> out;
     for (uint32_t r = 0; r < n; ++r) out.push_back(std::make_unique<InProcessCommunicator>(group, r, n));
     return out;
 }
 
+InProcessGroup::InProcessGroup(uint32_t n, long spin_us)
+    : ptrs_(n, nullptr),
+      n_(n),
+      spin_ns_((spin_us < 0 ? ThreadPool::default_spin_us() : std::min(spin_us, ThreadPool::kMaxSpinUs)) * 1000) {}
+
 void InProcessGroup::barrier() {
-    std::unique_lock<std::mutex> l(mu_);
-    const uint64_t gen = generation_;
-    if (++arrived_ == ptrs_.size()) {
-        arrived_ = 0;
-        ++generation_;
-        cv_.notify_all();
+    const uint32_t gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+        // The last to arrive opens the next barrier (the reset is seen by whoever sees the
+        // new generation) and wakes the sleepers.
+        arrived_.store(0, std::memory_order_relaxed);
+        generation_.store(gen + 1, std::memory_order_release);
+        os::wake_all(generation_);
         return;
     }
-    cv_.wait(l, [&] { return generation_ != gen; });
+    const auto t0 = std::chrono::steady_clock::now();
+    while (generation_.load(std::memory_order_acquire) == gen) {
+        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() >=
+            spin_ns_) {
+            while (generation_.load(std::memory_order_acquire) == gen) os::wait_while_equal(generation_, gen);
+            return;
+        }
+        std::this_thread::yield();  // ranks may outnumber the cores
+    }
 }
 
 // ---- the application's transport -------------------------------------------------------

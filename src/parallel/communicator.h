@@ -12,11 +12,10 @@
 // the CUDA backend and uses one of these for the host-side commands.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "llmkv.h"
@@ -53,21 +52,23 @@ private:
 };
 
 // Ranks that are threads of one process. make(n) returns the n communicators; each is
-// used by one thread.
+// used by one thread. A rank waiting for the others polls for spin_us microseconds (< 0:
+// the thread pool's default, LLMKV_SPIN_US or 200) before it sleeps on a futex: a forward
+// pass meets the other ranks twice per layer, sooner than a sleeping thread wakes.
 class InProcessGroup {
 public:
-    static std::vector<std::unique_ptr<Communicator>> make(uint32_t n);
+    static std::vector<std::unique_ptr<Communicator>> make(uint32_t n, long spin_us = -1);
 
-    explicit InProcessGroup(uint32_t n) : ptrs_(n, nullptr) {}
+    InProcessGroup(uint32_t n, long spin_us);
     // Waits until every rank has arrived.
     void barrier();
     std::vector<const void *> ptrs_;  // what each rank shares for the current collective
 
 private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    uint32_t arrived_ = 0;
-    uint64_t generation_ = 0;
+    const uint32_t n_;
+    const long spin_ns_;
+    std::atomic<uint32_t> arrived_{0};
+    std::atomic<uint32_t> generation_{0};
 };
 
 // Ranks in other processes (or machines), reached through the application's transport.
