@@ -202,8 +202,7 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     if (e->tp_size_ > 1) {
         const std::string why = shard_unsupported_reason(*e->model_, e->tp_size_);
         if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", e->tp_size_, why.c_str());
-        ranks_told = true;  // from here on the TpBackend tells the ranks
-        e->create_tp(g, max_sessions, p.tp_transport);
+        e->create_tp(g, max_sessions, p.tp_transport, ranks_told);
     } else {
         e->create_kv_and_backend(g, backend, max_sessions);
     }
@@ -245,7 +244,8 @@ Engine::~Engine() {
     kv_.reset();
 }
 
-void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport) {
+void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport,
+                       bool &ranks_told) {
     const llmkv_engine_params &p = params_;
     create_kv(g, max_sessions);
     const unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
@@ -263,6 +263,7 @@ void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_t
     if (transport) {
         tp_comm_ = std::make_unique<TransportCommunicator>(*transport);
         rank_threads.n_threads = threads;
+        ranks_told = true;  // from here on the TpBackend tells the ranks how the setup went
         tp = std::make_unique<TpBackend>(*model_, setup, *tp_comm_, rank_threads);
     } else {
         std::vector<std::unique_ptr<Communicator>> comms = InProcessGroup::make(tp_size_, p.spin_us);

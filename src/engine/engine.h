@@ -150,7 +150,8 @@ private:
     void create_kv(const KvGeometry &g, uint32_t max_sessions);
     // Tensor parallelism: the KV manager and a TpBackend over tp_size_ ranks (threads of
     // this process, or the transport's processes).
-    void create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport);
+    // ranks_told: set once the ranks behind a transport have been sent the setup.
+    void create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport, bool &ranks_told);
     // create() without telling waiting ranks that it failed (ranks_told: the setup went out).
     static std::unique_ptr<Engine> create_impl(const llmkv_engine_params &params, bool &ranks_told);
     Engine() = default;

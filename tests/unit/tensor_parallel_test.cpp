@@ -673,7 +673,10 @@ TEST_F(TpEngine, RanksServedThroughATransportMatchInProcessRanks) {
     const std::vector<int32_t> expected = solo(in_process, sampling(0.6f, 8), prompt, 12);
     llmkv_engine_destroy(in_process);
 
-    for (bool bad_model : {false, true}) {
+    // 0: both ranks fine; 1: rank 1's model is missing; 2: rank 0's parameters are bad (a KV
+    // budget below one block), found after rank 1 started waiting for the setup.
+    for (int mode : {0, 1, 2}) {
+        const bool bad_model = mode == 1;
         auto comms = InProcessGroup::make(2);
         llmkv_tp_transport t0{comms[0].get(), 0, 2, comm_broadcast, comm_all_gather};
         llmkv_tp_transport t1{comms[1].get(), 1, 2, comm_broadcast, comm_all_gather};
@@ -687,8 +690,15 @@ TEST_F(TpEngine, RanksServedThroughATransportMatchInProcessRanks) {
         });
         llmkv_engine_params p = params(0);
         p.tp_transport = &t0;
+        if (mode == 2) p.kv_device_bytes = 1;
         llmkv_engine *e = nullptr;
         const llmkv_status created = llmkv_engine_create(&p, &e);
+        if (mode == 2) {
+            EXPECT_EQ(created, LLMKV_ERR_INVALID_ARGUMENT);
+            rank1.join();  // told to stop, not left waiting
+            EXPECT_EQ(served, LLMKV_ERR_BACKEND);
+            continue;
+        }
         if (bad_model) {
             EXPECT_EQ(created, LLMKV_ERR_MODEL_FORMAT);
             EXPECT_NE(std::string(llmkv_last_error()).find("rank 1"), std::string::npos) << llmkv_last_error();
