@@ -91,6 +91,7 @@ extern "C" {
     X(void, engine_params_init, (llmkv_engine_params *))                                          \
     X(void, engine_params_init_sized, (llmkv_engine_params *, size_t))                            \
     X(llmkv_status, engine_create, (const llmkv_engine_params *, llmkv_engine **))                \
+    X(llmkv_status, tp_serve, (const llmkv_engine_params *))                                      \
     X(void, engine_destroy, (llmkv_engine *))                                                     \
     X(llmkv_status, engine_get_info, (const llmkv_engine *, llmkv_engine_info *))                 \
     X(llmkv_status, engine_get_stats, (const llmkv_engine *, llmkv_stats *))                      \
