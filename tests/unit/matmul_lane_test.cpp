@@ -355,6 +355,8 @@ TEST_F(LaneFormats, FamiliesBitwiseEqualDegenerateInputs) {
 TEST_F(LaneFormats, OutputBitsArePinned) {
     // Q8_0, Q4_0, Q4_1: the packed-block arithmetic of matmul_packed.h (pinned when it replaced
     // the 8-lane one, which the portable kernel did not share); every family gives these bits.
+    // Q5_0, Q4_K, Q6_K: the same arithmetic since kernel revision 3 (pinned when their packed
+    // kernels replaced the lane ones).
     struct Pin {
         TensorType type;
         uint64_t portable, simd;
@@ -363,14 +365,14 @@ TEST_F(LaneFormats, OutputBitsArePinned) {
         {TensorType::Q8_0, 0x483122720b0cef51ull, 0x483122720b0cef51ull},
         {TensorType::Q4_0, 0xb1614400e1f6b36dull, 0xb1614400e1f6b36dull},
         {TensorType::Q4_1, 0x516b1bfb1adea62full, 0x516b1bfb1adea62full},
-        {TensorType::Q5_0, 0xe2a9c433e86c48c0ull, 0xe2a9c433e86c48c0ull},
+        {TensorType::Q5_0, 0x1006090d94099456ull, 0x1006090d94099456ull},
         {TensorType::Q5_1, 0x7a567dd7ebb49f50ull, 0x7a567dd7ebb49f50ull},
         {TensorType::IQ4_NL, 0x3e1e3ba14f4651a2ull, 0x3e1e3ba14f4651a2ull},
         {TensorType::Q2_K, 0x2be33fcc459d85bcull, 0x2be33fcc459d85bcull},
         {TensorType::Q3_K, 0xc53f60530c72d4a3ull, 0xc53f60530c72d4a3ull},
-        {TensorType::Q4_K, 0xcf264a1a9c7f1686ull, 0xcf264a1a9c7f1686ull},
+        {TensorType::Q4_K, 0x7f6720a25e6912e0ull, 0x7f6720a25e6912e0ull},
         {TensorType::Q5_K, 0x31b0a0c2195370a8ull, 0x31b0a0c2195370a8ull},
-        {TensorType::Q6_K, 0x93fcc6a0d6096135ull, 0x93fcc6a0d6096135ull},
+        {TensorType::Q6_K, 0xc560d79c17cfabb2ull, 0xc560d79c17cfabb2ull},
     };
     uint64_t state = 0x243f6a8885a308d3ull;
     auto next = [&state] {  // splitmix64

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 weights (src/backend/cpu/matmul_packed.*): the arithmetic of
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K weights (src/backend/cpu/matmul_packed.*): the arithmetic of
 // matmul_packed.h computed here straight from the GGUF blocks (no packing) must equal every
 // kernel family's output bit for bit, for decode and prefill shapes, row counts that are not a
 // multiple of 16, row ranges, thread counts, and with the packed copy made ahead or per call.
@@ -57,12 +57,75 @@ std::vector<float> random_x(int64_t n_tokens, int64_t cols, uint32_t seed) {
     return x;
 }
 
+uint16_t u16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+// What the arithmetic needs of block b of one GGUF row, decoded from the file format's
+// definition (model/tensor_type.h): signed codes w, and D, M and the Q6_K half scales.
+struct SpecBlock {
+    int32_t w[32];
+    float D = 0, M = 0;
+    int32_t sc[2] = {1, 1};
+};
+
+SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
+    SpecBlock sb;
+    if (tensor_type_is_k_quant(t)) {
+        const uint8_t *u = row + size_t(b / 8) * tensor_type_block_bytes(t);
+        const int s = int(b % 8);  // 32-element sub-block of the super-block
+        if (t == TensorType::Q4_K) {
+            int sc, m;
+            k4_scale_min(u + 4, s, &sc, &m);
+            sb.D = float(sc) * fp16_to_fp32(u16(u));
+            sb.M = -(float(m) * fp16_to_fp32(u16(u + 2)));
+            for (int l = 0; l < 32; ++l) sb.w[l] = (u[16 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+        } else {  // Q6_K: e = 128 h + 32 j + l
+            sb.D = fp16_to_fp32(u16(u + 208));
+            sb.sc[0] = int8_t(u[192 + 2 * s]);
+            sb.sc[1] = int8_t(u[192 + 2 * s + 1]);
+            const int h = s / 4, j = s % 4;
+            for (int l = 0; l < 32; ++l) {
+                const int lo = (u[64 * h + 32 * (j & 1) + l] >> (4 * (j / 2))) & 15;
+                const int hi = (u[128 + 32 * h + l] >> (2 * j)) & 3;
+                sb.w[l] = (lo | hi << 4) - 32;
+            }
+        }
+        return sb;
+    }
+    const uint8_t *blk = row + size_t(b) * tensor_type_block_bytes(t);
+    sb.D = fp16_to_fp32(u16(blk));
+    for (int k = 0; k < 32; ++k) {
+        switch (t) {
+            case TensorType::Q8_0:
+                sb.w[k] = int8_t(blk[2 + k]);
+                break;
+            case TensorType::Q5_0: {
+                uint32_t qh;
+                std::memcpy(&qh, blk + 2, 4);
+                const uint8_t byte = blk[6 + k % 16];
+                sb.w[k] = ((k < 16 ? byte & 15 : byte >> 4) | int((qh >> k) & 1) << 4) - 16;
+                break;
+            }
+            default: {
+                const uint8_t byte = blk[(t == TensorType::Q4_1 ? 4 : 2) + k % 16];
+                sb.w[k] = k < 16 ? byte & 15 : byte >> 4;
+                if (t == TensorType::Q4_0) sb.w[k] -= 8;
+            }
+        }
+    }
+    if (t == TensorType::Q4_1) sb.M = fp16_to_fp32(u16(blk + 2));
+    return sb;
+}
+
 // matmul_packed.h's arithmetic, from the GGUF blocks and the portable activation quantizer.
 std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_tokens) {
     const int64_t nb = m.cols / 32;
     std::vector<uint8_t> act(detail::act_row_bytes(nb));
     std::vector<float> y(size_t(n_tokens * m.rows));
-    const size_t bb = tensor_type_block_bytes(m.type);
+    const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K;
     for (int64_t t = 0; t < n_tokens; ++t) {
         detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, false, act.data());
         const int8_t *q = detail::act_qs(act.data());
@@ -70,32 +133,26 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
         for (int64_t r = 0; r < m.rows; ++r) {
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
-                const uint8_t *blk = m.data.data() + size_t(r) * m.row_bytes() + size_t(b) * bb;
-                int32_t dot = 0, sum = 0;
+                const SpecBlock sb = spec_block(m.type, m.data.data() + size_t(r) * m.row_bytes(), b);
+                int32_t half[2] = {0, 0}, sum = 0;
                 for (int k = 0; k < 32; ++k) {
-                    int32_t w;
-                    if (m.type == TensorType::Q8_0) {
-                        w = int8_t(blk[2 + k]);
-                    } else {
-                        const uint8_t byte = blk[(m.type == TensorType::Q4_1 ? 4 : 2) + k % 16];
-                        w = k < 16 ? byte & 15 : byte >> 4;
-                        if (m.type == TensorType::Q4_0) w -= 8;
-                    }
-                    dot += w * q[b * 32 + k];
+                    half[k / 16] += sb.w[k] * q[b * 32 + k];
                     sum += q[b * 32 + k];
                 }
-                uint16_t h;
-                std::memcpy(&h, blk, 2);
-                acc = fma_float(fp16_to_fp32(h) * d[b], float(dot), acc);
-                if (m.type == TensorType::Q4_1) {
-                    std::memcpy(&h, blk + 2, 2);
-                    acc = fma_float(fp16_to_fp32(h), d[b] * float(sum), acc);
-                }
+                const int32_t dot = sb.sc[0] * half[0] + sb.sc[1] * half[1];
+                acc = fma_float(sb.D * d[b], float(dot), acc);
+                if (has_min) acc = fma_float(sb.M, d[b] * float(sum), acc);
             }
             y[size_t(t * m.rows + r)] = acc;
         }
     }
     return y;
+}
+
+// Column counts to test: the k-quants need multiples of 256.
+std::vector<int64_t> test_cols(TensorType t) {
+    if (tensor_type_is_k_quant(t)) return {256, 768};
+    return {32, 96, 576};
 }
 
 std::vector<MatmulKernel> families() {
@@ -124,7 +181,7 @@ TEST_P(PackedMatmul, EveryFamilyComputesTheSpecBitwise) {
     const auto fams = families();
     if (fams.size() == 1) std::printf("[ info ] no SIMD kernels on this CPU: portable only\n");
     for (int64_t rows : {1, 16, 37, 100}) {
-        for (int64_t cols : {32, 96, 576}) {
+        for (int64_t cols : test_cols(type)) {
             const Matrix m = random_matrix(type, rows, cols, uint32_t(rows * 131 + cols));
             PackedWeights packed(m.view());
             ASSERT_EQ(packed.bytes(), packed_bytes(m.view()));
@@ -156,14 +213,15 @@ TEST_P(PackedMatmul, EveryFamilyComputesTheSpecBitwise) {
 // Output strides wider than the row count, and a row's value regardless of the tokens next to it.
 TEST_P(PackedMatmul, RowsIndependentOfBatchAndStrides) {
     const TensorType type = GetParam();
-    const Matrix m = random_matrix(type, 48, 128, 7);
+    const int64_t cols = tensor_type_is_k_quant(type) ? 256 : 128;
+    const Matrix m = random_matrix(type, 48, cols, 7);
     PackedWeights packed(m.view());
     WeightMatrix w = m.view();
     w.packed = packed.data();
-    const int64_t n = 19, ldy = 61, ldx = 160;
+    const int64_t n = 19, ldy = 61, ldx = cols + 32;
     std::vector<float> x(size_t(n * ldx), 0.0f);
-    const std::vector<float> xr = random_x(n, 128, 3);
-    for (int64_t t = 0; t < n; ++t) std::copy_n(&xr[size_t(t * 128)], 128, &x[size_t(t * ldx)]);
+    const std::vector<float> xr = random_x(n, cols, 3);
+    for (int64_t t = 0; t < n; ++t) std::copy_n(&xr[size_t(t * cols)], cols, &x[size_t(t * ldx)]);
     ThreadPool pool(2);
     MatmulScratch scratch;
     for (MatmulKernel fam : families()) {
@@ -180,45 +238,75 @@ TEST_P(PackedMatmul, RowsIndependentOfBatchAndStrides) {
     }
 }
 
+// The bytes are where matmul_packed.h's layout comment says, read by its formulas.
 TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     const TensorType type = GetParam();
-    const Matrix m = random_matrix(type, 20, 64, 11);
+    const bool kq = tensor_type_is_k_quant(type);
+    const int64_t cols = kq ? 256 : 64, nb = cols / 32;
+    const Matrix m = random_matrix(type, 20, cols, 11);
     PackedWeights p(m.view());
-    const size_t gbb = packed_group_block_bytes(type);
-    ASSERT_EQ(p.bytes(), 2 * 2 * gbb);  // 2 row groups (16 + 4 rows padded) x 2 blocks
-    const size_t bb = tensor_type_block_bytes(type);
-    const size_t hdr = type == TensorType::Q4_1 ? 4 : 2, codes = type == TensorType::Q4_1 ? 64 : 32;
+    // Bytes per row group: nb group blocks, plus the k-quants' super-block header.
+    const size_t group_bytes = type == TensorType::Q4_K ? 64 + 8 * 288
+                               : type == TensorType::Q6_K ? 32 + 8 * 416
+                                                          : size_t(nb) * packed_group_block_bytes(type);
+    ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
+    const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
+    const size_t codes = type == TensorType::Q4_1 ? 64 : 32;
+    const int o = type == TensorType::Q4_0 ? 8 : type == TensorType::Q8_0 ? 128 : type == TensorType::Q5_0 ? 16
+                  : type == TensorType::Q6_K ? 32 : 0;
     for (int64_t r = 0; r < 32; ++r) {
-        for (int64_t b = 0; b < 2; ++b) {
-            const uint8_t *gblk = p.data() + size_t(r / 16) * 2 * gbb + size_t(b) * gbb;
-            const int j = int(r % 16);
-            std::vector<uint8_t> src(bb, 0);
-            if (r < 20) std::memcpy(src.data(), m.data.data() + size_t(r) * m.row_bytes() + b * bb, bb);
-            EXPECT_EQ(std::memcmp(gblk + 2 * j, src.data(), 2), 0) << "d of row " << r;
-            if (type == TensorType::Q4_1) {
-                EXPECT_EQ(std::memcmp(gblk + 32 + 2 * j, src.data() + 2, 2), 0) << "m of row " << r;
-            }
-            for (int k = 0; k < (type == TensorType::Q8_0 ? 8 : 4); ++k) {
-                uint8_t want[4];
-                std::memcpy(want, src.data() + hdr + 4 * k, 4);
-                if (type == TensorType::Q8_0 && r < 20) {
-                    for (uint8_t &c : want) c ^= 0x80;  // w + 128 (padding rows stay 0)
+        const int j = int(r % 16);
+        const uint8_t *group = p.data() + size_t(r / 16) * group_bytes;
+        const uint8_t *hdr = group;  // one super-block per row here
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *blk = group + hdr_bytes + size_t(b) * gbb;
+            for (int i = 0; i < 32; ++i) {
+                const int k = i / 4, e = i % 4;
+                int u;
+                if (type == TensorType::Q8_0) {
+                    u = blk[codes + 64 * k + 4 * j + e];
+                } else {
+                    u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
+                    if (type == TensorType::Q5_0) u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
+                    if (type == TensorType::Q6_K) u |= ((blk[288 + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
                 }
-                EXPECT_EQ(std::memcmp(gblk + codes + 64 * k + 4 * j, want, 4), 0)
-                    << "codes " << k << " of row " << r;
+                if (r >= 20) {
+                    ASSERT_EQ(u, 0) << "padding row " << r;
+                    continue;
+                }
+                const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
+                ASSERT_EQ(u - o, sb.w[i]) << "row " << r << " block " << b << " element " << i;
+            }
+            if (r >= 20) continue;
+            const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
+            if (type == TensorType::Q4_K) {
+                EXPECT_EQ(float(blk[j]) * fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "D of row " << r;
+                EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M) << "M of row " << r;
+            } else if (type == TensorType::Q6_K) {
+                EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
+                EXPECT_EQ(int8_t(blk[j]), sb.sc[0]) << "scale, first half, row " << r;
+                EXPECT_EQ(int8_t(blk[16 + j]), sb.sc[1]) << "scale, second half, row " << r;
+            } else {
+                EXPECT_EQ(fp16_to_fp32(u16(blk + 2 * j)), sb.D) << "d of row " << r;
+                if (type == TensorType::Q4_1) {
+                    EXPECT_EQ(fp16_to_fp32(u16(blk + 32 + 2 * j)), sb.M) << "m of row " << r;
+                }
             }
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
-                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0),
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
+                                           TensorType::Q5_0, TensorType::Q4_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);
-    WeightMatrix w{TensorType::Q4_K, data.data(), 1, 256, 144};
+    WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176};  // a lane format
     EXPECT_THROW(PackedWeights{w}, Error);
+    WeightMatrix k{TensorType::Q4_K, data.data(), 1, 160, 144};  // not whole super-blocks
+    EXPECT_THROW(PackedWeights{k}, Error);
     WeightMatrix q{TensorType::Q4_0, data.data(), 2, 48, 27};
     EXPECT_THROW(PackedWeights{q}, Error);
 }

@@ -106,7 +106,7 @@ const char *matmul_kernel_name() {
     }
 }
 
-std::string matmul_kernel_id() { return std::string(matmul_kernel_name()) + "-r2"; }
+std::string matmul_kernel_id() { return std::string(matmul_kernel_name()) + "-r3"; }
 
 // ---- portable kernels --------------------------------------------------------------------------
 
@@ -546,7 +546,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
         }
         if (packed) detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
-        if (family == MatmulKernel::kAvx512 && detail::is_lane_format(w.type)) {
+        if (family == MatmulKernel::kAvx512 && detail::is_lane_format(w.type) && !packed) {
             detail::lane_act_sums_avx512(w.type, act, job.act_stride, n_tokens, nb);
         }
 #endif

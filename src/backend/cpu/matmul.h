@@ -68,9 +68,10 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 // "avx512", "avx2" or "portable": the kernel family that matmul() uses now.
 const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
-// the arithmetic ("avx512-r2"). Revision 2: Q4_0 / Q4_1 / Q8_0 on packed weights
-// (matmul_packed.h), which changed their results; KV written by revision 1 is not bitwise what
-// this build computes, so its snapshots are refused unless loaded with "any kernel".
+// the arithmetic ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on packed weights
+// (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q6_K packed too.
+// KV written by an earlier revision is not bitwise what this build computes, so its snapshots
+// are refused unless loaded with "any kernel".
 std::string matmul_kernel_id();
 
 // Kernel family selection. kAuto (the default) uses AVX-512 when cpu_has_avx512_vnni(), else

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 weights (matmul_packed.h): the packing, the per-block activation
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K weights (matmul_packed.h): the packing, the per-block activation
 // terms and the portable kernel, which spells out the arithmetic the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
@@ -23,29 +23,126 @@ constexpr int64_t kR = kPackRows;
 
 int64_t n_groups(int64_t rows) { return (rows + kR - 1) / kR; }
 
+// One GGUF unit (a 32-block, or a k-quant super-block of 8 blocks) of one row, decoded to what
+// the packed layout stores: unsigned codes, f16 bits of the scales, and the per-block integer
+// scales (Q4_K: sc, m of the block's sub-block; Q6_K: the scales of its two halves).
+struct Unit {
+    uint8_t u[256];
+    uint16_t d = 0, d2 = 0;  // d2: Q4_1's m, Q4_K's dminneg
+    uint8_t s1[8] = {}, s2[8] = {};
+};
+
+uint16_t u16_at(const uint8_t *p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
+    switch (t) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1: {
+            const size_t hdr = t == TensorType::Q4_1 ? 4 : 2;
+            un.d = u16_at(src);
+            if (t == TensorType::Q4_1) un.d2 = u16_at(src + 2);
+            for (int i = 0; i < 16; ++i) {
+                un.u[i] = src[hdr + i] & 15;
+                un.u[16 + i] = src[hdr + i] >> 4;
+            }
+            return;
+        }
+        case TensorType::Q8_0:
+            un.d = u16_at(src);
+            for (int i = 0; i < 32; ++i) un.u[i] = uint8_t(src[2 + i] ^ 0x80);  // int8 + 128
+            return;
+        case TensorType::Q5_0: {
+            un.d = u16_at(src);
+            uint32_t qh;
+            std::memcpy(&qh, src + 2, 4);
+            for (int i = 0; i < 32; ++i) {
+                const int nib = i < 16 ? src[6 + i] & 15 : src[6 + i - 16] >> 4;
+                un.u[i] = uint8_t(nib | int((qh >> i) & 1) << 4);
+            }
+            return;
+        }
+        case TensorType::Q4_K: {
+            un.d = u16_at(src);
+            un.d2 = uint16_t(u16_at(src + 2) ^ 0x8000u);  // -dmin, exactly
+            const uint8_t *qs = src + 16;
+            for (int s = 0; s < 8; ++s) {
+                int sc, m;
+                k4_scale_min(src + 4, s, &sc, &m);
+                un.s1[s] = uint8_t(sc);
+                un.s2[s] = uint8_t(m);
+                for (int l = 0; l < 32; ++l) un.u[32 * s + l] = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+            }
+            return;
+        }
+        case TensorType::Q6_K: {
+            const uint8_t *ql = src, *qh = src + 128;
+            un.d = u16_at(src + 208);
+            for (int s = 0; s < 8; ++s) {
+                un.s1[s] = src[192 + 2 * s];
+                un.s2[s] = src[192 + 2 * s + 1];
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+                un.u[e] = uint8_t(((ql[64 * h + 32 * (j & 1) + l] >> (4 * (j / 2))) & 15) |
+                                  (((qh[32 * h + l] >> (2 * j)) & 3) << 4));
+            }
+            return;
+        }
+        default:
+            return;
+    }
+}
+
 void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
     const TensorType t = w.type;
     const int64_t nb = w.cols / kQBlock;
-    const size_t gbb = packed_group_block_bytes(t);
-    const size_t bb = tensor_type_block_bytes(t);
+    const int U = packed_unit_blocks(t);
+    const size_t unit_src = tensor_type_block_bytes(t);
     const size_t off = packed_codes_offset(t);
-    const int n_vec = t == TensorType::Q8_0 ? 8 : 4;
-    const size_t scale_bytes = t == TensorType::Q4_1 ? 4 : 2;  // GGUF block header
-    uint8_t *gdst = dst + size_t(g) * size_t(nb) * gbb;
-    std::memset(gdst, 0, size_t(nb) * gbb);
+    const size_t hi = packed_high_offset(t);
+    uint8_t *gdst = dst + size_t(g) * packed_group_bytes(t, nb);
+    std::memset(gdst, 0, packed_group_bytes(t, nb));
     const int64_t rows = std::min<int64_t>(kR, w.rows - g * kR);
+    Unit un;
     for (int64_t j = 0; j < rows; ++j) {
         const uint8_t *row = static_cast<const uint8_t *>(w.data) + size_t(g * kR + j) * w.row_bytes;
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *src = row + size_t(b) * bb;
-            uint8_t *blk = gdst + size_t(b) * gbb;
-            std::memcpy(blk + 2 * j, src, 2);                                     // d
-            if (t == TensorType::Q4_1) std::memcpy(blk + 32 + 2 * j, src + 2, 2);  // m
-            for (int k = 0; k < n_vec; ++k) {
-                uint8_t *dst4 = blk + off + size_t(k) * 64 + 4 * size_t(j);
-                std::memcpy(dst4, src + scale_bytes + 4 * k, 4);
-                if (t == TensorType::Q8_0) {
-                    for (int e = 0; e < 4; ++e) dst4[e] ^= 0x80;  // stored as w + 128
+        for (int64_t ub = 0; ub < nb / U; ++ub) {
+            decode_unit(t, row + size_t(ub) * unit_src, un);
+            uint8_t *hdr = gdst + packed_header_offset(t, ub * U);
+            if (t == TensorType::Q4_K) {
+                std::memcpy(hdr + 2 * j, &un.d, 2);
+                std::memcpy(hdr + 32 + 2 * j, &un.d2, 2);
+            } else if (t == TensorType::Q6_K) {
+                std::memcpy(hdr + 2 * j, &un.d, 2);
+            }
+            for (int bi = 0; bi < U; ++bi) {
+                uint8_t *blk = gdst + packed_block_offset(t, ub * U + bi);
+                const uint8_t *u = un.u + 32 * bi;
+                if (U == 1) {
+                    std::memcpy(blk + 2 * j, &un.d, 2);
+                    if (t == TensorType::Q4_1) std::memcpy(blk + 32 + 2 * j, &un.d2, 2);
+                } else {
+                    blk[j] = un.s1[bi];
+                    blk[16 + j] = un.s2[bi];
+                }
+                for (int e = 0; e < 4; ++e) {
+                    for (int k = 0; k < 8; ++k) {
+                        const int c = u[4 * k + e];
+                        if (!packed_has_nibbles(t)) {
+                            blk[off + 64 * k + 4 * j + e] = uint8_t(c);
+                            continue;
+                        }
+                        blk[off + 64 * (k % 4) + 4 * j + e] |= uint8_t((c & 15) << (k < 4 ? 0 : 4));
+                        if (t == TensorType::Q5_0) {
+                            blk[hi + 4 * j + e] |= uint8_t(((c >> 4) & 1) << k);
+                        } else if (t == TensorType::Q6_K) {
+                            blk[hi + 64 * (k / 4) + 4 * j + e] |= uint8_t(((c >> 4) & 3) << (2 * (k % 4)));
+                        }
+                    }
                 }
             }
         }
@@ -55,11 +152,12 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
 }  // namespace
 
 size_t packed_bytes(const WeightMatrix &w) {
-    return size_t(n_groups(w.rows)) * size_t(w.cols / kQBlock) * packed_group_block_bytes(w.type);
+    return size_t(n_groups(w.rows)) * packed_group_bytes(w.type, w.cols / kQBlock);
 }
 
 void pack_weights(const WeightMatrix &w, uint8_t *dst, ThreadPool *pool) {
-    if (!is_packed_type(w.type) || w.cols <= 0 || w.cols % kQBlock != 0 || w.rows < 0) {
+    if (!is_packed_type(w.type) || w.cols <= 0 || w.cols % tensor_type_block_elements(w.type) != 0 ||
+        w.rows < 0) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "pack_weights: %s %lld x %lld cannot be packed",
              tensor_type_name(w.type), (long long)w.rows, (long long)w.cols);
     }
@@ -94,26 +192,42 @@ void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t 
         const float *d = act_d(row, nb);
         uint8_t *s = row + size_t(nb) * (kQBlock + 4);
         for (int64_t b = 0; b < nb; ++b) {
-            int32_t sum = 0;
-            for (int64_t k = 0; k < kQBlock; ++k) sum += q[b * kQBlock + k];
-            if (type == TensorType::Q4_1) {
+            int32_t half[2] = {0, 0};
+            for (int64_t k = 0; k < kQBlock; ++k) half[k / 16] += q[b * kQBlock + k];
+            const int32_t sum = half[0] + half[1];
+            uint32_t v[2] = {0, 0};
+            if (packed_has_min(type)) {
                 const float xs = d[b] * float(sum);
-                std::memcpy(s + 4 * b, &xs, 4);
+                std::memcpy(&v[0], &xs, 4);
+            } else if (type == TensorType::Q6_K) {
+                v[0] = uint32_t(-32 * half[0]);
+                v[1] = uint32_t(-32 * half[1]);
             } else {
-                const int32_t o = (type == TensorType::Q4_0 ? -8 : -128) * sum;
-                std::memcpy(s + 4 * b, &o, 4);
+                v[0] = uint32_t(-packed_code_offset(type) * sum);
             }
+            std::memcpy(s + 8 * b, v, 8);
         }
     }
+}
+
+// Unsigned code of element 4k + e of row j in group block blk (see the layout).
+inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e) {
+    const size_t off = packed_codes_offset(type);
+    if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
+    int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
+    const size_t hi = packed_high_offset(type);
+    if (type == TensorType::Q5_0) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
+    if (type == TensorType::Q6_K) c |= ((blk[hi + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
+    return c;
 }
 
 void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     const TensorType type = job.type;
     const int64_t nb = job.cols / kQBlock;
-    const size_t gbb = packed_group_block_bytes(type);
-    const size_t off = packed_codes_offset(type);
+    const size_t group_bytes = packed_group_bytes(type, nb);
+    const int o = packed_code_offset(type);
     for (int64_t g0 = r0; g0 < r1; g0 += kR) {
-        const uint8_t *group = job.w + size_t(g0 / kR) * size_t(nb) * gbb;
+        const uint8_t *group = job.w + size_t(g0 / kR) * group_bytes;
         const int nr = int(std::min<int64_t>(kR, r1 - g0));
         for (int64_t t = 0; t < job.n_tokens; ++t) {
             const uint8_t *a = job.act + size_t(t) * job.act_stride;
@@ -122,33 +236,30 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
             const float *xs = act_s(a, nb);
             float y[kR] = {};
             for (int64_t b = 0; b < nb; ++b) {
-                const uint8_t *blk = group + size_t(b) * gbb;
+                const uint8_t *blk = group + packed_block_offset(type, b);
+                const uint8_t *hdr = group + packed_header_offset(type, b);
                 const int8_t *x = xq + b * kQBlock;
                 for (int j = 0; j < nr; ++j) {
-                    int32_t dot = 0;
-                    if (type == TensorType::Q8_0) {
-                        for (int k = 0; k < 8; ++k) {
-                            const uint8_t *c = blk + off + 64 * k + 4 * j;
-                            for (int e = 0; e < 4; ++e) dot += (int32_t(c[e]) - 128) * x[4 * k + e];
+                    int32_t half[2] = {0, 0};
+                    for (int k = 0; k < 8; ++k) {
+                        for (int e = 0; e < 4; ++e) {
+                            half[k / 4] += (packed_code(type, blk, k, j, e) - o) * x[4 * k + e];
                         }
+                    }
+                    float D, M = 0.0f;
+                    int32_t dot = half[0] + half[1];
+                    if (type == TensorType::Q4_K) {
+                        D = float(blk[j]) * fp16_to_fp32(u16_at(hdr + 2 * j));
+                        M = float(blk[16 + j]) * fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
+                    } else if (type == TensorType::Q6_K) {
+                        D = fp16_to_fp32(u16_at(hdr + 2 * j));
+                        dot = int32_t(int8_t(blk[j])) * half[0] + int32_t(int8_t(blk[16 + j])) * half[1];
                     } else {
-                        const int bias = type == TensorType::Q4_0 ? 8 : 0;
-                        for (int k = 0; k < 4; ++k) {
-                            const uint8_t *c = blk + off + 64 * k + 4 * j;
-                            for (int e = 0; e < 4; ++e) {
-                                dot += (int32_t(c[e] & 15) - bias) * x[4 * k + e];
-                                dot += (int32_t(c[e] >> 4) - bias) * x[16 + 4 * k + e];
-                            }
-                        }
+                        D = fp16_to_fp32(u16_at(blk + 2 * j));
+                        if (type == TensorType::Q4_1) M = fp16_to_fp32(u16_at(blk + 32 + 2 * j));
                     }
-                    uint16_t h;
-                    std::memcpy(&h, blk + 2 * j, 2);
-                    const float sc = fp16_to_fp32(h) * xd[b];
-                    y[j] = fma_float(sc, float(dot), y[j]);
-                    if (type == TensorType::Q4_1) {
-                        std::memcpy(&h, blk + 32 + 2 * j, 2);
-                        y[j] = fma_float(fp16_to_fp32(h), xs[b], y[j]);
-                    }
+                    y[j] = fma_float(D * xd[b], float(dot), y[j]);
+                    if (packed_has_min(type)) y[j] = fma_float(M, xs[2 * b], y[j]);
                 }
             }
             std::memcpy(job.y + t * job.ldy + g0, y, size_t(nr) * sizeof(float));

@@ -1,18 +1,20 @@
-// AVX2 kernels for packed Q4_0 / Q4_1 / Q8_0 weights (matmul_packed.h), bitwise equal to the
-// portable and AVX-512 ones. Compiled with -mavx2 -mfma -mf16c; called only after
-// cpu_has_avx2().
+// AVX2 kernels for packed weights (matmul_packed.h), bitwise equal to the portable and AVX-512
+// ones. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 //
 // A YMM register holds one value per row of half a row group (rows 0-7 or 8-15). The exact
 // block dot products come from vpmaddubsw (unsigned x signed bytes, pairs summed to int16):
-//   Q4: nibbles 0..15 times codes -127..127: a pair is at most 2 * 15 * 127 = 3810 in size,
-//       the eight pairs of a lane over the block at most 30480, so the int16 sums neither
-//       saturate nor wrap; one vpmaddwd by 1 widens them. Q4_0 adds -8 * S (activation record).
+//   nibble types: codes 0..15 (Q4), 0..31 (Q5_0), 0..63 (Q6_K) times codes -127..127: a pair
+//       is at most 2 * 15 * 127 = 3810, 7874 or 16002 in size, so the int16 sums of 8, 4 or 2
+//       steps neither saturate nor wrap; one vpmaddwd by 1 widens them. The sums start from the
+//       activation record's -o * S (matmul_packed.h), Q6_K's per 16-element half, each half then
+//       multiplied by its scales (vpmulld).
 //   Q8_0: |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per step.
 //       Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
 // Then the float steps of matmul_packed.h, as the other families.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_packed.h"
@@ -29,6 +31,54 @@ template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
 template <TensorType kType>
 inline constexpr size_t kCodes = packed_codes_offset(kType);
+template <TensorType kType>
+inline constexpr size_t kHigh = packed_high_offset(kType);
+// Steps whose int16 pair sums may be added before widening (see above).
+template <TensorType kType>
+inline constexpr int kRun = kType == TensorType::Q6_K ? 2 : kType == TensorType::Q5_0 ? 4 : 8;
+
+template <int N, typename F, int... K>
+inline void static_for_impl(F &&f, std::integer_sequence<int, K...>) {
+    (f(std::integral_constant<int, K>{}), ...);
+}
+// Calls f(std::integral_constant<int, K>) for K = 0 .. N-1 (shift counts become immediates).
+template <int N, typename F>
+inline void static_for(F &&f) {
+    static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+template <int S>
+inline __m256i shift16(__m256i v) {
+    if constexpr (S > 0) return _mm256_slli_epi16(v, S);
+    else if constexpr (S < 0) return _mm256_srli_epi16(v, -S);
+    else return v;
+}
+
+inline __m256i load256(const uint8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+
+// Half h of nibble-type code vector K as unsigned bytes (matmul_packed.h).
+template <TensorType kType, int K>
+inline __m256i codes(const uint8_t *blk, int h) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
+    const __m256i nib = _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), low);
+    if constexpr (kType == TensorType::Q5_0) {
+        const __m256i hb = shift16<4 - K>(load256(blk + kHigh<kType> + 32 * h));
+        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    } else if constexpr (kType == TensorType::Q6_K) {
+        const __m256i hb = shift16<4 - 2 * (K & 3)>(load256(blk + kHigh<kType> + 64 * (K / 4) + 32 * h));
+        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+    } else {
+        return nib;
+    }
+}
+
+inline __m256 u8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+}
+inline __m256i i8x8(const uint8_t *p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+}
 
 inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p))));
@@ -45,7 +95,6 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
     const size_t d_off = size_t(nb) * kQBlock;
     const size_t s_off = d_off + size_t(nb) * 4;
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low = _mm256_set1_epi8(0x0f);
     __m256 acc[2][T];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -53,7 +102,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
         for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = gw + size_t(b) * kGBB<kType>;
+        const uint8_t *blk = gw + packed_block_offset(kType, b);
         __m256i dot[2][T];
         if constexpr (kType == TensorType::Q8_0) {
 #pragma GCC unroll 2
@@ -79,56 +128,75 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 }
             }
         } else {
-            __m256i p16[2][T];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
-                for (int t = 0; t < T; ++t) p16[h][t] = _mm256_setzero_si256();
-            }
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) {
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i v = _mm256_loadu_si256(
-                        reinterpret_cast<const __m256i *>(blk + kCodes<kType> + 64 * k + 32 * h));
-                    const __m256i lo = _mm256_and_si256(v, low);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-#pragma GCC unroll 4
-                    for (int t = 0; t < T; ++t) {
-                        const int8_t *x = act_qs(act + size_t(t) * act_stride) + b * kQBlock;
-                        p16[h][t] = _mm256_add_epi16(
-                            p16[h][t], _mm256_maddubs_epi16(lo, bcast4(x + packed_elem_of(kType, k))));
-                        p16[h][t] = _mm256_add_epi16(
-                            p16[h][t], _mm256_maddubs_epi16(hi, bcast4(x + packed_elem_of(kType, k + 4))));
-                    }
-                }
-            }
+            // Chain c covers codes 0-15 (c = 0) and 16-31 (c = 1); each starts from its
+            // activation term (Q6_K) or chain 0 from the block's (the others).
+            __m256i chain[2][2][T], p16[2][T];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
-                    dot[h][t] = _mm256_madd_epi16(p16[h][t], ones);
-                    if constexpr (kType == TensorType::Q4_0) {
-                        const uint8_t *a = act + size_t(t) * act_stride;
-                        dot[h][t] = _mm256_add_epi32(
-                            dot[h][t], _mm256_set1_epi32(int(load_u32(a + s_off + 4 * size_t(b)))));
+                    const uint8_t *a = act + size_t(t) * act_stride;
+                    for (int c = 0; c < 2; ++c) {
+                        const bool start = !packed_has_min(kType) && (c == 0 || kType == TensorType::Q6_K);
+                        chain[c][h][t] = start ? _mm256_set1_epi32(int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(c))))
+                                               : _mm256_setzero_si256();
+                    }
+                    p16[h][t] = _mm256_setzero_si256();
+                }
+            }
+            static_for<8>([&](auto kc) {
+                constexpr int k = decltype(kc)::value;
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i w = codes<kType, k>(blk, h);
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; ++t) {
+                        const int8_t *x = act_qs(act + size_t(t) * act_stride) + b * kQBlock;
+                        p16[h][t] = _mm256_add_epi16(p16[h][t],
+                                                     _mm256_maddubs_epi16(w, bcast4(x + packed_elem_of(kType, k))));
+                        if constexpr ((k + 1) % kRun<kType> == 0) {
+                            constexpr int c = kType == TensorType::Q6_K ? k / 4 : 0;
+                            chain[c][h][t] = _mm256_add_epi32(chain[c][h][t], _mm256_madd_epi16(p16[h][t], ones));
+                            p16[h][t] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            });
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    if constexpr (kType == TensorType::Q6_K) {
+                        dot[h][t] = _mm256_add_epi32(_mm256_mullo_epi32(chain[0][h][t], i8x8(blk + 8 * h)),
+                                                     _mm256_mullo_epi32(chain[1][h][t], i8x8(blk + 16 + 8 * h)));
+                    } else {
+                        dot[h][t] = chain[0][h][t];
                     }
                 }
             }
         }
+        const uint8_t *hdr = gw + packed_header_offset(kType, b);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-            const __m256 dw = half_f16(blk + 16 * h);
+            __m256 D, M = _mm256_setzero_ps();
+            if constexpr (kType == TensorType::Q4_K) {
+                D = _mm256_mul_ps(u8x8(blk + 8 * h), half_f16(hdr + 16 * h));
+                M = _mm256_mul_ps(u8x8(blk + 16 + 8 * h), half_f16(hdr + 32 + 16 * h));
+            } else if constexpr (kType == TensorType::Q6_K) {
+                D = half_f16(hdr + 16 * h);
+            } else {
+                D = half_f16(blk + 16 * h);
+                if constexpr (kType == TensorType::Q4_1) M = half_f16(blk + 32 + 16 * h);
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
                 const uint8_t *a = act + size_t(t) * act_stride;
                 const float *dx = reinterpret_cast<const float *>(a + d_off);
-                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(dx[b]));
+                const __m256 sc = _mm256_mul_ps(D, _mm256_set1_ps(dx[b]));
                 acc[h][t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot[h][t]), acc[h][t]);
-                if constexpr (kType == TensorType::Q4_1) {
+                if constexpr (packed_has_min(kType)) {
                     const float *xs = reinterpret_cast<const float *>(a + s_off);
-                    acc[h][t] = _mm256_fmadd_ps(half_f16(blk + 32 + 16 * h), _mm256_set1_ps(xs[b]),
-                                                acc[h][t]);
+                    acc[h][t] = _mm256_fmadd_ps(M, _mm256_set1_ps(xs[2 * b]), acc[h][t]);
                 }
             }
         }
@@ -145,7 +213,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
 template <TensorType kType>
 void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     const int64_t nb = job.cols / kQBlock;
-    const size_t group_bytes = size_t(nb) * kGBB<kType>;
+    const size_t group_bytes = packed_group_bytes(kType, nb);
     const uint8_t *w0 = job.w + size_t(r0 / kPackRows) * group_bytes;
     for (int64_t tg = 0; tg < job.n_tokens; tg += kTokenGroup) {
         const int64_t tg_end = std::min(job.n_tokens, tg + kTokenGroup);
@@ -170,14 +238,17 @@ void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
     switch (job.type) {
         case TensorType::Q4_0:
-            rows<TensorType::Q4_0>(job, r0, r1);
-            return;
+            return rows<TensorType::Q4_0>(job, r0, r1);
         case TensorType::Q4_1:
-            rows<TensorType::Q4_1>(job, r0, r1);
-            return;
+            return rows<TensorType::Q4_1>(job, r0, r1);
+        case TensorType::Q5_0:
+            return rows<TensorType::Q5_0>(job, r0, r1);
+        case TensorType::Q4_K:
+            return rows<TensorType::Q4_K>(job, r0, r1);
+        case TensorType::Q6_K:
+            return rows<TensorType::Q6_K>(job, r0, r1);
         default:
-            rows<TensorType::Q8_0>(job, r0, r1);
-            return;
+            return rows<TensorType::Q8_0>(job, r0, r1);
     }
 }
 

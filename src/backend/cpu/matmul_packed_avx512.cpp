@@ -1,16 +1,18 @@
-// AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q8_0 weights (matmul_packed.h). Compiled with
-// -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after
-// cpu_has_avx512_vnni().
+// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K,
+// Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
+// after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
-// vpdpbusd (unsigned weight codes x broadcast signed activation codes; Q4_0 and Q8_0 start from
-// the -8 * S / -128 * S of the activation record that turns the unsigned codes back into
-// signed ones; Q8_0's codes are stored as w + 128) give the exact
-// block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for Q4_1) apply
-// the float steps of matmul_packed.h. Prefill tiles are one group x up to kTokens tokens, so
-// a block's codes are loaded once per kTokens tokens; decode tiles are up to kDecodeGroups
-// groups x 1 token with two integer chains per group (the integer sums are exact, so splitting
-// them changes nothing).
+// vpdpbusd (unsigned weight codes x broadcast signed activation codes, starting from the
+// activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K in two
+// chains, one per 16-element half, each multiplied by its scales with vpmulld) give the exact
+// block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
+// with a min) apply the float steps of matmul_packed.h. Q5_0's and Q6_K's high bits are moved
+// into place with one shift and one vpternlogd per code vector; Q4_K's scales D and M are
+// made per block and group (an exact int-to-float product), shared by the tile's tokens.
+// Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
+// kTokens tokens; decode tiles are one group x 1 token with two integer chains (the integer
+// sums are exact, so splitting them changes nothing).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -30,7 +32,6 @@ namespace llmkv::cpu::detail {
 namespace {
 
 constexpr int kTokens = 8;         // tokens per prefill tile
-constexpr int kDecodeGroups = 1;   // row groups per decode tile (one stream: 2 and 4 were 1.4x slower)
 constexpr int64_t kTokenGroup = 64;
 // Decode streams each weight once. A tile reads its G groups (one contiguous region) block by
 // block; the tiles prefetch a linear sweep kPrefetchDistance bytes ahead of the region's start
@@ -42,31 +43,97 @@ template <TensorType kType>
 inline constexpr size_t kGBB = packed_group_block_bytes(kType);
 template <TensorType kType>
 inline constexpr size_t kCodes = packed_codes_offset(kType);
-
-// Code vector k of a group block as unsigned bytes.
 template <TensorType kType>
-inline __m512i codes(const uint8_t *blk, int k) {
+inline constexpr size_t kHigh = packed_high_offset(kType);
+
+// Calls f(std::integral_constant<int, K>) for K = 0 .. N-1: the code vector's index is a
+// compile-time constant, so its shifts are immediates.
+template <int N, typename F, int... K>
+inline void static_for_impl(F &&f, std::integer_sequence<int, K...>) {
+    (f(std::integral_constant<int, K>{}), ...);
+}
+template <int N, typename F>
+inline void static_for(F &&f) {
+    static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+template <int S>
+inline __m512i shift16(__m512i v) {
+    if constexpr (S > 0) return _mm512_slli_epi16(v, S);
+    else if constexpr (S < 0) return _mm512_srli_epi16(v, -S);
+    else return v;
+}
+
+// Code vector K of a group block as unsigned bytes (matmul_packed.h). Every shift below moves
+// bits within their byte, so 16-bit shifts serve.
+template <TensorType kType, int K>
+inline __m512i codes(const uint8_t *blk) {
     if constexpr (kType == TensorType::Q8_0) {
-        return _mm512_loadu_si512(blk + kCodes<kType> + 64 * k);  // stored as w + 128
+        return _mm512_loadu_si512(blk + kCodes<kType> + 64 * K);  // stored as w + 128
     } else {
-        const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (k & 3));
-        const __m512i m = _mm512_set1_epi8(0x0f);
-        return k < 4 ? _mm512_and_si512(v, m) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+        const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
+        const __m512i nib = _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+        if constexpr (kType == TensorType::Q5_0) {
+            const __m512i h = shift16<4 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
+            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10), 0xF8);  // nib | (h & 0x10)
+        } else if constexpr (kType == TensorType::Q6_K) {
+            const __m512i h = shift16<4 - 2 * (K & 3)>(_mm512_loadu_si512(blk + kHigh<kType> + 64 * (K / 4)));
+            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x30), 0xF8);
+        } else {
+            return nib;
+        }
     }
 }
 
 inline __m512i bcast4(const int8_t *p) { return _mm512_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p)))); }
 
+// The activation term the dot product of half h (Q6_K) or of the block starts from.
 template <TensorType kType>
-inline __m512i start_value(const uint8_t *a, size_t s_off, int64_t b) {
-    if constexpr (kType == TensorType::Q4_1) {
+inline __m512i start_value(const uint8_t *a, size_t s_off, int64_t b, int h) {
+    if constexpr (packed_has_min(kType)) {
         return _mm512_setzero_si512();
     } else {
-        return _mm512_set1_epi32(int(load_u32(a + s_off + 4 * size_t(b))));
+        return _mm512_set1_epi32(int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(h))));
     }
 }
 
-// One row group x T tokens (prefill). gw: the group's block 0. Stores nrows rows per token.
+inline __m512 f16x16(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+inline __m512 u8x16(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+}
+inline __m512i i8x16(const uint8_t *p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+
+// The block's D and M of 16 rows (matmul_packed.h): blk the group block, hdr its super-block's
+// header.
+template <TensorType kType>
+inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M) {
+    if constexpr (kType == TensorType::Q4_K) {
+        *D = _mm512_mul_ps(u8x16(blk), f16x16(hdr));
+        *M = _mm512_mul_ps(u8x16(blk + 16), f16x16(hdr + 32));
+    } else if constexpr (kType == TensorType::Q6_K) {
+        *D = f16x16(hdr);
+    } else {
+        *D = f16x16(blk);
+        if constexpr (kType == TensorType::Q4_1) *M = f16x16(blk + 32);
+    }
+}
+
+// The exact integer block dot product from the two chains: Q6_K scales each half (chain a
+// covers codes 0-15, b codes 16-31), the other types add them.
+template <TensorType kType>
+inline __m512i combine(const uint8_t *blk, __m512i ia, __m512i ib) {
+    if constexpr (kType == TensorType::Q6_K) {
+        return _mm512_add_epi32(_mm512_mullo_epi32(ia, i8x16(blk)), _mm512_mullo_epi32(ib, i8x16(blk + 16)));
+    } else {
+        return _mm512_add_epi32(ia, ib);
+    }
+}
+
+// One row group x T tokens (prefill). gw: the group's start. Stores nrows rows per token.
 template <TensorType kType, int T>
 void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, float *y,
            int64_t ldy, int nrows) {
@@ -79,32 +146,33 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = gw + size_t(b) * kGBB<kType>;
-        __m512i ia[T];
+        const uint8_t *blk = gw + packed_block_offset(kType, b);
+        __m512i ia[T], ib[T];
 #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) ia[t] = start_value<kType>(tok[t], s_off, b);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-            const __m512i w = codes<kType>(blk, k);
+        for (int t = 0; t < T; ++t) {
+            ia[t] = start_value<kType>(tok[t], s_off, b, 0);
+            ib[t] = start_value<kType>(tok[t], s_off, b, 1);
+        }
+        static_for<8>([&](auto kc) {
+            constexpr int k = decltype(kc)::value;
+            const __m512i w = codes<kType, k>(blk);
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
-                const int8_t *x = act_qs(tok[t]) + b * kQBlock + packed_elem_of(kType, k);
-                ia[t] = _mm512_dpbusd_epi32(ia[t], w, bcast4(x));
+                const __m512i x = bcast4(act_qs(tok[t]) + b * kQBlock + packed_elem_of(kType, k));
+                if (k < 4) ia[t] = _mm512_dpbusd_epi32(ia[t], w, x);
+                else ib[t] = _mm512_dpbusd_epi32(ib[t], w, x);
             }
-        }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk)));
-        __m512 dm = dw;
-        if constexpr (kType == TensorType::Q4_1) {
-            dm = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 32)));
-        }
+        });
+        __m512 D, M;
+        scales<kType>(blk, gw + packed_header_offset(kType, b), &D, &M);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             const float *dx = reinterpret_cast<const float *>(tok[t] + d_off);
-            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[b]));
-            acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(ia[t]), acc[t]);
-            if constexpr (kType == TensorType::Q4_1) {
+            const __m512 sc = _mm512_mul_ps(D, _mm512_set1_ps(dx[b]));
+            acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(combine<kType>(blk, ia[t], ib[t])), acc[t]);
+            if constexpr (packed_has_min(kType)) {
                 const float *xs = reinterpret_cast<const float *>(tok[t] + s_off);
-                acc[t] = _mm512_fmadd_ps(dm, _mm512_set1_ps(xs[b]), acc[t]);
+                acc[t] = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc[t]);
             }
         }
     }
@@ -113,89 +181,62 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
     for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
 }
 
-// G row groups (consecutive, group_bytes apart) x 1 token (decode). Stores nrows rows in all.
-template <TensorType kType, int G>
-void dtile(const uint8_t *gw, size_t group_bytes, int64_t nb, const uint8_t *a, float *y,
-           int nrows, const uint8_t *pf, const uint8_t *pf_end) {
+// One row group x 1 token (decode). Stores nrows rows. pf .. pf_end: the bytes to prefetch,
+// one block's worth per block.
+template <TensorType kType>
+void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
+           const uint8_t *pf, const uint8_t *pf_end) {
     const size_t d_off = size_t(nb) * kQBlock;
     const size_t s_off = d_off + size_t(nb) * 4;
+    constexpr size_t kStep = packed_unit_bytes(kType) / size_t(packed_unit_blocks(kType));
     const int8_t *xq = act_qs(a);
     const float *dx = reinterpret_cast<const float *>(a + d_off);
     const float *xs = reinterpret_cast<const float *>(a + s_off);
-    __m512 acc[G];
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        if (pf + size_t(G) * kGBB<kType> <= pf_end) prefetch_step<size_t(G) * kGBB<kType>>(pf);
-        pf += size_t(G) * kGBB<kType>;
-        __m512i ia[G], ib[G];
-#pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) {
-            const uint8_t *blk = gw + size_t(g) * group_bytes + size_t(b) * kGBB<kType>;
-            ia[g] = start_value<kType>(a, s_off, b);
-            ib[g] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k += 2) {
-                ia[g] = _mm512_dpbusd_epi32(ia[g], codes<kType>(blk, k),
-                                            bcast4(xq + b * kQBlock + packed_elem_of(kType, k)));
-                ib[g] = _mm512_dpbusd_epi32(ib[g], codes<kType>(blk, k + 1),
-                                            bcast4(xq + b * kQBlock + packed_elem_of(kType, k + 1)));
-            }
-        }
-        const __m512 xd = _mm512_set1_ps(dx[b]);
-#pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) {
-            const uint8_t *blk = gw + size_t(g) * group_bytes + size_t(b) * kGBB<kType>;
-            const __m512 dw =
-                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk)));
-            const __m512i dot = _mm512_add_epi32(ia[g], ib[g]);
-            acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, xd), _mm512_cvtepi32_ps(dot), acc[g]);
-            if constexpr (kType == TensorType::Q4_1) {
-                const __m512 dm =
-                    _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 32)));
-                acc[g] = _mm512_fmadd_ps(dm, _mm512_set1_ps(xs[b]), acc[g]);
-            }
-        }
+        if (pf + kStep <= pf_end) prefetch_step<kStep>(pf);
+        pf += kStep;
+        const uint8_t *blk = gw + packed_block_offset(kType, b);
+        // Two chains: codes 0-15 and 16-31 (Q6_K's halves; for the others any split is exact).
+        __m512i ia = start_value<kType>(a, s_off, b, 0);
+        __m512i ib = start_value<kType>(a, s_off, b, 1);
+        static_for<8>([&](auto kc) {
+            constexpr int k = decltype(kc)::value;
+            const __m512i x = bcast4(xq + b * kQBlock + packed_elem_of(kType, k));
+            if (k < 4) ia = _mm512_dpbusd_epi32(ia, codes<kType, k>(blk), x);
+            else ib = _mm512_dpbusd_epi32(ib, codes<kType, k>(blk), x);
+        });
+        __m512 D, M;
+        scales<kType>(blk, gw + packed_header_offset(kType, b), &D, &M);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(D, _mm512_set1_ps(dx[b])),
+                              _mm512_cvtepi32_ps(combine<kType>(blk, ia, ib)), acc);
+        if constexpr (packed_has_min(kType)) acc = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc);
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-        const int n = std::min(int(kPackRows), nrows - g * int(kPackRows));
-        if (n <= 0) break;
-        _mm512_mask_storeu_ps(y + g * kPackRows, __mmask16((1u << n) - 1u), acc[g]);
-    }
+    _mm512_mask_storeu_ps(y, __mmask16((1u << nrows) - 1u), acc);
 }
 
 using PTileFn = void (*)(const uint8_t *, int64_t, const uint8_t *, size_t, float *, int64_t, int);
-using DTileFn = void (*)(const uint8_t *, size_t, int64_t, const uint8_t *, float *, int,
-                         const uint8_t *, const uint8_t *);
 
 template <TensorType kType, int... I>
 constexpr std::array<PTileFn, sizeof...(I)> make_ptiles(std::integer_sequence<int, I...>) {
     return {&ptile<kType, I + 1>...};
 }
-template <TensorType kType, int... I>
-constexpr std::array<DTileFn, sizeof...(I)> make_dtiles(std::integer_sequence<int, I...>) {
-    return {&dtile<kType, I + 1>...};
-}
 
 template <TensorType kType>
 void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr auto kP = make_ptiles<kType>(std::make_integer_sequence<int, kTokens>{});
-    static constexpr auto kD = make_dtiles<kType>(std::make_integer_sequence<int, kDecodeGroups>{});
     const int64_t nb = job.cols / kQBlock;
-    const size_t group_bytes = size_t(nb) * kGBB<kType>;
+    const size_t group_bytes = packed_group_bytes(kType, nb);
     const uint8_t *w0 = job.w + size_t(r0 / kPackRows) * group_bytes;
     const uint8_t *end = job.w + size_t((job.rows + kPackRows - 1) / kPackRows) * group_bytes;
     if (job.n_tokens == 1) {
         for (const uint8_t *p = w0; p < std::min(w0 + kPrefetchDistance, end); p += 64) {
             _mm_prefetch(reinterpret_cast<const char *>(p), _MM_HINT_T0);
         }
-        constexpr int64_t kStep = kDecodeGroups * kPackRows;
-        for (int64_t r = r0; r < r1; r += kStep) {
-            const int nr = int(std::min(kStep, r1 - r));
-            const int ng = (nr + int(kPackRows) - 1) / int(kPackRows);
+        for (int64_t r = r0; r < r1; r += kPackRows) {
+            const int nr = int(std::min(kPackRows, r1 - r));
             const uint8_t *gw = w0 + size_t((r - r0) / kPackRows) * group_bytes;
-            kD[size_t(ng - 1)](gw, group_bytes, nb, job.act, job.y + r, nr, gw + kPrefetchDistance, end);
+            dtile<kType>(gw, nb, job.act, job.y + r, nr, gw + kPrefetchDistance, end);
         }
         return;
     }
@@ -218,14 +259,17 @@ void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
     switch (job.type) {
         case TensorType::Q4_0:
-            rows<TensorType::Q4_0>(job, r0, r1);
-            return;
+            return rows<TensorType::Q4_0>(job, r0, r1);
         case TensorType::Q4_1:
-            rows<TensorType::Q4_1>(job, r0, r1);
-            return;
+            return rows<TensorType::Q4_1>(job, r0, r1);
+        case TensorType::Q5_0:
+            return rows<TensorType::Q5_0>(job, r0, r1);
+        case TensorType::Q4_K:
+            return rows<TensorType::Q4_K>(job, r0, r1);
+        case TensorType::Q6_K:
+            return rows<TensorType::Q6_K>(job, r0, r1);
         default:
-            rows<TensorType::Q8_0>(job, r0, r1);
-            return;
+            return rows<TensorType::Q8_0>(job, r0, r1);
     }
 }
 
