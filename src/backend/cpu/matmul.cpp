@@ -141,10 +141,7 @@ inline float load_f16(const uint8_t *p) {
     return f16_to_f32_fast(load_u16(p));
 }
 
-bool is_quantized(TensorType t) {
-    return t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
-           is_lane_format(t);
-}
+bool is_quantized(TensorType t) { return is_packed_type(t) || is_lane_format(t); }
 
 // ---- lane formats (matmul.h): exact integer lane parts, then the documented float steps -----
 
@@ -163,15 +160,12 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
     for (int s = 0; s < 16; ++s) lu.sc[s] = 1, lu.mn[s] = 1;
     lu.o = 0;
     switch (t) {
-        case TensorType::Q5_0:
         case TensorType::Q5_1: {
-            const bool q51 = t == TensorType::Q5_1;
             lu.dA = load_f16(blk);
-            lu.dB = q51 ? load_f16(blk + 2) : 0.0f;
-            lu.o = q51 ? 0 : 16;
+            lu.dB = load_f16(blk + 2);
             uint32_t qh;
-            std::memcpy(&qh, blk + (q51 ? 4 : 2), 4);
-            const uint8_t *qs = blk + (q51 ? 8 : 6);
+            std::memcpy(&qh, blk + 4, 4);
+            const uint8_t *qs = blk + 8;
             for (int i = 0; i < 32; ++i) {
                 const int nib = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
                 lu.u[i] = int16_t(nib | int((qh >> i) & 1) << 4);
@@ -212,12 +206,10 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
             }
             return;
         }
-        case TensorType::Q4_K:
         case TensorType::Q5_K: {
-            const bool q5 = t == TensorType::Q5_K;
             lu.dA = load_f16(blk);
             lu.dB = -load_f16(blk + 2);
-            const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + (q5 ? 48 : 16);
+            const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + 48;
             for (int s = 0; s < 8; ++s) {
                 int sc, m;
                 k4_scale_min(scales, s, &sc, &m);
@@ -226,21 +218,7 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
             }
             for (int e = 0; e < 256; ++e) {
                 const int s = e / 32, l = e % 32;
-                int q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
-                if (q5) q |= ((qh[l] >> s) & 1) << 4;
-                lu.u[e] = int16_t(q);
-            }
-            return;
-        }
-        case TensorType::Q6_K: {
-            const uint8_t *ql = blk, *qh = blk + 128;
-            lu.dA = load_f16(blk + 208);
-            lu.o = 32;
-            for (int s = 0; s < 16; ++s) lu.sc[s] = int8_t(blk[192 + s]);
-            for (int e = 0; e < 256; ++e) {
-                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
-                lu.u[e] = int16_t(((ql[64 * h + 32 * (j & 1) + l] >> (4 * (j / 2))) & 15) |
-                                  (((qh[32 * h + l] >> (2 * j)) & 3) << 4));
+                lu.u[e] = int16_t(((qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15) | (((qh[l] >> s) & 1) << 4));
             }
             return;
         }
@@ -339,6 +317,9 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q8_0:
         case TensorType::Q4_0:
         case TensorType::Q4_1:
+        case TensorType::Q5_0:
+        case TensorType::Q4_K:
+        case TensorType::Q6_K:
             packed_rows_portable(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::F32:

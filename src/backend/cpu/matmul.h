@@ -116,8 +116,9 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
     return act_d(row, nb) + nb;
 }
 
-// ---- lane formats: Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K -----------------------
+// ---- lane formats: Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K -------------------------------------------
 //
+// (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K and Q6_K are read from packed weights: matmul_packed.h.)
 // Every kernel family computes an output element of these types by the same steps, so that
 // portable, AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7,
 // all 0 at first. For each 32-element block b of the row, in order (for the k-quants: block
@@ -126,16 +127,13 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 //   L_i = fma(dA * d_x, float(I_i), L_i)               dA * d_x rounded once
 //   L_i = fma(dB * d_x, float(m_i * sum_k x_k), L_i)   types with a min only
 // with x_k the activation codes, d_x the activation scale of block b, and from the weights:
-//   Q5_0   u = 5-bit code, o = 16, sc = 1, dA = d
 //   Q5_1   u = 5-bit code, o = 0, sc = 1, dA = d; m = 1, dB = m (the block's f16 min)
 //   IQ4_NL u = kIq4nlValues[code] (signed), o = 0, sc = 1, dA = d
 //   Q2_K   u = 2-bit code, o = 0, sc = scale & 15 of the sub-block of 16, dA = d;
 //          m = scale >> 4, dB = -dmin
 //   Q3_K   u = 3-bit code, o = 4, sc = 6-bit scale - 32 (sub-block of 16), dA = d
-//   Q4_K   u = 4-bit code, o = 0, sc / m = the 6-bit scale / min of the sub-block of 32,
+//   Q5_K   u = 5-bit code, o = 0, sc / m = the 6-bit scale / min of the sub-block of 32,
 //          dA = d, dB = -dmin
-//   Q5_K   as Q4_K with 5-bit codes
-//   Q6_K   u = 6-bit code, o = 32, sc = the int8 scale of the sub-block of 16, dA = d
 // Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) + (L_3 + L_7)). The integer parts
 // are exact for every code and activation code (-128 included), however the SIMD kernels
 // group the products; |I_i| and |m_i * sum_k x_k| stay below 2^24, so a kernel may also form
@@ -143,22 +141,18 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 // The LaneFormats.OutputBitsArePinned test holds the output bits of every type fixed.
 constexpr bool is_lane_format(TensorType t) {
     switch (t) {
-        case TensorType::Q5_0:
         case TensorType::Q5_1:
         case TensorType::IQ4_NL:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
-        case TensorType::Q4_K:
         case TensorType::Q5_K:
-        case TensorType::Q6_K:
             return true;
         default:
             return false;
     }
 }
 constexpr bool lane_format_has_min(TensorType t) {
-    return t == TensorType::Q5_1 || t == TensorType::Q2_K || t == TensorType::Q4_K ||
-           t == TensorType::Q5_K;
+    return t == TensorType::Q5_1 || t == TensorType::Q2_K || t == TensorType::Q5_K;
 }
 // 32-blocks per weight block: 8 for the k-quants, else 1.
 constexpr int lane_unit_blocks(TensorType t) {

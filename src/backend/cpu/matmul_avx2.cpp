@@ -1,6 +1,6 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, following
-// the steps matmul.h lists; Q8_0/Q4_0/Q4_1 are matmul_packed_avx2.cpp's), FMA dot products for
+// products (maddubs + madd) for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, following
+// the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
 // F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
 
@@ -316,6 +316,9 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q8_0:
         case TensorType::Q4_0:
         case TensorType::Q4_1:
+        case TensorType::Q5_0:
+        case TensorType::Q4_K:
+        case TensorType::Q6_K:
             packed_rows_avx2(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::F32:
@@ -326,9 +329,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
-            return;
-        case TensorType::Q5_0:
-            l_rows<TensorType::Q5_0>(job, r0, r1);
             return;
         case TensorType::Q5_1:
             l_rows<TensorType::Q5_1>(job, r0, r1);
@@ -342,14 +342,8 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q3_K:
             l_rows<TensorType::Q3_K>(job, r0, r1);
             return;
-        case TensorType::Q4_K:
-            l_rows<TensorType::Q4_K>(job, r0, r1);
-            return;
         case TensorType::Q5_K:
             l_rows<TensorType::Q5_K>(job, r0, r1);
-            return;
-        case TensorType::Q6_K:
-            l_rows<TensorType::Q6_K>(job, r0, r1);
             return;
         case TensorType::Q8_K:
             return;  // not a weight type (tensor_type_supported)

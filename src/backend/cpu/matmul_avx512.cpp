@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (Q5_0, Q5_1, IQ4_NL,
-// Q2_K..Q6_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
+// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (Q5_1, IQ4_NL,
+// Q2_K, Q3_K, Q5_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
 // Q8_0 / Q4_0 / Q4_1 run on packed weights (matmul_packed_avx512.cpp); the float weight types
 // (F32/F16/BF16) on the AVX2 kernels.
@@ -138,7 +138,7 @@ inline __m512 negate(__m512 v) {
 }
 
 // Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
-// (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q4_K, Q5_K: 8 scales then 8
+// (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q5_K: 8 scales then 8
 // mins; Q2_K: the mins apart in ma / mb).
 struct PairHeader {
     __m512 da, db, sa, sb, ma, mb;
@@ -150,7 +150,7 @@ inline __m512 u8_to_ps(__m128i v) {
 
 template <TensorType kType>
 inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
-    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::IQ4_NL) {
+    if constexpr (kType == TensorType::IQ4_NL) {
         h.da = pair_f16(a, b);
     } else if constexpr (kType == TensorType::Q5_1) {
         const __m512 dm = pair_f16x2(a, b);
@@ -172,18 +172,12 @@ inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
         const __m512 k32 = _mm512_set1_ps(32.0f);
         h.sa = _mm512_sub_ps(u8_to_ps(k3_scales(a + 96)), k32);  // exact: small integers
         h.sb = _mm512_sub_ps(u8_to_ps(k3_scales(b + 96)), k32);
-    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    } else {  // Q5_K
         const __m512 dm = pair_f16x2(a, b);
         h.da = _mm512_moveldup_ps(dm);
         h.db = negate(_mm512_movehdup_ps(dm));
         h.sa = u8_to_ps(k4_scales_mins(a + 4));
         h.sb = u8_to_ps(k4_scales_mins(b + 4));
-    } else {  // Q6_K
-        h.da = pair_f16(a + 208, b + 208);
-        h.sa = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a + 192))));
-        h.sb = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 192))));
     }
 }
 
@@ -209,7 +203,7 @@ inline constexpr ScaleIndex kIndexK4Mn = make_scale_index(true, true);
 
 template <TensorType kType, int JB, bool kMinIdx>
 inline __m512 pair_scales(const PairHeader &h) {
-    constexpr bool k4 = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
+    constexpr bool k4 = kType == TensorType::Q5_K;
     const ScaleIndex &ix = k4 ? (kMinIdx ? kIndexK4Mn : kIndexK4Sc) : kIndex16;
     const __m512i idx = _mm512_load_si512(ix.v[JB]);
     if constexpr (kMinIdx && kType == TensorType::Q2_K) {
@@ -237,8 +231,8 @@ inline __m512i bits8(__m512i v) {
 // a in bytes 0-31, row b in 32-63. The codes u of matmul.h, except IQ4_NL: level + 128.
 template <TensorType kType, int JB>
 inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
-    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
-        constexpr int kQh = kType == TensorType::Q5_0 ? 2 : 4;
+    if constexpr (kType == TensorType::Q5_1) {
+        constexpr int kQh = 4;
         const __m512i nib = load_codes<TensorType::Q4_0>(a + kQh + 4, b + kQh + 4);
         const __mmask64 hi = __mmask64(load_u32(a + kQh)) | (__mmask64(load_u32(b + kQh)) << 32);
         return _mm512_mask_add_epi8(nib, hi, nib, _mm512_set1_epi8(0x10));
@@ -258,29 +252,12 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
         const __mmask64 hi =
             _mm512_test_epi8_mask(load_pair256(a, b), _mm512_set1_epi8(char(1 << JB)));
         return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(4));
-    } else if constexpr (kType == TensorType::Q4_K) {
-        constexpr int o = 16 + 32 * (JB / 2);
-        return bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
-    } else if constexpr (kType == TensorType::Q5_K) {
+    } else {  // Q5_K
         constexpr int o = 48 + 32 * (JB / 2);
         const __m512i lo = bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
         const __mmask64 hi =
             _mm512_test_epi8_mask(load_pair256(a + 16, b + 16), _mm512_set1_epi8(char(1 << JB)));
         return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(16));
-    } else {  // Q6_K
-        constexpr int h = JB / 4, j = JB % 4;
-        constexpr int ol = 64 * h + 32 * (j & 1), oh = 128 + 32 * h;
-        const __m512i lo = bits8<4 * (j / 2), 15>(load_pair256(a + ol, b + ol));
-        // bits 2j, 2j + 1 of qh moved to bits 4, 5 (masked first, so nothing crosses a byte).
-        const __m512i hm =
-            _mm512_and_si512(load_pair256(a + oh, b + oh), _mm512_set1_epi8(char(3 << (2 * j))));
-        __m512i hi;
-        if constexpr (2 * j < 4) {
-            hi = _mm512_slli_epi16(hm, 4 - 2 * j);
-        } else {
-            hi = srl16<2 * j - 4>(hm);
-        }
-        return _mm512_or_si512(lo, hi);
     }
 }
 
@@ -458,10 +435,10 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q8_0:
         case TensorType::Q4_0:
         case TensorType::Q4_1:
-            packed_rows_avx512(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
-            return;
         case TensorType::Q5_0:
-            q_rows<TensorType::Q5_0>(job, r0, r1);
+        case TensorType::Q4_K:
+        case TensorType::Q6_K:
+            packed_rows_avx512(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
         case TensorType::Q5_1:
             q_rows<TensorType::Q5_1>(job, r0, r1);
@@ -475,14 +452,8 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q3_K:
             q_rows<TensorType::Q3_K>(job, r0, r1);
             return;
-        case TensorType::Q4_K:
-            q_rows<TensorType::Q4_K>(job, r0, r1);
-            return;
         case TensorType::Q5_K:
             q_rows<TensorType::Q5_K>(job, r0, r1);
-            return;
-        case TensorType::Q6_K:
-            q_rows<TensorType::Q6_K>(job, r0, r1);
             return;
         case TensorType::F32:
         case TensorType::F16:
@@ -496,9 +467,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb) {
     const int o = type == TensorType::IQ4_NL ? 128
-                  : type == TensorType::Q5_0 ? kLaneOffset<TensorType::Q5_0>
                   : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
-                  : type == TensorType::Q6_K ? kLaneOffset<TensorType::Q6_K>
                                              : 0;
     const bool as_float = lane_format_has_min(type);
     for (int64_t t = 0; t < n_tokens; ++t) {

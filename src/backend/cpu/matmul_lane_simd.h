@@ -1,4 +1,4 @@
-// Weight decoding for the lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K; matmul.h gives the
+// Weight decoding for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K; matmul.h gives the
 // arithmetic every kernel family follows): one 32-block of codes as bytes in element order,
 // and per weight block the float factors and integer scales. 256-bit AVX2 code, shared by
 // matmul_avx2.cpp and matmul_avx512.cpp; like simd_util.h it lives in an unnamed namespace
@@ -18,8 +18,8 @@ namespace llmkv::cpu::detail {
 namespace {
 
 // Per row and weight block: dA, dB and the integer scales sc / mins m, as matmul.h defines
-// them: per sub-block of 16 (Q2_K, Q3_K, Q6_K), or per sub-block of 32 in sc[0..7] / mn[0..7]
-// (Q4_K, Q5_K).
+// them: per sub-block of 16 (Q2_K, Q3_K), or per sub-block of 32 in sc[0..7] / mn[0..7]
+// (Q5_K).
 struct LaneHeader {
     float dA, dB;
     alignas(32) int16_t sc[16];
@@ -30,7 +30,7 @@ inline float lane_f16(const uint8_t *p) {
     return _cvtsh_ss(load_u16(p));
 }
 
-// Q4_K / Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
+// Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
 // the eight sub-blocks (k4_scale_min, four at a time).
 inline __m128i k4_scales_mins(const uint8_t *p) {
     const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
@@ -53,7 +53,7 @@ inline __m128i k3_scales(const uint8_t *p) {
 
 template <TensorType kType>
 inline void lane_header(const uint8_t *blk, LaneHeader &h) {
-    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::IQ4_NL) {
+    if constexpr (kType == TensorType::IQ4_NL) {
         h.dA = lane_f16(blk);
     } else if constexpr (kType == TensorType::Q5_1) {
         h.dA = lane_f16(blk);
@@ -71,17 +71,12 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
         _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
                            _mm256_sub_epi16(_mm256_cvtepu8_epi16(k3_scales(blk + 96)),
                                             _mm256_set1_epi16(32)));
-    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    } else {  // Q5_K
         h.dA = lane_f16(blk);
         h.dB = -lane_f16(blk + 2);
         const __m256i v = _mm256_cvtepu8_epi16(k4_scales_mins(blk + 4));
         _mm_store_si128(reinterpret_cast<__m128i *>(h.sc), _mm256_castsi256_si128(v));
         _mm_store_si128(reinterpret_cast<__m128i *>(h.mn), _mm256_extracti128_si256(v, 1));
-    } else {  // Q6_K
-        h.dA = lane_f16(blk + 208);
-        _mm256_store_si256(
-            reinterpret_cast<__m256i *>(h.sc),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192))));
     }
 }
 
@@ -89,7 +84,7 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
 // 4-7. madd(pairs, this) multiplies each lane's sum by its sub-block's scale.
 template <TensorType kType>
 inline __m256i lane_scales16(const int16_t *v, int jb) {
-    if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    if constexpr (kType == TensorType::Q5_K) {
         return _mm256_set1_epi16(v[jb]);
     } else {
         return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(v[2 * jb])),
@@ -127,9 +122,7 @@ inline __m256i lane_bits(const uint8_t *p, int shift, int mask) {
 // IQ4_NL: the 4-bit indices (lane_iq4nl_split turns them into levels).
 template <TensorType kType>
 inline __m256i lane_codes(const uint8_t *blk, int jb) {
-    if constexpr (kType == TensorType::Q5_0) {
-        return _mm256_or_si256(lane_nibbles(blk + 6), lane_bits_to_0x10(blk + 2));
-    } else if constexpr (kType == TensorType::Q5_1) {
+    if constexpr (kType == TensorType::Q5_1) {
         return _mm256_or_si256(lane_nibbles(blk + 8), lane_bits_to_0x10(blk + 4));
     } else if constexpr (kType == TensorType::IQ4_NL) {
         return lane_nibbles(blk + 2);
@@ -139,16 +132,9 @@ inline __m256i lane_codes(const uint8_t *blk, int jb) {
         const __m256i lo = lane_bits(blk + 32 + 32 * (jb / 4), 2 * (jb % 4), 3);
         const __m256i hi = lane_bits(blk, jb, 1);  // hmask bit 4 h + j = jb
         return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
-    } else if constexpr (kType == TensorType::Q4_K) {
-        return lane_bits(blk + 16 + 32 * (jb / 2), 4 * (jb % 2), 15);
-    } else if constexpr (kType == TensorType::Q5_K) {
+    } else {  // Q5_K
         const __m256i lo = lane_bits(blk + 48 + 32 * (jb / 2), 4 * (jb % 2), 15);
         const __m256i hi = lane_bits(blk + 16, jb, 1);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-    } else {  // Q6_K
-        const int h = jb / 4, j = jb % 4;
-        const __m256i lo = lane_bits(blk + 64 * h + 32 * (j & 1), 4 * (j / 2), 15);
-        const __m256i hi = lane_bits(blk + 128 + 32 * h, 2 * j, 3);
         return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
     }
 }
@@ -168,10 +154,7 @@ inline __m256i lane_iq4nl_neg(__m256i idx) {
 
 // The offset o of matmul.h.
 template <TensorType kType>
-inline constexpr int kLaneOffset = kType == TensorType::Q5_0   ? 16
-                                   : kType == TensorType::Q3_K ? 4
-                                   : kType == TensorType::Q6_K ? 32
-                                                               : 0;
+inline constexpr int kLaneOffset = kType == TensorType::Q3_K ? 4 : 0;
 template <TensorType kType>
 inline constexpr bool kLaneScaled = tensor_type_is_k_quant(kType);
 template <TensorType kType>
