@@ -126,8 +126,9 @@ void CpuBackend::rms_norm(Tensor x, const float *weight, float eps, Tensor out) 
 }
 
 void CpuBackend::load_weights(const WeightSet &weights) {
-    // Q4_0 / Q4_1 / Q8_0 matrices get the packed copy their kernels read (matmul_packed.h);
-    // the mapped file then serves only embedding rows. A matrix listed twice is packed once.
+    // Matrices of the packed types (Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K) get the packed copy
+    // their kernels read (matmul_packed.h); the mapped file then serves only embedding rows. A
+    // matrix listed twice is packed once.
     for (const WeightMatrix *w : weights.matrices) {
         if (!w || !cpu::is_packed_type(w->type) || w->rows == 0) continue;
         const PackedKey key{w->data, w->rows};
