@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K weights (src/backend/cpu/matmul_packed.*): the arithmetic of
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (src/backend/cpu/matmul_packed.*): the arithmetic of
 // matmul_packed.h computed here straight from the GGUF blocks (no packing) must equal every
 // kernel family's output bit for bit, for decode and prefill shapes, row counts that are not a
 // multiple of 16, row ranges, thread counts, and with the packed copy made ahead or per call.
@@ -76,12 +76,16 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
     if (tensor_type_is_k_quant(t)) {
         const uint8_t *u = row + size_t(b / 8) * tensor_type_block_bytes(t);
         const int s = int(b % 8);  // 32-element sub-block of the super-block
-        if (t == TensorType::Q4_K) {
+        if (t == TensorType::Q4_K || t == TensorType::Q5_K) {
+            const bool q5 = t == TensorType::Q5_K;
             int sc, m;
             k4_scale_min(u + 4, s, &sc, &m);
             sb.D = float(sc) * fp16_to_fp32(u16(u));
             sb.M = -(float(m) * fp16_to_fp32(u16(u + 2)));
-            for (int l = 0; l < 32; ++l) sb.w[l] = (u[16 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+            for (int l = 0; l < 32; ++l) {
+                sb.w[l] = (u[(q5 ? 48 : 16) + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+                if (q5) sb.w[l] |= ((u[16 + l] >> s) & 1) << 4;  // qh
+            }
         } else {  // Q6_K: e = 128 h + 32 j + l
             sb.D = fp16_to_fp32(u16(u + 208));
             sb.sc[0] = int8_t(u[192 + 2 * s]);
@@ -125,7 +129,7 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
     const int64_t nb = m.cols / 32;
     std::vector<uint8_t> act(detail::act_row_bytes(nb));
     std::vector<float> y(size_t(n_tokens * m.rows));
-    const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K;
+    const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
     for (int64_t t = 0; t < n_tokens; ++t) {
         detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, false, act.data());
         const int8_t *q = detail::act_qs(act.data());
@@ -246,7 +250,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     const Matrix m = random_matrix(type, 20, cols, 11);
     PackedWeights p(m.view());
     // Bytes per row group: nb group blocks, plus the k-quants' super-block header.
-    const size_t group_bytes = type == TensorType::Q4_K ? 64 + 8 * 288
+    const size_t group_bytes = type == TensorType::Q4_K   ? 64 + 8 * 288
+                               : type == TensorType::Q5_K ? 64 + 8 * 352
                                : type == TensorType::Q6_K ? 32 + 8 * 416
                                                           : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
@@ -267,7 +272,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                     u = blk[codes + 64 * k + 4 * j + e];
                 } else {
                     u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
-                    if (type == TensorType::Q5_0) u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
+                    if (type == TensorType::Q5_0 || type == TensorType::Q5_K) u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
                     if (type == TensorType::Q6_K) u |= ((blk[288 + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
                 }
                 if (r >= 20) {
@@ -279,7 +284,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
             }
             if (r >= 20) continue;
             const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
-            if (type == TensorType::Q4_K) {
+            if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
                 EXPECT_EQ(float(blk[j]) * fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "D of row " << r;
                 EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M) << "M of row " << r;
             } else if (type == TensorType::Q6_K) {
@@ -298,12 +303,13 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q5_0, TensorType::Q4_K, TensorType::Q6_K),
+                                           TensorType::Q5_0, TensorType::Q4_K, TensorType::Q5_K,
+                                           TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);
-    WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176};  // a lane format
+    WeightMatrix w{TensorType::Q3_K, data.data(), 1, 256, 110};  // a lane format
     EXPECT_THROW(PackedWeights{w}, Error);
     WeightMatrix k{TensorType::Q4_K, data.data(), 1, 160, 144};  // not whole super-blocks
     EXPECT_THROW(PackedWeights{k}, Error);

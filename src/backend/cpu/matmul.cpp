@@ -206,22 +206,6 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
             }
             return;
         }
-        case TensorType::Q5_K: {
-            lu.dA = load_f16(blk);
-            lu.dB = -load_f16(blk + 2);
-            const uint8_t *scales = blk + 4, *qh = blk + 16, *qs = blk + 48;
-            for (int s = 0; s < 8; ++s) {
-                int sc, m;
-                k4_scale_min(scales, s, &sc, &m);
-                lu.sc[2 * s] = lu.sc[2 * s + 1] = int16_t(sc);
-                lu.mn[2 * s] = lu.mn[2 * s + 1] = int16_t(m);
-            }
-            for (int e = 0; e < 256; ++e) {
-                const int s = e / 32, l = e % 32;
-                lu.u[e] = int16_t(((qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15) | (((qh[l] >> s) & 1) << 4));
-            }
-            return;
-        }
         default:
             return;
     }
@@ -319,6 +303,7 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K:
             packed_rows_portable(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;

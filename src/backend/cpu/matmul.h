@@ -69,7 +69,7 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on packed weights
-// (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q6_K packed too.
+// (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q5_K / Q6_K packed too.
 // KV written by an earlier revision is not bitwise what this build computes, so its snapshots
 // are refused unless loaded with "any kernel".
 std::string matmul_kernel_id();
@@ -116,9 +116,9 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
     return act_d(row, nb) + nb;
 }
 
-// ---- lane formats: Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K -------------------------------------------
+// ---- lane formats: Q5_1, IQ4_NL, Q2_K, Q3_K -------------------------------------------------
 //
-// (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K and Q6_K are read from packed weights: matmul_packed.h.)
+// (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K are read from packed weights: matmul_packed.h.)
 // Every kernel family computes an output element of these types by the same steps, so that
 // portable, AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7,
 // all 0 at first. For each 32-element block b of the row, in order (for the k-quants: block
@@ -132,8 +132,6 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 //   Q2_K   u = 2-bit code, o = 0, sc = scale & 15 of the sub-block of 16, dA = d;
 //          m = scale >> 4, dB = -dmin
 //   Q3_K   u = 3-bit code, o = 4, sc = 6-bit scale - 32 (sub-block of 16), dA = d
-//   Q5_K   u = 5-bit code, o = 0, sc / m = the 6-bit scale / min of the sub-block of 32,
-//          dA = d, dB = -dmin
 // Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) + (L_3 + L_7)). The integer parts
 // are exact for every code and activation code (-128 included), however the SIMD kernels
 // group the products; |I_i| and |m_i * sum_k x_k| stay below 2^24, so a kernel may also form
@@ -145,14 +143,13 @@ constexpr bool is_lane_format(TensorType t) {
         case TensorType::IQ4_NL:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
-        case TensorType::Q5_K:
             return true;
         default:
             return false;
     }
 }
 constexpr bool lane_format_has_min(TensorType t) {
-    return t == TensorType::Q5_1 || t == TensorType::Q2_K || t == TensorType::Q5_K;
+    return t == TensorType::Q5_1 || t == TensorType::Q2_K;
 }
 // 32-blocks per weight block: 8 for the k-quants, else 1.
 constexpr int lane_unit_blocks(TensorType t) {

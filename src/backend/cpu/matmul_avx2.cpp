@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, following
+// products (maddubs + madd) for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, following
 // the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
 // F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
@@ -318,6 +318,7 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K:
             packed_rows_avx2(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
@@ -341,9 +342,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::Q3_K:
             l_rows<TensorType::Q3_K>(job, r0, r1);
-            return;
-        case TensorType::Q5_K:
-            l_rows<TensorType::Q5_K>(job, r0, r1);
             return;
         case TensorType::Q8_K:
             return;  // not a weight type (tensor_type_supported)

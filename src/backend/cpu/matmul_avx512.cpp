@@ -1,5 +1,5 @@
 // AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (Q5_1, IQ4_NL,
-// Q2_K, Q3_K, Q5_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
+// Q2_K, Q3_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
 // Q8_0 / Q4_0 / Q4_1 run on packed weights (matmul_packed_avx512.cpp); the float weight types
 // (F32/F16/BF16) on the AVX2 kernels.
@@ -138,8 +138,7 @@ inline __m512 negate(__m512 v) {
 }
 
 // Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
-// (and mins) of the two rows, 16 per row: sa / sb for rows a / b (Q5_K: 8 scales then 8
-// mins; Q2_K: the mins apart in ma / mb).
+// of the two rows, 16 per row: sa / sb for rows a / b (Q2_K: the mins apart in ma / mb).
 struct PairHeader {
     __m512 da, db, sa, sb, ma, mb;
 };
@@ -172,12 +171,6 @@ inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
         const __m512 k32 = _mm512_set1_ps(32.0f);
         h.sa = _mm512_sub_ps(u8_to_ps(k3_scales(a + 96)), k32);  // exact: small integers
         h.sb = _mm512_sub_ps(u8_to_ps(k3_scales(b + 96)), k32);
-    } else {  // Q5_K
-        const __m512 dm = pair_f16x2(a, b);
-        h.da = _mm512_moveldup_ps(dm);
-        h.db = negate(_mm512_movehdup_ps(dm));
-        h.sa = u8_to_ps(k4_scales_mins(a + 4));
-        h.sb = u8_to_ps(k4_scales_mins(b + 4));
     }
 }
 
@@ -187,25 +180,18 @@ inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
 struct ScaleIndex {
     alignas(64) int32_t v[8][16];
 };
-constexpr ScaleIndex make_scale_index(bool k4, bool min) {
+constexpr ScaleIndex make_scale_index() {
     ScaleIndex r{};
     for (int jb = 0; jb < 8; ++jb) {
-        for (int k = 0; k < 16; ++k) {
-            const int row = 16 * (k / 8);
-            r.v[jb][k] = k4 ? row + (min ? 8 : 0) + jb : row + 2 * jb + (k % 8) / 4;
-        }
+        for (int k = 0; k < 16; ++k) r.v[jb][k] = 16 * (k / 8) + 2 * jb + (k % 8) / 4;
     }
     return r;
 }
-inline constexpr ScaleIndex kIndex16 = make_scale_index(false, false);
-inline constexpr ScaleIndex kIndexK4Sc = make_scale_index(true, false);
-inline constexpr ScaleIndex kIndexK4Mn = make_scale_index(true, true);
+inline constexpr ScaleIndex kIndex16 = make_scale_index();
 
 template <TensorType kType, int JB, bool kMinIdx>
 inline __m512 pair_scales(const PairHeader &h) {
-    constexpr bool k4 = kType == TensorType::Q5_K;
-    const ScaleIndex &ix = k4 ? (kMinIdx ? kIndexK4Mn : kIndexK4Sc) : kIndex16;
-    const __m512i idx = _mm512_load_si512(ix.v[JB]);
+    const __m512i idx = _mm512_load_si512(kIndex16.v[JB]);
     if constexpr (kMinIdx && kType == TensorType::Q2_K) {
         return _mm512_permutex2var_ps(h.ma, idx, h.mb);
     } else {
@@ -252,12 +238,6 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
         const __mmask64 hi =
             _mm512_test_epi8_mask(load_pair256(a, b), _mm512_set1_epi8(char(1 << JB)));
         return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(4));
-    } else {  // Q5_K
-        constexpr int o = 48 + 32 * (JB / 2);
-        const __m512i lo = bits8<4 * (JB % 2), 15>(load_pair256(a + o, b + o));
-        const __mmask64 hi =
-            _mm512_test_epi8_mask(load_pair256(a + 16, b + 16), _mm512_set1_epi8(char(1 << JB)));
-        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(16));
     }
 }
 
@@ -437,6 +417,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K:
             packed_rows_avx512(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
             return;
@@ -451,9 +432,6 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::Q3_K:
             q_rows<TensorType::Q3_K>(job, r0, r1);
-            return;
-        case TensorType::Q5_K:
-            q_rows<TensorType::Q5_K>(job, r0, r1);
             return;
         case TensorType::F32:
         case TensorType::F16:

@@ -1,4 +1,4 @@
-// Weight decoding for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K; matmul.h gives the
+// Weight decoding for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K; matmul.h gives the
 // arithmetic every kernel family follows): one 32-block of codes as bytes in element order,
 // and per weight block the float factors and integer scales. 256-bit AVX2 code, shared by
 // matmul_avx2.cpp and matmul_avx512.cpp; like simd_util.h it lives in an unnamed namespace
@@ -18,8 +18,7 @@ namespace llmkv::cpu::detail {
 namespace {
 
 // Per row and weight block: dA, dB and the integer scales sc / mins m, as matmul.h defines
-// them: per sub-block of 16 (Q2_K, Q3_K), or per sub-block of 32 in sc[0..7] / mn[0..7]
-// (Q5_K).
+// them: per sub-block of 16 (Q2_K, Q3_K).
 struct LaneHeader {
     float dA, dB;
     alignas(32) int16_t sc[16];
@@ -30,17 +29,6 @@ inline float lane_f16(const uint8_t *p) {
     return _cvtsh_ss(load_u16(p));
 }
 
-// Q5_K: the 12 scale bytes -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins of
-// the eight sub-blocks (k4_scale_min, four at a time).
-inline __m128i k4_scales_mins(const uint8_t *p) {
-    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
-    constexpr uint32_t k6 = 0x3f3f3f3fu, k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
-    const uint32_t sc_lo = u0 & k6;
-    const uint32_t sc_hi = (u2 & k4) | (((u0 >> 6) & k2) << 4);
-    const uint32_t mn_lo = u1 & k6;
-    const uint32_t mn_hi = ((u2 >> 4) & k4) | (((u1 >> 6) & k2) << 4);
-    return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
-}
 // Q3_K: the 12 scale bytes -> the sixteen 6-bit scales (before the - 32) as bytes.
 inline __m128i k3_scales(const uint8_t *p) {
     const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
@@ -71,12 +59,6 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
         _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
                            _mm256_sub_epi16(_mm256_cvtepu8_epi16(k3_scales(blk + 96)),
                                             _mm256_set1_epi16(32)));
-    } else {  // Q5_K
-        h.dA = lane_f16(blk);
-        h.dB = -lane_f16(blk + 2);
-        const __m256i v = _mm256_cvtepu8_epi16(k4_scales_mins(blk + 4));
-        _mm_store_si128(reinterpret_cast<__m128i *>(h.sc), _mm256_castsi256_si128(v));
-        _mm_store_si128(reinterpret_cast<__m128i *>(h.mn), _mm256_extracti128_si256(v, 1));
     }
 }
 
@@ -84,12 +66,8 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
 // 4-7. madd(pairs, this) multiplies each lane's sum by its sub-block's scale.
 template <TensorType kType>
 inline __m256i lane_scales16(const int16_t *v, int jb) {
-    if constexpr (kType == TensorType::Q5_K) {
-        return _mm256_set1_epi16(v[jb]);
-    } else {
-        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(v[2 * jb])),
-                                       _mm_set1_epi16(v[2 * jb + 1]), 1);
-    }
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(v[2 * jb])),
+                                   _mm_set1_epi16(v[2 * jb + 1]), 1);
 }
 
 // 16 bytes of packed nibbles -> 32 bytes 0..15 in element order (low nibbles, then high).
@@ -132,10 +110,6 @@ inline __m256i lane_codes(const uint8_t *blk, int jb) {
         const __m256i lo = lane_bits(blk + 32 + 32 * (jb / 4), 2 * (jb % 4), 3);
         const __m256i hi = lane_bits(blk, jb, 1);  // hmask bit 4 h + j = jb
         return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
-    } else {  // Q5_K
-        const __m256i lo = lane_bits(blk + 48 + 32 * (jb / 2), 4 * (jb % 2), 15);
-        const __m256i hi = lane_bits(blk + 16, jb, 1);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
     }
 }
 

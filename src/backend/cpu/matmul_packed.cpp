@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q6_K weights (matmul_packed.h): the packing, the per-block activation
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the packing, the per-block activation
 // terms and the portable kernel, which spells out the arithmetic the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
@@ -28,7 +28,7 @@ int64_t n_groups(int64_t rows) { return (rows + kR - 1) / kR; }
 // scales (Q4_K: sc, m of the block's sub-block; Q6_K: the scales of its two halves).
 struct Unit {
     uint8_t u[256];
-    uint16_t d = 0, d2 = 0;  // d2: Q4_1's m, Q4_K's dminneg
+    uint16_t d = 0, d2 = 0;  // d2: Q4_1's m, Q4_K's / Q5_K's dminneg
     uint8_t s1[8] = {}, s2[8] = {};
 };
 
@@ -65,16 +65,22 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             }
             return;
         }
-        case TensorType::Q4_K: {
+        case TensorType::Q4_K:
+        case TensorType::Q5_K: {
+            const bool q5 = t == TensorType::Q5_K;
             un.d = u16_at(src);
             un.d2 = uint16_t(u16_at(src + 2) ^ 0x8000u);  // -dmin, exactly
-            const uint8_t *qs = src + 16;
+            const uint8_t *qh = src + 16, *qs = src + (q5 ? 48 : 16);
             for (int s = 0; s < 8; ++s) {
                 int sc, m;
                 k4_scale_min(src + 4, s, &sc, &m);
                 un.s1[s] = uint8_t(sc);
                 un.s2[s] = uint8_t(m);
-                for (int l = 0; l < 32; ++l) un.u[32 * s + l] = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+                for (int l = 0; l < 32; ++l) {
+                    int q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+                    if (q5) q |= ((qh[l] >> s) & 1) << 4;
+                    un.u[32 * s + l] = uint8_t(q);
+                }
             }
             return;
         }
@@ -113,7 +119,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
         for (int64_t ub = 0; ub < nb / U; ++ub) {
             decode_unit(t, row + size_t(ub) * unit_src, un);
             uint8_t *hdr = gdst + packed_header_offset(t, ub * U);
-            if (t == TensorType::Q4_K) {
+            if (t == TensorType::Q4_K || t == TensorType::Q5_K) {
                 std::memcpy(hdr + 2 * j, &un.d, 2);
                 std::memcpy(hdr + 32 + 2 * j, &un.d2, 2);
             } else if (t == TensorType::Q6_K) {
@@ -137,7 +143,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                             continue;
                         }
                         blk[off + 64 * (k % 4) + 4 * j + e] |= uint8_t((c & 15) << (k < 4 ? 0 : 4));
-                        if (t == TensorType::Q5_0) {
+                        if (t == TensorType::Q5_0 || t == TensorType::Q5_K) {
                             blk[hi + 4 * j + e] |= uint8_t(((c >> 4) & 1) << k);
                         } else if (t == TensorType::Q6_K) {
                             blk[hi + 64 * (k / 4) + 4 * j + e] |= uint8_t(((c >> 4) & 3) << (2 * (k % 4)));
@@ -216,7 +222,7 @@ inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e)
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
     const size_t hi = packed_high_offset(type);
-    if (type == TensorType::Q5_0) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
+    if (type == TensorType::Q5_0 || type == TensorType::Q5_K) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
     if (type == TensorType::Q6_K) c |= ((blk[hi + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
     return c;
 }
@@ -248,7 +254,7 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     }
                     float D, M = 0.0f;
                     int32_t dot = half[0] + half[1];
-                    if (type == TensorType::Q4_K) {
+                    if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
                         D = float(blk[j]) * fp16_to_fp32(u16_at(hdr + 2 * j));
                         M = float(blk[16 + j]) * fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
                     } else if (type == TensorType::Q6_K) {

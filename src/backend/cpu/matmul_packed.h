@@ -1,10 +1,10 @@
-// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q4_K and Q6_K: the layout the CPU kernels read for
+// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K: the layout the CPU kernels read for
 // these types, made once when the backend loads the weights (CpuBackend::load_weights), and the
 // arithmetic that every kernel family (portable, AVX2, AVX-512 VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
 // A group stores its 32-element blocks in order, each as one "group block". The k-quants
-// (Q4_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
+// (Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
 // header with the rows' super-block scales, followed by its 8 group blocks:
 //   Q4_0   d[16] f16 | codes (4 x 64, nibbles)                                     288 bytes
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
@@ -12,10 +12,11 @@
 //   Q5_0   d[16] f16 | codes (4 x 64, nibbles) | high bits (64)                    352
 //   Q4_K   header d[16] f16, dminneg[16] f16 (64, per super-block); block:
 //          sc[16] u8 | m[16] u8 | codes (4 x 64, nibbles)                          288
+//   Q5_K   as Q4_K, then high bits (64)                                            352
 //   Q6_K   header d[16] f16 (32, per super-block); block:
 //          sc[16] i8 (elements 0-15) | sc[16] i8 (16-31) | codes (4 x 64, nibbles)
 //          | high bits (2 x 64)                                                    416
-// (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K are the 6-bit scale
+// (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K and Q5_K are the 6-bit scale
 // and min of the block's sub-block, of Q6_K the int8 scales of its two halves.) A code vector
 // of 64 bytes holds four consecutive elements of each of the 16 rows: row j at bytes
 // 4j .. 4j + 3. Nibble vector k (k < 4) holds elements 4k .. 4k + 3 in its low nibbles and
@@ -24,14 +25,14 @@
 // u of element 4k + e of row j is
 //   Q4_0, Q4_1, Q4_K   the nibble                                        0..15
 //   Q8_0               the byte, the int8 code + 128                     0..255
-//   Q5_0               nibble | bit k of high byte 4j + e, as bit 4      0..31
+//   Q5_0, Q5_K         nibble | bit k of high byte 4j + e, as bit 4      0..31
 //   Q6_K               nibble | bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of high vector k / 4,
 //                      as bits 4-5                                       0..63
 // Group g's block b is at g * group_bytes + (b / U) * (H + U * gbb) + H + (b % U) * gbb
 // (U = 8 blocks per super-block and H its header size for the k-quants, U = 1 and H = 0
 // otherwise; group_bytes = nb / U * (H + U * gbb)). Packed and GGUF sizes are equal for all but
-// Q4_K (2,368 vs 2,304 bytes per group super-block: the unpacked 6-bit scales), up to the
-// padding of the last group.
+// Q4_K and Q5_K (2,368 vs 2,304 and 2,880 vs 2,816 bytes per group super-block: the unpacked
+// 6-bit scales), up to the padding of the last group.
 //
 // One 64-byte code vector is a 16 x 4 tile (16 rows, 4 consecutive elements): one AVX-512
 // vpdpbusd multiplies it by 4 broadcast activation codes and adds 16 four-element dot products
@@ -44,12 +45,12 @@
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1 u, Q8_0 u - 128, Q5_0 u - 16,
-//                                            Q4_K u; Q6_K: I = sc_lo * sum_{k<16} (u_k - 32) x_k
+//                                            Q4_K, Q5_K u; Q6_K: I = sc_lo * sum_{k<16} (u_k - 32) x_k
 //                                            + sc_hi * sum_{k>=16} (u_k - 32) x_k;  |I| < 2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
-//                                            Q4_K: D = float(sc) * d (exact in f32)
-//   y   = fma(M, xs, y)                      Q4_1 (M = m_w) and Q4_K (M = float(m) * dminneg,
-//                                            exact) only; xs = d_x * float(sum_k x_k), rounded
+//                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
+//   y   = fma(M, xs, y)                      Q4_1 (M = m_w), Q4_K and Q5_K (M = float(m) *
+//                                            dminneg, exact) only; xs = d_x * float(sum_k x_k), rounded
 // and Y[t][r] = y. The integer sums are exact however a kernel groups them, so kernels are free
 // in how they split them; the float steps are the same everywhere. Results depend only on row
 // r and token t: not on the batch, the thread count or the kernel family.
@@ -73,6 +74,7 @@ constexpr bool is_packed_type(TensorType type) {
         case TensorType::Q8_0:
         case TensorType::Q5_0:
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K:
             return true;
         default:
@@ -91,6 +93,7 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
         case TensorType::Q4_1:
             return 320;
         case TensorType::Q5_0:
+        case TensorType::Q5_K:
             return 352;
         case TensorType::Q6_K:
             return 416;
@@ -103,7 +106,7 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
 // bytes (0 without one).
 constexpr int packed_unit_blocks(TensorType type) { return tensor_type_is_k_quant(type) ? 8 : 1; }
 constexpr size_t packed_header_bytes(TensorType type) {
-    return type == TensorType::Q4_K ? 64 : type == TensorType::Q6_K ? 32 : 0;
+    return type == TensorType::Q4_K || type == TensorType::Q5_K ? 64 : type == TensorType::Q6_K ? 32 : 0;
 }
 constexpr size_t packed_unit_bytes(TensorType type) {
     return packed_header_bytes(type) + size_t(packed_unit_blocks(type)) * packed_group_block_bytes(type);
@@ -124,7 +127,7 @@ constexpr size_t packed_header_offset(TensorType type, int64_t b) {
 
 // Byte offset of the code vectors inside a group block (after d, m or the scales).
 constexpr size_t packed_codes_offset(TensorType type) { return type == TensorType::Q4_1 ? 64 : 32; }
-// Byte offset of the high-bit vectors (Q5_0, Q6_K).
+// Byte offset of the high-bit vectors (Q5_0, Q5_K, Q6_K).
 constexpr size_t packed_high_offset(TensorType) { return 32 + 4 * 64; }
 // Whether the codes are nibble vectors (all but Q8_0).
 constexpr bool packed_has_nibbles(TensorType type) { return type != TensorType::Q8_0; }
@@ -145,7 +148,7 @@ constexpr int packed_code_offset(TensorType type) {
 }
 // Whether the type has the min step (y = fma(M, xs, y)).
 constexpr bool packed_has_min(TensorType type) {
-    return type == TensorType::Q4_1 || type == TensorType::Q4_K;
+    return type == TensorType::Q4_1 || type == TensorType::Q4_K || type == TensorType::Q5_K;
 }
 
 // First element, within the 32-element block, of code vector k's four codes (k < 8).
@@ -181,7 +184,7 @@ struct MatmulJob;
 // Per-block activation terms of the packed kernels, in the activation record's s region
 // (matmul.h: act_s), two 4-byte values per block b at s[2b], s[2b + 1]: with S_b the sum of
 // the block's codes, Q4_0 / Q8_0 / Q5_0 the int32 -o * S_b (o = packed_code_offset: the SIMD
-// kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K the float
+// kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K / Q5_K the float
 // xs_b = d_b * float(S_b) and 0; Q6_K the int32 -32 * (sum of codes 0-15) and
 // -32 * (sum of codes 16-31).
 void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
