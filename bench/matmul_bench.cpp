@@ -41,7 +41,8 @@ inline uint64_t next_u64() {
 }
 
 // A weight matrix with random payload and small, finite fp16 scales (no NaN/Inf/denormals).
-// Q4_0 / Q4_1 / Q8_0 carry their packed copy, as the engine's weights do (CpuBackend).
+// The packed types (matmul_packed.h) carry their packed copy, as the engine's weights do
+// (CpuBackend).
 struct OwnedMatrix {
     std::vector<uint8_t> bytes;
     WeightMatrix w;

@@ -18,7 +18,7 @@ struct WeightMatrix {
     int64_t cols;  // input features = GGUF dims[0]
     size_t row_bytes;
     // Optional backend-specific copy of the same values in the layout its kernels read (the
-    // CPU backend's packed Q4_0 / Q4_1 / Q8_0, backend/cpu/matmul_packed.h); null: none.
+    // CPU backend's packed copy of the types backend/cpu/matmul_packed.h lists); null: none.
     const void *packed = nullptr;
 };
 

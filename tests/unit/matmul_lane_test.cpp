@@ -1,7 +1,9 @@
-// Unit tests of the lane formats (Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; matmul.h):
-// decoding against the loop-structured decoders of tests/support/quant_reference on random raw
-// blocks (every code, extreme scales), the reference quantizers' round trip, and bitwise equality
-// of the portable, AVX2 and AVX-512 kernels for every shape, token count and thread count.
+// Unit tests of the formats with 4-, 5- and 6-bit codes: the lane formats (Q5_1, IQ4_NL, Q2_K,
+// Q3_K; matmul.h) and Q5_0, Q4_K, Q5_K, Q6_K, which the kernels read packed since revision 3
+// (matmul_packed.h): decoding against the loop-structured decoders of
+// tests/support/quant_reference on random raw blocks (every code, extreme scales), the reference
+// quantizers' round trip, and bitwise equality of the portable, AVX2 and AVX-512 kernels for
+// every shape, token count and thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,7 +1,8 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (src/backend/cpu/matmul_packed.*): the arithmetic of
-// matmul_packed.h computed here straight from the GGUF blocks (no packing) must equal every
-// kernel family's output bit for bit, for decode and prefill shapes, row counts that are not a
-// multiple of 16, row ranges, thread counts, and with the packed copy made ahead or per call.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (src/backend/cpu/matmul_packed.*):
+// the arithmetic of matmul_packed.h computed here straight from the GGUF blocks (no packing) must
+// equal every kernel family's output bit for bit, for decode and prefill shapes, row counts that
+// are not a multiple of 16, row ranges, thread counts, and with the packed copy made ahead or per
+// call.
 #include "backend/cpu/matmul_packed.h"
 
 #include <gtest/gtest.h>
@@ -129,7 +130,8 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
     const int64_t nb = m.cols / 32;
     std::vector<uint8_t> act(detail::act_row_bytes(nb));
     std::vector<float> y(size_t(n_tokens * m.rows));
-    const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
+    const bool has_min =
+        m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
     for (int64_t t = 0; t < n_tokens; ++t) {
         detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, false, act.data());
         const int8_t *q = detail::act_qs(act.data());
@@ -137,7 +139,8 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
         for (int64_t r = 0; r < m.rows; ++r) {
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
-                const SpecBlock sb = spec_block(m.type, m.data.data() + size_t(r) * m.row_bytes(), b);
+                const SpecBlock sb =
+                    spec_block(m.type, m.data.data() + size_t(r) * m.row_bytes(), b);
                 int32_t half[2] = {0, 0}, sum = 0;
                 for (int k = 0; k < 32; ++k) {
                     half[k / 16] += sb.w[k] * q[b * 32 + k];
@@ -203,9 +206,9 @@ TEST_P(PackedMatmul, EveryFamilyComputesTheSpecBitwise) {
                             std::vector<float> y(size_t(n_tokens * rows), -1.0f);
                             matmul(w, x.data(), cols, n_tokens, y.data(), rows, pool, scratch);
                             ASSERT_TRUE(same_bits(y, want))
-                                << tensor_type_name(type) << " " << family_name(fam) << " rows " << rows
-                                << " cols " << cols << " tokens " << n_tokens << " threads " << threads
-                                << (ahead ? " packed ahead" : " packed per call");
+                                << tensor_type_name(type) << " " << family_name(fam) << " rows "
+                                << rows << " cols " << cols << " tokens " << n_tokens << " threads "
+                                << threads << (ahead ? " packed ahead" : " packed per call");
                         }
                     }
                 }
@@ -237,7 +240,8 @@ TEST_P(PackedMatmul, RowsIndependentOfBatchAndStrides) {
             matmul(w, &x[size_t(t * ldx)], ldx, 1, one.data(), 48, pool, scratch);
             ASSERT_EQ(std::memcmp(one.data(), &y[size_t(t * ldy)], 48 * sizeof(float)), 0)
                 << family_name(fam) << " token " << t;
-            for (int64_t r = 48; r < ldy; ++r) ASSERT_EQ(y[size_t(t * ldy + r)], 7.0f) << "wrote past the rows";
+            for (int64_t r = 48; r < ldy; ++r)
+                ASSERT_EQ(y[size_t(t * ldy + r)], 7.0f) << "wrote past the rows";
         }
     }
 }
@@ -252,13 +256,17 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     // Bytes per row group: nb group blocks, plus the k-quants' super-block header.
     const size_t group_bytes = type == TensorType::Q4_K   ? 64 + 8 * 288
                                : type == TensorType::Q5_K ? 64 + 8 * 352
-                               : type == TensorType::Q6_K ? 32 + 8 * 416
-                                                          : size_t(nb) * packed_group_block_bytes(type);
+                               : type == TensorType::Q6_K
+                                   ? 32 + 8 * 416
+                                   : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
     const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
     const size_t codes = type == TensorType::Q4_1 ? 64 : 32;
-    const int o = type == TensorType::Q4_0 ? 8 : type == TensorType::Q8_0 ? 128 : type == TensorType::Q5_0 ? 16
-                  : type == TensorType::Q6_K ? 32 : 0;
+    const int o = type == TensorType::Q4_0   ? 8
+                  : type == TensorType::Q8_0 ? 128
+                  : type == TensorType::Q5_0 ? 16
+                  : type == TensorType::Q6_K ? 32
+                                             : 0;
     for (int64_t r = 0; r < 32; ++r) {
         const int j = int(r % 16);
         const uint8_t *group = p.data() + size_t(r / 16) * group_bytes;
@@ -272,8 +280,10 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                     u = blk[codes + 64 * k + 4 * j + e];
                 } else {
                     u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
-                    if (type == TensorType::Q5_0 || type == TensorType::Q5_K) u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
-                    if (type == TensorType::Q6_K) u |= ((blk[288 + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
+                    if (type == TensorType::Q5_0 || type == TensorType::Q5_K)
+                        u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
+                    if (type == TensorType::Q6_K)
+                        u |= ((blk[288 + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
                 }
                 if (r >= 20) {
                     ASSERT_EQ(u, 0) << "padding row " << r;
@@ -286,7 +296,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
             const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
             if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
                 EXPECT_EQ(float(blk[j]) * fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "D of row " << r;
-                EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M) << "M of row " << r;
+                EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M)
+                    << "M of row " << r;
             } else if (type == TensorType::Q6_K) {
                 EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
                 EXPECT_EQ(int8_t(blk[j]), sb.sc[0]) << "scale, first half, row " << r;

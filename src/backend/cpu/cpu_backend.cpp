@@ -1,6 +1,7 @@
 // CpuBackend: the ops of a forward pass on the CPU, and the KV pools in host memory.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -130,6 +131,7 @@ void CpuBackend::load_weights(const WeightSet &weights) {
     // their kernels read (matmul_packed.h); the mapped file then serves only embedding rows. A
     // matrix listed twice is packed once.
     for (const WeightMatrix *w : weights.matrices) {
+        if (w) kernel_revision_ = std::max(kernel_revision_, cpu::matmul_revision(w->type));
         if (!w || !cpu::is_packed_type(w->type) || w->rows == 0) continue;
         const PackedKey key{w->data, w->rows};
         if (packed_.count(key)) continue;

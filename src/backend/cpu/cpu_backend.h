@@ -23,7 +23,7 @@ public:
 
     const char *name() const override { return "cpu"; }
     std::string device_name() const override { return cpu::matmul_kernel_name(); }
-    std::string kernel_id() const override { return cpu::matmul_kernel_id(); }
+    std::string kernel_id() const override { return cpu::matmul_kernel_id(kernel_revision_); }
     llmkv_backend kind() const override { return LLMKV_BACKEND_CPU; }
 
     void load_weights(const WeightSet &weights) override;
@@ -68,7 +68,7 @@ private:
     std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
     uint64_t buffer_bytes_ = 0;
     cpu::MatmulScratch matmul_scratch_;
-    // Packed copies of the Q4_0 / Q4_1 / Q8_0 matrices (load_weights), by data pointer and rows.
+    // Packed copies of the matrices of packed types (load_weights), by data pointer and rows.
     struct PackedKey {
         const void *data;
         int64_t rows;
@@ -81,6 +81,7 @@ private:
     };
     std::unordered_map<PackedKey, cpu::PackedWeights, PackedKeyHash> packed_;
     uint64_t packed_bytes_ = 0;
+    int kernel_revision_ = 2;  // the highest cpu::matmul_revision of the loaded matrices
     cpu::AttentionScratch attention_scratch_;
     // The batch.
     const std::vector<ForwardSpan> *spans_ = nullptr;

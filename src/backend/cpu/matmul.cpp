@@ -106,7 +106,9 @@ const char *matmul_kernel_name() {
     }
 }
 
-std::string matmul_kernel_id() { return std::string(matmul_kernel_name()) + "-r3"; }
+std::string matmul_kernel_id(int revision) {
+    return std::string(matmul_kernel_name()) + "-r" + std::to_string(revision);
+}
 
 // ---- portable kernels --------------------------------------------------------------------------
 

@@ -68,11 +68,25 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 // "avx512", "avx2" or "portable": the kernel family that matmul() uses now.
 const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
-// the arithmetic ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on packed weights
-// (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q5_K / Q6_K packed too.
-// KV written by an earlier revision is not bitwise what this build computes, so its snapshots
-// are refused unless loaded with "any kernel".
-std::string matmul_kernel_id();
+// the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
+// packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q5_K
+// / Q6_K packed too. A model's revision is the highest of its matrices' (matmul_revision), so a
+// model without the revision-3 types keeps "-r2": its results did not change. KV written by an
+// earlier revision is not bitwise what this build computes, so its snapshots are refused unless
+// loaded with "any kernel".
+std::string matmul_kernel_id(int revision);
+// The revision that last changed matmul()'s results for weights of this type (2 or 3).
+constexpr int matmul_revision(TensorType type) {
+    switch (type) {
+        case TensorType::Q5_0:
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K:
+            return 3;
+        default:
+            return 2;
+    }
+}
 
 // Kernel family selection. kAuto (the default) uses AVX-512 when cpu_has_avx512_vnni(), else
 // AVX2 when cpu_has_avx2() (LLMKV_CPU_FEATURES=avx2 / =portable cap it, see cpu_features.h).

@@ -1,5 +1,6 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the packing, the per-block activation
-// terms and the portable kernel, which spells out the arithmetic the SIMD kernels reproduce.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the packing, the
+// per-block activation terms and the portable kernel, which spells out the arithmetic the SIMD
+// kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
 #include <algorithm>
@@ -21,7 +22,9 @@ namespace {
 
 constexpr int64_t kR = kPackRows;
 
-int64_t n_groups(int64_t rows) { return (rows + kR - 1) / kR; }
+int64_t n_groups(int64_t rows) {
+    return (rows + kR - 1) / kR;
+}
 
 // One GGUF unit (a 32-block, or a k-quant super-block of 8 blocks) of one row, decoded to what
 // the packed layout stores: unsigned codes, f16 bits of the scales, and the per-block integer
@@ -115,7 +118,8 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
     const int64_t rows = std::min<int64_t>(kR, w.rows - g * kR);
     Unit un;
     for (int64_t j = 0; j < rows; ++j) {
-        const uint8_t *row = static_cast<const uint8_t *>(w.data) + size_t(g * kR + j) * w.row_bytes;
+        const uint8_t *row =
+            static_cast<const uint8_t *>(w.data) + size_t(g * kR + j) * w.row_bytes;
         for (int64_t ub = 0; ub < nb / U; ++ub) {
             decode_unit(t, row + size_t(ub) * unit_src, un);
             uint8_t *hdr = gdst + packed_header_offset(t, ub * U);
@@ -146,7 +150,8 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                         if (t == TensorType::Q5_0 || t == TensorType::Q5_K) {
                             blk[hi + 4 * j + e] |= uint8_t(((c >> 4) & 1) << k);
                         } else if (t == TensorType::Q6_K) {
-                            blk[hi + 64 * (k / 4) + 4 * j + e] |= uint8_t(((c >> 4) & 3) << (2 * (k % 4)));
+                            blk[hi + 64 * (k / 4) + 4 * j + e] |=
+                                uint8_t(((c >> 4) & 3) << (2 * (k % 4)));
                         }
                     }
                 }
@@ -162,8 +167,8 @@ size_t packed_bytes(const WeightMatrix &w) {
 }
 
 void pack_weights(const WeightMatrix &w, uint8_t *dst, ThreadPool *pool) {
-    if (!is_packed_type(w.type) || w.cols <= 0 || w.cols % tensor_type_block_elements(w.type) != 0 ||
-        w.rows < 0) {
+    if (!is_packed_type(w.type) || w.cols <= 0 ||
+        w.cols % tensor_type_block_elements(w.type) != 0 || w.rows < 0) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "pack_weights: %s %lld x %lld cannot be packed",
              tensor_type_name(w.type), (long long)w.rows, (long long)w.cols);
     }
@@ -177,7 +182,9 @@ void pack_weights(const WeightMatrix &w, uint8_t *dst, ThreadPool *pool) {
     }
 }
 
-void PackedWeights::Free::operator()(uint8_t *p) const { ::operator delete(p, std::align_val_t(64)); }
+void PackedWeights::Free::operator()(uint8_t *p) const {
+    ::operator delete(p, std::align_val_t(64));
+}
 
 PackedWeights::PackedWeights(const WeightMatrix &w, ThreadPool *pool) {
     const size_t n = std::max<size_t>(packed_bytes(w), 64);
@@ -222,8 +229,10 @@ inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e)
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
     const size_t hi = packed_high_offset(type);
-    if (type == TensorType::Q5_0 || type == TensorType::Q5_K) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
-    if (type == TensorType::Q6_K) c |= ((blk[hi + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
+    if (type == TensorType::Q5_0 || type == TensorType::Q5_K)
+        c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
+    if (type == TensorType::Q6_K)
+        c |= ((blk[hi + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
     return c;
 }
 
@@ -259,7 +268,8 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                         M = float(blk[16 + j]) * fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
                     } else if (type == TensorType::Q6_K) {
                         D = fp16_to_fp32(u16_at(hdr + 2 * j));
-                        dot = int32_t(int8_t(blk[j])) * half[0] + int32_t(int8_t(blk[16 + j])) * half[1];
+                        dot = int32_t(int8_t(blk[j])) * half[0] +
+                              int32_t(int8_t(blk[16 + j])) * half[1];
                     } else {
                         D = fp16_to_fp32(u16_at(blk + 2 * j));
                         if (type == TensorType::Q4_1) M = fp16_to_fp32(u16_at(blk + 32 + 2 * j));

@@ -1,5 +1,5 @@
-// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K: the layout the CPU kernels read for
-// these types, made once when the backend loads the weights (CpuBackend::load_weights), and the
+// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K: the layout the CPU kernels read
+// for these types, made once when the backend loads the weights (CpuBackend::load_weights), and the
 // arithmetic that every kernel family (portable, AVX2, AVX-512 VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
@@ -16,8 +16,8 @@
 //   Q6_K   header d[16] f16 (32, per super-block); block:
 //          sc[16] i8 (elements 0-15) | sc[16] i8 (16-31) | codes (4 x 64, nibbles)
 //          | high bits (2 x 64)                                                    416
-// (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K and Q5_K are the 6-bit scale
-// and min of the block's sub-block, of Q6_K the int8 scales of its two halves.) A code vector
+// (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K and Q5_K are the 6-bit
+// scale and min of the block's sub-block, of Q6_K the int8 scales of its two halves.) A code vector
 // of 64 bytes holds four consecutive elements of each of the 16 rows: row j at bytes
 // 4j .. 4j + 3. Nibble vector k (k < 4) holds elements 4k .. 4k + 3 in its low nibbles and
 // 16 + 4k .. 16 + 4k + 3 in its high nibbles, so "code vector k" for k = 0..7 always means
@@ -45,12 +45,14 @@
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1 u, Q8_0 u - 128, Q5_0 u - 16,
-//                                            Q4_K, Q5_K u; Q6_K: I = sc_lo * sum_{k<16} (u_k - 32) x_k
-//                                            + sc_hi * sum_{k>=16} (u_k - 32) x_k;  |I| < 2^24
+//                                            Q4_K, Q5_K u; Q6_K: I = sc_lo * J_lo + sc_hi *
+//                                            J_hi, J the sums of (u_k - 32) x_k over the
+//                                            halves k < 16 and k >= 16;  |I| < 2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
 //                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
 //   y   = fma(M, xs, y)                      Q4_1 (M = m_w), Q4_K and Q5_K (M = float(m) *
-//                                            dminneg, exact) only; xs = d_x * float(sum_k x_k), rounded
+//                                            dminneg, exact) only; xs = d_x *
+//                                            float(sum_k x_k), rounded
 // and Y[t][r] = y. The integer sums are exact however a kernel groups them, so kernels are free
 // in how they split them; the float steps are the same everywhere. Results depend only on row
 // r and token t: not on the batch, the thread count or the kernel family.
@@ -104,12 +106,17 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
 
 // 32-element blocks per super-block (8 for the k-quants, else 1) and the super-block header's
 // bytes (0 without one).
-constexpr int packed_unit_blocks(TensorType type) { return tensor_type_is_k_quant(type) ? 8 : 1; }
+constexpr int packed_unit_blocks(TensorType type) {
+    return tensor_type_is_k_quant(type) ? 8 : 1;
+}
 constexpr size_t packed_header_bytes(TensorType type) {
-    return type == TensorType::Q4_K || type == TensorType::Q5_K ? 64 : type == TensorType::Q6_K ? 32 : 0;
+    return type == TensorType::Q4_K || type == TensorType::Q5_K ? 64
+           : type == TensorType::Q6_K                           ? 32
+                                                                : 0;
 }
 constexpr size_t packed_unit_bytes(TensorType type) {
-    return packed_header_bytes(type) + size_t(packed_unit_blocks(type)) * packed_group_block_bytes(type);
+    return packed_header_bytes(type) +
+           size_t(packed_unit_blocks(type)) * packed_group_block_bytes(type);
 }
 // Bytes of one row group of a matrix with nb 32-element blocks per row.
 constexpr size_t packed_group_bytes(TensorType type, int64_t nb) {
@@ -126,11 +133,17 @@ constexpr size_t packed_header_offset(TensorType type, int64_t b) {
 }
 
 // Byte offset of the code vectors inside a group block (after d, m or the scales).
-constexpr size_t packed_codes_offset(TensorType type) { return type == TensorType::Q4_1 ? 64 : 32; }
+constexpr size_t packed_codes_offset(TensorType type) {
+    return type == TensorType::Q4_1 ? 64 : 32;
+}
 // Byte offset of the high-bit vectors (Q5_0, Q5_K, Q6_K).
-constexpr size_t packed_high_offset(TensorType) { return 32 + 4 * 64; }
+constexpr size_t packed_high_offset(TensorType) {
+    return 32 + 4 * 64;
+}
 // Whether the codes are nibble vectors (all but Q8_0).
-constexpr bool packed_has_nibbles(TensorType type) { return type != TensorType::Q8_0; }
+constexpr bool packed_has_nibbles(TensorType type) {
+    return type != TensorType::Q8_0;
+}
 // The offset o that turns the unsigned code into the signed weight code (w = u - o).
 constexpr int packed_code_offset(TensorType type) {
     switch (type) {
@@ -152,7 +165,9 @@ constexpr bool packed_has_min(TensorType type) {
 }
 
 // First element, within the 32-element block, of code vector k's four codes (k < 8).
-constexpr int packed_elem_of(TensorType, int k) { return 4 * k; }
+constexpr int packed_elem_of(TensorType, int k) {
+    return 4 * k;
+}
 
 // Bytes of the packed copy of an is_packed_type matrix.
 size_t packed_bytes(const WeightMatrix &w);

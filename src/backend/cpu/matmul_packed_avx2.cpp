@@ -39,24 +39,20 @@ inline constexpr int kRun = kType == TensorType::Q6_K                           
                             : kType == TensorType::Q5_0 || kType == TensorType::Q5_K ? 4
                                                                                      : 8;
 
-template <int N, typename F, int... K>
-inline void static_for_impl(F &&f, std::integer_sequence<int, K...>) {
-    (f(std::integral_constant<int, K>{}), ...);
-}
-// Calls f(std::integral_constant<int, K>) for K = 0 .. N-1 (shift counts become immediates).
-template <int N, typename F>
-inline void static_for(F &&f) {
-    static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
-}
-
+// Shifts each 16-bit lane left by S (right by -S); S is a compile-time constant.
 template <int S>
 inline __m256i shift16(__m256i v) {
-    if constexpr (S > 0) return _mm256_slli_epi16(v, S);
-    else if constexpr (S < 0) return _mm256_srli_epi16(v, -S);
-    else return v;
+    if constexpr (S > 0)
+        return _mm256_slli_epi16(v, S);
+    else if constexpr (S < 0)
+        return _mm256_srli_epi16(v, -S);
+    else
+        return v;
 }
 
-inline __m256i load256(const uint8_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+inline __m256i load256(const uint8_t *p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
 
 // Half h of nibble-type code vector K as unsigned bytes (matmul_packed.h).
 template <TensorType kType, int K>
@@ -68,7 +64,8 @@ inline __m256i codes(const uint8_t *blk, int h) {
         const __m256i hb = shift16<4 - K>(load256(blk + kHigh<kType> + 32 * h));
         return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
     } else if constexpr (kType == TensorType::Q6_K) {
-        const __m256i hb = shift16<4 - 2 * (K & 3)>(load256(blk + kHigh<kType> + 64 * (K / 4) + 32 * h));
+        const __m256i hb =
+            shift16<4 - 2 * (K & 3)>(load256(blk + kHigh<kType> + 64 * (K / 4) + 32 * h));
         return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
     } else {
         return nib;
@@ -76,7 +73,8 @@ inline __m256i codes(const uint8_t *blk, int h) {
 }
 
 inline __m256 u8x8(const uint8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
 }
 inline __m256i i8x8(const uint8_t *p) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
@@ -117,13 +115,14 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
                     const __m256i w = _mm256_xor_si256(  // stored as w + 128: back to signed
-                        _mm256_loadu_si256(
-                            reinterpret_cast<const __m256i *>(blk + kCodes<kType> + 64 * k + 32 * h)),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + kCodes<kType> +
+                                                                             64 * k + 32 * h)),
                         _mm256_set1_epi8(char(0x80)));
                     const __m256i aw = _mm256_abs_epi8(w);
 #pragma GCC unroll 4
                     for (int t = 0; t < T; ++t) {
-                        const int8_t *x = act_qs(act + size_t(t) * act_stride) + b * kQBlock + 4 * k;
+                        const int8_t *x =
+                            act_qs(act + size_t(t) * act_stride) + b * kQBlock + 4 * k;
                         const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(x), w));
                         dot[h][t] = _mm256_add_epi32(dot[h][t], _mm256_madd_epi16(p, ones));
                     }
@@ -139,9 +138,12 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 for (int t = 0; t < T; ++t) {
                     const uint8_t *a = act + size_t(t) * act_stride;
                     for (int c = 0; c < 2; ++c) {
-                        const bool start = !packed_has_min(kType) && (c == 0 || kType == TensorType::Q6_K);
-                        chain[c][h][t] = start ? _mm256_set1_epi32(int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(c))))
-                                               : _mm256_setzero_si256();
+                        const bool start =
+                            !packed_has_min(kType) && (c == 0 || kType == TensorType::Q6_K);
+                        chain[c][h][t] =
+                            start ? _mm256_set1_epi32(
+                                        int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(c))))
+                                  : _mm256_setzero_si256();
                     }
                     p16[h][t] = _mm256_setzero_si256();
                 }
@@ -154,11 +156,13 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
 #pragma GCC unroll 4
                     for (int t = 0; t < T; ++t) {
                         const int8_t *x = act_qs(act + size_t(t) * act_stride) + b * kQBlock;
-                        p16[h][t] = _mm256_add_epi16(p16[h][t],
-                                                     _mm256_maddubs_epi16(w, bcast4(x + packed_elem_of(kType, k))));
+                        p16[h][t] = _mm256_add_epi16(
+                            p16[h][t],
+                            _mm256_maddubs_epi16(w, bcast4(x + packed_elem_of(kType, k))));
                         if constexpr ((k + 1) % kRun<kType> == 0) {
                             constexpr int c = kType == TensorType::Q6_K ? k / 4 : 0;
-                            chain[c][h][t] = _mm256_add_epi32(chain[c][h][t], _mm256_madd_epi16(p16[h][t], ones));
+                            chain[c][h][t] = _mm256_add_epi32(chain[c][h][t],
+                                                              _mm256_madd_epi16(p16[h][t], ones));
                             p16[h][t] = _mm256_setzero_si256();
                         }
                     }
@@ -169,8 +173,9 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     if constexpr (kType == TensorType::Q6_K) {
-                        dot[h][t] = _mm256_add_epi32(_mm256_mullo_epi32(chain[0][h][t], i8x8(blk + 8 * h)),
-                                                     _mm256_mullo_epi32(chain[1][h][t], i8x8(blk + 16 + 8 * h)));
+                        dot[h][t] = _mm256_add_epi32(
+                            _mm256_mullo_epi32(chain[0][h][t], i8x8(blk + 8 * h)),
+                            _mm256_mullo_epi32(chain[1][h][t], i8x8(blk + 16 + 8 * h)));
                     } else {
                         dot[h][t] = chain[0][h][t];
                     }

@@ -7,8 +7,8 @@
 // activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K in two
 // chains, one per 16-element half, each multiplied by its scales with vpmulld) give the exact
 // block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
-// with a min) apply the float steps of matmul_packed.h. Q5_0's, Q5_K's and Q6_K's high bits are moved
-// into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
+// with a min) apply the float steps of matmul_packed.h. Q5_0's, Q5_K's and Q6_K's high bits are
+// moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
 // made per block and group (an exact int-to-float product), shared by the tile's tokens.
 // Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
 // kTokens tokens; decode tiles are one group x 1 token with two integer chains (the integer
@@ -31,7 +31,7 @@ namespace llmkv::cpu::detail {
 
 namespace {
 
-constexpr int kTokens = 8;         // tokens per prefill tile
+constexpr int kTokens = 8;  // tokens per prefill tile
 constexpr int64_t kTokenGroup = 64;
 // Decode streams each weight once. A tile reads its G groups (one contiguous region) block by
 // block; the tiles prefetch a linear sweep kPrefetchDistance bytes ahead of the region's start
@@ -46,22 +46,15 @@ inline constexpr size_t kCodes = packed_codes_offset(kType);
 template <TensorType kType>
 inline constexpr size_t kHigh = packed_high_offset(kType);
 
-// Calls f(std::integral_constant<int, K>) for K = 0 .. N-1: the code vector's index is a
-// compile-time constant, so its shifts are immediates.
-template <int N, typename F, int... K>
-inline void static_for_impl(F &&f, std::integer_sequence<int, K...>) {
-    (f(std::integral_constant<int, K>{}), ...);
-}
-template <int N, typename F>
-inline void static_for(F &&f) {
-    static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
-}
-
+// Shifts each 16-bit lane left by S (right by -S); S is a compile-time constant.
 template <int S>
 inline __m512i shift16(__m512i v) {
-    if constexpr (S > 0) return _mm512_slli_epi16(v, S);
-    else if constexpr (S < 0) return _mm512_srli_epi16(v, -S);
-    else return v;
+    if constexpr (S > 0)
+        return _mm512_slli_epi16(v, S);
+    else if constexpr (S < 0)
+        return _mm512_srli_epi16(v, -S);
+    else
+        return v;
 }
 
 // Code vector K of a group block as unsigned bytes (matmul_packed.h). Every shift below moves
@@ -72,12 +65,15 @@ inline __m512i codes(const uint8_t *blk) {
         return _mm512_loadu_si512(blk + kCodes<kType> + 64 * K);  // stored as w + 128
     } else {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
-        const __m512i nib = _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+        const __m512i nib =
+            _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
         if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_K) {
             const __m512i h = shift16<4 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
-            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10), 0xF8);  // nib | (h & 0x10)
+            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10),
+                                             0xF8);  // nib | (h & 0x10)
         } else if constexpr (kType == TensorType::Q6_K) {
-            const __m512i h = shift16<4 - 2 * (K & 3)>(_mm512_loadu_si512(blk + kHigh<kType> + 64 * (K / 4)));
+            const __m512i h =
+                shift16<4 - 2 * (K & 3)>(_mm512_loadu_si512(blk + kHigh<kType> + 64 * (K / 4)));
             return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x30), 0xF8);
         } else {
             return nib;
@@ -85,7 +81,9 @@ inline __m512i codes(const uint8_t *blk) {
     }
 }
 
-inline __m512i bcast4(const int8_t *p) { return _mm512_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p)))); }
+inline __m512i bcast4(const int8_t *p) {
+    return _mm512_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p))));
+}
 
 // The activation term the dot product of half h (Q6_K) or of the block starts from.
 template <TensorType kType>
@@ -101,7 +99,8 @@ inline __m512 f16x16(const uint8_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 }
 inline __m512 u8x16(const uint8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
 }
 inline __m512i i8x16(const uint8_t *p) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
@@ -127,7 +126,8 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
 template <TensorType kType>
 inline __m512i combine(const uint8_t *blk, __m512i ia, __m512i ib) {
     if constexpr (kType == TensorType::Q6_K) {
-        return _mm512_add_epi32(_mm512_mullo_epi32(ia, i8x16(blk)), _mm512_mullo_epi32(ib, i8x16(blk + 16)));
+        return _mm512_add_epi32(_mm512_mullo_epi32(ia, i8x16(blk)),
+                                _mm512_mullo_epi32(ib, i8x16(blk + 16)));
     } else {
         return _mm512_add_epi32(ia, ib);
     }
@@ -159,8 +159,10 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 const __m512i x = bcast4(act_qs(tok[t]) + b * kQBlock + packed_elem_of(kType, k));
-                if (k < 4) ia[t] = _mm512_dpbusd_epi32(ia[t], w, x);
-                else ib[t] = _mm512_dpbusd_epi32(ib[t], w, x);
+                if (k < 4)
+                    ia[t] = _mm512_dpbusd_epi32(ia[t], w, x);
+                else
+                    ib[t] = _mm512_dpbusd_epi32(ib[t], w, x);
             }
         });
         __m512 D, M;
@@ -169,7 +171,8 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
         for (int t = 0; t < T; ++t) {
             const float *dx = reinterpret_cast<const float *>(tok[t] + d_off);
             const __m512 sc = _mm512_mul_ps(D, _mm512_set1_ps(dx[b]));
-            acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(combine<kType>(blk, ia[t], ib[t])), acc[t]);
+            acc[t] =
+                _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(combine<kType>(blk, ia[t], ib[t])), acc[t]);
             if constexpr (packed_has_min(kType)) {
                 const float *xs = reinterpret_cast<const float *>(tok[t] + s_off);
                 acc[t] = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc[t]);
@@ -184,8 +187,8 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
 // One row group x 1 token (decode). Stores nrows rows. pf .. pf_end: the bytes to prefetch,
 // one block's worth per block.
 template <TensorType kType>
-void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
-           const uint8_t *pf, const uint8_t *pf_end) {
+void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows, const uint8_t *pf,
+           const uint8_t *pf_end) {
     const size_t d_off = size_t(nb) * kQBlock;
     const size_t s_off = d_off + size_t(nb) * 4;
     constexpr size_t kStep = packed_unit_bytes(kType) / size_t(packed_unit_blocks(kType));
@@ -203,14 +206,17 @@ void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
         static_for<8>([&](auto kc) {
             constexpr int k = decltype(kc)::value;
             const __m512i x = bcast4(xq + b * kQBlock + packed_elem_of(kType, k));
-            if (k < 4) ia = _mm512_dpbusd_epi32(ia, codes<kType, k>(blk), x);
-            else ib = _mm512_dpbusd_epi32(ib, codes<kType, k>(blk), x);
+            if (k < 4)
+                ia = _mm512_dpbusd_epi32(ia, codes<kType, k>(blk), x);
+            else
+                ib = _mm512_dpbusd_epi32(ib, codes<kType, k>(blk), x);
         });
         __m512 D, M;
         scales<kType>(blk, gw + packed_header_offset(kType, b), &D, &M);
         acc = _mm512_fmadd_ps(_mm512_mul_ps(D, _mm512_set1_ps(dx[b])),
                               _mm512_cvtepi32_ps(combine<kType>(blk, ia, ib)), acc);
-        if constexpr (packed_has_min(kType)) acc = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc);
+        if constexpr (packed_has_min(kType))
+            acc = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc);
     }
     _mm512_mask_storeu_ps(y, __mmask16((1u << nrows) - 1u), acc);
 }

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 namespace llmkv::cpu::detail {
 namespace {
@@ -20,6 +22,17 @@ inline void prefetch_step(const uint8_t *p) {
     for (size_t o = 0; o < kBytes; o += 64) {
         _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
     }
+}
+
+template <int N, typename F, int... K>
+inline void static_for_impl(F &&f, std::integer_sequence<int, K...>) {
+    (f(std::integral_constant<int, K>{}), ...);
+}
+// Calls f(std::integral_constant<int, K>{}) for K = 0 .. N-1 in order: inside f the index is a
+// compile-time constant (decltype(k)::value), so shift counts and offsets become immediates.
+template <int N, typename F>
+inline void static_for(F &&f) {
+    static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
 inline uint16_t load_u16(const uint8_t *p) {
