@@ -1,8 +1,8 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (src/backend/cpu/matmul_packed.*):
-// the arithmetic of matmul_packed.h computed here straight from the GGUF blocks (no packing) must
-// equal every kernel family's output bit for bit, for decode and prefill shapes, row counts that
-// are not a multiple of 16, row ranges, thread counts, and with the packed copy made ahead or per
-// call.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights
+// (src/backend/cpu/matmul_packed.*): the arithmetic of matmul_packed.h computed here straight from
+// the GGUF blocks (no packing) must equal every kernel family's output bit for bit, for decode and
+// prefill shapes, row counts that are not a multiple of 16, row ranges, thread counts, and with the
+// packed copy made ahead or per call.
 #include "backend/cpu/matmul_packed.h"
 
 #include <gtest/gtest.h>
@@ -107,11 +107,14 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
             case TensorType::Q8_0:
                 sb.w[k] = int8_t(blk[2 + k]);
                 break;
-            case TensorType::Q5_0: {
+            case TensorType::Q5_0:
+            case TensorType::Q5_1: {
+                const int hdr = t == TensorType::Q5_1 ? 4 : 2;
                 uint32_t qh;
-                std::memcpy(&qh, blk + 2, 4);
-                const uint8_t byte = blk[6 + k % 16];
-                sb.w[k] = ((k < 16 ? byte & 15 : byte >> 4) | int((qh >> k) & 1) << 4) - 16;
+                std::memcpy(&qh, blk + hdr, 4);
+                const uint8_t byte = blk[hdr + 4 + k % 16];
+                sb.w[k] = (k < 16 ? byte & 15 : byte >> 4) | int((qh >> k) & 1) << 4;
+                if (t == TensorType::Q5_0) sb.w[k] -= 16;
                 break;
             }
             default: {
@@ -121,7 +124,7 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
             }
         }
     }
-    if (t == TensorType::Q4_1) sb.M = fp16_to_fp32(u16(blk + 2));
+    if (t == TensorType::Q4_1 || t == TensorType::Q5_1) sb.M = fp16_to_fp32(u16(blk + 2));
     return sb;
 }
 
@@ -130,8 +133,8 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
     const int64_t nb = m.cols / 32;
     std::vector<uint8_t> act(detail::act_row_bytes(nb));
     std::vector<float> y(size_t(n_tokens * m.rows));
-    const bool has_min =
-        m.type == TensorType::Q4_1 || m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
+    const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q5_1 ||
+                         m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
     for (int64_t t = 0; t < n_tokens; ++t) {
         detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, false, act.data());
         const int8_t *q = detail::act_qs(act.data());
@@ -261,7 +264,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                                    : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
     const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
-    const size_t codes = type == TensorType::Q4_1 ? 64 : 32;
+    const size_t codes = type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
+    const size_t high = codes + 256;  // the high-bit vectors, after the 4 nibble vectors
     const int o = type == TensorType::Q4_0   ? 8
                   : type == TensorType::Q8_0 ? 128
                   : type == TensorType::Q5_0 ? 16
@@ -280,10 +284,13 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                     u = blk[codes + 64 * k + 4 * j + e];
                 } else {
                     u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
-                    if (type == TensorType::Q5_0 || type == TensorType::Q5_K)
-                        u |= ((blk[288 + 4 * j + e] >> k) & 1) << 4;
-                    if (type == TensorType::Q6_K)
-                        u |= ((blk[288 + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
+                    if (type == TensorType::Q5_0 || type == TensorType::Q5_1 ||
+                        type == TensorType::Q5_K) {
+                        u |= ((blk[high + 4 * j + e] >> k) & 1) << 4;
+                    }
+                    if (type == TensorType::Q6_K) {
+                        u |= ((blk[high + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
+                    }
                 }
                 if (r >= 20) {
                     ASSERT_EQ(u, 0) << "padding row " << r;
@@ -304,7 +311,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 EXPECT_EQ(int8_t(blk[16 + j]), sb.sc[1]) << "scale, second half, row " << r;
             } else {
                 EXPECT_EQ(fp16_to_fp32(u16(blk + 2 * j)), sb.D) << "d of row " << r;
-                if (type == TensorType::Q4_1) {
+                if (type == TensorType::Q4_1 || type == TensorType::Q5_1) {
                     EXPECT_EQ(fp16_to_fp32(u16(blk + 32 + 2 * j)), sb.M) << "m of row " << r;
                 }
             }
@@ -314,8 +321,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q5_0, TensorType::Q4_K, TensorType::Q5_K,
-                                           TensorType::Q6_K),
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {

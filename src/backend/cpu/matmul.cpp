@@ -162,18 +162,6 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
     for (int s = 0; s < 16; ++s) lu.sc[s] = 1, lu.mn[s] = 1;
     lu.o = 0;
     switch (t) {
-        case TensorType::Q5_1: {
-            lu.dA = load_f16(blk);
-            lu.dB = load_f16(blk + 2);
-            uint32_t qh;
-            std::memcpy(&qh, blk + 4, 4);
-            const uint8_t *qs = blk + 8;
-            for (int i = 0; i < 32; ++i) {
-                const int nib = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
-                lu.u[i] = int16_t(nib | int((qh >> i) & 1) << 4);
-            }
-            return;
-        }
         case TensorType::IQ4_NL:
             lu.dA = load_f16(blk);
             for (int i = 0; i < 16; ++i) {
@@ -304,6 +292,7 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_0:
         case TensorType::Q4_1:
         case TensorType::Q5_0:
+        case TensorType::Q5_1:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:

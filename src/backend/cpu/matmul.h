@@ -69,8 +69,8 @@ void dequantize_row(TensorType type, const void *src, float *dst, int64_t n);
 const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
-// packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q4_K / Q5_K
-// / Q6_K packed too. A model's revision is the highest of its matrices' (matmul_revision), so a
+// packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q5_1 / Q4_K
+// / Q5_K / Q6_K packed too. A model's revision is the highest of its matrices' (matmul_revision), so a
 // model without the revision-3 types keeps "-r2": its results did not change. KV written by an
 // earlier revision is not bitwise what this build computes, so its snapshots are refused unless
 // loaded with "any kernel".
@@ -79,6 +79,7 @@ std::string matmul_kernel_id(int revision);
 constexpr int matmul_revision(TensorType type) {
     switch (type) {
         case TensorType::Q5_0:
+        case TensorType::Q5_1:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -130,9 +131,10 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
     return act_d(row, nb) + nb;
 }
 
-// ---- lane formats: Q5_1, IQ4_NL, Q2_K, Q3_K -------------------------------------------------
+// ---- lane formats: IQ4_NL, Q2_K, Q3_K -------------------------------------------------------
 //
-// (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K are read from packed weights: matmul_packed.h.)
+// (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are read from packed weights:
+// matmul_packed.h.)
 // Every kernel family computes an output element of these types by the same steps, so that
 // portable, AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7,
 // all 0 at first. For each 32-element block b of the row, in order (for the k-quants: block
@@ -141,7 +143,6 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 //   L_i = fma(dA * d_x, float(I_i), L_i)               dA * d_x rounded once
 //   L_i = fma(dB * d_x, float(m_i * sum_k x_k), L_i)   types with a min only
 // with x_k the activation codes, d_x the activation scale of block b, and from the weights:
-//   Q5_1   u = 5-bit code, o = 0, sc = 1, dA = d; m = 1, dB = m (the block's f16 min)
 //   IQ4_NL u = kIq4nlValues[code] (signed), o = 0, sc = 1, dA = d
 //   Q2_K   u = 2-bit code, o = 0, sc = scale & 15 of the sub-block of 16, dA = d;
 //          m = scale >> 4, dB = -dmin
@@ -153,7 +154,6 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
 // The LaneFormats.OutputBitsArePinned test holds the output bits of every type fixed.
 constexpr bool is_lane_format(TensorType t) {
     switch (t) {
-        case TensorType::Q5_1:
         case TensorType::IQ4_NL:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
@@ -163,7 +163,7 @@ constexpr bool is_lane_format(TensorType t) {
     }
 }
 constexpr bool lane_format_has_min(TensorType t) {
-    return t == TensorType::Q5_1 || t == TensorType::Q2_K;
+    return t == TensorType::Q2_K;
 }
 // 32-blocks per weight block: 8 for the k-quants, else 1.
 constexpr int lane_unit_blocks(TensorType t) {

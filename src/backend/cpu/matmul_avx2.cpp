@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K, following
+// products (maddubs + madd) for the lane formats (IQ4_NL, Q2_K, Q3_K, following
 // the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
 // F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
@@ -317,6 +317,7 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_0:
         case TensorType::Q4_1:
         case TensorType::Q5_0:
+        case TensorType::Q5_1:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -330,9 +331,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
-            return;
-        case TensorType::Q5_1:
-            l_rows<TensorType::Q5_1>(job, r0, r1);
             return;
         case TensorType::IQ4_NL:
             l_rows<TensorType::IQ4_NL>(job, r0, r1);

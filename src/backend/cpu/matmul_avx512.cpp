@@ -1,4 +1,4 @@
-// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (Q5_1, IQ4_NL,
+// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (IQ4_NL,
 // Q2_K, Q3_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
 // Q8_0 / Q4_0 / Q4_1 run on packed weights (matmul_packed_avx512.cpp); the float weight types
@@ -151,10 +151,6 @@ template <TensorType kType>
 inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
     if constexpr (kType == TensorType::IQ4_NL) {
         h.da = pair_f16(a, b);
-    } else if constexpr (kType == TensorType::Q5_1) {
-        const __m512 dm = pair_f16x2(a, b);
-        h.da = _mm512_moveldup_ps(dm);
-        h.db = _mm512_movehdup_ps(dm);
     } else if constexpr (kType == TensorType::Q2_K) {
         const __m512 dm = pair_f16x2(a + 80, b + 80);
         h.da = _mm512_moveldup_ps(dm);
@@ -217,12 +213,7 @@ inline __m512i bits8(__m512i v) {
 // a in bytes 0-31, row b in 32-63. The codes u of matmul.h, except IQ4_NL: level + 128.
 template <TensorType kType, int JB>
 inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
-    if constexpr (kType == TensorType::Q5_1) {
-        constexpr int kQh = 4;
-        const __m512i nib = load_codes<TensorType::Q4_0>(a + kQh + 4, b + kQh + 4);
-        const __mmask64 hi = __mmask64(load_u32(a + kQh)) | (__mmask64(load_u32(b + kQh)) << 32);
-        return _mm512_mask_add_epi8(nib, hi, nib, _mm512_set1_epi8(0x10));
-    } else if constexpr (kType == TensorType::IQ4_NL) {
+    if constexpr (kType == TensorType::IQ4_NL) {
         const __m512i idx = load_codes<TensorType::Q4_0>(a + 2, b + 2);
         // kIq4nlValues + 128
         const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
@@ -416,13 +407,11 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_0:
         case TensorType::Q4_1:
         case TensorType::Q5_0:
+        case TensorType::Q5_1:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
             packed_rows_avx512(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
-            return;
-        case TensorType::Q5_1:
-            q_rows<TensorType::Q5_1>(job, r0, r1);
             return;
         case TensorType::IQ4_NL:
             q_rows<TensorType::IQ4_NL>(job, r0, r1);

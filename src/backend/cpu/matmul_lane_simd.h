@@ -1,4 +1,4 @@
-// Weight decoding for the lane formats (Q5_1, IQ4_NL, Q2_K, Q3_K; matmul.h gives the
+// Weight decoding for the lane formats (IQ4_NL, Q2_K, Q3_K; matmul.h gives the
 // arithmetic every kernel family follows): one 32-block of codes as bytes in element order,
 // and per weight block the float factors and integer scales. 256-bit AVX2 code, shared by
 // matmul_avx2.cpp and matmul_avx512.cpp; like simd_util.h it lives in an unnamed namespace
@@ -43,9 +43,6 @@ template <TensorType kType>
 inline void lane_header(const uint8_t *blk, LaneHeader &h) {
     if constexpr (kType == TensorType::IQ4_NL) {
         h.dA = lane_f16(blk);
-    } else if constexpr (kType == TensorType::Q5_1) {
-        h.dA = lane_f16(blk);
-        h.dB = lane_f16(blk + 2);
     } else if constexpr (kType == TensorType::Q2_K) {
         h.dA = lane_f16(blk + 80);
         h.dB = -lane_f16(blk + 82);
@@ -78,17 +75,6 @@ inline __m256i lane_nibbles(const uint8_t *q) {
     return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f));
 }
 
-// Bit k of the 32-bit little-endian word at p -> 0x10 in byte k, else 0.
-inline __m256i lane_bits_to_0x10(const uint8_t *p) {
-    const __m256i v = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(int(load_u32(p))),
-        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                           0x0303030303030303));
-    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
-                            _mm256_set1_epi8(0x10));
-}
-
 // (the 32 bytes at p >> shift) & mask, per byte.
 inline __m256i lane_bits(const uint8_t *p, int shift, int mask) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
@@ -100,9 +86,7 @@ inline __m256i lane_bits(const uint8_t *p, int shift, int mask) {
 // IQ4_NL: the 4-bit indices (lane_iq4nl_split turns them into levels).
 template <TensorType kType>
 inline __m256i lane_codes(const uint8_t *blk, int jb) {
-    if constexpr (kType == TensorType::Q5_1) {
-        return _mm256_or_si256(lane_nibbles(blk + 8), lane_bits_to_0x10(blk + 4));
-    } else if constexpr (kType == TensorType::IQ4_NL) {
+    if constexpr (kType == TensorType::IQ4_NL) {
         return lane_nibbles(blk + 2);
     } else if constexpr (kType == TensorType::Q2_K) {
         return lane_bits(blk + 16 + 32 * (jb / 4), 2 * (jb % 4), 3);

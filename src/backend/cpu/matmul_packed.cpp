@@ -1,6 +1,6 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the packing, the
-// per-block activation terms and the portable kernel, which spells out the arithmetic the SIMD
-// kernels reproduce.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
+// packing, the per-block activation terms and the portable kernel, which spells out the arithmetic
+// the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
 #include <algorithm>
@@ -31,7 +31,7 @@ int64_t n_groups(int64_t rows) {
 // scales (Q4_K: sc, m of the block's sub-block; Q6_K: the scales of its two halves).
 struct Unit {
     uint8_t u[256];
-    uint16_t d = 0, d2 = 0;  // d2: Q4_1's m, Q4_K's / Q5_K's dminneg
+    uint16_t d = 0, d2 = 0;  // d2: Q4_1's / Q5_1's m, Q4_K's / Q5_K's dminneg
     uint8_t s1[8] = {}, s2[8] = {};
 };
 
@@ -58,12 +58,15 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             un.d = u16_at(src);
             for (int i = 0; i < 32; ++i) un.u[i] = uint8_t(src[2 + i] ^ 0x80);  // int8 + 128
             return;
-        case TensorType::Q5_0: {
+        case TensorType::Q5_0:
+        case TensorType::Q5_1: {
+            const size_t hdr = t == TensorType::Q5_1 ? 4 : 2;
             un.d = u16_at(src);
+            if (t == TensorType::Q5_1) un.d2 = u16_at(src + 2);
             uint32_t qh;
-            std::memcpy(&qh, src + 2, 4);
+            std::memcpy(&qh, src + hdr, 4);
             for (int i = 0; i < 32; ++i) {
-                const int nib = i < 16 ? src[6 + i] & 15 : src[6 + i - 16] >> 4;
+                const int nib = i < 16 ? src[hdr + 4 + i] & 15 : src[hdr + 4 + i - 16] >> 4;
                 un.u[i] = uint8_t(nib | int((qh >> i) & 1) << 4);
             }
             return;
@@ -134,7 +137,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                 const uint8_t *u = un.u + 32 * bi;
                 if (U == 1) {
                     std::memcpy(blk + 2 * j, &un.d, 2);
-                    if (t == TensorType::Q4_1) std::memcpy(blk + 32 + 2 * j, &un.d2, 2);
+                    if (packed_has_f16_min(t)) std::memcpy(blk + 32 + 2 * j, &un.d2, 2);
                 } else {
                     blk[j] = un.s1[bi];
                     blk[16 + j] = un.s2[bi];
@@ -147,7 +150,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                             continue;
                         }
                         blk[off + 64 * (k % 4) + 4 * j + e] |= uint8_t((c & 15) << (k < 4 ? 0 : 4));
-                        if (t == TensorType::Q5_0 || t == TensorType::Q5_K) {
+                        if (packed_has_high_bit(t)) {
                             blk[hi + 4 * j + e] |= uint8_t(((c >> 4) & 1) << k);
                         } else if (t == TensorType::Q6_K) {
                             blk[hi + 64 * (k / 4) + 4 * j + e] |=
@@ -229,8 +232,7 @@ inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e)
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
     const size_t hi = packed_high_offset(type);
-    if (type == TensorType::Q5_0 || type == TensorType::Q5_K)
-        c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
+    if (packed_has_high_bit(type)) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
     if (type == TensorType::Q6_K)
         c |= ((blk[hi + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) << 4;
     return c;
@@ -272,7 +274,7 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                               int32_t(int8_t(blk[16 + j])) * half[1];
                     } else {
                         D = fp16_to_fp32(u16_at(blk + 2 * j));
-                        if (type == TensorType::Q4_1) M = fp16_to_fp32(u16_at(blk + 32 + 2 * j));
+                        if (packed_has_f16_min(type)) M = fp16_to_fp32(u16_at(blk + 32 + 2 * j));
                     }
                     y[j] = fma_float(D * xd[b], float(dot), y[j]);
                     if (packed_has_min(type)) y[j] = fma_float(M, xs[2 * b], y[j]);

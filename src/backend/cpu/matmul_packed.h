@@ -1,6 +1,7 @@
-// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K: the layout the CPU kernels read
-// for these types, made once when the backend loads the weights (CpuBackend::load_weights), and the
-// arithmetic that every kernel family (portable, AVX2, AVX-512 VNNI) computes on it, bit for bit.
+// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K: the layout the CPU
+// kernels read for these types, made once when the backend loads the weights
+// (CpuBackend::load_weights), and the arithmetic that every kernel family (portable, AVX2, AVX-512
+// VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
 // A group stores its 32-element blocks in order, each as one "group block". The k-quants
@@ -10,6 +11,7 @@
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
 //   Q8_0   d[16] f16 | codes (8 x 64, bytes w + 128)                               544
 //   Q5_0   d[16] f16 | codes (4 x 64, nibbles) | high bits (64)                    352
+//   Q5_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles) | high bits (64)        384
 //   Q4_K   header d[16] f16, dminneg[16] f16 (64, per super-block); block:
 //          sc[16] u8 | m[16] u8 | codes (4 x 64, nibbles)                          288
 //   Q5_K   as Q4_K, then high bits (64)                                            352
@@ -25,7 +27,7 @@
 // u of element 4k + e of row j is
 //   Q4_0, Q4_1, Q4_K   the nibble                                        0..15
 //   Q8_0               the byte, the int8 code + 128                     0..255
-//   Q5_0, Q5_K         nibble | bit k of high byte 4j + e, as bit 4      0..31
+//   Q5_0, Q5_1, Q5_K   nibble | bit k of high byte 4j + e, as bit 4      0..31
 //   Q6_K               nibble | bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of high vector k / 4,
 //                      as bits 4-5                                       0..63
 // Group g's block b is at g * group_bytes + (b / U) * (H + U * gbb) + H + (b % U) * gbb
@@ -44,13 +46,13 @@
 // and scales d_x from the q8 quantizer (matmul.h, codes in -127..127), y starts at +0.0f and
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
-//                                            Q4_0 u - 8, Q4_1 u, Q8_0 u - 128, Q5_0 u - 16,
+//                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0 u - 128, Q5_0 u - 16,
 //                                            Q4_K, Q5_K u; Q6_K: I = sc_lo * J_lo + sc_hi *
 //                                            J_hi, J the sums of (u_k - 32) x_k over the
 //                                            halves k < 16 and k >= 16;  |I| < 2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
 //                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
-//   y   = fma(M, xs, y)                      Q4_1 (M = m_w), Q4_K and Q5_K (M = float(m) *
+//   y   = fma(M, xs, y)                      Q4_1, Q5_1 (M = m_w), Q4_K, Q5_K (M = float(m) *
 //                                            dminneg, exact) only; xs = d_x *
 //                                            float(sum_k x_k), rounded
 // and Y[t][r] = y. The integer sums are exact however a kernel groups them, so kernels are free
@@ -75,6 +77,7 @@ constexpr bool is_packed_type(TensorType type) {
         case TensorType::Q4_1:
         case TensorType::Q8_0:
         case TensorType::Q5_0:
+        case TensorType::Q5_1:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -97,6 +100,8 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
         case TensorType::Q5_0:
         case TensorType::Q5_K:
             return 352;
+        case TensorType::Q5_1:
+            return 384;
         case TensorType::Q6_K:
             return 416;
         default:
@@ -134,11 +139,19 @@ constexpr size_t packed_header_offset(TensorType type, int64_t b) {
 
 // Byte offset of the code vectors inside a group block (after d, m or the scales).
 constexpr size_t packed_codes_offset(TensorType type) {
-    return type == TensorType::Q4_1 ? 64 : 32;
+    return type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
 }
-// Byte offset of the high-bit vectors (Q5_0, Q5_K, Q6_K).
-constexpr size_t packed_high_offset(TensorType) {
-    return 32 + 4 * 64;
+// Byte offset of the high-bit vectors (Q5_0, Q5_1, Q5_K, Q6_K).
+constexpr size_t packed_high_offset(TensorType type) {
+    return packed_codes_offset(type) + 4 * 64;
+}
+// Whether the codes have one high bit (Q5_0, Q5_1, Q5_K; Q6_K has two).
+constexpr bool packed_has_high_bit(TensorType type) {
+    return type == TensorType::Q5_0 || type == TensorType::Q5_1 || type == TensorType::Q5_K;
+}
+// Whether each block stores the rows' f16 mins after their scales (Q4_1, Q5_1).
+constexpr bool packed_has_f16_min(TensorType type) {
+    return type == TensorType::Q4_1 || type == TensorType::Q5_1;
 }
 // Whether the codes are nibble vectors (all but Q8_0).
 constexpr bool packed_has_nibbles(TensorType type) {
@@ -161,7 +174,8 @@ constexpr int packed_code_offset(TensorType type) {
 }
 // Whether the type has the min step (y = fma(M, xs, y)).
 constexpr bool packed_has_min(TensorType type) {
-    return type == TensorType::Q4_1 || type == TensorType::Q4_K || type == TensorType::Q5_K;
+    return type == TensorType::Q4_1 || type == TensorType::Q5_1 || type == TensorType::Q4_K ||
+           type == TensorType::Q5_K;
 }
 
 // First element, within the 32-element block, of code vector k's four codes (k < 8).

@@ -3,7 +3,7 @@
 //
 // A YMM register holds one value per row of half a row group (rows 0-7 or 8-15). The exact
 // block dot products come from vpmaddubsw (unsigned x signed bytes, pairs summed to int16):
-//   nibble types: codes 0..15 (Q4), 0..31 (Q5_0, Q5_K), 0..63 (Q6_K) times codes -127..127: a pair
+//   nibble types: codes 0..15 (Q4), 0..31 (Q5), 0..63 (Q6_K) times codes -127..127: a pair
 //       is at most 2 * 15 * 127 = 3810, 7874 or 16002 in size, so the int16 sums of 8, 4 or 2
 //       steps neither saturate nor wrap; one vpmaddwd by 1 widens them. The sums start from the
 //       activation record's -o * S (matmul_packed.h), Q6_K's per 16-element half, each half then
@@ -35,9 +35,9 @@ template <TensorType kType>
 inline constexpr size_t kHigh = packed_high_offset(kType);
 // Steps whose int16 pair sums may be added before widening (see above).
 template <TensorType kType>
-inline constexpr int kRun = kType == TensorType::Q6_K                                ? 2
-                            : kType == TensorType::Q5_0 || kType == TensorType::Q5_K ? 4
-                                                                                     : 8;
+inline constexpr int kRun = kType == TensorType::Q6_K    ? 2
+                            : packed_has_high_bit(kType) ? 4
+                                                         : 8;
 
 // Shifts each 16-bit lane left by S (right by -S); S is a compile-time constant.
 template <int S>
@@ -60,7 +60,7 @@ inline __m256i codes(const uint8_t *blk, int h) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
     const __m256i nib = _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), low);
-    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_K) {
+    if constexpr (packed_has_high_bit(kType)) {
         const __m256i hb = shift16<4 - K>(load256(blk + kHigh<kType> + 32 * h));
         return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
     } else if constexpr (kType == TensorType::Q6_K) {
@@ -193,7 +193,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 D = half_f16(hdr + 16 * h);
             } else {
                 D = half_f16(blk + 16 * h);
-                if constexpr (kType == TensorType::Q4_1) M = half_f16(blk + 32 + 16 * h);
+                if constexpr (packed_has_f16_min(kType)) M = half_f16(blk + 32 + 16 * h);
             }
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
@@ -250,6 +250,8 @@ void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q4_1>(job, r0, r1);
         case TensorType::Q5_0:
             return rows<TensorType::Q5_0>(job, r0, r1);
+        case TensorType::Q5_1:
+            return rows<TensorType::Q5_1>(job, r0, r1);
         case TensorType::Q4_K:
             return rows<TensorType::Q4_K>(job, r0, r1);
         case TensorType::Q5_K:

@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K,
+// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K,
 // Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
 // after cpu_has_avx512_vnni().
 //
@@ -7,7 +7,7 @@
 // activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K in two
 // chains, one per 16-element half, each multiplied by its scales with vpmulld) give the exact
 // block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
-// with a min) apply the float steps of matmul_packed.h. Q5_0's, Q5_K's and Q6_K's high bits are
+// with a min) apply the float steps of matmul_packed.h. The Q5 types' and Q6_K's high bits are
 // moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
 // made per block and group (an exact int-to-float product), shared by the tile's tokens.
 // Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
@@ -67,7 +67,7 @@ inline __m512i codes(const uint8_t *blk) {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
         const __m512i nib =
             _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
-        if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_K) {
+        if constexpr (packed_has_high_bit(kType)) {
             const __m512i h = shift16<4 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
             return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10),
                                              0xF8);  // nib | (h & 0x10)
@@ -117,7 +117,7 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
         *D = f16x16(hdr);
     } else {
         *D = f16x16(blk);
-        if constexpr (kType == TensorType::Q4_1) *M = f16x16(blk + 32);
+        if constexpr (packed_has_f16_min(kType)) *M = f16x16(blk + 32);
     }
 }
 
@@ -270,6 +270,8 @@ void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q4_1>(job, r0, r1);
         case TensorType::Q5_0:
             return rows<TensorType::Q5_0>(job, r0, r1);
+        case TensorType::Q5_1:
+            return rows<TensorType::Q5_1>(job, r0, r1);
         case TensorType::Q4_K:
             return rows<TensorType::Q4_K>(job, r0, r1);
         case TensorType::Q5_K:
