@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs dependencies, fetches the models (SmolLM2 and Gemma 3 270M: golden
 # and model-backed tests need them), builds and runs the whole suite (the Go, Rust and C#
-# bindings' tests included), then rebuilds the loader, tokenizer, engine and C API tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer (with the allocation-failure sweeps) and runs
+# bindings' tests included), then rebuilds the loader, tokenizer, engine, packed-matmul and C API tests
+# under AddressSanitizer + UndefinedBehaviorSanitizer (with the allocation-failure sweeps) and runs
 # them again with the fuzz corpora replayed, the host-tier and worker-thread tests under
 # ThreadSanitizer and a 30 s soak. LLMKV_FUZZ_SECONDS=N also runs every libFuzzer target for N s
 # (scripts/fuzz.sh: a clang build of its own, about 7 minutes here before the first input).
