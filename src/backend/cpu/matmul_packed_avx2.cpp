@@ -28,8 +28,6 @@ constexpr int kTokens = 2;  // tokens per tile (2 halves x 2 tokens x 2 accumula
 constexpr int64_t kTokenGroup = 64;
 
 template <TensorType kType>
-inline constexpr size_t kGBB = packed_group_block_bytes(kType);
-template <TensorType kType>
 inline constexpr size_t kCodes = packed_codes_offset(kType);
 template <TensorType kType>
 inline constexpr size_t kHigh = packed_high_offset(kType);

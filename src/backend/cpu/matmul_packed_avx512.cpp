@@ -33,14 +33,12 @@ namespace {
 
 constexpr int kTokens = 8;  // tokens per prefill tile
 constexpr int64_t kTokenGroup = 64;
-// Decode streams each weight once. A tile reads its G groups (one contiguous region) block by
+// Decode streams each weight once. A tile reads its row group (one contiguous region) block by
 // block; the tiles prefetch a linear sweep kPrefetchDistance bytes ahead of the region's start
 // plus the bytes consumed so far, the way matmul_avx2.cpp's drive() does for row-major weights,
 // and the first kPrefetchDistance bytes of a call are requested up front.
 constexpr size_t kPrefetchDistance = 8192;
 
-template <TensorType kType>
-inline constexpr size_t kGBB = packed_group_block_bytes(kType);
 template <TensorType kType>
 inline constexpr size_t kCodes = packed_codes_offset(kType);
 template <TensorType kType>
@@ -68,9 +66,9 @@ inline __m512i codes(const uint8_t *blk) {
         const __m512i nib =
             _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
         if constexpr (packed_has_high_bit(kType)) {
+            // nib | (h & 0x10): truth table 0xF8 over (nib, h, mask)
             const __m512i h = shift16<4 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
-            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10),
-                                             0xF8);  // nib | (h & 0x10)
+            return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10), 0xF8);
         } else if constexpr (kType == TensorType::Q6_K) {
             const __m512i h =
                 shift16<4 - 2 * (K & 3)>(_mm512_loadu_si512(blk + kHigh<kType> + 64 * (K / 4)));
