@@ -3,8 +3,10 @@
 // consecutive elements (coalesced fp16 stores; the block's scales are read by every thread of
 // the block from L1). Each element is decoded independently by dequant_formats.cuh (the CPU
 // reference's f32 operations in its order, _rn intrinsics, no FMA) and rounded with the
-// ported fp32_to_fp16: bitwise the host path it replaces. A load-time kernel: simple rather
-// than fast (it runs once per matrix, behind the host-to-device copy of the packed rows).
+// ported fp32_to_fp16: bitwise the host path it replaces. Simple rather than fast: it runs once
+// per matrix at load (fp16 weights), or per GEMM into a bounded scratch for a matrix kept in
+// its GGUF encoding (the module's prefill path), where the GEMM's reads dominate.
+// Also the gather of decoded rows (f32, unrounded): the embedding of a table kept encoded.
 #include "dequant.cuh"
 #include "dequant_formats.cuh"
 #include "device_math.cuh"
@@ -50,6 +52,16 @@ cudaError_t launch(const void *packed, size_t row_bytes, uint32_t rows, uint32_t
     return cudaGetLastError();
 }
 
+template <TensorType T>
+__global__ void __launch_bounds__(kThreads)
+    gather_decoded_kernel(const uint8_t *__restrict__ packed, size_t row_bytes,
+                          const int32_t *__restrict__ ids, uint32_t cols,
+                          float *__restrict__ out) {
+    const uint8_t *row = packed + size_t(ids[blockIdx.x]) * row_bytes;
+    float *dst = out + size_t(blockIdx.x) * cols;
+    for (uint32_t c = threadIdx.x; c < cols; c += kThreads) dst[c] = dq::decode_at<T>(row, c);
+}
+
 }  // namespace
 
 bool dequant_type_supported(uint32_t type) {
@@ -86,6 +98,23 @@ cudaError_t launch_dequant_f16(uint32_t type, const void *packed, size_t row_byt
     case uint32_t(TensorType::name):                                                         \
         return launch<TensorType::name>(packed, row_bytes, rows, cols, out, first_bad,       \
                                         index_base, stream);
+        LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
+#undef LLMKV_DQ_CASE
+        default:
+            return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t launch_gather_decoded_rows(uint32_t type, const void *packed, size_t row_bytes,
+                                       const int32_t *ids, uint32_t n, uint32_t cols, float *out,
+                                       cudaStream_t stream) {
+    if (n == 0 || cols == 0) return cudaSuccess;
+    switch (type) {
+#define LLMKV_DQ_CASE(name)                                                                  \
+    case uint32_t(TensorType::name):                                                         \
+        gather_decoded_kernel<TensorType::name><<<n, kThreads, 0, stream>>>(                 \
+            static_cast<const uint8_t *>(packed), row_bytes, ids, cols, out);                \
+        return cudaGetLastError();
         LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
 #undef LLMKV_DQ_CASE
         default:

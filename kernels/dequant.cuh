@@ -27,4 +27,12 @@ cudaError_t launch_dequant_f16(uint32_t type, const void *packed, size_t row_byt
                                uint32_t cols, uint16_t *out, unsigned long long *first_bad,
                                unsigned long long index_base, cudaStream_t stream);
 
+// out[i][c] (f32, row-major [n][cols], device) = element c of packed row ids[i] (device int32
+// ids, already validated against the matrix's rows) as dequantize_row_reference decodes it,
+// unrounded: the embedding lookup of a table kept in its GGUF encoding. One CTA per output
+// row. cudaErrorInvalidValue for a type without a decoder.
+cudaError_t launch_gather_decoded_rows(uint32_t type, const void *packed, size_t row_bytes,
+                                       const int32_t *ids, uint32_t n, uint32_t cols, float *out,
+                                       cudaStream_t stream);
+
 }  // namespace llmkv::cuda

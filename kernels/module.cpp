@@ -1,4 +1,4 @@
-// The CUDA module's C ABI, version 2 (src/backend/cuda/cuda_module.h): one context = one
+// The CUDA module's C ABI, version 4 (src/backend/cuda/cuda_module.h): one context = one
 // device, the KV pools in the CPU's byte layouts (llmkv::KvGeometry), weights uploaded one
 // matrix / vector at a time as handles, activation buffers, and the operations of a forward
 // pass (the architecture itself lives in libllmkv, src/model/arch/). A compute stream runs
@@ -29,6 +29,7 @@
 #include "kv_layout.cuh"
 #include "kv_seal.cuh"
 #include "kv_window.cuh"
+#include "matvec_q.cuh"
 #include "paged_attention.cuh"
 #include "rms_norm.cuh"
 #include "rope.cuh"
@@ -43,6 +44,12 @@ constexpr uint64_t kDefaultAttentionWorkspace = 128ull << 20;
 constexpr size_t kCublasWorkspace = 32ull << 20;
 constexpr size_t kLogitsBufferBytes = 64ull << 20;  // device logits of one chunk of rows
 constexpr uint32_t kTicketEvents = 1024;            // copy tickets in flight before a wait
+// A matrix kept in its GGUF encoding (upload_matrix_quantized): products with at most this
+// many activation rows read the packed rows directly (launch_matvec_q, in launches of
+// kMatvecMaxTokens rows: the decode steps of up to 32 sessions), larger ones decode row
+// chunks into an fp16 scratch of at most kDequantScratchBytes for cuBLAS (prefill).
+constexpr uint32_t kMatvecRouteMaxRows = 4 * kMatvecMaxTokens;
+constexpr size_t kDequantScratchBytes = 64ull << 20;
 
 std::string vformat(const char *fmt, va_list args) {
     char buf[1024];
@@ -85,11 +92,16 @@ KvGeometry geometry_of(const llmkv_cuda_kv_desc &kv) {
     return g;
 }
 
-// A weight on the device: an fp16 matrix [rows][cols] or an f32 vector (rows = 1, cols = n).
+// A weight on the device: an fp16 matrix [rows][cols], a matrix kept in its GGUF encoding
+// (`encoded`: rows of row_bytes bytes of GGML type `type`), or an f32 vector (rows = 1,
+// cols = n).
 struct DeviceWeight {
     void *data = nullptr;
     uint32_t rows = 0, cols = 0;
     bool matrix = false;
+    bool encoded = false;
+    uint32_t type = 0;
+    size_t row_bytes = 0;
 };
 
 // A buffer of alloc_activation.
@@ -115,6 +127,7 @@ struct llmkv_cuda_context {
     size_t block_bytes = 0, tail_bytes = 0;
     // limits
     uint32_t max_tokens = 0, max_spans = 0, max_jobs = 0;
+    bool batch_invariant = false;  // every product through the matvec kernel
     size_t window_elems = 0;
 
     cudaStream_t compute = nullptr, copy = nullptr;
@@ -134,6 +147,11 @@ struct llmkv_cuda_context {
     void *cublas_ws = nullptr;
     uint16_t *xh = nullptr;  // fp16 copy of a GEMM input: max_tokens x the widest activation
     size_t xh_elems = 0;
+    // Encoded matrices: rows decoded to fp16 for a GEMM (at most kDequantScratchBytes, grown by
+    // the uploads), and the overflow flag of the upload's check.
+    uint16_t *dq_scratch = nullptr;
+    size_t dq_scratch_elems = 0;
+    unsigned long long *dq_flag = nullptr;
 
     // per-batch tables: device and pinned host mirrors
     int32_t *d_tokens = nullptr, *d_pos = nullptr, *d_logit_rows = nullptr;  // [T]
@@ -433,6 +451,7 @@ std::string check_descs(const llmkv_cuda_kv_desc *kv, const llmkv_cuda_context_p
 llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
                               const llmkv_cuda_context_params *p) {
     ctx->device = p->device;
+    ctx->batch_invariant = p->batch_invariant != 0;
     const KvGeometry g = geometry_of(*kv);
     ctx->g = g;
     if (const char *why = kv_layout_unsupported(g)) {
@@ -692,21 +711,50 @@ llmkv_cuda_status decode_packed_rows(Ctx *ctx, uint32_t type, const uint8_t *hos
     return LLMKV_CUDA_OK;
 }
 
-llmkv_cuda_status upload_packed(Ctx *ctx, uint32_t type, const void *host, uint32_t rows,
-                                uint32_t cols, uint64_t row_bytes, llmkv_cuda_weight *out) {
-    const char *op = "upload_matrix_packed";
+const char *type_name_of(uint32_t type) {
+    const char *name = llmkv::ggml_type_name(type);
+    return name ? name : "unknown";
+}
+
+// The arguments of the packed uploads: *want = the type's bytes per row of cols elements.
+llmkv_cuda_status check_packed_args(Ctx *ctx, const char *op, uint32_t type, const void *host,
+                                    const llmkv_cuda_weight *out, uint32_t rows, uint32_t cols,
+                                    uint64_t row_bytes, size_t *want) {
     if (!host || !out || rows == 0 || cols == 0) return bad(ctx, op, "null or empty matrix");
-    const char *tname = llmkv::ggml_type_name(type);
-    if (!tname) tname = "unknown";
+    const char *tname = type_name_of(type);
     if (!dequant_type_supported(type))
         return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
                          format("%s: tensor type %s (%u) has no device decoder", op, tname, type));
-    const size_t want = dequant_row_bytes(type, cols);
-    if (want == 0 || row_bytes != want)
+    *want = dequant_row_bytes(type, cols);
+    if (*want == 0 || row_bytes != *want)
         return bad(ctx, op,
                    format("%u columns of %s in rows of %llu bytes (%zu expected, 0: not whole "
                           "blocks)",
-                          cols, tname, (unsigned long long)row_bytes, want));
+                          cols, tname, (unsigned long long)row_bytes, *want));
+    return LLMKV_CUDA_OK;
+}
+
+// The UNSUPPORTED error of a matrix with a finite value beyond the fp16 range: the value,
+// decoded here from the host's packed row, its row and column.
+llmkv_cuda_status beyond_fp16(Ctx *ctx, uint32_t type, const void *host, uint32_t rows,
+                              uint32_t cols, size_t row_bytes, unsigned long long first_bad,
+                              const char *why) {
+    const uint64_t r = first_bad / cols, c = first_bad % cols;
+    float f = 0.0f;
+    llmkv::dq::decode_element(llmkv::TensorType(type),
+                              static_cast<const uint8_t *>(host) + r * row_bytes, c, &f);
+    return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                     format("weight matrix %u x %u (%s): value %g at row %llu, column %llu is "
+                            "beyond the fp16 range (%s)",
+                            rows, cols, type_name_of(type), double(f), (unsigned long long)r,
+                            (unsigned long long)c, why));
+}
+
+llmkv_cuda_status upload_packed(Ctx *ctx, uint32_t type, const void *host, uint32_t rows,
+                                uint32_t cols, uint64_t row_bytes, llmkv_cuda_weight *out) {
+    size_t want = 0;
+    CKS(check_packed_args(ctx, "upload_matrix_packed", type, host, out, rows, cols, row_bytes,
+                          &want));
     uint16_t *dev = nullptr;
     CKS(ctx->alloc(dev, size_t(rows) * cols * 2, ctx->weight_bytes, "a weight matrix"));
     uint32_t chunk_rows = uint32_t(std::clamp<uint64_t>(kPackedStagingBytes / want, 1, rows));
@@ -724,18 +772,9 @@ llmkv_cuda_status upload_packed(Ctx *ctx, uint32_t type, const void *host, uint3
                                staging, chunk_rows, dev, &first_bad);
         ctx->free_device(staging);
     }
-    if (s == LLMKV_CUDA_OK && first_bad != ~0ull) {
-        // The host path's message: the value itself, decoded here from the packed row.
-        const uint64_t r = first_bad / cols, c = first_bad % cols;
-        float f = 0.0f;
-        llmkv::dq::decode_element(llmkv::TensorType(type),
-                                  static_cast<const uint8_t *>(host) + r * want, c, &f);
-        s = ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
-                      format("weight matrix %u x %u (%s): value %g at row %llu, column %llu is "
-                             "beyond the fp16 range (the CUDA backend keeps weights in fp16)",
-                             rows, cols, tname, double(f), (unsigned long long)r,
-                             (unsigned long long)c));
-    }
+    if (s == LLMKV_CUDA_OK && first_bad != ~0ull)
+        s = beyond_fp16(ctx, type, host, rows, cols, want, first_bad,
+                        "the CUDA backend keeps weights in fp16");
     if (s != LLMKV_CUDA_OK) {
         ctx->free_device(dev);
         return s;
@@ -749,6 +788,89 @@ llmkv_cuda_status api_upload_matrix_packed(llmkv_cuda_context *ctx, uint32_t typ
                                            const void *host, uint32_t rows, uint32_t cols,
                                            uint64_t row_bytes, llmkv_cuda_weight *out) {
     return guarded(ctx, [&] { return upload_packed(ctx, type, host, rows, cols, row_bytes, out); });
+}
+
+// ---- matrices kept in their GGUF encoding -------------------------------------------------
+
+// Grows the fp16 scratch of the encoded matrices' GEMMs to hold min(rows, as many rows as
+// kDequantScratchBytes holds, at least one) rows of `cols`, and allocates the overflow flag.
+// The new buffer is allocated before the old one goes: an out-of-memory changes nothing.
+llmkv_cuda_status grow_dq_scratch(Ctx *ctx, uint32_t rows, uint32_t cols) {
+    if (!ctx->dq_flag)
+        CKS(ctx->alloc(ctx->dq_flag, sizeof(unsigned long long), ctx->other_bytes,
+                       "dequantization flag"));
+    const size_t fit = std::max<size_t>(kDequantScratchBytes / 2 / cols, 1);
+    const size_t need = std::min<size_t>(rows, fit) * cols;
+    if (need <= ctx->dq_scratch_elems) return LLMKV_CUDA_OK;
+    uint16_t *p = nullptr;
+    CKS(ctx->alloc(p, need * 2, ctx->other_bytes, "dequantization scratch"));
+    if (ctx->dq_scratch) {
+        CK(ctx, cudaStreamSynchronize(ctx->compute));  // queued GEMMs may still read it
+        ctx->free_device(ctx->dq_scratch);
+    }
+    ctx->dq_scratch = p;
+    ctx->dq_scratch_elems = need;
+    return LLMKV_CUDA_OK;
+}
+
+// Rows of an encoded matrix per chunk of the scratch.
+uint32_t dq_chunk_rows(const Ctx *ctx, const DeviceWeight &w) {
+    return uint32_t(std::clamp<size_t>(ctx->dq_scratch_elems / w.cols, 1, w.rows));
+}
+
+// Rows [r0, r0 + n) of an encoded matrix decoded to fp16 into the scratch; with a flag, a
+// value beyond fp16 lowers it (launch_dequant_f16).
+llmkv_cuda_status decode_chunk(Ctx *ctx, const DeviceWeight &w, uint32_t r0, uint32_t n,
+                               unsigned long long *flag) {
+    CK(ctx, launch_dequant_f16(w.type, static_cast<const uint8_t *>(w.data) + size_t(r0) * w.row_bytes,
+                               w.row_bytes, n, w.cols, ctx->dq_scratch, flag,
+                               (unsigned long long)r0 * w.cols, ctx->compute));
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status upload_quantized(Ctx *ctx, uint32_t type, const void *host, uint32_t rows,
+                                   uint32_t cols, uint64_t row_bytes, llmkv_cuda_weight *out) {
+    size_t want = 0;
+    CKS(check_packed_args(ctx, "upload_matrix_quantized", type, host, out, rows, cols,
+                          row_bytes, &want));
+    CKS(grow_dq_scratch(ctx, rows, cols));
+    void *dev = nullptr;
+    CKS(ctx->alloc(dev, size_t(rows) * want, ctx->weight_bytes, "a weight matrix (encoded)"));
+    DeviceWeight w{dev, rows, cols, true, true, type, want};
+    // The rows as they are in the file, then every row decoded once through the scratch: the
+    // prefill GEMMs use fp16 rows, so a value beyond the fp16 range is refused here as
+    // upload_matrix_packed refuses it.
+    unsigned long long first_bad = ~0ull;
+    auto copy_and_check = [&]() -> llmkv_cuda_status {
+        CK(ctx, cudaMemcpyAsync(dev, host, size_t(rows) * want, cudaMemcpyHostToDevice,
+                                ctx->compute));
+        CK(ctx, cudaMemsetAsync(ctx->dq_flag, 0xff, sizeof first_bad, ctx->compute));
+        const uint32_t chunk = dq_chunk_rows(ctx, w);
+        for (uint32_t r0 = 0; r0 < rows; r0 += chunk)
+            CKS(decode_chunk(ctx, w, r0, std::min(chunk, rows - r0), ctx->dq_flag));
+        CK(ctx, cudaMemcpyAsync(&first_bad, ctx->dq_flag, sizeof first_bad,
+                                cudaMemcpyDeviceToHost, ctx->compute));
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        return LLMKV_CUDA_OK;
+    };
+    llmkv_cuda_status s = copy_and_check();
+    if (s == LLMKV_CUDA_OK && first_bad != ~0ull)
+        s = beyond_fp16(ctx, type, host, rows, cols, want, first_bad,
+                        "the CUDA backend's prefill GEMMs read fp16 rows");
+    if (s != LLMKV_CUDA_OK) {
+        ctx->free_device(dev);
+        return s;
+    }
+    ctx->weights.push_back(w);
+    *out = llmkv_cuda_weight(ctx->weights.size());
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status api_upload_matrix_quantized(llmkv_cuda_context *ctx, uint32_t type,
+                                              const void *host, uint32_t rows, uint32_t cols,
+                                              uint64_t row_bytes, llmkv_cuda_weight *out) {
+    return guarded(ctx,
+                   [&] { return upload_quantized(ctx, type, host, rows, cols, row_bytes, out); });
 }
 
 // ---- one batch ------------------------------------------------------------------------------
@@ -936,8 +1058,14 @@ llmkv_cuda_status api_embed(llmkv_cuda_context *ctx, llmkv_cuda_weight table,
         if (uint32_t(ctx->max_token) >= w->rows)
             return bad(ctx, op, format("token id %d outside the vocabulary (%u)", ctx->max_token,
                                        w->rows));
-        CK(ctx, launch_embedding(static_cast<const uint16_t *>(w->data), w->cols, ctx->d_tokens,
-                                 ctx->T, static_cast<float *>(out.data), ctx->compute));
+        if (w->encoded)  // the rows decoded straight to f32: the CPU reference's values
+            CK(ctx, launch_gather_decoded_rows(w->type, w->data, w->row_bytes, ctx->d_tokens,
+                                               ctx->T, w->cols, static_cast<float *>(out.data),
+                                               ctx->compute));
+        else
+            CK(ctx, launch_embedding(static_cast<const uint16_t *>(w->data), w->cols,
+                                     ctx->d_tokens, ctx->T, static_cast<float *>(out.data),
+                                     ctx->compute));
         return LLMKV_CUDA_OK;
     });
 }
@@ -968,6 +1096,55 @@ llmkv_cuda_status to_fp16_input(Ctx *ctx, const llmkv_cuda_tensor &x, const char
     return LLMKV_CUDA_OK;
 }
 
+// y[t][r] (f32, row stride ldy) = x[t] . w[r] for the n rows of x starting at row x0 of the
+// activation x (f32, stride x.cols); *xh_ready: whether ctx->xh already holds the fp16 copy of
+// x's rows (to_fp16_input; made here, once, when a GEMM needs it).
+// Batch-invariant context, or an encoded matrix with n <= kMatvecRouteMaxRows, and a row the
+// matvec reads -> launch_matvec_q on the f32 rows, kMatvecMaxTokens rows per launch (a row's
+// result does not depend on n; an fp16 matrix is read as F16 rows). Else an fp16 matrix is
+// one cuBLAS GEMM, an encoded one row chunks decoded into the fp16 scratch, one GEMM each.
+llmkv_cuda_status product(Ctx *ctx, const char *op, const DeviceWeight &w,
+                          const llmkv_cuda_tensor &x, uint32_t x0, uint32_t n, bool *xh_ready,
+                          float *y, size_t ldy) {
+    const float *xf = static_cast<const float *>(x.data) + size_t(x0) * x.cols;
+    const uint32_t type = w.encoded ? w.type : uint32_t(llmkv::TensorType::F16);
+    const size_t row_bytes = w.encoded ? w.row_bytes : size_t(w.cols) * 2;
+    const bool matvec_reads = matvec_q_row_supported(type, w.cols) && x.cols % 4 == 0 &&
+                              reinterpret_cast<uintptr_t>(xf) % 16 == 0;
+    if (ctx->batch_invariant && !matvec_reads)
+        return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
+                         format("%s: a %u x %u matrix the matvec kernel cannot read (batch-"
+                                "invariant mode)",
+                                op, w.rows, w.cols));
+    if (matvec_reads && (ctx->batch_invariant || (w.encoded && n <= kMatvecRouteMaxRows))) {
+        for (uint32_t t0 = 0; t0 < n; t0 += kMatvecMaxTokens) {
+            const uint32_t nt = std::min(kMatvecMaxTokens, n - t0);
+            CK(ctx, launch_matvec_q(type, w.data, row_bytes, w.rows, w.cols,
+                                    xf + size_t(t0) * x.cols, x.cols, nt, y + size_t(t0) * ldy,
+                                    ldy, ctx->compute));
+        }
+        return LLMKV_CUDA_OK;
+    }
+    if (!*xh_ready) {
+        CKS(to_fp16_input(ctx, x, op));
+        *xh_ready = true;
+    }
+    const uint16_t *xh = ctx->xh + size_t(x0) * x.cols;
+    if (!w.encoded) {
+        CKB(ctx, gemm_f16_f32(ctx->cublas, static_cast<const uint16_t *>(w.data), w.rows, w.cols,
+                              xh, x.cols, n, y, int64_t(ldy), 0.0f));
+        return LLMKV_CUDA_OK;
+    }
+    const uint32_t chunk = dq_chunk_rows(ctx, w);
+    for (uint32_t r0 = 0; r0 < w.rows; r0 += chunk) {
+        const uint32_t nr = std::min(chunk, w.rows - r0);
+        CKS(decode_chunk(ctx, w, r0, nr, nullptr));
+        CKB(ctx, gemm_f16_f32(ctx->cublas, ctx->dq_scratch, nr, w.cols, xh, x.cols, n, y + r0,
+                              int64_t(ldy), 0.0f));
+    }
+    return LLMKV_CUDA_OK;
+}
+
 llmkv_cuda_status api_matmul(llmkv_cuda_context *ctx, llmkv_cuda_weight weight,
                              llmkv_cuda_tensor x, llmkv_cuda_tensor y) {
     return guarded(ctx, [&] {
@@ -979,11 +1156,9 @@ llmkv_cuda_status api_matmul(llmkv_cuda_context *ctx, llmkv_cuda_weight weight,
         if (w->cols != x.cols || y.cols != w->rows || y.rows < x.rows || x.data == y.data)
             return bad(ctx, op, format("w %u x %u, x %u x %u, y %u x %u", w->rows, w->cols,
                                        x.rows, x.cols, y.rows, y.cols));
-        CKS(to_fp16_input(ctx, x, op));
-        CKB(ctx, gemm_f16_f32(ctx->cublas, static_cast<const uint16_t *>(w->data), w->rows,
-                              w->cols, ctx->xh, x.cols, x.rows, static_cast<float *>(y.data),
-                              y.cols, 0.0f));
-        return LLMKV_CUDA_OK;
+        bool xh_ready = false;
+        return product(ctx, op, *w, x, 0, x.rows, &xh_ready, static_cast<float *>(y.data),
+                       y.cols);
     });
 }
 
@@ -1180,12 +1355,10 @@ llmkv_cuda_status api_logits(llmkv_cuda_context *ctx, llmkv_cuda_weight weight,
             return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
                              format("logits: %u outputs exceed the logits buffer", w->rows));
         const uint32_t chunk = uint32_t(std::min<size_t>(kLogitsBufferBytes / row_bytes, x.rows));
-        CKS(to_fp16_input(ctx, x, op));
+        bool xh_ready = false;
         for (uint32_t r0 = 0; r0 < x.rows; r0 += chunk) {
             const uint32_t nc = std::min(chunk, x.rows - r0);
-            CKB(ctx, gemm_f16_f32(ctx->cublas, static_cast<const uint16_t *>(w->data), w->rows,
-                                  w->cols, ctx->xh + size_t(r0) * x.cols, x.cols, nc,
-                                  ctx->logits_dev, w->rows, 0.0f));
+            CKS(product(ctx, op, *w, x, r0, nc, &xh_ready, ctx->logits_dev, w->rows));
             CK(ctx, cudaMemcpyAsync(host + size_t(r0) * w->rows, ctx->logits_dev, nc * row_bytes,
                                     cudaMemcpyDeviceToHost, ctx->compute));
         }
@@ -1429,6 +1602,7 @@ const llmkv_cuda_api kApi = {
     api_scale,
     api_geglu,
     api_upload_matrix_packed,
+    api_upload_matrix_quantized,
 };
 
 }  // namespace

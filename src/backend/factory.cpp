@@ -19,6 +19,8 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
             o.max_spans = r.max_spans;
             o.n_sealed_blocks = r.cache->sealed_pool().n_total();
             o.n_tail_slots = r.cache->tail_pool().n_total();
+            o.fp16_weights = cuda_fp16_weights_from_env();
+            o.batch_invariant = cuda_batch_invariant_from_env();
             if (r.kind == LLMKV_BACKEND_CUDA) return make_cuda_backend(r.cache->geometry(), o);
             // AUTO: a configuration the CUDA module does not implement (say, a KV codec it
             // lacks) runs on the CPU instead of failing.

@@ -89,7 +89,7 @@ struct Twin {
     std::unique_ptr<KvTransferQueue> copies;  // the GPU pools' transfer queue
 
     Twin(std::shared_ptr<GgufFile> f, const KvConfig &kc, uint32_t n_blocks = 256,
-         uint32_t max_tokens = 128) {
+         uint32_t max_tokens = 128, bool fp16_weights = false) {
         file = std::move(f);
         model = LlamaModel::load(file);
         const KvGeometry g = geometry_for(model->config(), kc);
@@ -102,6 +102,7 @@ struct Twin {
         o.max_batch_tokens = max_tokens;
         o.n_sealed_blocks = n_blocks;
         o.n_tail_slots = 8;
+        o.fp16_weights = fp16_weights;
         gpu_backend = make_cuda_backend(g, o);
         gpu = Forward::create(*model, *gpu_backend, max_tokens);
         copies = gpu_backend->make_transfer_queue(true);
@@ -310,14 +311,15 @@ INSTANTIATE_TEST_SUITE_P(
 // Attention is chunk- and batch-invariant on the GPU; the cuBLAS GEMMs may change the low
 // bits with the number of rows (and a low bit can move an fp16 activation or an int8 KV
 // value by one step), so the runs agree to 2e-3 of the largest logit, and the logits of
-// the same batch shape agree bitwise.
+// the same batch shape agree bitwise. (Weights as fp16 copies: every product is a GEMM.)
 TEST(CudaBackend, ChunkingAndBatchingAgreeAndRepeatsAreBitwise) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     TinyModelSpec spec;
     spec.weight_type = TensorType::Q8_0;
     spec.embd_type = TensorType::Q8_0;
     std::vector<uint8_t> storage;
-    Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8});
+    Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8}, 256, 128,
+            /*fp16_weights=*/true);
     std::vector<int32_t> tokens = some_tokens(37);
     auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
         std::vector<float> logits;
@@ -338,6 +340,78 @@ TEST(CudaBackend, ChunkingAndBatchingAgreeAndRepeatsAreBitwise) {
     EXPECT_EQ(0, std::memcmp(one.data(), again.data(), one.size() * sizeof(float)))
         << "same shape must be bitwise";
     for (SessionKv *kv : {&a, &b, &c, &e}) tw.gpu_cache->release(*kv);
+}
+
+// Weights kept in their GGUF encoding (the default): chunks of at most 32 rows never reach a
+// GEMM (every product is the packed matvec, whose result for a row does not depend on the
+// other rows; every other op is row-local or, for attention, chunk-invariant), so chunks of
+// 1, 5 and 32 give the same logits bit for bit; a 37-row chunk decodes the weights to fp16
+// for cuBLAS and agrees within the fp16 rounding of weights and inputs (1% of the largest
+// logit, the CPU-parity tolerance, which has the same cause).
+TEST(CudaBackend, QuantizedWeightsMakeSmallChunksBitwiseEqual) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8});
+    const Backend::MemoryUsage mu = tw.gpu_backend->memory_usage();
+    // The file's bytes (Q8_0: 1.06 bytes per weight) plus the f32 norms; fp16 copies would
+    // take about 1.9 times the file.
+    EXPECT_LT(mu.weights, tw.model->weight_bytes() * 5 / 4) << tw.model->weight_bytes();
+    std::vector<int32_t> tokens = some_tokens(37);
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
+        std::vector<float> logits;
+        for (size_t i = 0; i < tokens.size(); i += chunk) {
+            const uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
+            EXPECT_TRUE(tw.gpu_cache->reserve(kv, kv.n_tokens + n));
+            tw.gpu->run({{&kv, tokens.data() + i, n, true}}, logits);
+        }
+        return logits;
+    };
+    SessionKv a, b, c, d;
+    const std::vector<float> tok = run_chunked(a, 1), five = run_chunked(b, 5),
+                             wide = run_chunked(c, 32), gemm = run_chunked(d, 37);
+    EXPECT_EQ(0, std::memcmp(tok.data(), five.data(), tok.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(tok.data(), wide.data(), tok.size() * sizeof(float)));
+    Compare cmp;
+    cmp.add(tok, gemm);
+    EXPECT_LE(cmp.max_err, 1e-2 * cmp.max_ref + 1e-6);
+    for (SessionKv *kv : {&a, &b, &c, &d}) tw.gpu_cache->release(*kv);
+}
+
+// The two environment switches of the CUDA backend (read when an engine creates it): no device
+// needed.
+TEST(CudaBackendOptionsEnv, WeightsAndBatchInvarianceSwitches) {
+    struct Case {
+        const char *value;
+        int expect;  // 0 / 1, or -1 for INVALID_ARGUMENT
+    };
+    auto check = [](const char *name, bool (*parse)(), const std::vector<Case> &cases) {
+        for (const Case &c : cases) {
+            SCOPED_TRACE(std::string(name) + "=" + (c.value ? c.value : "(unset)"));
+            if (c.value)
+                setenv(name, c.value, 1);
+            else
+                unsetenv(name);
+            if (c.expect < 0) {
+                try {
+                    parse();
+                    ADD_FAILURE() << "accepted";
+                } catch (const Error &e) {
+                    EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
+                    EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos) << e.what();
+                }
+            } else {
+                EXPECT_EQ(parse(), c.expect == 1);
+            }
+        }
+        unsetenv(name);
+    };
+    check("LLMKV_CUDA_WEIGHTS", cuda_fp16_weights_from_env,
+          {{nullptr, 0}, {"", 0}, {"quantized", 0}, {"fp16", 1}, {"FP16", -1}, {"q4", -1}});
+    check("LLMKV_CUDA_BATCH_INVARIANT", cuda_batch_invariant_from_env,
+          {{nullptr, 0}, {"", 0}, {"0", 0}, {"1", 1}, {"yes", -1}, {"2", -1}});
 }
 
 TEST(CudaBackend, RejectsBadTokensBeforeTouchingKvAndStaysUsable) {

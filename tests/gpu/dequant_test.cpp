@@ -4,9 +4,13 @@
 // Where the CPU reference does not decode a type yet, the loop-order statement of
 // dequant_test_util.h stands in (printed). Then upload_matrix_packed through the module's ABI:
 // the same GEMM results as upload_matrix of the host-decoded fp16 matrix, and its errors.
-// Last, the decode-path matrix-vector kernel over packed Q4_K / Q6_K / Q5_0 / Q8_0 weights
-// (kernels/matvec_q.cu) against a double-precision dot product of the reference weights and
-// against the CPU matmul (q8 activations) where it takes the type.
+// Then upload_matrix_quantized (weights kept in their GGUF encoding): the file's bytes on the
+// device, decode-sized products equal to the host twin of the matvec, prefill-sized ones to
+// the fp16 upload's GEMM, the embedding equal to the reference values, and its errors.
+// Last, the decode-path matrix-vector kernel over packed weights of every type
+// (kernels/matvec_q.cu): bit for bit its host twin (matvec_q_math.cuh), and against a
+// double-precision dot product of the reference weights and the CPU matmul (q8 activations)
+// where it takes the type.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include "dequant_test_util.h"
 #include "gpu_test_util.h"
 #include "matvec_q.cuh"
+#include "matvec_q_math.cuh"
 
 namespace llmkv {
 namespace {
@@ -222,6 +227,199 @@ TEST(CudaModuleAbi, PackedUploadErrorsKeepNothing) {
     EXPECT_NE(h, 0u);
 }
 
+// ---- matrices kept in their GGUF encoding (upload_matrix_quantized) ---------------------------
+
+// Types and a row length the matvec reads (the float types: a multiple of 8).
+std::vector<TypeCase> matvec_cases() {
+    std::vector<TypeCase> cases;
+    for (TypeCase c : dqtest::all_type_cases()) {
+        if (c.cols % 8 != 0) c.cols = 40;
+        cases.push_back(c);
+    }
+    return cases;
+}
+
+// Weight bytes are the file's; products of up to 32 rows are the matvec's (bit for bit the
+// host twin, whatever the number of rows: 1, 8, 9 and 32 are 1 to 4 launches); 33 rows go
+// through the fp16 scratch and one cuBLAS GEMM of the same shape as the fp16 upload's (the
+// matrix fits one chunk), so they are bitwise that GEMM; logits route the same way.
+TEST(CudaModuleAbi, QuantizedUploadKeepsTheFileBytesAndRoutesByRows) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 40);
+    ASSERT_TRUE(ctx);
+    for (const TypeCase &c : matvec_cases()) {
+        SCOPED_TRACE(tensor_type_name(c.type));
+        const uint32_t rows = 24;
+        const size_t rb = dqtest::row_bytes_of(c.type, c.cols);
+        const std::vector<uint8_t> data = dqtest::random_rows(c.type, rows, c.cols, 61, true);
+        uint64_t w0 = 0, w1 = 0;
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, nullptr), LLMKV_CUDA_OK);
+        llmkv_cuda_weight q = 0, f = 0;
+        ASSERT_EQ(api->upload_matrix_quantized(ctx.get(), uint32_t(c.type), data.data(), rows,
+                                               c.cols, rb, &q),
+                  LLMKV_CUDA_OK)
+            << api->last_error(ctx.get());
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, nullptr), LLMKV_CUDA_OK);
+        EXPECT_EQ(w1 - w0, uint64_t(rows) * rb);
+        ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(c.type), data.data(), rows,
+                                            c.cols, rb, &f),
+                  LLMKV_CUDA_OK)
+            << api->last_error(ctx.get());
+
+        const uint32_t T = 33;
+        llmkv_cuda_tensor x{}, y{}, yf{};
+        ASSERT_EQ(api->alloc_activation(ctx.get(), T, c.cols, &x), LLMKV_CUDA_OK);
+        ASSERT_EQ(api->alloc_activation(ctx.get(), T, rows, &y), LLMKV_CUDA_OK);
+        ASSERT_EQ(api->alloc_activation(ctx.get(), T, rows, &yf), LLMKV_CUDA_OK);
+        const std::vector<float> xs = gputest::random_f32(size_t(T) * c.cols, 62);
+        CUDA_OK(cudaMemcpy(x.data, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+        for (uint32_t n : {1u, 8u, 9u, 32u}) {
+            SCOPED_TRACE("rows " + std::to_string(n));
+            llmkv_cuda_tensor xn = x, yn = y;
+            xn.rows = yn.rows = n;
+            ASSERT_EQ(api->matmul(ctx.get(), q, xn, yn), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+            std::vector<float> got(size_t(n) * rows);
+            CUDA_OK(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost));
+            for (uint32_t t = 0; t < n; ++t) {
+                for (uint32_t r = 0; r < rows; ++r) {
+                    float want = 0.0f;
+                    ASSERT_TRUE(mv::row_dot_host(c.type, data.data() + r * rb, c.cols,
+                                                 xs.data() + size_t(t) * c.cols, &want));
+                    ASSERT_TRUE(dqtest::same_f32(got[size_t(t) * rows + r], want))
+                        << "token " << t << " row " << r;
+                }
+            }
+            std::vector<float> lg(size_t(n) * rows);
+            ASSERT_EQ(api->logits(ctx.get(), q, xn, lg.data()), LLMKV_CUDA_OK);
+            EXPECT_EQ(0, std::memcmp(lg.data(), got.data(), lg.size() * 4));
+        }
+        ASSERT_EQ(api->matmul(ctx.get(), q, x, y), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+        ASSERT_EQ(api->matmul(ctx.get(), f, x, yf), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+        std::vector<float> a(size_t(T) * rows), b(size_t(T) * rows), l(size_t(T) * rows);
+        CUDA_OK(cudaMemcpy(a.data(), y.data, a.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(b.data(), yf.data, b.size() * 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+        ASSERT_EQ(api->logits(ctx.get(), q, x, l.data()), LLMKV_CUDA_OK);
+        EXPECT_EQ(0, std::memcmp(l.data(), b.data(), l.size() * 4));
+    }
+    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+}
+
+// A matrix larger than the 64 MiB scratch: prefill-sized products decode it in row chunks,
+// one GEMM each; every output stays within the fp16-GEMM tolerance of the fp16 upload's.
+TEST(CudaModuleAbi, QuantizedPrefillCoversEveryRowChunk) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 40);
+    ASSERT_TRUE(ctx);
+    const TensorType type = TensorType::Q4_0;
+    const uint32_t rows = 40000, cols = 1024;  // 78 MiB of fp16: two chunks
+    const size_t rb = dqtest::row_bytes_of(type, cols);
+    const std::vector<uint8_t> data = dqtest::random_rows(type, rows, cols, 63, true);
+    llmkv_cuda_weight q = 0, f = 0;
+    ASSERT_EQ(api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb,
+                                           &q),
+              LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(type), data.data(), rows, cols, rb, &f),
+              LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    const uint32_t T = 40;
+    llmkv_cuda_tensor x{}, y{}, yf{};
+    ASSERT_EQ(api->alloc_activation(ctx.get(), T, cols, &x), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx.get(), T, rows, &y), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->alloc_activation(ctx.get(), T, rows, &yf), LLMKV_CUDA_OK);
+    const std::vector<float> xs = gputest::random_f32(size_t(T) * cols, 64);
+    CUDA_OK(cudaMemcpy(x.data, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+    ASSERT_EQ(api->matmul(ctx.get(), q, x, y), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+    ASSERT_EQ(api->matmul(ctx.get(), f, x, yf), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+    std::vector<float> a(size_t(T) * rows), b(size_t(T) * rows);
+    CUDA_OK(cudaMemcpy(a.data(), y.data, a.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b.data(), yf.data, b.size() * 4, cudaMemcpyDeviceToHost));
+    float max_b = 0.0f;
+    for (float v : b) max_b = std::max(max_b, std::fabs(v));
+    for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-3f * max_b) << "output " << i << " (row " << i % rows << ")";
+    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+}
+
+// The embedding of an encoded table: rows decoded to f32, the CPU reference's values exactly.
+TEST(CudaModuleAbi, QuantizedEmbeddingIsTheReferenceRows) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 8);
+    ASSERT_TRUE(ctx);
+    const TensorType type = TensorType::Q6_K;
+    const uint32_t rows = 50, cols = 512;
+    const size_t rb = dqtest::row_bytes_of(type, cols);
+    const std::vector<uint8_t> data = dqtest::random_rows(type, rows, cols, 65, true);
+    llmkv_cuda_weight q = 0;
+    ASSERT_EQ(api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb,
+                                           &q),
+              LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    const int32_t tokens[3] = {49, 0, 17};
+    llmkv_cuda_span span{};
+    span.tokens = tokens;
+    span.n = 3;
+    uint32_t n = 0;
+    ASSERT_EQ(api->begin_batch(ctx.get(), &span, 1, &n, nullptr), LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    llmkv_cuda_tensor x{};
+    ASSERT_EQ(api->alloc_activation(ctx.get(), 3, cols, &x), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->embed(ctx.get(), q, x), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+    std::vector<float> got(size_t(3) * cols), ref(cols);
+    CUDA_OK(cudaMemcpy(got.data(), x.data, got.size() * 4, cudaMemcpyDeviceToHost));
+    std::string which;
+    for (uint32_t t = 0; t < 3; ++t) {
+        dqtest::reference_row(type, data.data() + size_t(tokens[t]) * rb, cols, ref.data(), &which);
+        EXPECT_EQ(0, std::memcmp(got.data() + size_t(t) * cols, ref.data(), cols * 4)) << t;
+    }
+    ASSERT_EQ(api->end_batch(ctx.get()), LLMKV_CUDA_OK);
+}
+
+// The packed upload's errors, and nothing kept after any of them.
+TEST(CudaModuleAbi, QuantizedUploadErrorsKeepNothing) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    ContextPtr ctx = make_context(api, 4);
+    ASSERT_TRUE(ctx);
+    const uint32_t rows = 6, cols = 64;
+    std::vector<BlockQ8_0> blocks(size_t(rows) * cols / 32);
+    for (BlockQ8_0 &b : blocks) {
+        b.d = fp32_to_fp16(0.01f);
+        for (int8_t &q : b.qs) q = 3;
+    }
+    blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);
+    blocks[2 * 3 + 1].qs[7] = 100;  // row 3, column 39: 100000 > 65504
+    const uint32_t q8 = uint32_t(TensorType::Q8_0);
+    const size_t rb = sizeof(BlockQ8_0) * 2;
+    uint64_t w0 = 0, w1 = 0;
+    ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, nullptr), LLMKV_CUDA_OK);
+    llmkv_cuda_weight h = 0;
+    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb, &h),
+              LLMKV_CUDA_ERR_UNSUPPORTED);
+    const std::string msg = api->last_error(ctx.get());
+    EXPECT_NE(msg.find("row 3, column 39"), std::string::npos) << msg;
+    EXPECT_EQ(h, 0u);
+    ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, nullptr), LLMKV_CUDA_OK);
+    EXPECT_EQ(w1, w0);
+    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), 16 /* IQ2_XXS */, blocks.data(), rows, cols,
+                                           rb, &h),
+              LLMKV_CUDA_ERR_UNSUPPORTED);
+    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb + 1, &h),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, nullptr, rows, cols, rb, &h),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+    blocks[2 * 3 + 1].qs[7] = 3;
+    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb, &h),
+              LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
+    EXPECT_NE(h, 0u);
+}
+
 // ---- packed matrix-vector products (decode path) ---------------------------------------------
 
 class MatvecParity : public ::testing::TestWithParam<TypeCase> {};
@@ -232,7 +430,7 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
     const uint32_t rows = 37;  // not a multiple of the CTA's 4 rows
     const uint32_t T = cuda::kMatvecMaxTokens;
     const size_t rb = dqtest::row_bytes_of(c.type, c.cols);
-    ASSERT_TRUE(cuda::matvec_q_type_supported(uint32_t(c.type)));
+    ASSERT_TRUE(cuda::matvec_q_row_supported(uint32_t(c.type), c.cols));
     const std::vector<uint8_t> data = dqtest::random_rows(c.type, rows, c.cols, 41, true);
     const std::vector<float> x = gputest::random_f32(size_t(T) * c.cols, 42);
 
@@ -256,6 +454,12 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
         ASSERT_EQ(y.size(), size_t(n) * rows);
         for (uint32_t t = 0; t < n; ++t) {
             for (uint32_t r = 0; r < rows; ++r) {
+                float twin = 0.0f;  // the same operations on the host: the same bits
+                ASSERT_TRUE(mv::row_dot_host(c.type, data.data() + r * rb, c.cols,
+                                             x.data() + size_t(t) * c.cols, &twin));
+                ASSERT_TRUE(dqtest::same_f32(y[size_t(t) * rows + r], twin))
+                    << "token " << t << " row " << r << ": device " << y[size_t(t) * rows + r]
+                    << ", host twin " << twin;
                 double dot = 0.0, mag = 0.0;
                 for (uint32_t k = 0; k < c.cols; ++k) {
                     const double p = double(wref[size_t(r) * c.cols + k]) * x[size_t(t) * c.cols + k];
@@ -313,11 +517,7 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(PackedTypes, MatvecParity,
-                         ::testing::Values(TypeCase{TensorType::Q4_K, 1024},
-                                           TypeCase{TensorType::Q6_K, 768},
-                                           TypeCase{TensorType::Q5_0, 544},
-                                           TypeCase{TensorType::Q8_0, 544}),
+INSTANTIATE_TEST_SUITE_P(PackedTypes, MatvecParity, ::testing::ValuesIn(matvec_cases()),
                          type_case_name);
 
 TEST(MatvecParity, RefusesWhatItDoesNotRead) {
@@ -330,7 +530,10 @@ TEST(MatvecParity, RefusesWhatItDoesNotRead) {
                                      nullptr);
     };
     const uint32_t q8 = uint32_t(TensorType::Q8_0);
-    EXPECT_EQ(call(uint32_t(TensorType::Q4_0), 18, 32, d_x.get(), 32, 1), cudaErrorInvalidValue);
+    EXPECT_EQ(call(16 /* IQ2_XXS: no decoder */, 66, 256, d_x.get(), 256, 1),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(call(uint32_t(TensorType::F16), 2 * 36, 36, d_x.get(), 36, 1),
+              cudaErrorInvalidValue);  // not whole 8-element groups
     EXPECT_EQ(call(q8, rb, 32, d_x.get(), 32, 0), cudaErrorInvalidValue);
     EXPECT_EQ(call(q8, rb, 32, d_x.get(), 32, cuda::kMatvecMaxTokens + 1), cudaErrorInvalidValue);
     EXPECT_EQ(call(q8, rb + 1, 32, d_x.get(), 32, 1), cudaErrorInvalidValue);

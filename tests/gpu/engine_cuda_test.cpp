@@ -1,11 +1,16 @@
-// The engine on the CUDA backend, through the C API: the same sessions as on the CPU
-// backend give the same greedy tokens (tiny synthetic model, every KV codec), batching,
-// preemption and the host tier keep the pool invariants, a prefix snapshot saved by a CUDA
-// engine loads into a fresh one, and AUTO picks CUDA. Skipped (with the reason) without a
-// device.
+// The engine on the CUDA backend, through the C API (tiny synthetic model with Q8_0 weights,
+// kept encoded on the device; every KV codec): in batch-invariant mode
+// (LLMKV_CUDA_BATCH_INVARIANT=1) sessions batched together, preempted, recomputed or moved
+// through the host tier give exactly the tokens each gives alone; a prefix snapshot saved by
+// a CUDA engine loads into a fresh one; AUTO picks CUDA. The comparison with the CPU backend
+// is not here: on random tiny weights the logits are too flat for greedy tokens to be a
+// fair test of arithmetic that differs by rounding; backend_test.cpp (TinyModelParity)
+// compares the logits step by step with a tolerance, and the SmolLM2 tests the greedy tokens
+// where the CPU's choice has a margin. Skipped (with the reason) without a device.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +21,27 @@
 
 namespace llmkv {
 namespace {
+
+// Sets an environment variable for the lifetime of the object (the backend reads it when an
+// engine is created).
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const char *value) : name_(name) {
+        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_)
+            setenv(name_, old_.c_str(), 1);
+        else
+            unsetenv(name_);
+    }
+
+private:
+    const char *name_;
+    std::string old_;
+    bool had_ = false;
+};
 
 class EngineCuda : public ::testing::TestWithParam<llmkv_kv_dtype> {
 protected:
@@ -83,29 +109,36 @@ protected:
 };
 std::string *EngineCuda::path_ = nullptr;
 
-TEST_P(EngineCuda, GreedyTokensEqualTheCpuBackend) {
+// Batch-invariant mode: six sessions batched together (prompts of 20-205 tokens prefilled in
+// shared 128-token batches, then decoded together) give exactly the tokens each session
+// gives alone.
+TEST_P(EngineCuda, BatchedSessionsEqualEachSessionAlone) {
     LLMKV_REQUIRE_DEVICE();
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
     llmkv_engine *gpu = make(LLMKV_BACKEND_CUDA, GetParam());
-    llmkv_engine *cpu = make(LLMKV_BACKEND_CPU, GetParam());
     ASSERT_NE(gpu, nullptr);
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
     ASSERT_EQ(llmkv_engine_get_info(gpu, &info), LLMKV_OK);
     EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
     EXPECT_STREQ(info.backend_name, "cuda");
-    // Random tiny weights give flat distributions; compare the first tokens, where the
-    // margins are widest, and require most sessions to agree exactly (documented tolerance).
-    auto g = run_sessions(gpu, 6, 8);
-    auto c = run_sessions(cpu, 6, 8);
-    int equal = 0;
-    for (size_t i = 0; i < g.size(); ++i) equal += g[i] == c[i] ? 1 : 0;
-    EXPECT_GE(equal, 5) << "sessions whose greedy tokens equal the CPU backend's";
+    const auto together = run_sessions(gpu, 6, 12);
     llmkv_engine_destroy(gpu);
-    llmkv_engine_destroy(cpu);
+    for (int i = 0; i < 6; ++i) {
+        llmkv_engine *alone = make(LLMKV_BACKEND_CUDA, GetParam());
+        // run_sessions(e, i + 1, ...) runs sessions 0..i with their own prompts: the last one
+        // is session i, batched with fewer others.
+        const auto fewer = run_sessions(alone, i + 1, 12);
+        EXPECT_EQ(fewer.back(), together[size_t(i)]) << "session " << i;
+        llmkv_engine_destroy(alone);
+    }
 }
 
 TEST_P(EngineCuda, PreemptionAndTheHostTierKeepTokensAndInvariants) {
     LLMKV_REQUIRE_DEVICE();
+    // Preemption recomputes a session's KV in other batch shapes: batch-invariant mode makes
+    // the tokens exactly those of the roomy run.
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
     llmkv_engine *roomy = make(LLMKV_BACKEND_CUDA, GetParam());
     auto reference = run_sessions(roomy, 8, 24);
     llmkv_engine_info info;

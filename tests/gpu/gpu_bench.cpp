@@ -424,7 +424,11 @@ void smollm2_bench() {
     auto file = std::shared_ptr<GgufFile>(GgufFile::open(path));
     auto model = LlamaModel::load(file);
     const LlamaConfig &c = model->config();
-    for (llmkv_kv_dtype dt : {LLMKV_KV_F16, LLMKV_KV_INT8}) {
+    // Weights kept in their GGUF encoding (the default) and as fp16 copies, f16 and int8 KV.
+    for (int mode = 0; mode < 3; ++mode) {
+        const bool fp16_weights = mode == 2;
+        const llmkv_kv_dtype dt = mode == 1 ? LLMKV_KV_INT8 : LLMKV_KV_F16;
+        const std::string wname = fp16_weights ? "fp16w" : "qw";
         KvGeometry g;
         g.n_layers = c.n_layers;
         g.n_kv_heads = c.n_kv_heads;
@@ -437,9 +441,14 @@ void smollm2_bench() {
         o.max_spans = max_batch;
         o.n_sealed_blocks = cache.sealed_pool().n_total();
         o.n_tail_slots = max_batch;
+        o.fp16_weights = fp16_weights;
         std::unique_ptr<Backend> gpu = make_cuda_backend(g, o);
         std::unique_ptr<Forward> forward = Forward::create(*model, *gpu, o.max_batch_tokens);
-        std::printf("  KV %s\n  %6s %12s %12s\n", codec_name(dt), "batch", "ms/step", "tok/s");
+        const Backend::MemoryUsage mu = gpu->memory_usage();
+        std::printf("  weights %s (%.1f MiB on the device), KV %s\n  %6s %12s %12s\n",
+                    fp16_weights ? "fp16" : "quantized", mu.weights / 1048576.0, codec_name(dt),
+                    "batch", "ms/step", "tok/s");
+        result("smollm2_" + wname + "_weight_MiB", mu.weights / 1048576.0);
         for (uint32_t batch : {1u, 32u, 128u}) {
             std::vector<SessionKv> kvs(batch);
             std::vector<int32_t> tokens(prompt);
@@ -472,9 +481,9 @@ void smollm2_bench() {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                 steps;
             std::printf("  %6u %12.3f %12.0f\n", batch, sec * 1e3, batch / sec);
-            result(
-                std::string("smollm2_") + codec_name(dt) + "_b" + std::to_string(batch) + "_tok_s",
-                batch / sec);
+            result("smollm2_" + wname + "_" + codec_name(dt) + "_b" + std::to_string(batch) +
+                       "_tok_s",
+                   batch / sec);
             for (auto &kv : kvs) cache.release(kv);
         }
     }

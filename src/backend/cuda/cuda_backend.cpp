@@ -258,6 +258,7 @@ public:
         cp.max_batch_tokens = options_.max_batch_tokens;
         cp.max_spans = options_.max_spans;
         cp.attention_workspace_bytes = options_.attention_workspace_bytes;
+        cp.batch_invariant = options_.batch_invariant ? 1 : 0;
         const llmkv_cuda_status s = api_->create(&kd, &cp, &ctx_, err, sizeof err);
         if (s != LLMKV_CUDA_OK) {
             ctx_ = nullptr;
@@ -278,7 +279,13 @@ public:
 
     const char *name() const override { return "cuda"; }
     std::string device_name() const override { return device_name_; }
-    std::string kernel_id() const override { return "cuda"; }
+    // The arithmetic that computed a KV block (a prefix snapshot records it): "cuda" with fp16
+    // weights, "-q" once a matrix is kept encoded (decode steps read exact weights and f32
+    // inputs), "-bi" in batch-invariant mode (prefill through the matvec too).
+    std::string kernel_id() const override {
+        return std::string("cuda") + (any_encoded_ ? "-q" : "") +
+               (options_.batch_invariant ? "-bi" : "");
+    }
     llmkv_backend kind() const override { return LLMKV_BACKEND_CUDA; }
 
     void load_weights(const WeightSet &weights) override {
@@ -288,12 +295,18 @@ public:
                 w->cols > int64_t(UINT32_MAX))
                 fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: weight matrix of %lld x %lld",
                      (long long)w->rows, (long long)w->cols);
-            // Packed rows as in the file, decoded to fp16 on the device (no host temporaries);
-            // a value beyond the fp16 range is LLMKV_ERR_UNSUPPORTED, naming it.
+            // Packed rows as in the file (no host temporaries), kept so on the device or
+            // decoded there to fp16; a value beyond the fp16 range is LLMKV_ERR_UNSUPPORTED,
+            // naming it.
             llmkv_cuda_weight handle = 0;
-            check(api_->upload_matrix_packed(ctx_, uint32_t(w->type), w->data, uint32_t(w->rows),
-                                             uint32_t(w->cols), uint64_t(w->row_bytes), &handle),
+            const bool keep_encoded = !options_.fp16_weights && w->type != TensorType::F32 &&
+                                      w->type != TensorType::F16 && w->type != TensorType::BF16;
+            const auto upload = keep_encoded ? api_->upload_matrix_quantized
+                                             : api_->upload_matrix_packed;
+            check(upload(ctx_, uint32_t(w->type), w->data, uint32_t(w->rows), uint32_t(w->cols),
+                         uint64_t(w->row_bytes), &handle),
                   "uploading a weight matrix");
+            any_encoded_ = any_encoded_ || keep_encoded;
             matrices_[w->data] = Matrix{handle, uint32_t(w->rows), uint32_t(w->cols)};
         }
         for (const WeightSet::Vector &v : weights.vectors) {
@@ -480,9 +493,24 @@ private:
     std::unordered_map<const float *, llmkv_cuda_weight> vectors_;
     std::unordered_map<const float *, RopeFreq> rope_freqs_;
     std::vector<llmkv_cuda_span> spans_;  // scratch of begin_batch
+    bool any_encoded_ = false;            // a matrix was uploaded in its GGUF encoding
 };
 
 }  // namespace
+
+bool cuda_fp16_weights_from_env() {
+    const char *v = std::getenv("LLMKV_CUDA_WEIGHTS");
+    if (!v || !*v || std::strcmp(v, "quantized") == 0) return false;
+    if (std::strcmp(v, "fp16") == 0) return true;
+    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_CUDA_WEIGHTS=\"%s\": expected \"quantized\" or \"fp16\"", v);
+}
+
+bool cuda_batch_invariant_from_env() {
+    const char *v = std::getenv("LLMKV_CUDA_BATCH_INVARIANT");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_CUDA_BATCH_INVARIANT=\"%s\": expected 0 or 1", v);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(const KvGeometry &geometry,
                                            const CudaBackendOptions &options) {

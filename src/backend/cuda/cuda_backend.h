@@ -54,7 +54,24 @@ struct CudaBackendOptions {
     uint32_t n_sealed_blocks = 0;     // device sealed pool (ids as in the KvCache's sealed pool)
     uint32_t n_tail_slots = 0;        // device tail slots (ids as in the KvCache's tail pool)
     uint64_t attention_workspace_bytes = 0;  // 0 = the module's default (128 MiB)
+    // Quantized weight matrices (Q4_0 ... Q6_K) stay in their GGUF encoding on the device
+    // (upload_matrix_quantized: decode steps read the packed rows, prefill decodes row chunks
+    // to fp16 for cuBLAS); true keeps an fp16 copy of every matrix instead (2 bytes per
+    // parameter, prefill GEMMs read it directly). F32 / F16 / BF16 matrices are fp16 either
+    // way. The engine sets it from LLMKV_CUDA_WEIGHTS=fp16 (cuda_fp16_weights_from_env).
+    bool fp16_weights = false;
+    // Every matrix product through the packed matvec kernel (llmkv_cuda_context_params::
+    // batch_invariant): a session's results are bitwise independent of batching and
+    // chunking; prefill reads the weights once per 8 rows. LLMKV_CUDA_BATCH_INVARIANT=1.
+    bool batch_invariant = false;
 };
+
+// LLMKV_CUDA_WEIGHTS: unset, "" or "quantized" -> false, "fp16" -> true; anything else is
+// LLMKV_ERR_INVALID_ARGUMENT naming the value.
+bool cuda_fp16_weights_from_env();
+// LLMKV_CUDA_BATCH_INVARIANT: unset, "" or "0" -> false, "1" -> true; anything else is
+// LLMKV_ERR_INVALID_ARGUMENT naming the value.
+bool cuda_batch_invariant_from_env();
 
 // Number of CUDA devices; 0 with the reason in *why (module missing, no driver, no device).
 int cuda_device_count(std::string *why);
@@ -64,8 +81,9 @@ int cuda_device_count(std::string *why);
 llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);
 
 // The CUDA backend on options.device: KV pools of the geometry's layout, batch tables for
-// options.max_batch_tokens, workspaces. Weights come later (load_weights: dequantized to
-// fp16 on the host one matrix at a time, then uploaded). Throws llmkv::Error:
+// options.max_batch_tokens, workspaces. Weights come later (load_weights: each matrix's
+// packed GGUF rows go up as they are; kept so, or decoded to fp16 on the device, per
+// options.fp16_weights). Throws llmkv::Error:
 // LLMKV_ERR_BACKEND (module or device missing, CUDA failure), LLMKV_ERR_OUT_OF_MEMORY,
 // LLMKV_ERR_UNSUPPORTED (a geometry the kernels do not handle), with a clear message.
 std::unique_ptr<Backend> make_cuda_backend(const KvGeometry &geometry,

@@ -37,8 +37,10 @@
  * Activations are device buffers of f32 rows (alloc_activation), named by
  * llmkv_cuda_tensor {data, rows, cols}; an op checks that every tensor lies inside one
  * buffer from alloc_activation. Weights are handles returned by upload_matrix (fp16 on the
- * device; upload_matrix_packed decodes GGUF rows to it on the device) and upload_vector (f32). write_kv(layer) builds the layer's fp16 window of every
- * span; attention(layer) must follow it for the same layer before the next write_kv.
+ * device; upload_matrix_packed decodes GGUF rows to it on the device), upload_matrix_quantized
+ * (GGUF rows kept as they are) and upload_vector (f32). write_kv(layer) builds the layer's
+ * fp16 window of every span; attention(layer) must follow it for the same layer before the
+ * next write_kv.
  *
  * KV layouts are EXACTLY those of src/kv/kv_layout.h (KvGeometry) and src/kv/codec.h
  * (sealed blocks of sealed_block_bytes, tail slots of tail_block_bytes), so read_block /
@@ -55,7 +57,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 3u
+#define LLMKV_CUDA_ABI_VERSION 4u
 /* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
  * (os::shared_library_file). */
 #define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
@@ -105,6 +107,13 @@ typedef struct llmkv_cuda_context_params {
     uint32_t max_batch_tokens;          /* most tokens (sum of span n) in one batch */
     uint32_t max_spans;                 /* most spans in one batch; 0 = max_batch_tokens */
     uint64_t attention_workspace_bytes; /* split-context partial results; 0 = 128 MiB */
+    /* Version 4: 1 = every matmul / logits product, whatever its number of rows and however
+     * its matrix is stored, runs the matvec kernel (launches of 8 rows; fp16 matrices read as
+     * F16 rows): a row's outputs then depend only on its own inputs, so a session's results
+     * are bitwise independent of batching and chunking, at the price of prefill reading the
+     * weights once per 8 rows. 0 = cuBLAS for prefill-sized products (see
+     * upload_matrix_quantized). */
+    uint32_t batch_invariant;
 } llmkv_cuda_context_params;
 
 /* One span of a batch: consecutive tokens of one session (ForwardSpan). */
@@ -190,7 +199,8 @@ typedef struct llmkv_cuda_api {
     llmkv_cuda_status (*rms_norm)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
                                   llmkv_cuda_weight weight, float eps, llmkv_cuda_tensor out);
     /* y (x.rows, w.rows) = x * w^T (cuBLAS: x rounded to fp16, fp16 weights, f32
-     * accumulation and output). y must not overlap x. */
+     * accumulation and output; a matrix of upload_matrix_quantized: see there). y must not
+     * overlap x. */
     llmkv_cuda_status (*matmul)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
                                 llmkv_cuda_tensor x, llmkv_cuda_tensor y);
     /* Rotates the first n_heads heads (head_dim wide) of each row r < x.rows at the batch
@@ -292,6 +302,21 @@ typedef struct llmkv_cuda_api {
     llmkv_cuda_status (*upload_matrix_packed)(llmkv_cuda_context *ctx, uint32_t type,
                                               const void *host, uint32_t rows, uint32_t cols,
                                               uint64_t row_bytes, llmkv_cuda_weight *out);
+    /* ---- version 4: weights kept in their GGUF encoding ------------------------------------ */
+    /* A weight matrix kept on the device as its packed GGUF rows (the file's bytes: 0.56
+     * bytes per parameter for Q4_K instead of fp16's 2), same arguments and errors as
+     * upload_matrix_packed (every row is decoded once here to refuse a value beyond fp16).
+     * The ops read it where they read an fp16 matrix:
+     *  - matmul / logits with at most 32 activation rows (decode steps): the f32 rows times
+     *    the exact weights, straight from the packed rows (kernels/matvec_q.cu: one FMA chain
+     *    per lane, a fixed butterfly; a row's result does not depend on the other rows);
+     *  - more rows (prefill): row chunks decoded to fp16 (the values upload_matrix_packed
+     *    would hold) into a scratch of at most 64 MiB, one cuBLAS GEMM per chunk;
+     *  - embed: the rows decoded to f32 (the CPU reference's values, not rounded to fp16).
+     * The scratch (other_bytes) grows with the first uploads. Synchronous. */
+    llmkv_cuda_status (*upload_matrix_quantized)(llmkv_cuda_context *ctx, uint32_t type,
+                                                 const void *host, uint32_t rows, uint32_t cols,
+                                                 uint64_t row_bytes, llmkv_cuda_weight *out);
 } llmkv_cuda_api;
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);
