@@ -159,6 +159,10 @@ struct llmkv_cuda_context {
     StepSpan *d_spans = nullptr;                                             // [max_spans]
     SealJob *d_jobs = nullptr;                                               // [max_jobs]
     int32_t *h_tokens = nullptr, *h_pos = nullptr, *h_logit_rows = nullptr;
+    // attention work items per row (attention_partition_plan): [T + 1] prefix sums
+    uint32_t *d_row_parts = nullptr, *h_row_parts = nullptr;
+    uint32_t *d_item_row = nullptr;  // the row of each work item, grown by doubling
+    size_t item_row_cap = 0;
     uint32_t *h_row_span = nullptr;
     StepSpan *h_spans = nullptr;
     SealJob *h_jobs = nullptr;
@@ -524,12 +528,14 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
     CKS(ctx->alloc(ctx->cublas_ws, kCublasWorkspace, o, "cuBLAS workspace"));
     CKS(ctx->alloc(ctx->d_tokens, T * 4, o, "batch tokens"));
     CKS(ctx->alloc(ctx->d_pos, T * 4, o, "batch positions"));
+    CKS(ctx->alloc(ctx->d_row_parts, (T + 1) * 4, o, "attention work items"));
     CKS(ctx->alloc(ctx->d_logit_rows, T * 4, o, "batch logit rows"));
     CKS(ctx->alloc(ctx->d_row_span, T * 4, o, "batch row spans"));
     CKS(ctx->alloc(ctx->d_spans, size_t(ctx->max_spans) * sizeof(StepSpan), o, "batch spans"));
     CKS(ctx->alloc(ctx->d_jobs, size_t(ctx->max_jobs) * sizeof(SealJob), o, "batch seal jobs"));
     CKS(ctx->alloc_host(ctx->h_tokens, T * 4, "batch tokens"));
     CKS(ctx->alloc_host(ctx->h_pos, T * 4, "batch positions"));
+    CKS(ctx->alloc_host(ctx->h_row_parts, (T + 1) * 4, "attention work items"));
     CKS(ctx->alloc_host(ctx->h_logit_rows, T * 4, "batch logit rows"));
     CKS(ctx->alloc_host(ctx->h_row_span, T * 4, "batch row spans"));
     CKS(ctx->alloc_host(ctx->h_spans, size_t(ctx->max_spans) * sizeof(StepSpan), "batch spans"));
@@ -833,9 +839,12 @@ llmkv_cuda_status upload_quantized(Ctx *ctx, uint32_t type, const void *host, ui
     size_t want = 0;
     CKS(check_packed_args(ctx, "upload_matrix_quantized", type, host, out, rows, cols,
                           row_bytes, &want));
-    CKS(grow_dq_scratch(ctx, rows, cols));
     void *dev = nullptr;
     CKS(ctx->alloc(dev, size_t(rows) * want, ctx->weight_bytes, "a weight matrix (encoded)"));
+    if (const llmkv_cuda_status g = grow_dq_scratch(ctx, rows, cols); g != LLMKV_CUDA_OK) {
+        ctx->free_device(dev);  // an out-of-memory keeps nothing
+        return g;
+    }
     DeviceWeight w{dev, rows, cols, true, true, type, want};
     // The rows as they are in the file, then every row decoded once through the scratch: the
     // prefill GEMMs use fp16 rows, so a value beyond the fp16 range is refused here as
@@ -896,6 +905,23 @@ llmkv_cuda_status grow_block_ids(Ctx *ctx, size_t need) {
     ctx->d_block_ids = d;
     ctx->h_block_ids = h;
     ctx->block_ids_cap = cap;
+    return LLMKV_CUDA_OK;
+}
+
+// Grows the attention work-item table to `need` entries (device only; the old one may still
+// be read by queued work: freed after it). An out-of-memory keeps the old table.
+llmkv_cuda_status grow_item_rows(Ctx *ctx, size_t need) {
+    if (need <= ctx->item_row_cap) return LLMKV_CUDA_OK;
+    size_t cap = std::max<size_t>(ctx->item_row_cap, 1024);
+    while (cap < need) cap *= 2;
+    uint32_t *d = nullptr;
+    CKS(ctx->alloc(d, cap * 4, ctx->other_bytes, "attention work items"));
+    if (ctx->d_item_row) {
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        ctx->free_device(ctx->d_item_row);
+    }
+    ctx->d_item_row = d;
+    ctx->item_row_cap = cap;
     return LLMKV_CUDA_OK;
 }
 
@@ -1003,12 +1029,17 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
     }
     if (win_off > ctx->window_elems)
         return bad(ctx, "begin_batch", "KV window buffer too small (internal)");
+    if (!attention_partition_plan(ctx->h_pos, uint32_t(T), ctx->h_row_parts))
+        return bad(ctx, "begin_batch", "more than 2^32 attention work items in one batch");
+    CKS(grow_item_rows(ctx, ctx->h_row_parts[T]));
 
     cudaStream_t st = ctx->compute;
     CKS(order_after_copies(ctx));
     CK(ctx, cudaMemcpyAsync(ctx->d_tokens, ctx->h_tokens, size_t(T) * 4, cudaMemcpyHostToDevice,
                             st));
     CK(ctx, cudaMemcpyAsync(ctx->d_pos, ctx->h_pos, size_t(T) * 4, cudaMemcpyHostToDevice, st));
+    CK(ctx, cudaMemcpyAsync(ctx->d_row_parts, ctx->h_row_parts, size_t(T + 1) * 4,
+                            cudaMemcpyHostToDevice, st));
     CK(ctx, cudaMemcpyAsync(ctx->d_row_span, ctx->h_row_span, size_t(T) * 4,
                             cudaMemcpyHostToDevice, st));
     CK(ctx, cudaMemcpyAsync(ctx->d_spans, ctx->h_spans, size_t(n_spans) * sizeof(StepSpan),
@@ -1024,6 +1055,7 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
                                 cudaMemcpyHostToDevice, st));
     CK(ctx, cudaEventRecord(ctx->tables_uploaded, st));
     ctx->tables_pending = true;
+    CK(ctx, launch_attention_item_rows(ctx->d_row_parts, uint32_t(T), ctx->d_item_row, st));
 
     ctx->T = uint32_t(T);
     ctx->n_spans = n_spans;
@@ -1254,7 +1286,9 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.spans = ctx->d_spans;
         aa.row_span = ctx->d_row_span;
         aa.n_rows = ctx->T;
-        aa.max_context = ctx->max_ctx;
+        aa.row_parts_host = ctx->h_row_parts;
+        aa.row_parts = ctx->d_row_parts;
+        aa.item_row = ctx->d_item_row;
         aa.out_f32 = static_cast<float *>(out.data);
         aa.out_stride = out.cols;
         aa.workspace = ctx->attn_ws;

@@ -7,8 +7,9 @@
 //   window   fp16 per span: K [H][win_cap][D] then V [H][win_cap][D] (step.cuh); row r holds
 //            position win_start + r.
 //   out      f32 or fp16 [n_rows][out_stride], head h at columns [h*D, h*D + D).
-//   workspace  m, l f32 [entries][2], then acc f32 [entries][D]; entry = (row_local *
-//            n_heads + head) * n_parts + partition.
+//   workspace  m, l f32 [entries][2], then acc f32 [entries][D]; entry = item_local *
+//            n_heads + head, item = one partition of one row (row r's items are
+//            [row_parts[r], row_parts[r + 1]), partition p = item - row_parts[r]).
 //
 // Semantics (cpu::paged_attention): the query at position p reads sealed_blocks(p) sealed
 // blocks in their codec and positions [sealed_blocks(p) * B, p] from the fp16 window; with a
@@ -17,8 +18,10 @@
 // rotated K codecs score against H q, rotated V codecs accumulate in the rotated domain and
 // H is applied once to the sealed part of the sum.
 //
-// Work split: one CTA of 128 threads per (partition of 256 positions, kv head, chunk of up
-// to GMAX query heads of that kv head's group, query row). Inside the CTA a "row group" of
+// Work split: one CTA of 128 threads per (work item = partition of 256 positions of one
+// query row, kv head, chunk of up to GMAX query heads of that kv head's group): a row has
+// position / 256 + 1 items, so a batch mixing one long row with short ones launches what each
+// row needs (not every row at the longest row's count). Inside the CTA a "row group" of
 // `lanes` lanes (lanes = next power of two >= D/8, 8 consecutive dims per lane) reads one
 // K/V row at a time, so one read of a block serves every query head of the group (GQA).
 // Each row group keeps an online softmax (m, l, acc) per head; the CTA merges its row
@@ -133,8 +136,8 @@ __device__ __forceinline__ void attend_row(const float (&q)[GMAX][8], const floa
 }
 
 struct LaunchShape {
-    uint32_t row_begin;
-    uint32_t n_parts;
+    uint32_t row_begin, row_end;  // rows of this launch
+    uint32_t item_begin;          // row_parts[row_begin]
     uint32_t lanes;
     uint32_t head_chunks;
     size_t entries_cap;  // workspace entries (each D + 2 floats)
@@ -162,9 +165,10 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     extern __shared__ float smem[];
     const KvGeometry &g = a.g;
     const uint32_t D = g.head_dim, B = g.block_tokens;
-    const uint32_t part = blockIdx.x;
+    const uint32_t item = sh.item_begin + blockIdx.x;
+    // One load (a binary search over row_parts here costs registers: ptxas spilled).
+    const uint32_t row = __ldg(a.item_row + item), part = item - __ldg(a.row_parts + row);
     const uint32_t kvh = blockIdx.y / sh.head_chunks, chunk = blockIdx.y % sh.head_chunks;
-    const uint32_t row_local = blockIdx.z, row = sh.row_begin + row_local;
     const StepSpan sp = a.spans[a.row_span[row]];
     const uint32_t pos = sp.pos0 + (row - sp.row0);
     const uint32_t n_ctx = pos + 1;
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     const uint32_t nh = min(GMAX, group - chunk * GMAX);
     float *ws_ml = a.workspace;                        // f32 [entries_cap][2]
     float *ws_acc = a.workspace + 2 * sh.entries_cap;  // f32 [entries_cap][D]
-    const size_t entry0 = (size_t(row_local) * a.n_heads + h_first) * sh.n_parts + part;
+    const size_t entry0 = size_t(blockIdx.x) * a.n_heads + h_first;
 
     // Visible positions [lo, pos]: a sliding window starts at lo, and no position (no sealed
     // block) before it is read.
@@ -183,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     if (t0 >= n_ctx || t0 >= (part + 1) * kAttentionPartitionTokens) {
         // nothing to read in this partition: an empty partial
         if (threadIdx.x < nh) {
-            ws_ml[(entry0 + size_t(threadIdx.x) * sh.n_parts) * 2] = -INFINITY;
-            ws_ml[(entry0 + size_t(threadIdx.x) * sh.n_parts) * 2 + 1] = 0.0f;
+            ws_ml[(entry0 + threadIdx.x) * 2] = -INFINITY;
+            ws_ml[(entry0 + threadIdx.x) * 2 + 1] = 0.0f;
         }
         return;
     }
@@ -329,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
             A = fmaf(sm_acc[(size_t(gi) * GMAX + h) * D + d], f, A);
             L = fmaf(sm_l[gi * GMAX + h], f, L);
         }
-        const size_t entry = entry0 + size_t(h) * sh.n_parts;
+        const size_t entry = entry0 + h;
         ws_acc[entry * D + d] = A;
         if (d == 0) {
             ws_ml[entry * 2] = M;
@@ -338,29 +342,39 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     }
 }
 
-// One CTA per (row, head), one thread per dim: merges the partitions in order.
+__global__ void item_rows_kernel(const uint32_t *__restrict__ row_parts,
+                                 uint32_t *__restrict__ item_row) {
+    const uint32_t r = blockIdx.x;
+    for (uint32_t i = row_parts[r] + threadIdx.x; i < row_parts[r + 1]; i += blockDim.x)
+        item_row[i] = r;
+}
+
+// One CTA per (row, head), one thread per dim: merges the row's partitions in order (entry
+// of partition p: (row_parts[row] - item_begin + p) * n_heads + h).
 __global__ void attention_merge_kernel(const AttentionArgs a, const LaunchShape sh) {
     const uint32_t D = a.g.head_dim;
     const uint32_t d = threadIdx.x;
     if (d >= D) return;
-    const uint32_t row_local = blockIdx.x, h = blockIdx.y;
+    const uint32_t row = sh.row_begin + blockIdx.x, h = blockIdx.y;
+    const uint32_t n_parts = a.row_parts[row + 1] - a.row_parts[row];
+    const size_t first = a.row_parts[row] - sh.item_begin;
     const float *ws_ml = a.workspace;
     const float *ws_acc = a.workspace + 2 * sh.entries_cap;
-    const size_t e0 = (size_t(row_local) * a.n_heads + h) * sh.n_parts;
+    auto entry = [&](uint32_t p) { return (first + p) * a.n_heads + h; };
     float M = -INFINITY;
-    for (uint32_t p = 0; p < sh.n_parts; ++p) {
-        if (ws_ml[(e0 + p) * 2 + 1] > 0.0f) M = fmaxf(M, ws_ml[(e0 + p) * 2]);
+    for (uint32_t p = 0; p < n_parts; ++p) {
+        if (ws_ml[entry(p) * 2 + 1] > 0.0f) M = fmaxf(M, ws_ml[entry(p) * 2]);
     }
     float A = 0.0f, L = 0.0f;
-    for (uint32_t p = 0; p < sh.n_parts; ++p) {
-        const float lp = ws_ml[(e0 + p) * 2 + 1];
+    for (uint32_t p = 0; p < n_parts; ++p) {
+        const float lp = ws_ml[entry(p) * 2 + 1];
         if (!(lp > 0.0f)) continue;
-        const float f = expf(ws_ml[(e0 + p) * 2] - M);
-        A = fmaf(ws_acc[(e0 + p) * D + d], f, A);
+        const float f = expf(ws_ml[entry(p) * 2] - M);
+        A = fmaf(ws_acc[entry(p) * D + d], f, A);
         L = fmaf(lp, f, L);
     }
     const float o = A / L;
-    const size_t at = size_t(sh.row_begin + row_local) * a.out_stride + size_t(h) * D + d;
+    const size_t at = size_t(row) * a.out_stride + size_t(h) * D + d;
     if (a.out_f32) {
         a.out_f32[at] = o;
     } else {
@@ -422,12 +436,31 @@ size_t attention_min_workspace(uint32_t n_heads, uint32_t head_dim, uint32_t max
     return size_t(n_heads) * n_partitions(max_context) * (size_t(head_dim) + 2) * sizeof(float);
 }
 
+bool attention_partition_plan(const int32_t *position, uint32_t n_rows, uint32_t *base) {
+    uint64_t sum = 0;
+    base[0] = 0;
+    for (uint32_t r = 0; r < n_rows; ++r) {
+        sum += uint64_t(uint32_t(position[r])) / kAttentionPartitionTokens + 1;
+        if (sum > 0xffffffffull) return false;
+        base[r + 1] = uint32_t(sum);
+    }
+    return true;
+}
+
+cudaError_t launch_attention_item_rows(const uint32_t *row_parts, uint32_t n_rows,
+                                       uint32_t *item_row, cudaStream_t stream) {
+    if (n_rows == 0) return cudaSuccess;
+    item_rows_kernel<<<n_rows, 128, 0, stream>>>(row_parts, item_row);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) {
     if (a.n_rows == 0) return cudaSuccess;
     const KvGeometry &g = a.g;
     if (kv_layout_unsupported(g) || a.n_heads == 0 || a.n_heads % g.n_kv_heads != 0)
         return cudaErrorInvalidValue;
-    if ((a.out_f32 == nullptr) == (a.out_f16 == nullptr) || a.workspace == nullptr)
+    if ((a.out_f32 == nullptr) == (a.out_f16 == nullptr) || a.workspace == nullptr ||
+        a.row_parts == nullptr || a.row_parts_host == nullptr || a.item_row == nullptr)
         return cudaErrorInvalidValue;
     const uint32_t D = g.head_dim;
     uint32_t lanes = 1;
@@ -441,29 +474,36 @@ cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) 
     if (!kernel) return cudaErrorInvalidValue;
 
     LaunchShape sh{};
-    sh.n_parts = n_partitions(a.max_context);
     sh.lanes = lanes;
     sh.head_chunks = head_chunks;
     sh.entries_cap = a.workspace_bytes / ((size_t(D) + 2) * sizeof(float));
     sh.aligned = kv_vector_aligned(g) && (reinterpret_cast<uintptr_t>(a.pool) % 16 == 0);
     sh.hadamard_scale = float(1.0 / sqrt(double(D)));
-    const size_t per_row = size_t(a.n_heads) * sh.n_parts;
-    if (sh.entries_cap < per_row) return cudaErrorInvalidValue;
-    size_t rows_per_launch = sh.entries_cap / per_row;
-    if (rows_per_launch > 65535) rows_per_launch = 65535;
     const size_t smem = size_t(kThreads / lanes) * gmax * (size_t(D) + 2) * sizeof(float);
     const uint32_t merge_threads = (D + 31) / 32 * 32;
+    const uint32_t *base = a.row_parts_host;
 
-    for (uint32_t row_begin = 0; row_begin < a.n_rows; row_begin += uint32_t(rows_per_launch)) {
-        const uint32_t rows = uint32_t(a.n_rows - row_begin < rows_per_launch ? a.n_rows - row_begin
-                                                                              : rows_per_launch);
+    // Launches over row ranges whose items fit the workspace (n_heads entries per item).
+    const size_t items_cap = sh.entries_cap / a.n_heads;
+    uint32_t row_begin = 0;
+    while (row_begin < a.n_rows) {
+        uint32_t row_end = row_begin;
+        while (row_end < a.n_rows && row_end - row_begin < 65535 &&
+               size_t(base[row_end + 1] - base[row_begin]) <= items_cap)
+            ++row_end;
+        if (row_end == row_begin) return cudaErrorInvalidValue;  // one row does not fit
         sh.row_begin = row_begin;
-        kernel<<<dim3(sh.n_parts, g.n_kv_heads * head_chunks, rows), kThreads, smem, stream>>>(a, sh);
+        sh.row_end = row_end;
+        sh.item_begin = base[row_begin];
+        const uint32_t items = base[row_end] - base[row_begin];
+        kernel<<<dim3(items, g.n_kv_heads * head_chunks), kThreads, smem, stream>>>(a, sh);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        attention_merge_kernel<<<dim3(rows, a.n_heads), merge_threads, 0, stream>>>(a, sh);
+        attention_merge_kernel<<<dim3(row_end - row_begin, a.n_heads), merge_threads, 0, stream>>>(
+            a, sh);
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
+        row_begin = row_end;
     }
     return cudaSuccess;
 }

@@ -33,7 +33,14 @@ struct AttentionArgs {
     const StepSpan *spans = nullptr;     // [n_spans]
     const uint32_t *row_span = nullptr;  // uint32 [n_rows]: span of each row
     uint32_t n_rows = 0;
-    uint32_t max_context = 0;     // max over rows of (position + 1), computed on the host
+    // Per-row partitions (attention_partition_plan): row r reads partitions [0, parts(r)),
+    // parts(r) = position(r) / kAttentionPartitionTokens + 1, as work items
+    // [row_parts[r], row_parts[r + 1]); the same n_rows + 1 prefix sums on the host (to size
+    // the launches) and on the device, and the row of every work item on the device
+    // (launch_attention_item_rows, once per batch: a CTA reads its row in one load).
+    const uint32_t *row_parts_host = nullptr;
+    const uint32_t *row_parts = nullptr;
+    const uint32_t *item_row = nullptr;
     float *out_f32 = nullptr;     // f32 [n_rows][out_stride] or nullptr
     uint16_t *out_f16 = nullptr;  // fp16 [n_rows][out_stride] or nullptr (exactly one set)
     uint32_t out_stride = 0;
@@ -45,8 +52,20 @@ struct AttentionArgs {
 // rows into as many launches as the workspace requires).
 size_t attention_min_workspace(uint32_t n_heads, uint32_t head_dim, uint32_t max_context);
 
+// base[0] = 0, base[r + 1] = base[r] + position[r] / kAttentionPartitionTokens + 1: the work
+// items of each row (AttentionArgs::row_parts). Host code. False when the sum does not fit
+// 32 bits (base is then unspecified).
+bool attention_partition_plan(const int32_t *position, uint32_t n_rows, uint32_t *base);
+
+// item_row[i] = r for i in [row_parts[r], row_parts[r + 1]), r < n_rows (device arrays;
+// item_row holds row_parts[n_rows] entries).
+cudaError_t launch_attention_item_rows(const uint32_t *row_parts, uint32_t n_rows,
+                                       uint32_t *item_row, cudaStream_t stream);
+
 // Launches the partition kernel and the merge kernel (possibly several times over row
-// ranges). Returns cudaErrorInvalidValue for unsupported shapes or a too small workspace.
+// ranges), one CTA per (work item, kv head, head chunk): a row's grid is sized by its own
+// context, not the batch's longest. Returns cudaErrorInvalidValue for unsupported shapes,
+// missing row_parts / item_row, or a too small workspace.
 cudaError_t launch_paged_attention(const AttentionArgs &args, cudaStream_t stream);
 
 }  // namespace llmkv::cuda

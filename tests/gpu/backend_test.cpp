@@ -560,6 +560,123 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
 }
 
+// Out of device memory, at every place the module allocates: a context whose pools cannot
+// fit (nothing left allocated: the device's free memory is back where it was), an activation
+// buffer, a weight matrix of either kind. Each is LLMKV_CUDA_ERR_OUT_OF_MEMORY naming the
+// buffer, is not sticky, and leaves the context's usage counters and working state unchanged.
+TEST(CudaModuleAbi, OutOfMemoryChangesNothing) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    char name[256] = {0}, err[512] = {0};
+    uint64_t free0 = 0, total = 0;
+    ASSERT_EQ(api->device_info(0, name, sizeof name, &free0, &total, err, sizeof err),
+              LLMKV_CUDA_OK)
+        << err;
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 2;
+    g.head_dim = 16;
+    g.block_tokens = 4;
+    // A pool of twice the device's memory.
+    const uint64_t too_many = 2 * total / g.sealed_block_bytes() + 1;
+    ASSERT_LT(too_many, uint64_t(UINT32_MAX));
+    llmkv_cuda_kv_desc kd = cuda_kv_desc(g, uint32_t(too_many), 2);
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = 8;
+    llmkv_cuda_context *ctx = nullptr;
+    EXPECT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_NE(std::string(err).find("sealed KV pool"), std::string::npos) << err;
+    uint64_t free1 = 0;
+    ASSERT_EQ(api->device_info(0, name, sizeof name, &free1, &total, err, sizeof err),
+              LLMKV_CUDA_OK);
+    EXPECT_GE(free1 + (64ull << 20), free0) << "a failed create left memory allocated";
+
+    kd = cuda_kv_desc(g, 4, 2);
+    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
+    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    uint64_t w0 = 0, kv0 = 0, o0 = 0, w1 = 0, kv1 = 0, o1 = 0;
+    ASSERT_EQ(api->memory_usage(ctx, &w0, &kv0, &o0), LLMKV_CUDA_OK);
+    llmkv_cuda_tensor t{};
+    // 8 rows of 2^32 - 1 floats (137 GB) and their fp16 copy (69 GB).
+    EXPECT_EQ(api->alloc_activation(ctx, 8, UINT32_MAX, &t), LLMKV_CUDA_ERR_OUT_OF_MEMORY);
+    EXPECT_NE(std::string(api->last_error(ctx)).find("cudaMalloc"), std::string::npos)
+        << api->last_error(ctx);
+    // A Q8_0 matrix of about 1.5 x the device's memory, both upload kinds: the host rows are
+    // never read (the allocation comes first), so a small buffer stands in for them.
+    const uint32_t cols = 32 * 1024;
+    const uint64_t rows64 = total * 3 / 2 / (uint64_t(cols) / 32 * 34) + 1;
+    ASSERT_LT(rows64, uint64_t(UINT32_MAX));
+    std::vector<uint8_t> host(64);
+    llmkv_cuda_weight h = 0;
+    EXPECT_EQ(api->upload_matrix_quantized(ctx, uint32_t(TensorType::Q8_0), host.data(),
+                                           uint32_t(rows64), cols, uint64_t(cols) / 32 * 34, &h),
+              LLMKV_CUDA_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(api->upload_matrix_packed(ctx, uint32_t(TensorType::Q8_0), host.data(),
+                                        uint32_t(rows64), cols, uint64_t(cols) / 32 * 34, &h),
+              LLMKV_CUDA_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(h, 0u);
+    EXPECT_EQ(api->sticky_error(ctx), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->memory_usage(ctx, &w1, &kv1, &o1), LLMKV_CUDA_OK);
+    EXPECT_EQ(w1, w0);
+    EXPECT_EQ(kv1, kv0);
+    EXPECT_EQ(o1, o0);
+    // Still usable.
+    std::vector<uint8_t> tail(g.tail_block_bytes(), 0x5a), back(g.tail_block_bytes());
+    ASSERT_EQ(api->write_tail(ctx, 1, tail.data()), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->read_tail(ctx, 1, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(back, tail);
+}
+
+// A sealed pool beyond 4 GiB: the last block's bytes (offset > 2^32) are written and read
+// back where they belong, and a block copy near the start is untouched by it.
+TEST(CudaModuleAbi, PoolsBeyondFourGiBAddressTheirLastBlock) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    KvGeometry g;
+    g.n_layers = 4;
+    g.n_kv_heads = 8;
+    g.head_dim = 128;
+    g.block_tokens = 16;  // f16: 256 KiB per block
+    const uint64_t n_blocks = (5ull << 30) / g.sealed_block_bytes() + 1;
+    char name[256] = {0}, err[512] = {0};
+    uint64_t free_b = 0, total = 0;
+    ASSERT_EQ(api->device_info(0, name, sizeof name, &free_b, &total, err, sizeof err),
+              LLMKV_CUDA_OK);
+    if (free_b < (6ull << 30)) {
+        std::printf("[ SKIP REASON ] %.1f GiB free, the test needs 6\n", free_b / 1073741824.0);
+        GTEST_SKIP() << "not enough device memory";
+    }
+    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, uint32_t(n_blocks), 2);
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = 8;
+    llmkv_cuda_context *ctx = nullptr;
+    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
+    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    const size_t bb = g.sealed_block_bytes();
+    std::vector<uint8_t> a(bb), b(bb), back(bb);
+    for (size_t i = 0; i < bb; ++i) a[i] = uint8_t(i * 13 + 1), b[i] = uint8_t(i * 7 + 5);
+    const uint32_t last = uint32_t(n_blocks - 1);
+    ASSERT_GT(uint64_t(last) * bb, 1ull << 32);
+    ASSERT_EQ(api->write_block(ctx, 1, b.data()), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->write_block(ctx, last, a.data()), LLMKV_CUDA_OK) << api->last_error(ctx);
+    ASSERT_EQ(api->read_block(ctx, last, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(back, a);
+    ASSERT_EQ(api->read_block(ctx, 1, back.data()), LLMKV_CUDA_OK);
+    EXPECT_EQ(back, b);
+    // Asynchronously too (the host tier's path).
+    void *pinned = nullptr;
+    ASSERT_EQ(api->host_alloc(ctx, bb, &pinned), LLMKV_CUDA_OK);
+    uint64_t ticket = 0;
+    void *const dst[1] = {pinned};
+    ASSERT_EQ(api->read_blocks_async(ctx, &last, 1, dst, &ticket), LLMKV_CUDA_OK);
+    ASSERT_EQ(api->copy_wait(ctx, ticket), LLMKV_CUDA_OK);
+    EXPECT_EQ(0, std::memcmp(pinned, a.data(), bb));
+    api->host_free(ctx, pinned);
+}
+
 // ---- SmolLM2 --------------------------------------------------------------------------------
 
 std::string smollm2_path() {

@@ -122,12 +122,15 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t(i);
     std::vector<cuda::StepSpan> spans(batch);
     std::vector<uint32_t> row_span(batch);
+    const std::vector<int32_t> positions(batch, int32_t(pos));
+    std::vector<uint32_t> parts(batch + 1);
+    cuda::attention_partition_plan(positions.data(), batch, parts.data());
     const size_t win_elems = size_t(2) * g.n_kv_heads * cap * g.head_dim;
     for (uint32_t s = 0; s < batch; ++s) {
         spans[s] = cuda::StepSpan{pos, 1, s, s, ws, cap, s * win_elems, s * n_sealed, n_sealed};
         row_span[s] = s;
     }
-    uint32_t *d_ids = nullptr, *d_row_span = nullptr;
+    uint32_t *d_ids = nullptr, *d_row_span = nullptr, *d_parts = nullptr, *d_item_row = nullptr;
     cuda::StepSpan *d_spans = nullptr;
     uint16_t *window = nullptr;
     float *q = nullptr, *out = nullptr, *ws_buf = nullptr;
@@ -135,6 +138,10 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
         std::max<size_t>(cuda::attention_min_workspace(n_heads, g.head_dim, context) * batch, 1 << 20);
     BENCH_CUDA(device_alloc(&d_ids, std::max<size_t>(ids.size(), 1) * 4));
     BENCH_CUDA(device_alloc(&d_row_span, batch * 4));
+    BENCH_CUDA(device_alloc(&d_parts, (batch + 1) * 4));
+    BENCH_CUDA(cudaMemcpy(d_parts, parts.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(device_alloc(&d_item_row, size_t(parts[batch]) * 4));
+    BENCH_CUDA(cuda::launch_attention_item_rows(d_parts, batch, d_item_row, nullptr));
     BENCH_CUDA(device_alloc(&d_spans, batch * sizeof(cuda::StepSpan)));
     BENCH_CUDA(device_alloc(&window, win_elems * batch * 2));
     BENCH_CUDA(device_alloc(&q, size_t(batch) * n_heads * g.head_dim * 4));
@@ -158,7 +165,9 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     a.spans = d_spans;
     a.row_span = d_row_span;
     a.n_rows = batch;
-    a.max_context = context;
+    a.row_parts_host = parts.data();
+    a.row_parts = d_parts;
+    a.item_row = d_item_row;
     a.out_f32 = out;
     a.out_stride = n_heads * g.head_dim;
     a.workspace = ws_buf;
@@ -169,6 +178,8 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     cudaFree(pool);
     cudaFree(d_ids);
     cudaFree(d_row_span);
+    cudaFree(d_parts);
+    cudaFree(d_item_row);
     cudaFree(d_spans);
     cudaFree(window);
     cudaFree(q);

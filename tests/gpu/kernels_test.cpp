@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/cpu/attention.h"
@@ -292,12 +293,18 @@ std::string attn_name(const ::testing::TestParamInfo<AttnCase> &info) {
 
 class AttentionParity : public ::testing::TestWithParam<AttnCase> {};
 
-// Several spans in one launch (a long decode, a prefill chunk that seals blocks, a fresh
-// prompt, a decode past a partition boundary), every block filled with valid random codec
-// bytes, compared with cpu::paged_attention_reference (decode to f32, double softmax).
-TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
-    LLMKV_REQUIRE_DEVICE();
-    const AttnCase c = GetParam();
+struct SpanSpec {
+    uint32_t pos0, n;
+};
+
+// The spans `specs` in one launch, every block filled with valid random codec bytes,
+// compared with cpu::paged_attention_reference (decode to f32, double softmax), then three
+// statements of independence, each bitwise: the launch again with the smallest workspace
+// that holds one row at the longest context (the rows split over several launches); the
+// first row alone (a row's result does not depend on the rest of the batch, whose rows
+// may have far more or fewer partitions); and the launch repeated. Last, the fp16 output
+// path gives those values rounded with fp32_to_fp16.
+void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
     KvGeometry g;
     g.n_layers = 2;
     g.n_kv_heads = c.n_kv_heads;
@@ -309,10 +316,6 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
     g.rotate_k = c.rotate_k;
     g.rotate_v = c.rotate_v;
     const uint32_t D = g.head_dim, H = g.n_kv_heads, B = g.block_tokens;
-    struct SpanSpec {
-        uint32_t pos0, n;
-    };
-    const std::vector<SpanSpec> specs = {{700, 1}, {37, 29}, {0, 13}, {255, 2}, {B * 3 + 1, 1}};
     uint32_t total_blocks = 0;
     for (const SpanSpec &s : specs) total_blocks += g.sealed_blocks(s.pos0 + s.n);
     KvCache cache(g, total_blocks + 3, uint32_t(specs.size()));
@@ -343,7 +346,8 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
     std::vector<cuda::StepSpan> steps(specs.size());
     std::vector<uint16_t> window;
     std::vector<uint32_t> row_span;
-    uint32_t n_rows = 0, next_id = 0, max_ctx = 0;
+    std::vector<int32_t> positions;
+    uint32_t n_rows = 0, next_id = 0;
     for (const SpanSpec &s : specs) n_rows += s.n;
     std::vector<float> q = random_f32(size_t(n_rows) * QD, 99);
     std::vector<float> want(size_t(n_rows) * QD), fast(size_t(n_rows) * QD);
@@ -369,10 +373,12 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
         st.win_offset = off;
         st.blocks_offset = next_id;
         st.n_blocks = need;
-        for (uint32_t t = 0; t < s.n; ++t) row_span.push_back(uint32_t(i));
+        for (uint32_t t = 0; t < s.n; ++t) {
+            row_span.push_back(uint32_t(i));
+            positions.push_back(int32_t(s.pos0 + t));
+        }
         next_id += need;
         row += s.n;
-        max_ctx = std::max(max_ctx, s.pos0 + s.n);
     }
     for (size_t i = 0; i < specs.size(); ++i) {
         cpu::AttentionSpan &a = spans[i];
@@ -407,7 +413,11 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
     DeviceBuffer<uint16_t> d_window(window.size());
     DeviceBuffer<cuda::StepSpan> d_steps(steps.size());
     DeviceBuffer<float> d_q(q.size()), d_out(q.size());
-    const size_t ws_bytes = 4 << 20;
+    size_t ws_bytes = 4 << 20;
+    uint32_t max_ctx = 0;
+    for (const SpanSpec &s : specs) max_ctx = std::max(max_ctx, s.pos0 + s.n);
+    const size_t min_ws = cuda::attention_min_workspace(c.n_heads, D, max_ctx);
+    ws_bytes = std::max(ws_bytes, 2 * min_ws);
     DeviceBuffer<uint8_t> d_ws(ws_bytes);
     ASSERT_TRUE(d_pool.upload(cache.sealed_data(0), pool_bytes));
     ASSERT_TRUE(ids.empty() || d_ids.upload(ids));
@@ -426,7 +436,14 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
     a.spans = d_steps.get();
     a.row_span = d_row_span.get();
     a.n_rows = n_rows;
-    a.max_context = max_ctx;
+    std::vector<uint32_t> parts(n_rows + 1);
+    ASSERT_TRUE(cuda::attention_partition_plan(positions.data(), n_rows, parts.data()));
+    DeviceBuffer<uint32_t> d_parts(parts.size()), d_item_row(parts.back());
+    ASSERT_TRUE(d_parts.upload(parts));
+    CUDA_OK(cuda::launch_attention_item_rows(d_parts.get(), n_rows, d_item_row.get(), nullptr));
+    a.row_parts_host = parts.data();
+    a.row_parts = d_parts.get();
+    a.item_row = d_item_row.get();
     a.out_f32 = d_out.get();
     a.out_stride = QD;
     a.workspace = reinterpret_cast<float *>(d_ws.get());
@@ -443,6 +460,64 @@ TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
     // Outputs are O(1) (averages of N(0,1)-ish values); f32 accumulation in another order
     // than the CPU's, and the rotated domains evaluated in f32: ~1e-6 typical.
     EXPECT_LE(max_err, 2e-4) << "CPU fast kernel error for comparison: " << max_err_cpu;
+
+    auto relaunch = [&](uint32_t n, size_t workspace) {
+        DeviceBuffer<float> d_other(q.size());
+        cuda::AttentionArgs b = a;
+        b.n_rows = n;
+        b.workspace_bytes = workspace;
+        b.out_f32 = d_other.get();
+        EXPECT_EQ(cuda::launch_paged_attention(b, nullptr), cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return d_other.download(size_t(n) * QD);
+    };
+    const std::vector<float> small_ws = relaunch(n_rows, min_ws);
+    EXPECT_EQ(0, std::memcmp(small_ws.data(), got.data(), got.size() * 4))
+        << "split over launches by a " << min_ws << "-byte workspace";
+    const std::vector<float> first_alone = relaunch(1, ws_bytes);
+    EXPECT_EQ(0, std::memcmp(first_alone.data(), got.data(), size_t(QD) * 4))
+        << "the first row alone";
+    const std::vector<float> again = relaunch(n_rows, ws_bytes);
+    EXPECT_EQ(0, std::memcmp(again.data(), got.data(), got.size() * 4)) << "repeated";
+
+    // The fp16 output path (out_f16): the same values, rounded by the ported fp32_to_fp16.
+    DeviceBuffer<uint16_t> d_half(q.size());
+    cuda::AttentionArgs h = a;
+    h.out_f32 = nullptr;
+    h.out_f16 = d_half.get();
+    CUDA_OK(cuda::launch_paged_attention(h, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> half = d_half.download(q.size());
+    ASSERT_EQ(half.size(), got.size());
+    size_t half_mismatch = 0;
+    for (size_t i = 0; i < got.size(); ++i) half_mismatch += half[i] != fp32_to_fp16(got[i]);
+    EXPECT_EQ(half_mismatch, 0u);
+}
+
+// Several spans in one launch: a long decode, a prefill chunk that seals blocks, a fresh
+// prompt, a decode past a partition boundary.
+TEST_P(AttentionParity, MatchesTheCpuReferenceForDecodeAndPrefillChunks) {
+    LLMKV_REQUIRE_DEVICE();
+    const AttnCase c = GetParam();
+    check_attention(c, {{700, 1}, {37, 29}, {0, 13}, {255, 2}, {c.block_tokens * 3 + 1, 1}});
+}
+
+// Long contexts, hundreds of partitions per row, batched with short rows: a 128k decode first
+// (512 partitions, batched with rows of 1 partition; alone it must give the same bits), a 32k
+// decode, a prefill chunk at 4k. int8 K / int4 V, head_dim 64 (the pool stays ~90 MB).
+TEST(AttentionLongContext, MatchesTheCpuReferenceAndIsIndependentOfTheBatch) {
+    LLMKV_REQUIRE_DEVICE();
+    check_attention(AttnCase{LLMKV_KV_INT8, LLMKV_KV_INT4, false, true, 64, 16, 0, 8, 2},
+                    {{131071, 1}, {0, 5}, {32767, 1}, {4000, 3}, {255, 1}});
+}
+
+// head_dim 256 (Gemma 3) with a 16k context, and 128 with 8 query heads per KV head.
+TEST(AttentionLongContext, WideHeadsAtLongContext) {
+    LLMKV_REQUIRE_DEVICE();
+    check_attention(AttnCase{LLMKV_KV_F16, LLMKV_KV_F16, false, false, 256, 16, 0, 4, 1},
+                    {{16383, 1}, {700, 4}, {0, 2}});
+    check_attention(AttnCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, true, true, 128, 16, 0, 32, 4},
+                    {{9000, 1}, {1, 7}, {511, 1}});
 }
 
 INSTANTIATE_TEST_SUITE_P(
