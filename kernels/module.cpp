@@ -128,6 +128,7 @@ struct llmkv_cuda_context {
     // limits
     uint32_t max_tokens = 0, max_spans = 0, max_jobs = 0;
     bool batch_invariant = false;  // every product through the matvec kernel
+    bool unified_addressing = false;  // host-tier blocks are read at their host address
     size_t window_elems = 0;
 
     cudaStream_t compute = nullptr, copy = nullptr;
@@ -168,6 +169,12 @@ struct llmkv_cuda_context {
     SealJob *h_jobs = nullptr;
     uint32_t *d_block_ids = nullptr, *h_block_ids = nullptr;  // grown by doubling
     size_t block_ids_cap = 0;
+    // Host-tier blocks of the batch (llmkv_cuda_span.host_blocks): the device pointers of
+    // virtual ids n_sealed + k, grown by doubling.
+    const uint8_t **d_host_blocks = nullptr, **h_host_blocks = nullptr;
+    size_t host_blocks_cap = 0;
+    // Memory from api_host_alloc (mapped): [start, start + bytes), sorted by start.
+    std::vector<std::pair<uintptr_t, size_t>> host_ranges;
     cudaEvent_t tables_uploaded = nullptr;  // the host mirrors may be rewritten after it
     bool tables_pending = false;
     std::vector<uint32_t> tail_stamp;  // tail slot -> last batch that used it (distinctness)
@@ -500,6 +507,9 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
                          format("CUDA device %d does not exist (%d devices)", p->device, n_dev));
     }
     CK(ctx, cudaSetDevice(ctx->device));  // inside api_create's DeviceScope
+    int uva = 0;
+    CK(ctx, cudaDeviceGetAttribute(&uva, cudaDevAttrUnifiedAddressing, ctx->device));
+    ctx->unified_addressing = uva != 0;
     CK(ctx, cudaStreamCreateWithFlags(&ctx->compute, cudaStreamNonBlocking));
     CK(ctx, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
     CK(ctx, cudaEventCreateWithFlags(&ctx->compute_marker, cudaEventDisableTiming));
@@ -908,6 +918,41 @@ llmkv_cuda_status grow_block_ids(Ctx *ctx, size_t need) {
     return LLMKV_CUDA_OK;
 }
 
+// Grows the table of the batch's host-tier block pointers (pinned mirror and device copy)
+// like grow_block_ids: an out-of-memory keeps the old tables.
+llmkv_cuda_status grow_host_blocks(Ctx *ctx, size_t need) {
+    if (need <= ctx->host_blocks_cap) return LLMKV_CUDA_OK;
+    size_t cap = std::max<size_t>(ctx->host_blocks_cap, 256);
+    while (cap < need) cap *= 2;
+    const uint8_t **d = nullptr, **h = nullptr;
+    CKS(ctx->alloc(d, cap * sizeof(void *), ctx->other_bytes, "host block table"));
+    const llmkv_cuda_status s = ctx->alloc_host(h, cap * sizeof(void *), "host block table");
+    if (s != LLMKV_CUDA_OK) {
+        ctx->free_device(d);
+        return s;
+    }
+    CK(ctx, cudaStreamSynchronize(ctx->compute));  // queued work may read the old tables
+    ctx->free_device(ctx->d_host_blocks);
+    ctx->free_host(ctx->h_host_blocks);
+    ctx->d_host_blocks = d;
+    ctx->h_host_blocks = h;
+    ctx->host_blocks_cap = cap;
+    return LLMKV_CUDA_OK;
+}
+
+// A host-tier block the kernels may read: 16-byte aligned, its sealed_block_bytes inside one
+// allocation of api_host_alloc (mapped pinned memory).
+bool host_block_ok(const Ctx *ctx, const void *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (!p || a % 16 != 0 || !ctx->unified_addressing) return false;
+    auto it = std::upper_bound(ctx->host_ranges.begin(), ctx->host_ranges.end(),
+                               std::make_pair(a, ~size_t(0)));
+    if (it == ctx->host_ranges.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first <= it->second &&
+           ctx->block_bytes <= it->second - (a - it->first);
+}
+
 // Grows the attention work-item table to `need` entries (device only; the old one may still
 // be read by queued work: freed after it). An out-of-memory keeps the old table.
 llmkv_cuda_status grow_item_rows(Ctx *ctx, size_t need) {
@@ -936,7 +981,7 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
     const uint32_t B = g.block_tokens;
 
     // Validate everything before any device work.
-    uint64_t T = 0, n_blocks_total = 0;
+    uint64_t T = 0, n_blocks_total = 0, n_host_total = 0;
     uint32_t n_logits = 0, max_ctx = 0;
     int32_t max_token = 0;
     ++ctx->step_counter;
@@ -961,7 +1006,23 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         if (s.n_blocks < need || (need > 0 && !s.blocks))
             return bad(ctx, "begin_batch",
                        format("span %u has %u sealed blocks, needs %u", i, s.n_blocks, need));
+        const uint32_t first_sealed_here = g.sealed_blocks(s.pos0);  // the batch seals from here
         for (uint32_t b = 0; b < need; ++b) {
+            if (s.blocks[b] == LLMKV_CUDA_HOST_BLOCK) {
+                const void *hp = s.host_blocks ? s.host_blocks[b] : nullptr;
+                if (b >= first_sealed_here)
+                    return bad(ctx, "begin_batch",
+                               format("span %u block %u is sealed by this batch but names host "
+                                      "memory",
+                                      i, b));
+                if (!host_block_ok(ctx, hp))
+                    return bad(ctx, "begin_batch",
+                               format("span %u block %u: host block %p is not 16-byte aligned "
+                                      "memory from host_alloc",
+                                      i, b, hp));
+                ++n_host_total;
+                continue;
+            }
             if (s.blocks[b] >= ctx->n_sealed)
                 return bad(ctx, "begin_batch",
                            format("span %u block %u id %u out of range (%u)", i, b, s.blocks[b],
@@ -988,9 +1049,11 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         ctx->tables_pending = false;
     }
     CKS(grow_block_ids(ctx, n_blocks_total));
+    CKS(grow_host_blocks(ctx, n_host_total));
 
     // Batch tables.
     uint32_t row = 0, n_jobs = 0, n_lrows = 0;
+    size_t n_host = 0;
     uint64_t win_off = 0;
     size_t blocks_off = 0;
     for (uint32_t i = 0; i < n_spans; ++i) {
@@ -1009,6 +1072,11 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         d.blocks_offset = uint32_t(blocks_off);
         d.n_blocks = need;
         if (need) std::memcpy(ctx->h_block_ids + blocks_off, s.blocks, size_t(need) * 4);
+        for (uint32_t b = 0; b < need; ++b) {  // host blocks: virtual ids past the pool
+            if (s.blocks[b] != LLMKV_CUDA_HOST_BLOCK) continue;
+            ctx->h_host_blocks[n_host] = static_cast<const uint8_t *>(s.host_blocks[b]);
+            ctx->h_block_ids[blocks_off + b] = ctx->n_sealed + uint32_t(n_host++);
+        }
         for (uint32_t b = ws / B; b < need; ++b) {
             if (n_jobs >= ctx->max_jobs)
                 return bad(ctx, "begin_batch", "too many blocks sealed in one batch");
@@ -1052,6 +1120,9 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
                                 cudaMemcpyHostToDevice, st));
     if (blocks_off)
         CK(ctx, cudaMemcpyAsync(ctx->d_block_ids, ctx->h_block_ids, blocks_off * 4,
+                                cudaMemcpyHostToDevice, st));
+    if (n_host)
+        CK(ctx, cudaMemcpyAsync(ctx->d_host_blocks, ctx->h_host_blocks, n_host * sizeof(void *),
                                 cudaMemcpyHostToDevice, st));
     CK(ctx, cudaEventRecord(ctx->tables_uploaded, st));
     ctx->tables_pending = true;
@@ -1289,6 +1360,8 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.row_parts_host = ctx->h_row_parts;
         aa.row_parts = ctx->d_row_parts;
         aa.item_row = ctx->d_item_row;
+        aa.n_pool_blocks = ctx->n_sealed;
+        aa.host_blocks = ctx->d_host_blocks;
         aa.out_f32 = static_cast<float *>(out.data);
         aa.out_stride = out.cols;
         aa.workspace = ctx->attn_ws;
@@ -1559,7 +1632,8 @@ llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void *
     return guarded(ctx, [&] {
         if (!out) return ctx->fail(LLMKV_CUDA_ERR_INVALID, "host_alloc: null out");
         *out = nullptr;
-        const cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable);
+        const size_t n = bytes ? bytes : 1;
+        const cudaError_t e = cudaHostAlloc(out, n, cudaHostAllocPortable | cudaHostAllocMapped);
         if (e != cudaSuccess) {
             *out = nullptr;
             cudaGetLastError();
@@ -1568,6 +1642,11 @@ llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void *
                                                : LLMKV_CUDA_ERR_DEVICE,
                 format("cudaHostAlloc of %.1f MiB: %s", bytes / 1048576.0, cuda_text(e).c_str()));
         }
+        // The kernels read host-tier blocks at their host address (unified addressing,
+        // checked at create); begin_batch checks that a host block lies in such memory.
+        const auto range = std::make_pair(reinterpret_cast<uintptr_t>(*out), n);
+        ctx->host_ranges.insert(
+            std::upper_bound(ctx->host_ranges.begin(), ctx->host_ranges.end(), range), range);
         return LLMKV_CUDA_OK;
     });
 }
@@ -1575,7 +1654,13 @@ llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void *
 void api_host_free(llmkv_cuda_context *ctx, void *p) {
     if (!p) return;
     std::optional<DeviceScope> scope;
-    if (ctx) scope.emplace(ctx->device);
+    if (ctx) {
+        scope.emplace(ctx->device);
+        auto &r = ctx->host_ranges;
+        r.erase(std::remove_if(r.begin(), r.end(),
+                               [&](const auto &x) { return x.first == uintptr_t(p); }),
+                r.end());
+    }
     cudaFreeHost(p);
     cudaGetLastError();
 }

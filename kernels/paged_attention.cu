@@ -3,7 +3,9 @@
 // Layouts:
 //   q        f32 [n_rows][q_stride]; query head h at columns [h*D, h*D + D), RoPE applied.
 //   pool     sealed blocks [n_blocks][sealed_block_bytes] (kv_layout.cuh), heads in the codecs
-//            of src/kv/codec.h; K of (layer l, kv head h) at sealed_k_offset(l, h).
+//            of src/kv/codec.h; K of (layer l, kv head h) at sealed_k_offset(l, h). An id past
+//            the pool names a block of the host tier (host_blocks, mapped pinned memory, the
+//            same layout) read in place: only the layer's K/V rows cross the bus.
 //   window   fp16 per span: K [H][win_cap][D] then V [H][win_cap][D] (step.cuh); row r holds
 //            position win_start + r.
 //   out      f32 or fp16 [n_rows][out_stride], head h at columns [h*D, h*D + D).
@@ -238,7 +240,10 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
             for (int j = 0; j < 8; ++j) k[j] = v[j] = 0.0f;
             if (valid && active) {
                 const uint32_t blk = t / B, ti = t % B;
-                const uint8_t *block = a.pool + size_t(ids[blk]) * block_bytes;
+                const uint32_t id = ids[blk];
+                const uint8_t *block = id < a.n_pool_blocks
+                                           ? a.pool + size_t(id) * block_bytes
+                                           : a.host_blocks[id - a.n_pool_blocks];
                 const uint8_t *kh = block + k_off;
                 const uint8_t *vh = block + v_off;
                 if constexpr (KC == kINT4) {

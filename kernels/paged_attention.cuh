@@ -27,6 +27,11 @@ struct AttentionArgs {
         nullptr;  // f32 [n_rows][q_stride], head h at columns [h*D, h*D + D), RoPE applied
     uint32_t q_stride = 0;
     const uint8_t *pool = nullptr;  // sealed pool [n_blocks][sealed_block_bytes], 256-aligned
+    // Block ids >= n_pool_blocks name host_blocks[id - n_pool_blocks]: a block in mapped host
+    // memory (the host tier), read in place. host_blocks: device array; may be null when no
+    // id reaches n_pool_blocks.
+    uint32_t n_pool_blocks = 0xffffffffu;
+    const uint8_t *const *host_blocks = nullptr;
     const uint32_t *block_ids =
         nullptr;                         // uint32 block ids; a span's at [blocks_offset, +n_blocks)
     const uint16_t *window = nullptr;    // fp16 window buffer (step.cuh)

@@ -534,9 +534,9 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
 
     EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_ERR_INVALID);  // no batch
     std::vector<int32_t> tokens = {1, 2};
-    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0};
+    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0, nullptr};
     EXPECT_EQ(api->begin_batch(ctx, &bad_slot, 1, nullptr, nullptr), LLMKV_CUDA_ERR_INVALID);
-    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0};
+    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0, nullptr};
     uint32_t n = 0, n_logits = 0;
     ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
     EXPECT_EQ(n, 2u);

@@ -188,6 +188,55 @@ TEST_P(EngineCuda, PrefixSnapshotRoundTripsThroughTheDevice) {
     llmkv_engine_destroy(b);
 }
 
+// Long context beyond the device pool: 16 device blocks (256 tokens) and a host tier run a
+// 900-token prompt plus 100 generated tokens; the older blocks go to pinned host memory and
+// the attention kernels read them there in place. Batch-invariant mode: exactly the tokens
+// of a roomy engine.
+TEST_P(EngineCuda, SessionBeyondTheDevicePoolReadsHostBlocksInPlace) {
+    LLMKV_REQUIRE_DEVICE();
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
+    std::vector<int32_t> prompt(900);
+    std::mt19937 rng(4242);
+    for (auto &t : prompt) t = int32_t(rng() % 256);
+    auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st,
+                   llmkv_status *status) {
+        llmkv_engine *probe = make(LLMKV_BACKEND_CUDA, GetParam());
+        llmkv_engine_info info;
+        info.struct_size = sizeof(info);
+        EXPECT_EQ(llmkv_engine_get_info(probe, &info), LLMKV_OK);
+        const uint64_t block = info.kv_bytes_per_token_device * info.kv_block_tokens;
+        llmkv_engine_destroy(probe);
+        llmkv_engine *e = make(LLMKV_BACKEND_CUDA, GetParam(), device_blocks * block, host_bytes);
+        llmkv_session_params sp;
+        llmkv_session_params_init(&sp);
+        llmkv_session *x = nullptr;
+        EXPECT_EQ(llmkv_session_create(e, &sp, &x), LLMKV_OK);
+        EXPECT_EQ(llmkv_session_append(x, prompt.data(), prompt.size()), LLMKV_OK);
+        EXPECT_EQ(llmkv_session_generate(x, 100), LLMKV_OK);
+        *status = llmkv_run(e, nullptr, nullptr);
+        std::vector<int32_t> t(2048);
+        size_t count = 0;
+        llmkv_session_get_tokens(x, t.data(), t.size(), &count);
+        t.resize(count);
+        if (st) {
+            st->struct_size = sizeof *st;
+            EXPECT_EQ(llmkv_engine_get_stats(e, st), LLMKV_OK);
+        }
+        EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+        llmkv_session_destroy(x);
+        llmkv_engine_destroy(e);
+        return t;
+    };
+    llmkv_status status = LLMKV_OK;
+    const std::vector<int32_t> reference = run(4096, 0, nullptr, &status);
+    ASSERT_EQ(status, LLMKV_OK);
+    ASSERT_EQ(reference.size(), 1000u);
+    llmkv_stats st{};
+    EXPECT_EQ(run(16, 64ull << 20, &st, &status), reference);
+    EXPECT_EQ(status, LLMKV_OK);
+    EXPECT_GT(st.bytes_to_host, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, EngineCuda,
                          ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4));
 

@@ -100,8 +100,11 @@ struct AttnResult {
 };
 
 // One decode step of `batch` sessions at `context` tokens, Llama-3-8B attention shape
-// (32 query heads, 8 KV heads, head_dim 128, 16-token blocks), one layer.
-AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint32_t batch) {
+// (32 query heads, 8 KV heads, head_dim 128, 16-token blocks), one layer. host: the sealed
+// blocks live in mapped pinned host memory (the host tier of a session beyond the device
+// pool), read in place by the kernel.
+AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint32_t batch,
+                            bool host = false) {
     KvGeometry g;
     g.n_layers = 1;
     g.n_kv_heads = 8;
@@ -116,10 +119,25 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     const uint32_t ws = n_sealed * g.block_tokens, cap = pos - ws + 1;
     const size_t pool_bytes = size_t(batch) * n_sealed * g.sealed_block_bytes();
     uint8_t *pool = nullptr;
-    BENCH_CUDA(device_alloc(&pool, std::max<size_t>(pool_bytes, 256)));
-    BENCH_CUDA(cudaMemset(pool, 0x11, pool_bytes));  // finite values in every codec
+    if (host) {
+        BENCH_CUDA(cudaHostAlloc(reinterpret_cast<void **>(&pool), std::max<size_t>(pool_bytes, 256),
+                                 cudaHostAllocPortable | cudaHostAllocMapped));
+        std::memset(pool, 0x11, pool_bytes);
+    } else {
+        BENCH_CUDA(device_alloc(&pool, std::max<size_t>(pool_bytes, 256)));
+        BENCH_CUDA(cudaMemset(pool, 0x11, pool_bytes));  // finite values in every codec
+    }
     std::vector<uint32_t> ids(size_t(batch) * n_sealed);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t(i);
+    // Host blocks: every id names host_blocks[id] (n_pool_blocks = 0).
+    std::vector<const uint8_t *> host_ptrs;
+    const uint8_t **d_host_ptrs = nullptr;
+    if (host) {
+        for (size_t i = 0; i < ids.size(); ++i) host_ptrs.push_back(pool + i * g.sealed_block_bytes());
+        BENCH_CUDA(device_alloc(&d_host_ptrs, std::max<size_t>(host_ptrs.size(), 1) * sizeof(void *)));
+        BENCH_CUDA(cudaMemcpy(d_host_ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void *),
+                              cudaMemcpyHostToDevice));
+    }
     std::vector<cuda::StepSpan> spans(batch);
     std::vector<uint32_t> row_span(batch);
     const std::vector<int32_t> positions(batch, int32_t(pos));
@@ -168,6 +186,10 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     a.row_parts_host = parts.data();
     a.row_parts = d_parts;
     a.item_row = d_item_row;
+    if (host) {
+        a.n_pool_blocks = 0;
+        a.host_blocks = d_host_ptrs;
+    }
     a.out_f32 = out;
     a.out_stride = n_heads * g.head_dim;
     a.workspace = ws_buf;
@@ -175,7 +197,12 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     const double t =
         time_calls([&] { BENCH_CUDA(cuda::launch_paged_attention(a, nullptr)); }, g_quick ? 5 : 20);
     const double bytes = double(pool_bytes) + double(batch) * cap * 2 * g.n_kv_heads * g.head_dim * 2;
-    cudaFree(pool);
+    if (host) {
+        cudaFreeHost(pool);
+        cudaFree(d_host_ptrs);
+    } else {
+        cudaFree(pool);
+    }
     cudaFree(d_ids);
     cudaFree(d_row_span);
     cudaFree(d_parts);
@@ -203,8 +230,8 @@ void attention_bench(double copy_bw) {
                             {"fp8", cuda::kFP8, false},   {"int8", cuda::kINT8, false},
                             {"int4", cuda::kINT4, false}, {"int4+rot", cuda::kINT4, true}};
     double f16_32k = 0;
-    for (uint32_t context : {4096u, 32768u}) {
-        const uint32_t batch = context == 4096 ? 32 : 8;
+    for (uint32_t context : {4096u, 32768u, 131072u}) {
+        const uint32_t batch = context == 4096 ? 32 : context == 32768 ? 8 : 1;
         for (const Codec &c : codecs) {
             const AttnResult r = decode_attention(c.codec, c.rotate, context, batch);
             const double bw = r.bytes / r.seconds;
@@ -223,6 +250,21 @@ void attention_bench(double copy_bw) {
                            f16_32k / r.seconds);
                 }
             }
+        }
+    }
+    // Blocks of the host tier read in place (long context beyond the device pool): the
+    // bus, not HBM, bounds this; GB/s of KV bytes read.
+    for (uint32_t context : {32768u, 131072u}) {
+        const uint32_t batch = context == 32768 ? 8 : 1;
+        for (const Codec &c : {codecs[0], codecs[3]}) {
+            const AttnResult r = decode_attention(c.codec, c.rotate, context, batch, true);
+            const double bw = r.bytes / r.seconds;
+            std::printf("  %-10s %7u %6u %10.1f %10.1f  (host blocks)\n", c.name, context, batch,
+                        r.seconds * 1e6, bw / 1e9);
+            const std::string key = std::string("attn_host_") + c.name + "_" +
+                                    std::to_string(context / 1024) + "k";
+            result(key + "_us", r.seconds * 1e6);
+            result(key + "_GBps", bw / 1e9);
         }
     }
 }
@@ -372,7 +414,7 @@ void synthetic_layer_bench() {
             while (s < batch && pos[s] < context && used < T) {
                 const uint32_t n = std::min(context - pos[s], T - used);
                 spans.push_back(llmkv_cuda_span{blocks[s].data(), blocks_per_session, s, pos[s],
-                                                tokens.data(), n, 0, 0});
+                                                tokens.data(), n, 0, 0, nullptr});
                 pos[s] += n;
                 used += n;
                 if (pos[s] == context) ++s;
@@ -384,7 +426,7 @@ void synthetic_layer_bench() {
             spans.assign(batch, llmkv_cuda_span{});
             for (uint32_t s = 0; s < batch; ++s)
                 spans[s] = llmkv_cuda_span{
-                    blocks[s].data(), blocks_per_session, s, pos[s], tokens.data(), 1, 0, 0};
+                    blocks[s].data(), blocks_per_session, s, pos[s], tokens.data(), 1, 0, 0, nullptr};
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < steps; ++i) {
                 for (uint32_t s = 0; s < batch; ++s) spans[s].pos0 = pos[s] + uint32_t(i);
@@ -403,7 +445,7 @@ void synthetic_layer_bench() {
         std::vector<uint32_t> blk(T / 16 + 1);
         for (size_t i = 0; i < blk.size(); ++i) blk[i] = uint32_t(i);
         std::vector<int32_t> tokens(T, 1);
-        llmkv_cuda_span sp{blk.data(), uint32_t(blk.size()), 0, 0, tokens.data(), T, 0, 0};
+        llmkv_cuda_span sp{blk.data(), uint32_t(blk.size()), 0, 0, tokens.data(), T, 0, 0, nullptr};
         const auto t0 = std::chrono::steady_clock::now();
         if (layer({sp})) {
             const double sec =

@@ -326,15 +326,16 @@ public:
     const KvGeometry &kv_geometry() const override { return geometry_; }
 
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override {
+        static_assert(SessionKv::kHostBlock == LLMKV_CUDA_HOST_BLOCK,
+                      "host-tier blocks are named the same way on both sides");
         spans_.resize(spans.size());
         for (size_t i = 0; i < spans.size(); ++i) {
             const ForwardSpan &s = spans[i];
-            if (s.block_data)
-                fail(LLMKV_ERR_UNSUPPORTED,
-                     "CUDA backend: attention reads device blocks only (no host-tier blocks in "
-                     "place)");
             if (s.kv->tail < 0) fail(LLMKV_ERR_INTERNAL, "CUDA backend: span without a tail slot");
             llmkv_cuda_span &c = spans_[i];
+            // Host-tier blocks (long context beyond the device pool): block_data[j] is the
+            // block's pinned, mapped host memory; the kernels read it in place.
+            c.host_blocks = reinterpret_cast<const void *const *>(s.block_data);
             c.blocks = s.kv->blocks.data();
             c.n_blocks = uint32_t(s.kv->blocks.size());
             c.tail_slot = uint32_t(s.kv->tail);
@@ -436,7 +437,10 @@ public:
         check(api_->copy_tail(ctx_, uint32_t(from), uint32_t(to)), "copy_tail");
     }
 
-    bool reads_host_blocks() const override { return false; }
+    // Host-tier blocks are read in place by the attention kernels (mapped pinned memory from
+    // host_allocator()): sessions longer than the device pool keep their newest blocks on
+    // the device and read the older ones over the bus, layer by layer.
+    bool reads_host_blocks() const override { return true; }
 
     MemoryUsage memory_usage() const override {
         MemoryUsage u;

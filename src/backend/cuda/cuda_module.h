@@ -116,9 +116,13 @@ typedef struct llmkv_cuda_context_params {
     uint32_t batch_invariant;
 } llmkv_cuda_context_params;
 
+/* A block id of llmkv_cuda_span.blocks that names a block in host memory (host_blocks). */
+#define LLMKV_CUDA_HOST_BLOCK 0xffffffffu
+
 /* One span of a batch: consecutive tokens of one session (ForwardSpan). */
 typedef struct llmkv_cuda_span {
-    const uint32_t *blocks; /* host: the session's sealed block ids in position order */
+    const uint32_t *blocks; /* host: the session's sealed block ids in position order;
+                               LLMKV_CUDA_HOST_BLOCK for a block read from host memory */
     uint32_t n_blocks;      /* >= sealed_blocks(pos0 + n) (blocks past it are ignored) */
     uint32_t tail_slot;     /* the session's tail slot */
     uint32_t pos0;          /* tokens already computed (= SessionKv::n_tokens) */
@@ -126,6 +130,13 @@ typedef struct llmkv_cuda_span {
     uint32_t n;             /* > 0 */
     uint32_t want_logits;   /* 0/1: logits for the span's last token */
     uint32_t all_logits;    /* 0/1: with want_logits, logits for every token of the span */
+    /* Version 4. host_blocks[b] for each b whose blocks[b] is LLMKV_CUDA_HOST_BLOCK: the
+     * block's sealed_block_bytes in memory from host_alloc (mapped: the attention kernels
+     * read it in place over the bus, layer by layer as they need it, like the CPU backend
+     * reads host-tier blocks); NULL when the span has none. A host block never is one the
+     * batch seals. The bytes must stay until the batch's work is done (end_batch and the
+     * next synchronizing call). */
+    const void *const *host_blocks;
 } llmkv_cuda_span;
 
 /* An activation: rows x cols f32 values, row-major (row stride = cols), at a device address
@@ -182,7 +193,8 @@ typedef struct llmkv_cuda_api {
 
     /* ---- one batch (ops run in call order on the compute stream) ----------------------- */
     /* Validates the spans (tail slots distinct and in range, block ids in range and enough
-     * of them, token ids >= 0, at most max_batch_tokens / max_spans; INVALID changes nothing
+     * of them, host blocks inside memory from host_alloc and not sealed by this batch,
+     * token ids >= 0, at most max_batch_tokens / max_spans; INVALID changes nothing
      * and leaves no batch open) and uploads the batch's tables once: tokens, positions,
      * row -> span, block tables, seal jobs, logit rows. *n_tokens / *n_logit_rows (may be
      * NULL) receive the batch's row counts. A batch still open is replaced. */
@@ -264,7 +276,8 @@ typedef struct llmkv_cuda_api {
     llmkv_cuda_status (*copy_query)(llmkv_cuda_context *ctx, uint64_t ticket);
     llmkv_cuda_status (*copy_wait)(llmkv_cuda_context *ctx, uint64_t ticket);
 
-    /* Pinned host memory (cudaHostAlloc, portable) for the host tier. host_free(ctx or NULL,
+    /* Pinned host memory (cudaHostAlloc, portable and mapped: the device reads it in place,
+     * see llmkv_cuda_span.host_blocks) for the host tier. host_free(ctx or NULL,
      * p) is fine with p NULL; it needs no context (portable memory), so memory may outlive
      * the context that allocated it. */
     llmkv_cuda_status (*host_alloc)(llmkv_cuda_context *ctx, uint64_t bytes, void **out);
