@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
@@ -492,6 +493,88 @@ TEST(CudaBackend, BlocksAndTailsCopyBitForBit) {
         EXPECT_EQ(e.status(), LLMKV_ERR_INVALID_ARGUMENT);
     }
     tw.read_block(0, back.data());  // still usable
+}
+
+// Asynchronous block copies in flight while a forward pass runs: session A's logits are
+// bitwise those of the same steps without copies; the blocks of session B offloaded during
+// A's steps hold B's bytes; blocks onboarded into free ids during A's steps hold what was
+// written. (The copy stream overlaps the compute stream; the module orders only what must be.)
+TEST(CudaBackend, AsyncCopiesOverlappingAForwardChangeNothing) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    std::vector<uint8_t> storage;
+    Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8}, 256);
+    const KvGeometry &g = tw.gpu_cache->geometry();
+    const size_t bb = g.sealed_block_bytes();
+    const std::vector<int32_t> prompt_a = some_tokens(40, 1), prompt_b = some_tokens(70, 2);
+    auto steps_of_a = [&](SessionKv &a, const std::function<void(int)> &between) {
+        std::vector<float> all, logits;
+        EXPECT_TRUE(tw.gpu_cache->reserve(a, prompt_a.size()));
+        tw.gpu->run({{&a, prompt_a.data(), uint32_t(prompt_a.size()), true}}, logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+        for (int i = 0; i < 6; ++i) {
+            between(i);
+            const int32_t t = int32_t(i * 7 + 3);
+            EXPECT_TRUE(tw.gpu_cache->reserve(a, a.n_tokens + 1));
+            tw.gpu->run({{&a, &t, 1, true}}, logits);
+            all.insert(all.end(), logits.begin(), logits.end());
+        }
+        return all;
+    };
+    SessionKv a0;
+    const std::vector<float> quiet = steps_of_a(a0, [](int) {});
+    tw.gpu_cache->release(a0);
+
+    SessionKv b;
+    std::vector<float> ignored;
+    ASSERT_TRUE(tw.gpu_cache->reserve(b, prompt_b.size()));
+    tw.gpu->run({{&b, prompt_b.data(), uint32_t(prompt_b.size()), true}}, ignored);
+    ASSERT_GE(b.blocks.size(), 4u);
+    std::vector<std::vector<uint8_t>> b_bytes(b.blocks.size(), std::vector<uint8_t>(bb));
+    for (size_t j = 0; j < b.blocks.size(); ++j) tw.read_block(b.blocks[j], b_bytes[j].data());
+
+    HostAllocator host = tw.gpu_backend->host_allocator();
+    bool locked = false;
+    const size_t n = b.blocks.size();
+    uint8_t *pinned = static_cast<uint8_t *>(host.alloc(2 * n * bb, 4096, locked));
+    ASSERT_NE(pinned, nullptr);
+    for (size_t i = 0; i < n * bb; ++i) pinned[n * bb + i] = uint8_t(i * 31 + 9);
+    // Ids to onboard into: held by a session that never runs, so the cache hands them to
+    // no one else.
+    SessionKv holder;
+    ASSERT_TRUE(tw.gpu_cache->reserve(holder, 4 * g.block_tokens + 1));
+    ASSERT_GE(holder.blocks.size(), 4u);
+    const std::vector<uint32_t> spare(holder.blocks.begin(), holder.blocks.begin() + 4);
+    std::vector<Ticket> tickets;
+    SessionKv a1;
+    const std::vector<float> busy = steps_of_a(a1, [&](int i) {
+        if (i == 0) {
+            std::vector<KvTransfer> out;
+            for (size_t j = 0; j < n; ++j)
+                out.push_back({KvTransfer::kBlockOut, b.blocks[j], pinned + j * bb});
+            tickets.push_back(tw.copies->submit(out, false));
+        } else if (i == 2) {
+            std::vector<KvTransfer> in;
+            for (size_t j = 0; j < spare.size(); ++j)
+                in.push_back({KvTransfer::kBlockIn, spare[j], pinned + (n + j) * bb});
+            tickets.push_back(tw.copies->submit(in, false));
+        }
+    });
+    for (Ticket t : tickets) tw.copies->wait(t);
+    EXPECT_EQ(0, std::memcmp(busy.data(), quiet.data(), quiet.size() * sizeof(float)));
+    for (size_t j = 0; j < n; ++j)
+        EXPECT_EQ(0, std::memcmp(pinned + j * bb, b_bytes[j].data(), bb)) << "offloaded " << j;
+    std::vector<uint8_t> back(bb);
+    for (size_t j = 0; j < spare.size(); ++j) {
+        tw.read_block(spare[j], back.data());
+        EXPECT_EQ(0, std::memcmp(back.data(), pinned + (n + j) * bb, bb)) << "onboarded " << j;
+    }
+    host.free(pinned, 2 * n * bb);
+    tw.gpu_cache->release(a1);
+    tw.gpu_cache->release(b);
+    tw.gpu_cache->release(holder);
 }
 
 // The module's op-level ABI directly: argument errors (bad spans, ops out of order, unknown
