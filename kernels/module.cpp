@@ -1048,6 +1048,8 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         CK(ctx, cudaEventSynchronize(ctx->tables_uploaded));
         ctx->tables_pending = false;
     }
+    if (uint64_t(ctx->n_sealed) + n_host_total >= LLMKV_CUDA_HOST_BLOCK)
+        return bad(ctx, "begin_batch", "too many host blocks for 32-bit block ids");
     CKS(grow_block_ids(ctx, n_blocks_total));
     CKS(grow_host_blocks(ctx, n_host_total));
 
@@ -1645,8 +1647,14 @@ llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void *
         // The kernels read host-tier blocks at their host address (unified addressing,
         // checked at create); begin_batch checks that a host block lies in such memory.
         const auto range = std::make_pair(reinterpret_cast<uintptr_t>(*out), n);
-        ctx->host_ranges.insert(
-            std::upper_bound(ctx->host_ranges.begin(), ctx->host_ranges.end(), range), range);
+        try {
+            ctx->host_ranges.insert(
+                std::upper_bound(ctx->host_ranges.begin(), ctx->host_ranges.end(), range), range);
+        } catch (...) {  // out of host memory for the range list: keep nothing
+            cudaFreeHost(*out);
+            *out = nullptr;
+            throw;
+        }
         return LLMKV_CUDA_OK;
     });
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_backend.h"  // rms_norm, rope_rotate: the CPU twins
@@ -20,6 +21,7 @@
 #include "kv/codec.h"
 #include "kv/kv_cache.h"
 #include "kv_seal.cuh"
+#include "kv_window.cuh"
 #include "paged_attention.cuh"
 #include "rms_norm.cuh"
 #include "rope.cuh"
@@ -289,6 +291,103 @@ std::string attn_name(const ::testing::TestParamInfo<AttnCase> &info) {
            (c.rotate_v ? "r" : "") + "_D" + std::to_string(c.head_dim) + "_B" +
            std::to_string(c.block_tokens) + "_R" + std::to_string(c.residual) + "_H" +
            std::to_string(c.n_heads) + "x" + std::to_string(c.n_kv_heads);
+}
+
+// The window kernels directly (kv_window.cu): load the tail rows of a layer, append the new
+// K/V rows (f32 -> fp16, round to nearest even), store the rows that stay unsealed back to
+// the tail slot; every byte against a host statement of the layout (step.cuh, kv_layout.h),
+// for spans with and without tail rows, one that seals a block mid-span and one with
+// residual rows, on a layer other than 0 (other layers' tail bytes untouched).
+TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
+    LLMKV_REQUIRE_DEVICE();
+    KvGeometry g;
+    g.n_layers = 3;
+    g.n_kv_heads = 2;
+    g.head_dim = 24;
+    g.block_tokens = 8;
+    g.residual_tokens = 3;
+    const uint32_t H = g.n_kv_heads, D = g.head_dim, KVD = H * D, layer = 1;
+    struct SpanSpec {
+        uint32_t pos0, n;
+    };
+    const std::vector<SpanSpec> specs = {{0, 5}, {13, 1}, {6, 20}, {30, 2}};
+    std::vector<cuda::StepSpan> steps;
+    std::vector<uint32_t> row_span;
+    uint64_t win = 0;
+    uint32_t row = 0;
+    for (uint32_t i = 0; i < specs.size(); ++i) {
+        const uint32_t ws = g.sealed_blocks(specs[i].pos0) * g.block_tokens;
+        const uint32_t cap = specs[i].pos0 - ws + specs[i].n;
+        steps.push_back(cuda::StepSpan{specs[i].pos0, specs[i].n, row, i, ws, cap, win, 0, 0});
+        for (uint32_t t = 0; t < specs[i].n; ++t) row_span.push_back(i);
+        win += 2ull * KVD * cap;
+        row += specs[i].n;
+    }
+    const uint32_t n_rows = row;
+    const size_t tb = g.tail_block_bytes();
+    std::mt19937 rng(5);
+    std::vector<uint8_t> tails(specs.size() * tb);
+    for (auto &b : tails) b = uint8_t(rng() >> 24);
+    for (size_t i = 1; i < tails.size(); i += 2) tails[i] &= 0x7b;  // finite fp16 everywhere
+    const std::vector<float> k = random_f32(size_t(n_rows) * KVD, 6), v = random_f32(size_t(n_rows) * KVD, 7);
+
+    DeviceBuffer<uint8_t> d_tails(tails.size());
+    DeviceBuffer<cuda::StepSpan> d_steps(steps.size());
+    DeviceBuffer<uint32_t> d_row_span(row_span.size());
+    DeviceBuffer<uint16_t> d_window(win);
+    DeviceBuffer<float> d_k(k.size()), d_v(v.size());
+    ASSERT_TRUE(d_tails.upload(tails) && d_steps.upload(steps) && d_row_span.upload(row_span) &&
+                d_k.upload(k) && d_v.upload(v));
+    const uint32_t ns = uint32_t(steps.size());
+    CUDA_OK(cuda::launch_window_load_tail(g, layer, d_tails.get(), d_steps.get(), ns, d_window.get(), nullptr));
+    CUDA_OK(cuda::launch_window_append(g, d_k.get(), KVD, d_v.get(), KVD, d_row_span.get(), n_rows,
+                                       d_steps.get(), d_window.get(), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> window = d_window.download(win);
+    CUDA_OK(cuda::launch_window_store_tail(g, layer, d_window.get(), d_steps.get(), ns, d_tails.get(), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> tails_after = d_tails.download(tails.size());
+
+    auto tail_row = [&](const std::vector<uint8_t> &t, uint32_t slot, bool is_v, uint32_t h, uint32_t r) {
+        const size_t off = slot * tb + (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h)) +
+                           size_t(r) * D * 2;
+        return reinterpret_cast<const uint16_t *>(t.data() + off);
+    };
+    std::vector<uint8_t> want_tails = tails;
+    size_t bad = 0;
+    for (uint32_t i = 0; i < ns; ++i) {
+        const cuda::StepSpan &st = steps[i];
+        const uint32_t from_tail = st.pos0 - st.win_start;
+        for (int is_v = 0; is_v < 2; ++is_v) {
+            for (uint32_t h = 0; h < H; ++h) {
+                const uint16_t *w = window.data() + st.win_offset + (size_t(is_v) * H + h) * st.win_cap * D;
+                for (uint32_t r = 0; r < st.win_cap; ++r) {
+                    for (uint32_t d = 0; d < D; ++d) {
+                        uint16_t want;
+                        if (r < from_tail) {
+                            want = tail_row(tails, i, is_v, h, r)[d];
+                        } else {
+                            const std::vector<float> &src = is_v ? v : k;
+                            want = fp32_to_fp16(src[size_t(st.row0 + r - from_tail) * KVD + h * D + d]);
+                        }
+                        if (w[size_t(r) * D + d] != want && ++bad <= 8)
+                            ADD_FAILURE() << "span " << i << (is_v ? " V" : " K") << " head " << h
+                                          << " window row " << r << " dim " << d;
+                    }
+                }
+                // Expected tail after store: rows [0, end - tail_start) from the window.
+                const uint32_t end = st.pos0 + st.n;
+                const uint32_t tail_start = g.sealed_blocks(end) * g.block_tokens;
+                for (uint32_t r = 0; r < end - tail_start; ++r) {
+                    uint16_t *dst = const_cast<uint16_t *>(tail_row(want_tails, i, is_v, h, r));
+                    std::memcpy(dst, w + size_t(tail_start - st.win_start + r) * D, D * 2);
+                }
+            }
+        }
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(0, std::memcmp(tails_after.data(), want_tails.data(), tails.size()))
+        << "tail slots after store (other layers untouched)";
 }
 
 class AttentionParity : public ::testing::TestWithParam<AttnCase> {};
