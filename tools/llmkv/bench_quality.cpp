@@ -37,6 +37,7 @@ struct CodecPair {
     const char *label;
     llmkv_kv_dtype k, v;
     llmkv_kv_rotation rotation;
+    bool on_request = false;  // only when --pairs names it
 };
 
 // The pairs the quality report covers; the first is the reference.
@@ -51,6 +52,11 @@ const CodecPair kPairs[] = {
     {"int4/int4 rot", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV},
     {"int4c/int4c", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_NONE},
     {"int4c/int4c rot", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_KV},
+    // One side rotated (LLMKV_KV_ROTATION_K / _V): only with --pairs.
+    {"int4/int4 rot-k", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_K, true},
+    {"int4/int4 rot-v", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_V, true},
+    {"int4c/int4c rot-k", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_K, true},
+    {"int4c/int4c rot-v", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_V, true},
 };
 
 // The default corpus: license texts that every Debian system carries (package base-files),
@@ -187,10 +193,10 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
             }
         }
         for (const CodecPair &p : kPairs) {
-            if (&p != &kPairs[0] && !o.only_pairs.empty() &&
-                std::find(o.only_pairs.begin(), o.only_pairs.end(), p.label) == o.only_pairs.end()) {
+            const bool named =
+                std::find(o.only_pairs.begin(), o.only_pairs.end(), p.label) != o.only_pairs.end();
+            if (&p != &kPairs[0] && ((!o.only_pairs.empty() && !named) || (p.on_request && !named)))
                 continue;
-            }
             if (pair_supported(p, o.block_tokens, c.head_dim)) {
                 pairs.push_back(p);
             } else {
