@@ -309,6 +309,18 @@ INSTANTIATE_TEST_SUITE_P(
                       KvConfig{LLMKV_KV_BF16, LLMKV_KV_BF16, false, false, 4, 6}),
     kv_name);
 
+// The GPU forward over `tokens` in chunks of `chunk`: the last chunk's logits.
+std::vector<float> gpu_in_chunks(Twin &tw, const std::vector<int32_t> &tokens, SessionKv &kv,
+                                 uint32_t chunk) {
+    std::vector<float> logits;
+    for (size_t i = 0; i < tokens.size(); i += chunk) {
+        const uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
+        EXPECT_TRUE(tw.gpu_cache->reserve(kv, kv.n_tokens + n));
+        tw.gpu->run({{&kv, tokens.data() + i, n, true}}, logits);
+    }
+    return logits;
+}
+
 // Attention is chunk- and batch-invariant on the GPU; the cuBLAS GEMMs may change the low
 // bits with the number of rows (and a low bit can move an fp16 activation or an int8 KV
 // value by one step), so the runs agree to 2e-3 of the largest logit, and the logits of
@@ -322,15 +334,7 @@ TEST(CudaBackend, ChunkingAndBatchingAgreeAndRepeatsAreBitwise) {
     Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8}, 256, 128,
             /*fp16_weights=*/true);
     std::vector<int32_t> tokens = some_tokens(37);
-    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
-        std::vector<float> logits;
-        for (size_t i = 0; i < tokens.size(); i += chunk) {
-            const uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
-            EXPECT_TRUE(tw.gpu_cache->reserve(kv, kv.n_tokens + n));
-            tw.gpu->run({{&kv, tokens.data() + i, n, true}}, logits);
-        }
-        return logits;
-    };
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) { return gpu_in_chunks(tw, tokens, kv, chunk); };
     SessionKv a, b, c, e;
     std::vector<float> one = run_chunked(a, 37), tok = run_chunked(b, 1), five = run_chunked(c, 5),
                        again = run_chunked(e, 37);
@@ -361,15 +365,7 @@ TEST(CudaBackend, QuantizedWeightsMakeSmallChunksBitwiseEqual) {
     // take about 1.9 times the file.
     EXPECT_LT(mu.weights, tw.model->weight_bytes() * 5 / 4) << tw.model->weight_bytes();
     std::vector<int32_t> tokens = some_tokens(37);
-    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
-        std::vector<float> logits;
-        for (size_t i = 0; i < tokens.size(); i += chunk) {
-            const uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
-            EXPECT_TRUE(tw.gpu_cache->reserve(kv, kv.n_tokens + n));
-            tw.gpu->run({{&kv, tokens.data() + i, n, true}}, logits);
-        }
-        return logits;
-    };
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) { return gpu_in_chunks(tw, tokens, kv, chunk); };
     SessionKv a, b, c, d;
     const std::vector<float> tok = run_chunked(a, 1), five = run_chunked(b, 5),
                              wide = run_chunked(c, 32), gemm = run_chunked(d, 37);

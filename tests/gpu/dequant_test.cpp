@@ -175,69 +175,62 @@ TEST(CudaModuleAbi, PackedUploadEqualsTheFp16Upload) {
     EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
 }
 
-// Errors: a value beyond the fp16 range is UNSUPPORTED naming the value, row and column, and
-// keeps nothing; a type without a decoder is UNSUPPORTED; a wrong row size or partial blocks
-// are INVALID; none of them is sticky.
+// Errors of both packed uploads (decoded to fp16, and kept encoded): a value beyond the fp16
+// range is UNSUPPORTED naming the value, row and column, and keeps no weight (the encoded
+// upload may keep the prefill scratch it grew, at most 64 MiB of other_bytes, for the next
+// upload); a type without a decoder is UNSUPPORTED; a wrong row size or partial blocks are
+// INVALID; none of them is sticky.
 TEST(CudaModuleAbi, PackedUploadErrorsKeepNothing) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     const llmkv_cuda_api *api = CudaModule::get().api();
-    ContextPtr ctx = make_context(api, 4);
-    ASSERT_TRUE(ctx);
-    const uint32_t rows = 6, cols = 64;
-    std::vector<BlockQ8_0> blocks(size_t(rows) * cols / 32);
-    for (BlockQ8_0 &b : blocks) {
-        b.d = fp32_to_fp16(0.01f);
-        for (int8_t &q : b.qs) q = 3;
-    }
-    blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);  // row 3, columns 32..63: 3000
-    blocks[2 * 3 + 1].qs[7] = 100;               // row 3, column 39: 100000 > 65504
-    uint64_t w0 = 0, o0 = 0, w1 = 0, o1 = 0;
-    ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, &o0), LLMKV_CUDA_OK);
-    llmkv_cuda_weight h = 0;
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
-                                        cols, sizeof(BlockQ8_0) * 2, &h),
-              LLMKV_CUDA_ERR_UNSUPPORTED);
-    const std::string msg = api->last_error(ctx.get());
-    EXPECT_NE(msg.find("beyond the fp16 range"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("row 3, column 39"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Q8_0"), std::string::npos) << msg;
-    EXPECT_EQ(h, 0u);
-    ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, &o1), LLMKV_CUDA_OK);
-    EXPECT_EQ(w1, w0);
-    EXPECT_EQ(o1, o0);
+    for (const bool encoded : {false, true}) {
+        SCOPED_TRACE(encoded ? "upload_matrix_quantized" : "upload_matrix_packed");
+        const auto upload = encoded ? api->upload_matrix_quantized : api->upload_matrix_packed;
+        ContextPtr ctx = make_context(api, 4);
+        ASSERT_TRUE(ctx);
+        const uint32_t rows = 6, cols = 64, q8 = uint32_t(TensorType::Q8_0);
+        const size_t rb = sizeof(BlockQ8_0) * 2;
+        std::vector<BlockQ8_0> blocks(size_t(rows) * cols / 32);
+        for (BlockQ8_0 &b : blocks) {
+            b.d = fp32_to_fp16(0.01f);
+            for (int8_t &q : b.qs) q = 3;
+        }
+        blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);  // row 3, columns 32..63: 3000
+        blocks[2 * 3 + 1].qs[7] = 100;               // row 3, column 39: 100000 > 65504
+        uint64_t w0 = 0, o0 = 0, w1 = 0, o1 = 0;
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, &o0), LLMKV_CUDA_OK);
+        llmkv_cuda_weight h = 0;
+        EXPECT_EQ(upload(ctx.get(), q8, blocks.data(), rows, cols, rb, &h),
+                  LLMKV_CUDA_ERR_UNSUPPORTED);
+        const std::string msg = api->last_error(ctx.get());
+        EXPECT_NE(msg.find("beyond the fp16 range"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("row 3, column 39"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("Q8_0"), std::string::npos) << msg;
+        EXPECT_EQ(h, 0u);
+        ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, &o1), LLMKV_CUDA_OK);
+        EXPECT_EQ(w1, w0);
+        if (encoded)
+            EXPECT_LE(o1, o0 + (64ull << 20) + 256);
+        else
+            EXPECT_EQ(o1, o0);
 
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), 16 /* IQ2_XXS */, blocks.data(), rows, cols,
-                                        sizeof(BlockQ8_0) * 2, &h),
-              LLMKV_CUDA_ERR_UNSUPPORTED);
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
-                                        cols, sizeof(BlockQ8_0) * 2 + 1, &h),
-              LLMKV_CUDA_ERR_INVALID);
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
-                                        48, sizeof(BlockQ8_0) * 2, &h),
-              LLMKV_CUDA_ERR_INVALID);
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), nullptr, rows, cols,
-                                        sizeof(BlockQ8_0) * 2, &h),
-              LLMKV_CUDA_ERR_INVALID);
-    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
-    blocks[2 * 3 + 1].qs[7] = 3;  // now every value fits
-    EXPECT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(TensorType::Q8_0), blocks.data(), rows,
-                                        cols, sizeof(BlockQ8_0) * 2, &h),
-              LLMKV_CUDA_OK)
-        << api->last_error(ctx.get());
-    EXPECT_NE(h, 0u);
+        EXPECT_EQ(upload(ctx.get(), 16 /* IQ2_XXS */, blocks.data(), rows, cols, rb, &h),
+                  LLMKV_CUDA_ERR_UNSUPPORTED);
+        EXPECT_EQ(upload(ctx.get(), q8, blocks.data(), rows, cols, rb + 1, &h),
+                  LLMKV_CUDA_ERR_INVALID);
+        EXPECT_EQ(upload(ctx.get(), q8, blocks.data(), rows, 48, rb, &h), LLMKV_CUDA_ERR_INVALID);
+        EXPECT_EQ(upload(ctx.get(), q8, nullptr, rows, cols, rb, &h), LLMKV_CUDA_ERR_INVALID);
+        EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
+        blocks[2 * 3 + 1].qs[7] = 3;  // now every value fits
+        EXPECT_EQ(upload(ctx.get(), q8, blocks.data(), rows, cols, rb, &h), LLMKV_CUDA_OK)
+            << api->last_error(ctx.get());
+        EXPECT_NE(h, 0u);
+    }
 }
 
 // ---- matrices kept in their GGUF encoding (upload_matrix_quantized) ---------------------------
 
-// Types and a row length the matvec reads (the float types: a multiple of 8).
-std::vector<TypeCase> matvec_cases() {
-    std::vector<TypeCase> cases;
-    for (TypeCase c : dqtest::all_type_cases()) {
-        if (c.cols % 8 != 0) c.cols = 40;
-        cases.push_back(c);
-    }
-    return cases;
-}
+using dqtest::matvec_cases;
 
 // Weight bytes are the file's; products of up to 32 rows are the matvec's (bit for bit the
 // host twin, whatever the number of rows: 1, 8, 9 and 32 are 1 to 4 launches); 33 rows go
@@ -379,47 +372,6 @@ TEST(CudaModuleAbi, QuantizedEmbeddingIsTheReferenceRows) {
     ASSERT_EQ(api->end_batch(ctx.get()), LLMKV_CUDA_OK);
 }
 
-// The packed upload's errors, and nothing kept after any of them.
-TEST(CudaModuleAbi, QuantizedUploadErrorsKeepNothing) {
-    LLMKV_REQUIRE_MODULE_DEVICE();
-    const llmkv_cuda_api *api = CudaModule::get().api();
-    ContextPtr ctx = make_context(api, 4);
-    ASSERT_TRUE(ctx);
-    const uint32_t rows = 6, cols = 64;
-    std::vector<BlockQ8_0> blocks(size_t(rows) * cols / 32);
-    for (BlockQ8_0 &b : blocks) {
-        b.d = fp32_to_fp16(0.01f);
-        for (int8_t &q : b.qs) q = 3;
-    }
-    blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);
-    blocks[2 * 3 + 1].qs[7] = 100;  // row 3, column 39: 100000 > 65504
-    const uint32_t q8 = uint32_t(TensorType::Q8_0);
-    const size_t rb = sizeof(BlockQ8_0) * 2;
-    uint64_t w0 = 0, w1 = 0;
-    ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, nullptr), LLMKV_CUDA_OK);
-    llmkv_cuda_weight h = 0;
-    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb, &h),
-              LLMKV_CUDA_ERR_UNSUPPORTED);
-    const std::string msg = api->last_error(ctx.get());
-    EXPECT_NE(msg.find("row 3, column 39"), std::string::npos) << msg;
-    EXPECT_EQ(h, 0u);
-    ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, nullptr), LLMKV_CUDA_OK);
-    EXPECT_EQ(w1, w0);
-    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), 16 /* IQ2_XXS */, blocks.data(), rows, cols,
-                                           rb, &h),
-              LLMKV_CUDA_ERR_UNSUPPORTED);
-    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb + 1, &h),
-              LLMKV_CUDA_ERR_INVALID);
-    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, nullptr, rows, cols, rb, &h),
-              LLMKV_CUDA_ERR_INVALID);
-    EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
-    blocks[2 * 3 + 1].qs[7] = 3;
-    EXPECT_EQ(api->upload_matrix_quantized(ctx.get(), q8, blocks.data(), rows, cols, rb, &h),
-              LLMKV_CUDA_OK)
-        << api->last_error(ctx.get());
-    EXPECT_NE(h, 0u);
-}
-
 // ---- packed matrix-vector products (decode path) ---------------------------------------------
 
 class MatvecParity : public ::testing::TestWithParam<TypeCase> {};
@@ -481,10 +433,7 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
         }
     }
 
-    // The CPU matmul (activations quantized to 8 bits per block of 32, or of 256 for the
-    // k-quants): within the rounding of x, |dx| <= max|x over the block| / 254 per element,
-    // plus the f32 sums.
-    const uint32_t xblock = tensor_type_is_k_quant(c.type) ? 256 : 32;
+    // The CPU matmul: within the 8-bit rounding of x it makes (dqtest::q8_activation_bound).
     const WeightMatrix wm{c.type, data.data(), int64_t(rows), int64_t(c.cols), rb};
     std::vector<float> ycpu(size_t(T) * rows);
     ThreadPool pool(2);
@@ -499,19 +448,9 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
     const std::vector<float> y = d_y.download(size_t(T) * rows);
     for (uint32_t t = 0; t < T; ++t) {
         for (uint32_t r = 0; r < rows; ++r) {
-            double bound = 0.0, mag = 0.0;
-            for (uint32_t b0 = 0; b0 < c.cols; b0 += xblock) {
-                double wsum = 0.0, xmax = 0.0;
-                for (uint32_t k = b0; k < b0 + xblock; ++k) {
-                    const double wk = wref[size_t(r) * c.cols + k], xk = x[size_t(t) * c.cols + k];
-                    wsum += std::fabs(wk);
-                    xmax = std::max(xmax, std::fabs(xk));
-                    mag += std::fabs(wk * xk);
-                }
-                bound += wsum * xmax / 254.0;
-            }
             EXPECT_NEAR(y[size_t(t) * rows + r], ycpu[size_t(t) * rows + r],
-                        1.01 * bound + 1e-5 * mag)
+                        dqtest::q8_activation_bound(c.type, wref.data() + size_t(r) * c.cols,
+                                                    x.data() + size_t(t) * c.cols, c.cols))
                 << "token " << t << " row " << r;
         }
     }

@@ -7,6 +7,7 @@
 // formulation even for a type the CPU reference does not decode yet.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -351,6 +352,36 @@ inline void reference_row(TensorType t, const uint8_t *row, uint32_t cols, float
     }
     spec_decode_row(t, row, cols, out);
     *which = "the loop-order statement (CPU reference: " + why + ")";
+}
+
+// Types and a row length the packed matvec reads (the float types: a multiple of 8).
+inline std::vector<TypeCase> matvec_cases() {
+    std::vector<TypeCase> cases;
+    for (TypeCase c : all_type_cases()) {
+        if (c.cols % 8 != 0) c.cols = 40;
+        cases.push_back(c);
+    }
+    return cases;
+}
+
+// How far the CPU matmul may be from an f32 dot product of the weights w and activations x
+// (cols each): it quantizes each block of 32 activations (256 for the k-quants) to 8 bits,
+// |dx| <= max|x over the block| / 254 per element; plus 1e-5 of sum |w x| for the f32 sums.
+// Float weights: the CPU keeps x in f32, only the sums' part.
+inline double q8_activation_bound(TensorType t, const float *w, const float *x, uint32_t cols) {
+    const uint32_t xblock = tensor_type_is_k_quant(t) ? 256 : 32;
+    const bool float_type = tensor_type_block_elements(t) == 1;
+    double bound = 0.0, mag = 0.0;
+    for (uint32_t b0 = 0; b0 < cols; b0 += xblock) {
+        double wsum = 0.0, xmax = 0.0;
+        for (uint32_t k = b0; k < std::min(cols, b0 + xblock); ++k) {
+            wsum += std::fabs(double(w[k]));
+            xmax = std::max(xmax, std::fabs(double(x[k])));
+            mag += std::fabs(double(w[k]) * x[k]);
+        }
+        bound += wsum * xmax / 254.0;
+    }
+    return (float_type ? 0.0 : 1.01 * bound) + 1e-5 * mag;
 }
 
 }  // namespace llmkv::dqtest
