@@ -2,7 +2,7 @@
 # One command for a machine with a CUDA GPU (sized for an H200 lent for ~10 minutes):
 # configure + build Release with LLMKV_CUDA=ON into build-gpu, run `ctest -L gpu`, run the
 # GPU benchmark, then a quick subset of the GPU tests under compute-sanitizer (memcheck,
-# racecheck), print a summary table. Every stage has a timeout; nothing can hang. The
+# racecheck), print a summary table (also $OUT/report.txt). Every stage has a timeout; nothing can hang. The
 # sanitizer stage comes last so the test and benchmark numbers are in first; it is bounded
 # by about 3 minutes (SANITIZER_TIMEOUT per tool), so with --prebuilt give the call ~600 s.
 #
@@ -161,23 +161,26 @@ for tool in $SAN_TOOLS; do
 done
 set -e
 
-stage "summary"
-if [[ $MODE == build ]]; then
-  grep -E "tests passed|tests failed" "$LOGDIR/ctest.log" | tail -1 || true
-  echo "skipped: $(grep -c '(Skipped)' "$LOGDIR/ctest.log" || true)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOGDIR/ctest.log" || true
-else
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$LOGDIR/ctest.log" || true
-  grep -E "^\[  FAILED  \] [A-Za-z]" "$LOGDIR/ctest.log" | sort -u || true
-fi
-printf '\n%-44s %14s\n' "benchmark" "value"
-grep '^RESULT ' "$LOGDIR/bench.log" | awk '{printf "%-44s %14s\n", $2, $3}' || true
-printf '\n%-44s %s\n' "compute-sanitizer (quick subset)" "result"
-for tool in $SAN_TOOLS; do printf '%-44s %s\n' "$tool" "${SAN_RESULT[$tool]}"; done
-cat <<EOF
+stage "summary (also in $LOGDIR/report.txt)"
+summary() {
+  if [[ $MODE == build ]]; then
+    grep -E "tests passed|tests failed" "$LOGDIR/ctest.log" | tail -1 || true
+    echo "skipped: $(grep -c '(Skipped)' "$LOGDIR/ctest.log" || true)"
+    grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$LOGDIR/ctest.log" || true
+  else
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$LOGDIR/ctest.log" || true
+    grep -E "^\[  FAILED  \] [A-Za-z]" "$LOGDIR/ctest.log" | sort -u || true
+  fi
+  printf '\n%-44s %14s\n' "benchmark" "value"
+  grep '^RESULT ' "$LOGDIR/bench.log" | awk '{printf "%-44s %14s\n", $2, $3}' || true
+  printf '\n%-44s %s\n' "compute-sanitizer (quick subset)" "result"
+  for tool in $SAN_TOOLS; do printf '%-44s %s\n' "$tool" "${SAN_RESULT[$tool]}"; done
+  cat <<EOF
 
 targets (shared design TARGETS.md): attention KV read >= 70% of copy bandwidth ("pct_copy" rows),
 8-bit decode attention >= 1.7x fp16 at 32k ("speedup_vs_f16" rows).
 tests rc=$TEST_RC  bench rc=$BENCH_RC  sanitizer rc=$SAN_RC  total $(( $(date +%s) - T0 ))s  logs: $LOGDIR
 EOF
+}
+summary | tee "$LOGDIR/report.txt"
 [[ $TEST_RC -eq 0 && $BENCH_RC -eq 0 && $SAN_RC -eq 0 ]]
