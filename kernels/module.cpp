@@ -894,49 +894,34 @@ llmkv_cuda_status api_upload_matrix_quantized(llmkv_cuda_context *ctx, uint32_t 
 
 // ---- one batch ------------------------------------------------------------------------------
 
-// Grows the block tables to hold `need` ids. Both new buffers are allocated before either
-// replaces the old ones: an out-of-memory leaves the tables (and capacity) as they were.
-llmkv_cuda_status grow_block_ids(Ctx *ctx, size_t need) {
-    if (need <= ctx->block_ids_cap) return LLMKV_CUDA_OK;
-    size_t cap = ctx->block_ids_cap;
-    while (cap < need) cap *= 2;
-    uint32_t *d = nullptr, *h = nullptr;
-    CKS(ctx->alloc(d, cap * 4, ctx->other_bytes, "batch block tables"));
-    const llmkv_cuda_status s = ctx->alloc_host(h, cap * 4, "batch block tables");
-    if (s != LLMKV_CUDA_OK) {
-        ctx->free_device(d);
-        return s;
+// Grows a per-batch table to hold `need` entries (capacity doubled from max(cap, min_cap)):
+// the device buffer and, when h is given, its pinned host mirror. The new buffers are
+// allocated before the old ones go, so an out-of-memory keeps the old tables and capacity;
+// the old ones may still be read by queued work and are freed after it (rare: a new
+// high-water mark).
+template <class T>
+llmkv_cuda_status grow_table(Ctx *ctx, T *&d, T **h, size_t &cap, size_t need, size_t min_cap,
+                             const char *what) {
+    if (need <= cap) return LLMKV_CUDA_OK;
+    size_t n = std::max(cap, min_cap);
+    while (n < need) n *= 2;
+    T *nd = nullptr, *nh = nullptr;
+    CKS(ctx->alloc(nd, n * sizeof(T), ctx->other_bytes, what));
+    if (h) {
+        const llmkv_cuda_status s = ctx->alloc_host(nh, n * sizeof(T), what);
+        if (s != LLMKV_CUDA_OK) {
+            ctx->free_device(nd);
+            return s;
+        }
     }
-    // The old tables may still be read by queued work: free them once it is done (rare: a
-    // new high-water mark).
     CK(ctx, cudaStreamSynchronize(ctx->compute));
-    ctx->free_device(ctx->d_block_ids);
-    ctx->free_host(ctx->h_block_ids);
-    ctx->d_block_ids = d;
-    ctx->h_block_ids = h;
-    ctx->block_ids_cap = cap;
-    return LLMKV_CUDA_OK;
-}
-
-// Grows the table of the batch's host-tier block pointers (pinned mirror and device copy)
-// like grow_block_ids: an out-of-memory keeps the old tables.
-llmkv_cuda_status grow_host_blocks(Ctx *ctx, size_t need) {
-    if (need <= ctx->host_blocks_cap) return LLMKV_CUDA_OK;
-    size_t cap = std::max<size_t>(ctx->host_blocks_cap, 256);
-    while (cap < need) cap *= 2;
-    const uint8_t **d = nullptr, **h = nullptr;
-    CKS(ctx->alloc(d, cap * sizeof(void *), ctx->other_bytes, "host block table"));
-    const llmkv_cuda_status s = ctx->alloc_host(h, cap * sizeof(void *), "host block table");
-    if (s != LLMKV_CUDA_OK) {
-        ctx->free_device(d);
-        return s;
+    ctx->free_device(d);
+    d = nd;
+    if (h) {
+        ctx->free_host(*h);
+        *h = nh;
     }
-    CK(ctx, cudaStreamSynchronize(ctx->compute));  // queued work may read the old tables
-    ctx->free_device(ctx->d_host_blocks);
-    ctx->free_host(ctx->h_host_blocks);
-    ctx->d_host_blocks = d;
-    ctx->h_host_blocks = h;
-    ctx->host_blocks_cap = cap;
+    cap = n;
     return LLMKV_CUDA_OK;
 }
 
@@ -951,23 +936,6 @@ bool host_block_ok(const Ctx *ctx, const void *p) {
     --it;
     return a >= it->first && a - it->first <= it->second &&
            ctx->block_bytes <= it->second - (a - it->first);
-}
-
-// Grows the attention work-item table to `need` entries (device only; the old one may still
-// be read by queued work: freed after it). An out-of-memory keeps the old table.
-llmkv_cuda_status grow_item_rows(Ctx *ctx, size_t need) {
-    if (need <= ctx->item_row_cap) return LLMKV_CUDA_OK;
-    size_t cap = std::max<size_t>(ctx->item_row_cap, 1024);
-    while (cap < need) cap *= 2;
-    uint32_t *d = nullptr;
-    CKS(ctx->alloc(d, cap * 4, ctx->other_bytes, "attention work items"));
-    if (ctx->d_item_row) {
-        CK(ctx, cudaStreamSynchronize(ctx->compute));
-        ctx->free_device(ctx->d_item_row);
-    }
-    ctx->d_item_row = d;
-    ctx->item_row_cap = cap;
-    return LLMKV_CUDA_OK;
 }
 
 llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint32_t n_spans,
@@ -1050,8 +1018,10 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
     }
     if (uint64_t(ctx->n_sealed) + n_host_total >= LLMKV_CUDA_HOST_BLOCK)
         return bad(ctx, "begin_batch", "too many host blocks for 32-bit block ids");
-    CKS(grow_block_ids(ctx, n_blocks_total));
-    CKS(grow_host_blocks(ctx, n_host_total));
+    CKS(grow_table(ctx, ctx->d_block_ids, &ctx->h_block_ids, ctx->block_ids_cap, n_blocks_total,
+                   1, "batch block tables"));
+    CKS(grow_table(ctx, ctx->d_host_blocks, &ctx->h_host_blocks, ctx->host_blocks_cap,
+                   n_host_total, 256, "host block table"));
 
     // Batch tables.
     uint32_t row = 0, n_jobs = 0, n_lrows = 0;
@@ -1101,7 +1071,8 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         return bad(ctx, "begin_batch", "KV window buffer too small (internal)");
     if (!attention_partition_plan(ctx->h_pos, uint32_t(T), ctx->h_row_parts))
         return bad(ctx, "begin_batch", "more than 2^32 attention work items in one batch");
-    CKS(grow_item_rows(ctx, ctx->h_row_parts[T]));
+    CKS(grow_table<uint32_t>(ctx, ctx->d_item_row, nullptr, ctx->item_row_cap,
+                             ctx->h_row_parts[T], 1024, "attention work items"));
 
     cudaStream_t st = ctx->compute;
     CKS(order_after_copies(ctx));

@@ -445,7 +445,7 @@ bool attention_partition_plan(const int32_t *position, uint32_t n_rows, uint32_t
     uint64_t sum = 0;
     base[0] = 0;
     for (uint32_t r = 0; r < n_rows; ++r) {
-        sum += uint64_t(uint32_t(position[r])) / kAttentionPartitionTokens + 1;
+        sum += n_partitions(uint32_t(position[r]) + 1);
         if (sum > 0xffffffffull) return false;
         base[r + 1] = uint32_t(sum);
     }

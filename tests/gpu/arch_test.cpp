@@ -17,6 +17,7 @@
 #include "common/thread_pool.h"
 #include "elementwise.cuh"
 #include "gpu_test_util.h"
+#include "module_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
 #include "model/gguf.h"
@@ -30,15 +31,6 @@ namespace {
 using gputest::DeviceBuffer;
 using gputest::random_f32;
 using testing::TinyModelSpec;
-
-#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
-    do {                                                          \
-        std::string why_;                                         \
-        if (cuda_device_count(&why_) == 0) {                      \
-            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
-            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
-        }                                                         \
-    } while (0)
 
 TEST(ArchKernelParity, AddBiasAndScaleAreExactGegluWithinAFewUlp) {
     LLMKV_REQUIRE_DEVICE();

@@ -21,6 +21,7 @@
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
 #include "gpu_test_util.h"
+#include "module_test_util.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
@@ -30,15 +31,6 @@ namespace llmkv {
 namespace {
 
 using testing::TinyModelSpec;
-
-#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
-    do {                                                          \
-        std::string why_;                                         \
-        if (cuda_device_count(&why_) == 0) {                      \
-            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
-            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
-        }                                                         \
-    } while (0)
 
 std::vector<int32_t> some_tokens(size_t n, uint32_t seed = 7) {
     std::vector<int32_t> t(n);
@@ -584,14 +576,10 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     g.n_kv_heads = 2;
     g.head_dim = 16;
     g.block_tokens = 4;
-    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, 4, 2);
-    llmkv_cuda_context_params cp{};
-    cp.struct_size = sizeof cp;
-    cp.max_batch_tokens = 8;
-    llmkv_cuda_context *ctx = nullptr;
-    char err[512] = {0};
-    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
-    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    std::string err;
+    gputest::ContextPtr guard = gputest::create_context(api, g, 4, 2, 8, nullptr, &err);
+    ASSERT_TRUE(guard) << err;
+    llmkv_cuda_context *ctx = guard.get();
     const size_t tb = g.tail_block_bytes();
     std::vector<uint8_t> tail(tb), back(tb);
     for (size_t i = 0; i < tb; ++i) tail[i] = uint8_t(i * 7 + 1);
@@ -646,11 +634,9 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
 TEST(CudaModuleAbi, OutOfMemoryChangesNothing) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     const llmkv_cuda_api *api = CudaModule::get().api();
-    char name[256] = {0}, err[512] = {0};
     uint64_t free0 = 0, total = 0;
-    ASSERT_EQ(api->device_info(0, name, sizeof name, &free0, &total, err, sizeof err),
-              LLMKV_CUDA_OK)
-        << err;
+    gputest::device_memory(api, &free0, &total);
+    ASSERT_GT(total, 0u);
     KvGeometry g;
     g.n_layers = 1;
     g.n_kv_heads = 2;
@@ -659,22 +645,18 @@ TEST(CudaModuleAbi, OutOfMemoryChangesNothing) {
     // A pool of twice the device's memory.
     const uint64_t too_many = 2 * total / g.sealed_block_bytes() + 1;
     ASSERT_LT(too_many, uint64_t(UINT32_MAX));
-    llmkv_cuda_kv_desc kd = cuda_kv_desc(g, uint32_t(too_many), 2);
-    llmkv_cuda_context_params cp{};
-    cp.struct_size = sizeof cp;
-    cp.max_batch_tokens = 8;
-    llmkv_cuda_context *ctx = nullptr;
-    EXPECT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_ERR_OUT_OF_MEMORY);
-    EXPECT_EQ(ctx, nullptr);
-    EXPECT_NE(std::string(err).find("sealed KV pool"), std::string::npos) << err;
+    llmkv_cuda_status status = LLMKV_CUDA_OK;
+    std::string err;
+    EXPECT_FALSE(gputest::create_context(api, g, uint32_t(too_many), 2, 8, &status, &err));
+    EXPECT_EQ(status, LLMKV_CUDA_ERR_OUT_OF_MEMORY);
+    EXPECT_NE(err.find("sealed KV pool"), std::string::npos) << err;
     uint64_t free1 = 0;
-    ASSERT_EQ(api->device_info(0, name, sizeof name, &free1, &total, err, sizeof err),
-              LLMKV_CUDA_OK);
+    gputest::device_memory(api, &free1, &total);
     EXPECT_GE(free1 + (64ull << 20), free0) << "a failed create left memory allocated";
 
-    kd = cuda_kv_desc(g, 4, 2);
-    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
-    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    gputest::ContextPtr guard = gputest::create_context(api, g, 4, 2, 8, nullptr, &err);
+    ASSERT_TRUE(guard) << err;
+    llmkv_cuda_context *ctx = guard.get();
     uint64_t w0 = 0, kv0 = 0, o0 = 0, w1 = 0, kv1 = 0, o1 = 0;
     ASSERT_EQ(api->memory_usage(ctx, &w0, &kv0, &o0), LLMKV_CUDA_OK);
     llmkv_cuda_tensor t{};
@@ -719,21 +701,16 @@ TEST(CudaModuleAbi, PoolsBeyondFourGiBAddressTheirLastBlock) {
     g.head_dim = 128;
     g.block_tokens = 16;  // f16: 256 KiB per block
     const uint64_t n_blocks = (5ull << 30) / g.sealed_block_bytes() + 1;
-    char name[256] = {0}, err[512] = {0};
     uint64_t free_b = 0, total = 0;
-    ASSERT_EQ(api->device_info(0, name, sizeof name, &free_b, &total, err, sizeof err),
-              LLMKV_CUDA_OK);
+    gputest::device_memory(api, &free_b, &total);
     if (free_b < (6ull << 30)) {
         std::printf("[ SKIP REASON ] %.1f GiB free, the test needs 6\n", free_b / 1073741824.0);
         GTEST_SKIP() << "not enough device memory";
     }
-    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, uint32_t(n_blocks), 2);
-    llmkv_cuda_context_params cp{};
-    cp.struct_size = sizeof cp;
-    cp.max_batch_tokens = 8;
-    llmkv_cuda_context *ctx = nullptr;
-    ASSERT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
-    std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)> guard(ctx, api->destroy);
+    std::string err;
+    gputest::ContextPtr guard = gputest::create_context(api, g, uint32_t(n_blocks), 2, 8, nullptr, &err);
+    ASSERT_TRUE(guard) << err;
+    llmkv_cuda_context *ctx = guard.get();
     const size_t bb = g.sealed_block_bytes();
     std::vector<uint8_t> a(bb), b(bb), back(bb);
     for (size_t i = 0; i < bb; ++i) a[i] = uint8_t(i * 13 + 1), b[i] = uint8_t(i * 7 + 5);

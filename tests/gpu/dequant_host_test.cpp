@@ -15,10 +15,6 @@ namespace {
 
 using dqtest::TypeCase;
 
-std::string type_case_name(const ::testing::TestParamInfo<TypeCase> &info) {
-    return tensor_type_name(info.param.type);
-}
-
 class DequantHost : public ::testing::TestWithParam<TypeCase> {};
 
 // Every element of `rows` random rows decoded by dq::decode_element vs `reference`.
@@ -68,7 +64,7 @@ TEST_P(DequantHost, DecodersMatchTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, DequantHost, ::testing::ValuesIn(dqtest::all_type_cases()),
-                         type_case_name);
+                         dqtest::type_case_name);
 
 TEST(DequantHostTables, PackedIq4nlLevelsAreTheTable) {
     for (uint32_t k = 0; k < 16; ++k) EXPECT_EQ(dq::iq4nl_level(k), int(kIq4nlValues[k])) << k;

@@ -23,6 +23,7 @@
 #include "dequant.cuh"
 #include "dequant_test_util.h"
 #include "gpu_test_util.h"
+#include "module_test_util.h"
 #include "matvec_q.cuh"
 #include "matvec_q_math.cuh"
 
@@ -31,10 +32,6 @@ namespace {
 
 using dqtest::TypeCase;
 using gputest::DeviceBuffer;
-
-std::string type_case_name(const ::testing::TestParamInfo<TypeCase> &info) {
-    return tensor_type_name(info.param.type);
-}
 
 class DequantParity : public ::testing::TestWithParam<TypeCase> {};
 
@@ -87,7 +84,7 @@ TEST_P(DequantParity, DeviceValuesAreTheReferenceRoundedToFp16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, DequantParity, ::testing::ValuesIn(dqtest::all_type_cases()),
-                         type_case_name);
+                         dqtest::type_case_name);
 
 TEST(DequantParity, UnknownTypesAreRefused) {
     LLMKV_REQUIRE_DEVICE();
@@ -102,31 +99,20 @@ TEST(DequantParity, UnknownTypesAreRefused) {
 
 // ---- through the module's ABI ---------------------------------------------------------------
 
-#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
-    do {                                                          \
-        std::string why_;                                         \
-        if (cuda_device_count(&why_) == 0) {                      \
-            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
-            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
-        }                                                         \
-    } while (0)
+using gputest::ContextPtr;
 
-using ContextPtr = std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)>;
-
+// A small context (one layer, one KV head of 16, 4-token blocks) for the weight tests.
 ContextPtr make_context(const llmkv_cuda_api *api, uint32_t max_tokens) {
     KvGeometry g;
     g.n_layers = 1;
     g.n_kv_heads = 1;
     g.head_dim = 16;
     g.block_tokens = 4;
-    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, 2, 1);
-    llmkv_cuda_context_params cp{};
-    cp.struct_size = sizeof cp;
-    cp.max_batch_tokens = max_tokens;
-    llmkv_cuda_context *ctx = nullptr;
-    char err[512] = {0};
-    EXPECT_EQ(api->create(&kd, &cp, &ctx, err, sizeof err), LLMKV_CUDA_OK) << err;
-    return ContextPtr(ctx, api->destroy);
+    llmkv_cuda_status s = LLMKV_CUDA_OK;
+    std::string err;
+    ContextPtr ctx = gputest::create_context(api, g, 2, 1, max_tokens, &s, &err);
+    EXPECT_EQ(s, LLMKV_CUDA_OK) << err;
+    return ctx;
 }
 
 // A packed upload holds exactly the matrix upload_matrix holds for the host-decoded fp16
@@ -457,7 +443,7 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, MatvecParity, ::testing::ValuesIn(matvec_cases()),
-                         type_case_name);
+                         dqtest::type_case_name);
 
 TEST(MatvecParity, RefusesWhatItDoesNotRead) {
     LLMKV_REQUIRE_DEVICE();

@@ -7,6 +7,8 @@
 // formulation even for a type the CPU reference does not decode yet.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +36,11 @@ inline std::vector<TypeCase> all_type_cases() {
             {TensorType::Q5_1, 512},   {TensorType::Q8_0, 512},   {TensorType::IQ4_NL, 512},
             {TensorType::Q2_K, 1024},  {TensorType::Q3_K, 1024},  {TensorType::Q4_K, 1024},
             {TensorType::Q5_K, 1024},  {TensorType::Q6_K, 1024},  {TensorType::Q8_K, 1024}};
+}
+
+// The test-name suffix of a TypeCase parameter: its type's name.
+inline std::string type_case_name(const ::testing::TestParamInfo<TypeCase> &info) {
+    return tensor_type_name(info.param.type);
 }
 
 inline size_t row_bytes_of(TensorType t, uint32_t cols) {

@@ -26,10 +26,6 @@ using dqtest::TypeCase;
 
 using dqtest::matvec_cases;
 
-std::string case_name(const ::testing::TestParamInfo<TypeCase> &info) {
-    return tensor_type_name(info.param.type);
-}
-
 std::vector<float> random_x(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -130,7 +126,7 @@ TEST_P(MatvecHost, AgreesWithTheCpuMatmulWithinItsActivationRounding) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecHost, ::testing::ValuesIn(matvec_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecHost, ::testing::ValuesIn(matvec_cases()), dqtest::type_case_name);
 
 TEST(MatvecHostRows, WhatTheKernelReads) {
     EXPECT_TRUE(mv::row_supported(TensorType::Q4_0, 512));

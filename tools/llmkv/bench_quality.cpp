@@ -195,8 +195,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
         for (const CodecPair &p : kPairs) {
             const bool named =
                 std::find(o.only_pairs.begin(), o.only_pairs.end(), p.label) != o.only_pairs.end();
-            if (&p != &kPairs[0] && ((!o.only_pairs.empty() && !named) || (p.on_request && !named)))
-                continue;
+            if (&p != &kPairs[0] && !named && (!o.only_pairs.empty() || p.on_request)) continue;
             if (pair_supported(p, o.block_tokens, c.head_dim)) {
                 pairs.push_back(p);
             } else {

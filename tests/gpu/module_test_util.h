@@ -1,0 +1,53 @@
+// Helpers of the GPU tests that go through the CUDA module (libllmkv-cuda.so, loaded by
+// CudaModule): the skip when no device is usable, and a context with its destroyer.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+
+// Skips the test (reported as skipped, with the reason printed) unless the module loads and
+// sees a device.
+#define LLMKV_REQUIRE_MODULE_DEVICE()                             \
+    do {                                                          \
+        std::string why_;                                         \
+        if (llmkv::cuda_device_count(&why_) == 0) {               \
+            std::printf("[ SKIP REASON ] %s\n", why_.c_str());    \
+            GTEST_SKIP() << "CUDA backend unavailable: " << why_; \
+        }                                                         \
+    } while (0)
+
+namespace llmkv::gputest {
+
+using ContextPtr = std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)>;
+
+// api->create for geometry g with the pool sizes and max_tokens per batch; *status and *err
+// (may be null) receive create's answer; the pointer is null when it failed.
+inline ContextPtr create_context(const llmkv_cuda_api *api, const KvGeometry &g,
+                                 uint32_t n_sealed, uint32_t n_tail, uint32_t max_tokens,
+                                 llmkv_cuda_status *status = nullptr, std::string *err = nullptr) {
+    const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, n_sealed, n_tail);
+    llmkv_cuda_context_params cp{};
+    cp.struct_size = sizeof cp;
+    cp.max_batch_tokens = max_tokens;
+    llmkv_cuda_context *ctx = nullptr;
+    char buf[512] = {0};
+    const llmkv_cuda_status s = api->create(&kd, &cp, &ctx, buf, sizeof buf);
+    if (status) *status = s;
+    if (err) *err = buf;
+    return ContextPtr(s == LLMKV_CUDA_OK ? ctx : nullptr, api->destroy);
+}
+
+// Free and total bytes of device 0 (0, 0 when the query fails).
+inline void device_memory(const llmkv_cuda_api *api, uint64_t *free_bytes, uint64_t *total) {
+    char name[256] = {0}, err[256] = {0};
+    *free_bytes = *total = 0;
+    if (api->device_info(0, name, sizeof name, free_bytes, total, err, sizeof err) != LLMKV_CUDA_OK)
+        *free_bytes = *total = 0;
+}
+
+}  // namespace llmkv::gputest
