@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q3_K / Q4_K / Q5_K / Q6_K weights
 // (src/backend/cpu/matmul_packed.*): the arithmetic of matmul_packed.h computed here straight from
 // the GGUF blocks (no packing) must equal every kernel family's output bit for bit, for decode and
 // prefill shapes, row counts that are not a multiple of 16, row ranges, thread counts, and with the
@@ -65,7 +65,7 @@ uint16_t u16(const uint8_t *p) {
 }
 
 // What the arithmetic needs of block b of one GGUF row, decoded from the file format's
-// definition (model/tensor_type.h): signed codes w, and D, M and the Q6_K half scales.
+// definition (model/tensor_type.h): signed codes w, and D, M and the Q6_K / Q3_K half scales.
 struct SpecBlock {
     int32_t w[32];
     float D = 0, M = 0;
@@ -86,6 +86,20 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
             for (int l = 0; l < 32; ++l) {
                 sb.w[l] = (u[(q5 ? 48 : 16) + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
                 if (q5) sb.w[l] |= ((u[16 + l] >> s) & 1) << 4;  // qh
+            }
+        } else if (t == TensorType::Q3_K) {  // e = 128 h + 32 j + l, 16-element sub-block e / 16
+            const uint8_t *hmask = u, *qs = u + 32, *scales = u + 96;
+            sb.D = fp16_to_fp32(u16(u + 108));
+            for (int half = 0; half < 2; ++half) {
+                const int sub = 2 * s + half;
+                const int sc6 = ((scales[sub % 8] >> (4 * (sub / 8))) & 15) |
+                                (((scales[8 + sub % 4] >> (2 * (sub / 4))) & 3) << 4);
+                sb.sc[half] = sc6 - 32;
+            }
+            const int h = s / 4, j = s % 4;
+            for (int l = 0; l < 32; ++l) {
+                const int q = ((qs[32 * h + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * h + j)) & 1) << 2);
+                sb.w[l] = q - 4;
             }
         } else {  // Q6_K: e = 128 h + 32 j + l
             sb.D = fp16_to_fp32(u16(u + 208));
@@ -259,17 +273,19 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     // Bytes per row group: nb group blocks, plus the k-quants' super-block header.
     const size_t group_bytes = type == TensorType::Q4_K   ? 64 + 8 * 288
                                : type == TensorType::Q5_K ? 64 + 8 * 352
-                               : type == TensorType::Q6_K
-                                   ? 32 + 8 * 416
-                                   : size_t(nb) * packed_group_block_bytes(type);
+                               : type == TensorType::Q6_K ? 32 + 8 * 416
+                               : type == TensorType::Q3_K ? 32 + 8 * 224
+                                                          : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
     const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
     const size_t codes = type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
-    const size_t high = codes + 256;  // the high-bit vectors, after the 4 nibble vectors
+    // The high-bit vectors, after the 4 nibble vectors (Q3_K: after its 2 low-bit vectors).
+    const size_t high = codes + (type == TensorType::Q3_K ? 128 : 256);
     const int o = type == TensorType::Q4_0   ? 8
                   : type == TensorType::Q8_0 ? 128
                   : type == TensorType::Q5_0 ? 16
                   : type == TensorType::Q6_K ? 32
+                  : type == TensorType::Q3_K ? 4
                                              : 0;
     for (int64_t r = 0; r < 32; ++r) {
         const int j = int(r % 16);
@@ -282,6 +298,9 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 int u;
                 if (type == TensorType::Q8_0) {
                     u = blk[codes + 64 * k + 4 * j + e];
+                } else if (type == TensorType::Q3_K) {
+                    u = ((blk[codes + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) |
+                        (((blk[high + 4 * j + e] >> k) & 1) << 2);
                 } else {
                     u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
                     if (type == TensorType::Q5_0 || type == TensorType::Q5_1 ||
@@ -305,7 +324,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 EXPECT_EQ(float(blk[j]) * fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "D of row " << r;
                 EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M)
                     << "M of row " << r;
-            } else if (type == TensorType::Q6_K) {
+            } else if (type == TensorType::Q6_K || type == TensorType::Q3_K) {
                 EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
                 EXPECT_EQ(int8_t(blk[j]), sb.sc[0]) << "scale, first half, row " << r;
                 EXPECT_EQ(int8_t(blk[16 + j]), sb.sc[1]) << "scale, second half, row " << r;
@@ -321,13 +340,13 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K,
-                                           TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q3_K,
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);
-    WeightMatrix w{TensorType::Q3_K, data.data(), 1, 256, 110};  // a lane format
+    WeightMatrix w{TensorType::Q2_K, data.data(), 1, 256, 84};  // a lane format
     EXPECT_THROW(PackedWeights{w}, Error);
     WeightMatrix k{TensorType::Q4_K, data.data(), 1, 160, 144};  // not whole super-blocks
     EXPECT_THROW(PackedWeights{k}, Error);

@@ -127,8 +127,8 @@ void CpuBackend::rms_norm(Tensor x, const float *weight, float eps, Tensor out) 
 }
 
 void CpuBackend::load_weights(const WeightSet &weights) {
-    // Matrices of the packed types (matmul_packed.h: Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q4_K /
-    // Q5_K / Q6_K) get the packed copy their kernels read; the mapped file then serves only
+    // Matrices of the packed types (matmul_packed.h: Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q3_K /
+    // Q4_K / Q5_K / Q6_K) get the packed copy their kernels read; the mapped file then serves only
     // embedding rows. A matrix listed twice is packed once.
     for (const WeightMatrix *w : weights.matrices) {
         if (w) kernel_revision_ = std::max(kernel_revision_, cpu::matmul_revision(w->type));

@@ -148,19 +148,17 @@ bool is_quantized(TensorType t) { return is_packed_type(t) || is_lane_format(t);
 // ---- lane formats (matmul.h): exact integer lane parts, then the documented float steps -----
 
 // One unit (a 32-block, or a k-quant super-block) decoded to integers: codes u (unsigned
-// except IQ4_NL's signed levels), the per-16 integer scales and mins, the offset o and the
+// except IQ4_NL's signed levels), the per-16 integer scales and mins, and the
 // float factors dA, dB.
 struct LaneUnit {
     int16_t u[256];
     int16_t sc[16];
     int16_t mn[16];
-    int o = 0;
     float dA = 0, dB = 0;
 };
 
 void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
     for (int s = 0; s < 16; ++s) lu.sc[s] = 1, lu.mn[s] = 1;
-    lu.o = 0;
     switch (t) {
         case TensorType::IQ4_NL:
             lu.dA = load_f16(blk);
@@ -180,22 +178,6 @@ void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
                 lu.u[e] = int16_t((blk[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
             }
             return;
-        case TensorType::Q3_K: {
-            const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-            lu.dA = load_f16(blk + 108);
-            lu.o = 4;
-            for (int s = 0; s < 16; ++s) {
-                lu.sc[s] = int16_t((((scales[s % 8] >> (4 * (s / 8))) & 15) |
-                                    (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
-                                   32);
-            }
-            for (int e = 0; e < 256; ++e) {
-                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
-                lu.u[e] = int16_t(((qs[32 * h + l] >> (2 * j)) & 3) |
-                                  (((hmask[l] >> (4 * h + j)) & 1) << 2));
-            }
-            return;
-        }
         default:
             return;
     }
@@ -227,7 +209,7 @@ __attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const 
                 sx += x[k];
             }
             const int sub = 2 * jb + i / 4;
-            const int32_t ip = int32_t(lu.sc[sub]) * (p - lu.o * sx);
+            const int32_t ip = int32_t(lu.sc[sub]) * p;
             lane[i] = fma_float(sa, float(ip), lane[i]);
             if (has_min) lane[i] = fma_float(sb, float(int32_t(lu.mn[sub]) * sx), lane[i]);
         }

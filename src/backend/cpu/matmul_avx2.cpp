@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane formats (IQ4_NL, Q2_K, Q3_K, following
+// products (maddubs + madd) for the lane formats (IQ4_NL, Q2_K, following
 // the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
 // F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
@@ -65,7 +65,6 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
            float *y, int64_t ldy, const uint8_t *pf) {
     constexpr int kPer = lane_unit_blocks(kType);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
-    constexpr int kO = kLaneOffset<kType>;
     const int8_t *xq[T];
     const float *xd[T];
     for (int t = 0; t < T; ++t) {
@@ -90,13 +89,12 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
         // The 32-blocks unrolled: every shift and scale index below is a constant.
         auto step = [&]<int jb>(std::integral_constant<int, jb>) {
             const int64_t b = u * kPer + jb;
-            __m256i xv[T], corr[T], xs[T];
+            __m256i xv[T], xs[T];
             __m256 dx[T];
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
                 dx[t] = _mm256_broadcast_ss(xd[t] + b);
-                if constexpr (kO != 0) corr[t] = _mm256_maddubs_epi16(_mm256_set1_epi8(kO), xv[t]);
                 if constexpr (kLaneMin<kType>) xs[t] = _mm256_maddubs_epi16(ones8, xv[t]);
             }
 #pragma GCC unroll 16
@@ -121,7 +119,6 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
                             _mm256_madd_epi16(_mm256_maddubs_epi16(wn, xv[t]), ones16));
                     } else {
                         __m256i p16 = _mm256_maddubs_epi16(wq, xv[t]);
-                        if constexpr (kO != 0) p16 = _mm256_sub_epi16(p16, corr[t]);
                         ip = _mm256_madd_epi16(p16, sc16);
                     }
                     const __m256 sa = _mm256_mul_ps(da, dx[t]);
@@ -318,6 +315,7 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -337,9 +335,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::Q2_K:
             l_rows<TensorType::Q2_K>(job, r0, r1);
-            return;
-        case TensorType::Q3_K:
-            l_rows<TensorType::Q3_K>(job, r0, r1);
             return;
         case TensorType::Q8_K:
             return;  // not a weight type (tensor_type_supported)

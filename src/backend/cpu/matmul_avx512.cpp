@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (IQ4_NL,
-// Q2_K, Q3_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
+// Q2_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
-// Q8_0 / Q4_0 / Q4_1 run on packed weights (matmul_packed_avx512.cpp); the float weight types
+// The packed types run on packed weights (matmul_packed_avx512.cpp); the float weight types
 // (F32/F16/BF16) on the AVX2 kernels.
 //
 // NOTE (exactness): every family gives each output element (r, t) eight float lanes and the
@@ -162,11 +162,6 @@ inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
         h.sb = u8_to_ps(_mm_and_si128(vb, m15));
         h.ma = u8_to_ps(_mm_and_si128(_mm_srli_epi16(va, 4), m15));
         h.mb = u8_to_ps(_mm_and_si128(_mm_srli_epi16(vb, 4), m15));
-    } else if constexpr (kType == TensorType::Q3_K) {
-        h.da = pair_f16(a + 108, b + 108);
-        const __m512 k32 = _mm512_set1_ps(32.0f);
-        h.sa = _mm512_sub_ps(u8_to_ps(k3_scales(a + 96)), k32);  // exact: small integers
-        h.sb = _mm512_sub_ps(u8_to_ps(k3_scales(b + 96)), k32);
     }
 }
 
@@ -223,18 +218,12 @@ inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
     } else if constexpr (kType == TensorType::Q2_K) {
         constexpr int o = 16 + 32 * (JB / 4);
         return bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
-    } else if constexpr (kType == TensorType::Q3_K) {
-        constexpr int o = 32 + 32 * (JB / 4);
-        const __m512i lo = bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
-        const __mmask64 hi =
-            _mm512_test_epi8_mask(load_pair256(a, b), _mm512_set1_epi8(char(1 << JB)));
-        return _mm512_mask_add_epi8(lo, hi, lo, _mm512_set1_epi8(4));
     }
 }
 
 // P row pairs x T tokens, as qtile. Per lane, the values of matmul.h, computed as:
 //   P_i  = vpdpbusd(-o' * S_i, u', x)  exact: sum_k (u'_k - o') x_k, with S_i the lane's code sum
-//          from the activation record (lane_act_sums_avx512); u' = u, o' = o, except IQ4_NL:
+//          from the activation record (lane_act_sums_avx512); u' = u, o' = 0, except IQ4_NL:
 //          u' = level + 128, o' = 128
 //   I_i  = float(P_i) * float(sc_i)       exact: |sc_i * P_i| < 2^24 for every code and scale
 //   L_i  = fma(dA * d_x, I_i, L_i)
@@ -248,7 +237,7 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
     static_assert(P >= 1 && P <= 4);
     constexpr int kPer = lane_unit_blocks(kType);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
-    constexpr bool kOffset = kLaneOffset<kType> != 0 || kType == TensorType::IQ4_NL;
+    constexpr bool kOffset = kType == TensorType::IQ4_NL;
     const uint8_t *rows[2 * P];
 #pragma GCC unroll 8
     for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
@@ -408,6 +397,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -418,9 +408,6 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::Q2_K:
             q_rows<TensorType::Q2_K>(job, r0, r1);
-            return;
-        case TensorType::Q3_K:
-            q_rows<TensorType::Q3_K>(job, r0, r1);
             return;
         case TensorType::F32:
         case TensorType::F16:
@@ -433,9 +420,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
 
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb) {
-    const int o = type == TensorType::IQ4_NL ? 128
-                  : type == TensorType::Q3_K ? kLaneOffset<TensorType::Q3_K>
-                                             : 0;
+    const int o = type == TensorType::IQ4_NL ? 128 : 0;
     const bool as_float = lane_format_has_min(type);
     for (int64_t t = 0; t < n_tokens; ++t) {
         uint8_t *row = act + size_t(t) * act_stride;

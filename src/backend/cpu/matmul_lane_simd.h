@@ -1,4 +1,4 @@
-// Weight decoding for the lane formats (IQ4_NL, Q2_K, Q3_K; matmul.h gives the
+// Weight decoding for the lane formats (IQ4_NL, Q2_K; matmul.h gives the
 // arithmetic every kernel family follows): one 32-block of codes as bytes in element order,
 // and per weight block the float factors and integer scales. 256-bit AVX2 code, shared by
 // matmul_avx2.cpp and matmul_avx512.cpp; like simd_util.h it lives in an unnamed namespace
@@ -18,7 +18,7 @@ namespace llmkv::cpu::detail {
 namespace {
 
 // Per row and weight block: dA, dB and the integer scales sc / mins m, as matmul.h defines
-// them: per sub-block of 16 (Q2_K, Q3_K).
+// them: per sub-block of 16 (Q2_K).
 struct LaneHeader {
     float dA, dB;
     alignas(32) int16_t sc[16];
@@ -27,16 +27,6 @@ struct LaneHeader {
 
 inline float lane_f16(const uint8_t *p) {
     return _cvtsh_ss(load_u16(p));
-}
-
-// Q3_K: the 12 scale bytes -> the sixteen 6-bit scales (before the - 32) as bytes.
-inline __m128i k3_scales(const uint8_t *p) {
-    const uint32_t u0 = load_u32(p), u1 = load_u32(p + 4), u2 = load_u32(p + 8);
-    constexpr uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
-    return _mm_setr_epi32(int((u0 & k4) | ((u2 & k2) << 4)),
-                          int((u1 & k4) | (((u2 >> 2) & k2) << 4)),
-                          int(((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4)),
-                          int(((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4)));
 }
 
 template <TensorType kType>
@@ -51,11 +41,6 @@ inline void lane_header(const uint8_t *blk, LaneHeader &h) {
         _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
                            _mm256_and_si256(v, _mm256_set1_epi16(15)));
         _mm256_store_si256(reinterpret_cast<__m256i *>(h.mn), _mm256_srli_epi16(v, 4));
-    } else if constexpr (kType == TensorType::Q3_K) {
-        h.dA = lane_f16(blk + 108);
-        _mm256_store_si256(reinterpret_cast<__m256i *>(h.sc),
-                           _mm256_sub_epi16(_mm256_cvtepu8_epi16(k3_scales(blk + 96)),
-                                            _mm256_set1_epi16(32)));
     }
 }
 
@@ -90,10 +75,6 @@ inline __m256i lane_codes(const uint8_t *blk, int jb) {
         return lane_nibbles(blk + 2);
     } else if constexpr (kType == TensorType::Q2_K) {
         return lane_bits(blk + 16 + 32 * (jb / 4), 2 * (jb % 4), 3);
-    } else if constexpr (kType == TensorType::Q3_K) {
-        const __m256i lo = lane_bits(blk + 32 + 32 * (jb / 4), 2 * (jb % 4), 3);
-        const __m256i hi = lane_bits(blk, jb, 1);  // hmask bit 4 h + j = jb
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
     }
 }
 
@@ -110,9 +91,6 @@ inline __m256i lane_iq4nl_neg(__m256i idx) {
     return _mm256_shuffle_epi8(t, idx);
 }
 
-// The offset o of matmul.h.
-template <TensorType kType>
-inline constexpr int kLaneOffset = kType == TensorType::Q3_K ? 4 : 0;
 template <TensorType kType>
 inline constexpr bool kLaneScaled = tensor_type_is_k_quant(kType);
 template <TensorType kType>

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
 // packing, the per-block activation terms and the portable kernel, which spells out the arithmetic
 // the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
@@ -28,7 +28,7 @@ int64_t n_groups(int64_t rows) {
 
 // One GGUF unit (a 32-block, or a k-quant super-block of 8 blocks) of one row, decoded to what
 // the packed layout stores: unsigned codes, f16 bits of the scales, and the per-block integer
-// scales (Q4_K: sc, m of the block's sub-block; Q6_K: the scales of its two halves).
+// scales (Q4_K: sc, m of the block's sub-block; Q6_K, Q3_K: the scales of its two halves).
 struct Unit {
     uint8_t u[256];
     uint16_t d = 0, d2 = 0;  // d2: Q4_1's / Q5_1's m, Q4_K's / Q5_K's dminneg
@@ -104,6 +104,21 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             }
             return;
         }
+        case TensorType::Q3_K: {  // model/tensor_type.h's BlockQ3_K
+            const uint8_t *hmask = src, *qs = src + 32, *scales = src + 96;
+            un.d = u16_at(src + 108);
+            for (int s = 0; s < 16; ++s) {
+                const int sc = ((scales[s % 8] >> (4 * (s / 8))) & 15) |
+                               (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+                (s % 2 ? un.s2 : un.s1)[s / 2] = uint8_t(int8_t(sc - 32));
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, j = (e / 32) % 4, l = e % 32;
+                un.u[e] = uint8_t(((qs[32 * h + l] >> (2 * j)) & 3) |
+                                  (((hmask[l] >> (4 * h + j)) & 1) << 2));
+            }
+            return;
+        }
         default:
             return;
     }
@@ -129,7 +144,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
             if (t == TensorType::Q4_K || t == TensorType::Q5_K) {
                 std::memcpy(hdr + 2 * j, &un.d, 2);
                 std::memcpy(hdr + 32 + 2 * j, &un.d2, 2);
-            } else if (t == TensorType::Q6_K) {
+            } else if (packed_has_half_scales(t)) {
                 std::memcpy(hdr + 2 * j, &un.d, 2);
             }
             for (int bi = 0; bi < U; ++bi) {
@@ -145,6 +160,11 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                 for (int e = 0; e < 4; ++e) {
                     for (int k = 0; k < 8; ++k) {
                         const int c = u[4 * k + e];
+                        if (packed_has_crumbs(t)) {
+                            blk[off + 64 * (k / 4) + 4 * j + e] |= uint8_t((c & 3) << (2 * (k % 4)));
+                            blk[hi + 4 * j + e] |= uint8_t(((c >> 2) & 1) << k);
+                            continue;
+                        }
                         if (!packed_has_nibbles(t)) {
                             blk[off + 64 * k + 4 * j + e] = uint8_t(c);
                             continue;
@@ -215,9 +235,9 @@ void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t 
             if (packed_has_min(type)) {
                 const float xs = d[b] * float(sum);
                 std::memcpy(&v[0], &xs, 4);
-            } else if (type == TensorType::Q6_K) {
-                v[0] = uint32_t(-32 * half[0]);
-                v[1] = uint32_t(-32 * half[1]);
+            } else if (packed_has_half_scales(type)) {
+                v[0] = uint32_t(-packed_code_offset(type) * half[0]);
+                v[1] = uint32_t(-packed_code_offset(type) * half[1]);
             } else {
                 v[0] = uint32_t(-packed_code_offset(type) * sum);
             }
@@ -229,6 +249,10 @@ void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t 
 // Unsigned code of element 4k + e of row j in group block blk (see the layout).
 inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e) {
     const size_t off = packed_codes_offset(type);
+    if (packed_has_crumbs(type)) {
+        return ((blk[off + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) |
+               (((blk[packed_high_offset(type) + 4 * j + e] >> k) & 1) << 2);
+    }
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
     const size_t hi = packed_high_offset(type);
@@ -268,7 +292,7 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
                         D = float(blk[j]) * fp16_to_fp32(u16_at(hdr + 2 * j));
                         M = float(blk[16 + j]) * fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
-                    } else if (type == TensorType::Q6_K) {
+                    } else if (packed_has_half_scales(type)) {
                         D = fp16_to_fp32(u16_at(hdr + 2 * j));
                         dot = int32_t(int8_t(blk[j])) * half[0] +
                               int32_t(int8_t(blk[16 + j])) * half[1];

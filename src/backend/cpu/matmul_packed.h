@@ -1,11 +1,11 @@
-// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K: the layout the CPU
+// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K: the layout the CPU
 // kernels read for these types, made once when the backend loads the weights
 // (CpuBackend::load_weights), and the arithmetic that every kernel family (portable, AVX2, AVX-512
 // VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
 // A group stores its 32-element blocks in order, each as one "group block". The k-quants
-// (Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
+// (Q3_K, Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
 // header with the rows' super-block scales, followed by its 8 group blocks:
 //   Q4_0   d[16] f16 | codes (4 x 64, nibbles)                                     288 bytes
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
@@ -18,8 +18,12 @@
 //   Q6_K   header d[16] f16 (32, per super-block); block:
 //          sc[16] i8 (elements 0-15) | sc[16] i8 (16-31) | codes (4 x 64, nibbles)
 //          | high bits (2 x 64)                                                    416
+//   Q3_K   header d[16] f16 (32, per super-block); block:
+//          sc[16] i8 (elements 0-15) | sc[16] i8 (16-31) | low bits (2 x 64)
+//          | high bits (64)                                                        224
 // (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K and Q5_K are the 6-bit
-// scale and min of the block's sub-block, of Q6_K the int8 scales of its two halves.) A code vector
+// scale and min of the block's sub-block, of Q6_K the int8 scales of its two halves, of Q3_K its
+// two halves' 6-bit scales minus 32.) A code vector
 // of 64 bytes holds four consecutive elements of each of the 16 rows: row j at bytes
 // 4j .. 4j + 3. Nibble vector k (k < 4) holds elements 4k .. 4k + 3 in its low nibbles and
 // 16 + 4k .. 16 + 4k + 3 in its high nibbles, so "code vector k" for k = 0..7 always means
@@ -30,11 +34,13 @@
 //   Q5_0, Q5_1, Q5_K   nibble | bit k of high byte 4j + e, as bit 4      0..31
 //   Q6_K               nibble | bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of high vector k / 4,
 //                      as bits 4-5                                       0..63
+//   Q3_K               bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of low vector k / 4
+//                      | bit k of high byte 4j + e, as bit 2             0..7
 // Group g's block b is at g * group_bytes + (b / U) * (H + U * gbb) + H + (b % U) * gbb
 // (U = 8 blocks per super-block and H its header size for the k-quants, U = 1 and H = 0
 // otherwise; group_bytes = nb / U * (H + U * gbb)). Packed and GGUF sizes are equal for all but
-// Q4_K and Q5_K (2,368 vs 2,304 and 2,880 vs 2,816 bytes per group super-block: the unpacked
-// 6-bit scales), up to the padding of the last group.
+// Q4_K, Q5_K and Q3_K (2,368 vs 2,304, 2,880 vs 2,816 and 1,824 vs 1,760 bytes per group
+// super-block: the unpacked 6-bit scales), up to the padding of the last group.
 //
 // One 64-byte code vector is a 16 x 4 tile (16 rows, 4 consecutive elements): one AVX-512
 // vpdpbusd multiplies it by 4 broadcast activation codes and adds 16 four-element dot products
@@ -47,9 +53,10 @@
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0 u - 128, Q5_0 u - 16,
-//                                            Q4_K, Q5_K u; Q6_K: I = sc_lo * J_lo + sc_hi *
-//                                            J_hi, J the sums of (u_k - 32) x_k over the
-//                                            halves k < 16 and k >= 16;  |I| < 2^24
+//                                            Q4_K, Q5_K u; Q6_K, Q3_K: I = sc_lo * J_lo +
+//                                            sc_hi * J_hi, J the sums of (u_k - o) x_k
+//                                            (o = 32, 4) over the halves k < 16 and k >= 16;
+//                                            |I| < 2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
 //                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
 //   y   = fma(M, xs, y)                      Q4_1, Q5_1 (M = m_w), Q4_K, Q5_K (M = float(m) *
@@ -78,6 +85,7 @@ constexpr bool is_packed_type(TensorType type) {
         case TensorType::Q8_0:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -104,6 +112,8 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
             return 384;
         case TensorType::Q6_K:
             return 416;
+        case TensorType::Q3_K:
+            return 224;
         default:
             return 544;
     }
@@ -116,8 +126,8 @@ constexpr int packed_unit_blocks(TensorType type) {
 }
 constexpr size_t packed_header_bytes(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q5_K ? 64
-           : type == TensorType::Q6_K                           ? 32
-                                                                : 0;
+           : type == TensorType::Q6_K || type == TensorType::Q3_K ? 32
+                                                                  : 0;
 }
 constexpr size_t packed_unit_bytes(TensorType type) {
     return packed_header_bytes(type) +
@@ -141,9 +151,10 @@ constexpr size_t packed_header_offset(TensorType type, int64_t b) {
 constexpr size_t packed_codes_offset(TensorType type) {
     return type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
 }
-// Byte offset of the high-bit vectors (Q5_0, Q5_1, Q5_K, Q6_K).
+// Byte offset of the high-bit vectors (Q5_0, Q5_1, Q5_K, Q6_K, Q3_K): after the 4 nibble vectors,
+// or Q3_K's 2 low-bit vectors.
 constexpr size_t packed_high_offset(TensorType type) {
-    return packed_codes_offset(type) + 4 * 64;
+    return packed_codes_offset(type) + (type == TensorType::Q3_K ? 2 : 4) * 64;
 }
 // Whether the codes have one high bit (Q5_0, Q5_1, Q5_K; Q6_K has two).
 constexpr bool packed_has_high_bit(TensorType type) {
@@ -153,9 +164,18 @@ constexpr bool packed_has_high_bit(TensorType type) {
 constexpr bool packed_has_f16_min(TensorType type) {
     return type == TensorType::Q4_1 || type == TensorType::Q5_1;
 }
-// Whether the codes are nibble vectors (all but Q8_0).
+// Whether the codes are nibble vectors (all but Q8_0 and Q3_K).
 constexpr bool packed_has_nibbles(TensorType type) {
-    return type != TensorType::Q8_0;
+    return type != TensorType::Q8_0 && type != TensorType::Q3_K;
+}
+// Whether the codes are 2-bit vectors plus one high bit (Q3_K).
+constexpr bool packed_has_crumbs(TensorType type) {
+    return type == TensorType::Q3_K;
+}
+// Whether every block carries two int8 scales per row, one per 16-element half, that multiply
+// the halves' exact sums (Q6_K, Q3_K).
+constexpr bool packed_has_half_scales(TensorType type) {
+    return type == TensorType::Q6_K || type == TensorType::Q3_K;
 }
 // The offset o that turns the unsigned code into the signed weight code (w = u - o).
 constexpr int packed_code_offset(TensorType type) {
@@ -168,6 +188,8 @@ constexpr int packed_code_offset(TensorType type) {
             return 16;
         case TensorType::Q6_K:
             return 32;
+        case TensorType::Q3_K:
+            return 4;
         default:
             return 0;
     }

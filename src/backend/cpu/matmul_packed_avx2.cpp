@@ -3,11 +3,11 @@
 //
 // A YMM register holds one value per row of half a row group (rows 0-7 or 8-15). The exact
 // block dot products come from vpmaddubsw (unsigned x signed bytes, pairs summed to int16):
-//   nibble types: codes 0..15 (Q4), 0..31 (Q5), 0..63 (Q6_K) times codes -127..127: a pair
-//       is at most 2 * 15 * 127 = 3810, 7874 or 16002 in size, so the int16 sums of 8, 4 or 2
-//       steps neither saturate nor wrap; one vpmaddwd by 1 widens them. The sums start from the
-//       activation record's -o * S (matmul_packed.h), Q6_K's per 16-element half, each half then
-//       multiplied by its scales (vpmulld).
+//   nibble types and Q3_K: codes 0..15 (Q4), 0..31 (Q5), 0..63 (Q6_K), 0..7 (Q3_K) times codes
+//       -127..127: a pair is at most 2 * 15 * 127 = 3810, 7874, 16002 or 1778 in size, so the
+//       int16 sums of 8, 4, 2 or 4 steps neither saturate nor wrap; one vpmaddwd by 1 widens
+//       them. The sums start from the activation record's -o * S (matmul_packed.h), Q6_K's and
+//       Q3_K's per 16-element half, each half then multiplied by its scales (vpmulld).
 //   Q8_0: |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per step.
 //       Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
 // Then the float steps of matmul_packed.h, as the other families.
@@ -33,9 +33,9 @@ template <TensorType kType>
 inline constexpr size_t kHigh = packed_high_offset(kType);
 // Steps whose int16 pair sums may be added before widening (see above).
 template <TensorType kType>
-inline constexpr int kRun = kType == TensorType::Q6_K    ? 2
-                            : packed_has_high_bit(kType) ? 4
-                                                         : 8;
+inline constexpr int kRun = kType == TensorType::Q6_K                                 ? 2
+                            : packed_has_high_bit(kType) || packed_has_crumbs(kType) ? 4
+                                                                                      : 8;
 
 // Shifts each 16-bit lane left by S (right by -S); S is a compile-time constant.
 template <int S>
@@ -52,9 +52,16 @@ inline __m256i load256(const uint8_t *p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
-// Half h of nibble-type code vector K as unsigned bytes (matmul_packed.h).
+// Half h of code vector K of a nibble type or Q3_K as unsigned bytes (matmul_packed.h).
 template <TensorType kType, int K>
 inline __m256i codes(const uint8_t *blk, int h) {
+    if constexpr (packed_has_crumbs(kType)) {
+        const __m256i lo = _mm256_and_si256(
+            shift16<-2 * (K & 3)>(load256(blk + kCodes<kType> + 64 * (K / 4) + 32 * h)),
+            _mm256_set1_epi8(0x03));
+        const __m256i hb = shift16<2 - K>(load256(blk + kHigh<kType> + 32 * h));
+        return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x04)));
+    }
     const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
     const __m256i nib = _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), low);
@@ -128,7 +135,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             }
         } else {
             // Chain c covers codes 0-15 (c = 0) and 16-31 (c = 1); each starts from its
-            // activation term (Q6_K) or chain 0 from the block's (the others).
+            // activation term (Q6_K, Q3_K) or chain 0 from the block's (the others).
             __m256i chain[2][2][T], p16[2][T];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
@@ -137,7 +144,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                     const uint8_t *a = act + size_t(t) * act_stride;
                     for (int c = 0; c < 2; ++c) {
                         const bool start =
-                            !packed_has_min(kType) && (c == 0 || kType == TensorType::Q6_K);
+                            !packed_has_min(kType) && (c == 0 || packed_has_half_scales(kType));
                         chain[c][h][t] =
                             start ? _mm256_set1_epi32(
                                         int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(c))))
@@ -158,7 +165,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                             p16[h][t],
                             _mm256_maddubs_epi16(w, bcast4(x + packed_elem_of(kType, k))));
                         if constexpr ((k + 1) % kRun<kType> == 0) {
-                            constexpr int c = kType == TensorType::Q6_K ? k / 4 : 0;
+                            constexpr int c = packed_has_half_scales(kType) ? k / 4 : 0;
                             chain[c][h][t] = _mm256_add_epi32(chain[c][h][t],
                                                               _mm256_madd_epi16(p16[h][t], ones));
                             p16[h][t] = _mm256_setzero_si256();
@@ -170,7 +177,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
-                    if constexpr (kType == TensorType::Q6_K) {
+                    if constexpr (packed_has_half_scales(kType)) {
                         dot[h][t] = _mm256_add_epi32(
                             _mm256_mullo_epi32(chain[0][h][t], i8x8(blk + 8 * h)),
                             _mm256_mullo_epi32(chain[1][h][t], i8x8(blk + 16 + 8 * h)));
@@ -187,7 +194,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
                 D = _mm256_mul_ps(u8x8(blk + 8 * h), half_f16(hdr + 16 * h));
                 M = _mm256_mul_ps(u8x8(blk + 16 + 8 * h), half_f16(hdr + 32 + 16 * h));
-            } else if constexpr (kType == TensorType::Q6_K) {
+            } else if constexpr (packed_has_half_scales(kType)) {
                 D = half_f16(hdr + 16 * h);
             } else {
                 D = half_f16(blk + 16 * h);
@@ -250,6 +257,8 @@ void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::Q3_K:
+            return rows<TensorType::Q3_K>(job, r0, r1);
         case TensorType::Q4_K:
             return rows<TensorType::Q4_K>(job, r0, r1);
         case TensorType::Q5_K:

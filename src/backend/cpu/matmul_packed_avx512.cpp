@@ -1,14 +1,14 @@
-// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K,
-// Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
+// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K,
+// Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
 // after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
 // vpdpbusd (unsigned weight codes x broadcast signed activation codes, starting from the
-// activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K in two
-// chains, one per 16-element half, each multiplied by its scales with vpmulld) give the exact
-// block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
-// with a min) apply the float steps of matmul_packed.h. The Q5 types' and Q6_K's high bits are
-// moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
+// activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K and Q3_K
+// in two chains, one per 16-element half, each multiplied by its scales with vpmulld) give the
+// exact block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
+// with a min) apply the float steps of matmul_packed.h. The Q5 types', Q6_K's and Q3_K's high
+// bits are moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
 // made per block and group (an exact int-to-float product), shared by the tile's tokens.
 // Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
 // kTokens tokens; decode tiles are one group x 1 token with two integer chains (the integer
@@ -61,6 +61,13 @@ template <TensorType kType, int K>
 inline __m512i codes(const uint8_t *blk) {
     if constexpr (kType == TensorType::Q8_0) {
         return _mm512_loadu_si512(blk + kCodes<kType> + 64 * K);  // stored as w + 128
+    } else if constexpr (packed_has_crumbs(kType)) {
+        // Q3_K: bits 2(K % 4).. of low vector K / 4, | bit K of the high vector as bit 2
+        const __m512i lo = _mm512_and_si512(
+            shift16<-2 * (K & 3)>(_mm512_loadu_si512(blk + kCodes<kType> + 64 * (K / 4))),
+            _mm512_set1_epi8(0x03));
+        const __m512i h = shift16<2 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
+        return _mm512_ternarylogic_epi32(lo, h, _mm512_set1_epi8(0x04), 0xF8);
     } else {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
         const __m512i nib =
@@ -83,7 +90,7 @@ inline __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p))));
 }
 
-// The activation term the dot product of half h (Q6_K) or of the block starts from.
+// The activation term the dot product of half h (Q6_K, Q3_K) or of the block starts from.
 template <TensorType kType>
 inline __m512i start_value(const uint8_t *a, size_t s_off, int64_t b, int h) {
     if constexpr (packed_has_min(kType)) {
@@ -111,7 +118,7 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
         *D = _mm512_mul_ps(u8x16(blk), f16x16(hdr));
         *M = _mm512_mul_ps(u8x16(blk + 16), f16x16(hdr + 32));
-    } else if constexpr (kType == TensorType::Q6_K) {
+    } else if constexpr (packed_has_half_scales(kType)) {
         *D = f16x16(hdr);
     } else {
         *D = f16x16(blk);
@@ -119,11 +126,11 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
     }
 }
 
-// The exact integer block dot product from the two chains: Q6_K scales each half (chain a
-// covers codes 0-15, b codes 16-31), the other types add them.
+// The exact integer block dot product from the two chains: Q6_K and Q3_K scale each half
+// (chain a covers codes 0-15, b codes 16-31), the other types add them.
 template <TensorType kType>
 inline __m512i combine(const uint8_t *blk, __m512i ia, __m512i ib) {
-    if constexpr (kType == TensorType::Q6_K) {
+    if constexpr (packed_has_half_scales(kType)) {
         return _mm512_add_epi32(_mm512_mullo_epi32(ia, i8x16(blk)),
                                 _mm512_mullo_epi32(ib, i8x16(blk + 16)));
     } else {
@@ -198,7 +205,8 @@ void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
         if (pf + kStep <= pf_end) prefetch_step<kStep>(pf);
         pf += kStep;
         const uint8_t *blk = gw + packed_block_offset(kType, b);
-        // Two chains: codes 0-15 and 16-31 (Q6_K's halves; for the others any split is exact).
+        // Two chains: codes 0-15 and 16-31 (Q6_K's and Q3_K's halves; for the others any split
+        // is exact).
         __m512i ia = start_value<kType>(a, s_off, b, 0);
         __m512i ib = start_value<kType>(a, s_off, b, 1);
         static_for<8>([&](auto kc) {
@@ -270,6 +278,8 @@ void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::Q3_K:
+            return rows<TensorType::Q3_K>(job, r0, r1);
         case TensorType::Q4_K:
             return rows<TensorType::Q4_K>(job, r0, r1);
         case TensorType::Q5_K:
