@@ -110,7 +110,8 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             for (int s = 0; s < 16; ++s) {
                 const int sc = ((scales[s % 8] >> (4 * (s / 8))) & 15) |
                                (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
-                (s % 2 ? un.s2 : un.s1)[s / 2] = uint8_t(int8_t(sc - 32));
+                uint8_t *half_scales = s % 2 ? un.s2 : un.s1;  // the block's second or first half
+                half_scales[s / 2] = uint8_t(int8_t(sc - 32));
             }
             for (int e = 0; e < 256; ++e) {
                 const int h = e / 128, j = (e / 32) % 4, l = e % 32;
