@@ -61,19 +61,20 @@ inline __m256i codes(const uint8_t *blk, int h) {
             _mm256_set1_epi8(0x03));
         const __m256i hb = shift16<2 - K>(load256(blk + kHigh<kType> + 32 * h));
         return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x04)));
-    }
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
-    const __m256i nib = _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), low);
-    if constexpr (packed_has_high_bit(kType)) {
-        const __m256i hb = shift16<4 - K>(load256(blk + kHigh<kType> + 32 * h));
-        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-    } else if constexpr (kType == TensorType::Q6_K) {
-        const __m256i hb =
-            shift16<4 - 2 * (K & 3)>(load256(blk + kHigh<kType> + 64 * (K / 4) + 32 * h));
-        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
     } else {
-        return nib;
+        const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
+        const __m256i nib =
+            _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        if constexpr (packed_has_high_bit(kType)) {
+            const __m256i hb = shift16<4 - K>(load256(blk + kHigh<kType> + 32 * h));
+            return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+        } else if constexpr (kType == TensorType::Q6_K) {
+            const __m256i hb =
+                shift16<4 - 2 * (K & 3)>(load256(blk + kHigh<kType> + 64 * (K / 4) + 32 * h));
+            return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+        } else {
+            return nib;
+        }
     }
 }
 
