@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q3_K / Q4_K / Q5_K / Q6_K weights
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights
 // (src/backend/cpu/matmul_packed.*): the arithmetic of matmul_packed.h computed here straight from
 // the GGUF blocks (no packing) must equal every kernel family's output bit for bit, for decode and
 // prefill shapes, row counts that are not a multiple of 16, row ranges, thread counts, and with the
@@ -65,11 +65,13 @@ uint16_t u16(const uint8_t *p) {
 }
 
 // What the arithmetic needs of block b of one GGUF row, decoded from the file format's
-// definition (model/tensor_type.h): signed codes w, and D, M and the Q6_K / Q3_K half scales.
+// definition (model/tensor_type.h): signed codes w, and D, M, the Q6_K / Q3_K / Q2_K half scales
+// and Q2_K's half mins.
 struct SpecBlock {
     int32_t w[32];
     float D = 0, M = 0;
     int32_t sc[2] = {1, 1};
+    int32_t mn[2] = {0, 0};
 };
 
 SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
@@ -87,6 +89,16 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
                 sb.w[l] = (u[(q5 ? 48 : 16) + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
                 if (q5) sb.w[l] |= ((u[16 + l] >> s) & 1) << 4;  // qh
             }
+        } else if (t == TensorType::Q2_K) {  // e = 128 h + 32 j + l, 16-element sub-block e / 16
+            const uint8_t *scales = u, *qs = u + 16;
+            sb.D = fp16_to_fp32(u16(u + 80));
+            sb.M = -fp16_to_fp32(u16(u + 82));
+            for (int half = 0; half < 2; ++half) {
+                sb.sc[half] = scales[2 * s + half] & 15;
+                sb.mn[half] = scales[2 * s + half] >> 4;
+            }
+            const int h = s / 4, j = s % 4;
+            for (int l = 0; l < 32; ++l) sb.w[l] = (qs[32 * h + l] >> (2 * j)) & 3;
         } else if (t == TensorType::Q3_K) {  // e = 128 h + 32 j + l, 16-element sub-block e / 16
             const uint8_t *hmask = u, *qs = u + 32, *scales = u + 96;
             sb.D = fp16_to_fp32(u16(u + 108));
@@ -158,14 +170,18 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
             for (int64_t b = 0; b < nb; ++b) {
                 const SpecBlock sb =
                     spec_block(m.type, m.data.data() + size_t(r) * m.row_bytes(), b);
-                int32_t half[2] = {0, 0}, sum = 0;
+                int32_t half[2] = {0, 0}, xhalf[2] = {0, 0};
                 for (int k = 0; k < 32; ++k) {
                     half[k / 16] += sb.w[k] * q[b * 32 + k];
-                    sum += q[b * 32 + k];
+                    xhalf[k / 16] += q[b * 32 + k];
                 }
                 const int32_t dot = sb.sc[0] * half[0] + sb.sc[1] * half[1];
                 acc = fma_float(sb.D * d[b], float(dot), acc);
-                if (has_min) acc = fma_float(sb.M, d[b] * float(sum), acc);
+                if (has_min) acc = fma_float(sb.M, d[b] * float(xhalf[0] + xhalf[1]), acc);
+                if (m.type == TensorType::Q2_K) {
+                    const int32_t im = sb.mn[0] * xhalf[0] + sb.mn[1] * xhalf[1];
+                    acc = fma_float(sb.M * d[b], float(im), acc);
+                }
             }
             y[size_t(t * m.rows + r)] = acc;
         }
@@ -275,6 +291,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                                : type == TensorType::Q5_K ? 64 + 8 * 352
                                : type == TensorType::Q6_K ? 32 + 8 * 416
                                : type == TensorType::Q3_K ? 32 + 8 * 224
+                               : type == TensorType::Q2_K ? 64 + 8 * 160
                                                           : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
     const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
@@ -301,6 +318,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 } else if (type == TensorType::Q3_K) {
                     u = ((blk[codes + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) |
                         (((blk[high + 4 * j + e] >> k) & 1) << 2);
+                } else if (type == TensorType::Q2_K) {
+                    u = (blk[codes + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3;
                 } else {
                     u = (blk[codes + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
                     if (type == TensorType::Q5_0 || type == TensorType::Q5_1 ||
@@ -324,6 +343,13 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 EXPECT_EQ(float(blk[j]) * fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "D of row " << r;
                 EXPECT_EQ(float(blk[16 + j]) * fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M)
                     << "M of row " << r;
+            } else if (type == TensorType::Q2_K) {
+                EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
+                EXPECT_EQ(fp16_to_fp32(u16(hdr + 32 + 2 * j)), sb.M) << "-dmin of row " << r;
+                EXPECT_EQ(blk[j] & 15, sb.sc[0]) << "scale, first half, row " << r;
+                EXPECT_EQ(blk[j] >> 4, sb.sc[1]) << "scale, second half, row " << r;
+                EXPECT_EQ(blk[16 + j] & 15, sb.mn[0]) << "min, first half, row " << r;
+                EXPECT_EQ(blk[16 + j] >> 4, sb.mn[1]) << "min, second half, row " << r;
             } else if (type == TensorType::Q6_K || type == TensorType::Q3_K) {
                 EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
                 EXPECT_EQ(int8_t(blk[j]), sb.sc[0]) << "scale, first half, row " << r;
@@ -340,13 +366,14 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q3_K,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
+                                           TensorType::Q3_K,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);
-    WeightMatrix w{TensorType::Q2_K, data.data(), 1, 256, 84};  // a lane format
+    WeightMatrix w{TensorType::IQ4_NL, data.data(), 1, 256, 144};  // a lane format
     EXPECT_THROW(PackedWeights{w}, Error);
     WeightMatrix k{TensorType::Q4_K, data.data(), 1, 160, 144};  // not whole super-blocks
     EXPECT_THROW(PackedWeights{k}, Error);

@@ -145,73 +145,30 @@ inline float load_f16(const uint8_t *p) {
 
 bool is_quantized(TensorType t) { return is_packed_type(t) || is_lane_format(t); }
 
-// ---- lane formats (matmul.h): exact integer lane parts, then the documented float steps -----
-
-// One unit (a 32-block, or a k-quant super-block) decoded to integers: codes u (unsigned
-// except IQ4_NL's signed levels), the per-16 integer scales and mins, and the
-// float factors dA, dB.
-struct LaneUnit {
-    int16_t u[256];
-    int16_t sc[16];
-    int16_t mn[16];
-    float dA = 0, dB = 0;
-};
-
-void decode_lane_unit(TensorType t, const uint8_t *blk, LaneUnit &lu) {
-    for (int s = 0; s < 16; ++s) lu.sc[s] = 1, lu.mn[s] = 1;
-    switch (t) {
-        case TensorType::IQ4_NL:
-            lu.dA = load_f16(blk);
-            for (int i = 0; i < 16; ++i) {
-                lu.u[i] = kIq4nlValues[blk[2 + i] & 15];
-                lu.u[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
-            }
-            return;
-        case TensorType::Q2_K:
-            lu.dA = load_f16(blk + 80);
-            lu.dB = -load_f16(blk + 82);
-            for (int s = 0; s < 16; ++s) {
-                lu.sc[s] = int16_t(blk[s] & 15);
-                lu.mn[s] = int16_t(blk[s] >> 4);
-            }
-            for (int e = 0; e < 256; ++e) {
-                lu.u[e] = int16_t((blk[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
-            }
-            return;
-        default:
-            return;
-    }
-}
+// ---- lane format (matmul.h): exact integer lane parts, then the documented float steps ------
 
 // Dot products of one weight row with one X row. They are deliberately not inlined: every
 // output element is computed by this one copy of the code, so the result cannot depend on
-// how a caller's loops were unrolled or contracted.
+// how a caller's loops were unrolled or contracted. IQ4_NL only (is_lane_format).
 __attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const uint8_t *act,
                                           int64_t nb) {
     const int8_t *xq = act_qs(act);
     const float *xd = act_d(act, nb);
-    const int per_unit = lane_unit_blocks(t);
-    const size_t unit_bytes = tensor_type_block_bytes(t);
-    const bool has_min = lane_format_has_min(t);
+    const size_t block_bytes = tensor_type_block_bytes(t);
     float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    LaneUnit lu;
     for (int64_t b = 0; b < nb; ++b) {
-        const int jb = int(b % per_unit);
-        if (jb == 0) decode_lane_unit(t, w + size_t(b / per_unit) * unit_bytes, lu);
+        const uint8_t *blk = w + size_t(b) * block_bytes;
+        int16_t u[32];
+        for (int i = 0; i < 16; ++i) {
+            u[i] = kIq4nlValues[blk[2 + i] & 15];
+            u[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
+        }
         const int8_t *x = xq + b * kQBlock;
-        const int16_t *u = lu.u + 32 * jb;
-        const float sa = lu.dA * xd[b];
-        const float sb = lu.dB * xd[b];
+        const float sa = load_f16(blk) * xd[b];
         for (int i = 0; i < 8; ++i) {
-            int32_t p = 0, sx = 0;
-            for (int k = 4 * i; k < 4 * i + 4; ++k) {
-                p += int32_t(u[k]) * x[k];
-                sx += x[k];
-            }
-            const int sub = 2 * jb + i / 4;
-            const int32_t ip = int32_t(lu.sc[sub]) * p;
-            lane[i] = fma_float(sa, float(ip), lane[i]);
-            if (has_min) lane[i] = fma_float(sb, float(int32_t(lu.mn[sub]) * sx), lane[i]);
+            int32_t p = 0;
+            for (int k = 4 * i; k < 4 * i + 4; ++k) p += int32_t(u[k]) * x[k];
+            lane[i] = fma_float(sa, float(p), lane[i]);
         }
     }
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
@@ -275,6 +232,8 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:

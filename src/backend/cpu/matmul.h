@@ -70,15 +70,17 @@ const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
 // packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q5_1 / Q4_K
-// / Q5_K / Q6_K packed too; revision 4: Q3_K packed. A model's revision is the highest of its
+// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K packed. A model's revision is the highest of its
 // matrices' (matmul_revision), so a model without the later types keeps "-r2" or "-r3": its
 // results did not change. KV written by an
 // earlier revision is not bitwise what this build computes, so its snapshots are refused unless
 // loaded with "any kernel".
 std::string matmul_kernel_id(int revision);
-// The revision that last changed matmul()'s results for weights of this type (2, 3 or 4).
+// The revision that last changed matmul()'s results for weights of this type (2 to 5).
 constexpr int matmul_revision(TensorType type) {
     switch (type) {
+        case TensorType::Q2_K:
+            return 5;
         case TensorType::Q3_K:
             return 4;
         case TensorType::Q5_0:
@@ -114,10 +116,8 @@ inline constexpr int64_t kQBlock = 32;
 //   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
 //                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
-//   int32/float s[nb * 8]  AVX-512 kernels, lane formats (lane_act_sums_avx512),
-//                       with S = sum(qs[b * 32 + 4i .. 4i + 3]): float(S) in s[b * 8 + i] for
-//                       the lane formats with a min, else the int32 -o * S (o of matmul.h;
-//                       IQ4_NL: 128)
+//   int32 s[nb * 8]     AVX-512 kernels, lane format IQ4_NL (lane_act_sums_avx512): with
+//                       S = sum(qs[b * 32 + 4i .. 4i + 3]), -128 * S in s[b * 8 + i]
 //   int32/float s[nb]   packed types (packed_act_terms, matmul_packed.h)
 // s is only filled for those. Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
@@ -134,41 +134,23 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
     return act_d(row, nb) + nb;
 }
 
-// ---- lane formats: IQ4_NL, Q2_K -------------------------------------------------------------
+// ---- lane format: IQ4_NL ----------------------------------------------------------------------
 //
-// (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K are read from packed weights:
+// (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and the k-quants Q2_K..Q6_K are read from packed weights:
 // matmul_packed.h.)
-// Every kernel family computes an output element of these types by the same steps, so that
-// portable, AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7,
-// all 0 at first. For each 32-element block b of the row, in order (for the k-quants: block
-// b % 8 of super-block b / 8), lane i covers elements 4i..4i+3 of the block and receives
-//   I_i = sc_i * sum_k u_k x_k                        exact int32
-//   L_i = fma(dA * d_x, float(I_i), L_i)               dA * d_x rounded once
-//   L_i = fma(dB * d_x, float(m_i * sum_k x_k), L_i)   types with a min only
-// with x_k the activation codes, d_x the activation scale of block b, and from the weights:
-//   IQ4_NL u = kIq4nlValues[code] (signed), sc = 1, dA = d
-//   Q2_K   u = 2-bit code, sc = scale & 15 of the sub-block of 16, dA = d;
-//          m = scale >> 4, dB = -dmin
-// Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) + (L_3 + L_7)). The integer parts
-// are exact for every code and activation code (-128 included), however the SIMD kernels
-// group the products; |I_i| and |m_i * sum_k x_k| stay below 2^24, so a kernel may also form
-// float(I_i) as float(sc_i) * float(sum_k u_k x_k), one exact f32 product (AVX-512 does).
-// The LaneFormats.OutputBitsArePinned test holds the output bits of every type fixed.
+// Every kernel family computes an output element of IQ4_NL by the same steps, so that portable,
+// AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7, all 0 at first.
+// For each 32-element block b of the row, in order, lane i covers elements 4i..4i+3 of the block
+// and receives
+//   I_i = sum_k u_k x_k                               exact int32
+//   L_i = fma(d * d_x, float(I_i), L_i)                d * d_x rounded once
+// with x_k the activation codes, d_x the activation scale of block b, u = kIq4nlValues[code]
+// (signed) and d the block's scale. Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) +
+// (L_3 + L_7)). The integer parts are exact for every code and activation code (-128 included),
+// however the SIMD kernels group the products. The LaneFormats.OutputBitsArePinned test holds
+// the output bits of every type fixed.
 constexpr bool is_lane_format(TensorType t) {
-    switch (t) {
-        case TensorType::IQ4_NL:
-        case TensorType::Q2_K:
-            return true;
-        default:
-            return false;
-    }
-}
-constexpr bool lane_format_has_min(TensorType t) {
-    return t == TensorType::Q2_K;
-}
-// 32-blocks per weight block: 8 for the k-quants, else 1.
-constexpr int lane_unit_blocks(TensorType t) {
-    return tensor_type_is_k_quant(t) ? 8 : 1;
+    return t == TensorType::IQ4_NL;
 }
 
 // Everything a row-range kernel needs for one call.

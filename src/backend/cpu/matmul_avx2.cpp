@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane formats (IQ4_NL, Q2_K, following
+// products (maddubs + madd) for the lane format (IQ4_NL, following
 // the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
 // F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
@@ -55,15 +55,14 @@ inline __m256i unpack_nibbles(const uint8_t *q) {
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
 
-// ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+// ---- lane format (IQ4_NL) x q8 activations (matmul.h) ------------------------------------------
 
-// R rows x T tokens. Per weight block (a 32-block, or a k-quant super-block) each row's
-// header is decoded once; per 32-block the codes once per row, the activation sums once per
-// token. Lane i of a register is lane i of matmul.h (elements 4i..4i+3 of the block).
+// R rows x T tokens. Per 32-block the codes are decoded once per row, the activations loaded
+// once per token. Lane i of a register is lane i of matmul.h (elements 4i..4i+3 of the block).
 template <TensorType kType, int R, int T>
 void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
            float *y, int64_t ldy, const uint8_t *pf) {
-    constexpr int kPer = lane_unit_blocks(kType);
+    static_assert(kType == TensorType::IQ4_NL);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
     const int8_t *xq[T];
     const float *xd[T];
@@ -78,62 +77,31 @@ void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_st
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
     }
-    const __m256i ones8 = _mm256_set1_epi8(1);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    const int64_t nu = nb / kPer;
-    for (int64_t u = 0; u < nu; ++u) {
-        if (pf) prefetch_step<R * kUB>(pf + size_t(u) * (R * kUB));
-        LaneHeader hd[R];
+    for (int64_t b = 0; b < nb; ++b) {
+        if (pf) prefetch_step<R * kUB>(pf + size_t(b) * (R * kUB));
+        __m256i xv[T];
+        __m256 dx[T];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) lane_header<kType>(w + size_t(r) * row_bytes + u * kUB, hd[r]);
-        // The 32-blocks unrolled: every shift and scale index below is a constant.
-        auto step = [&]<int jb>(std::integral_constant<int, jb>) {
-            const int64_t b = u * kPer + jb;
-            __m256i xv[T], xs[T];
-            __m256 dx[T];
+        for (int t = 0; t < T; ++t) {
+            xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
+            dx[t] = _mm256_broadcast_ss(xd[t] + b);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *blk = w + size_t(r) * row_bytes + size_t(b) * kUB;
+            const __m256i wq = lane_nibbles(blk + 2);
+            const __m256 da = _mm256_set1_ps(lane_f16(blk));
+            const __m256i wp = lane_iq4nl_pos(wq), wn = lane_iq4nl_neg(wq);
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
-                xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
-                dx[t] = _mm256_broadcast_ss(xd[t] + b);
-                if constexpr (kLaneMin<kType>) xs[t] = _mm256_maddubs_epi16(ones8, xv[t]);
+                const __m256i ip =
+                    _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wp, xv[t]), ones16),
+                                     _mm256_madd_epi16(_mm256_maddubs_epi16(wn, xv[t]), ones16));
+                const __m256 sa = _mm256_mul_ps(da, dx[t]);
+                acc[r][t] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(ip), acc[r][t]);
             }
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                const __m256i wq = lane_codes<kType>(w + size_t(r) * row_bytes + u * kUB, jb);
-                const __m256 da = _mm256_set1_ps(hd[r].dA);
-                __m256i sc16 = ones16, m16 = ones16, wp = wq, wn = wq;
-                if constexpr (kLaneScaled<kType>) sc16 = lane_scales16<kType>(hd[r].sc, jb);
-                if constexpr (kLaneScaled<kType> && kLaneMin<kType>) {
-                    m16 = lane_scales16<kType>(hd[r].mn, jb);
-                }
-                if constexpr (kType == TensorType::IQ4_NL) {
-                    wp = lane_iq4nl_pos(wq);
-                    wn = lane_iq4nl_neg(wq);
-                }
-#pragma GCC unroll 16
-                for (int t = 0; t < T; ++t) {
-                    __m256i ip;
-                    if constexpr (kType == TensorType::IQ4_NL) {
-                        ip = _mm256_sub_epi32(
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(wp, xv[t]), ones16),
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(wn, xv[t]), ones16));
-                    } else {
-                        __m256i p16 = _mm256_maddubs_epi16(wq, xv[t]);
-                        ip = _mm256_madd_epi16(p16, sc16);
-                    }
-                    const __m256 sa = _mm256_mul_ps(da, dx[t]);
-                    acc[r][t] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(ip), acc[r][t]);
-                    if constexpr (kLaneMin<kType>) {
-                        const __m256i jm = _mm256_madd_epi16(xs[t], m16);
-                        const __m256 sb = _mm256_mul_ps(_mm256_set1_ps(hd[r].dB), dx[t]);
-                        acc[r][t] = _mm256_fmadd_ps(sb, _mm256_cvtepi32_ps(jm), acc[r][t]);
-                    }
-                }
-            }
-        };
-        [&]<int... J>(std::integer_sequence<int, J...>) {
-            (step(std::integral_constant<int, J>{}), ...);
-        }(std::make_integer_sequence<int, kPer>{});
+        }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -315,6 +283,7 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
@@ -332,9 +301,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::IQ4_NL:
             l_rows<TensorType::IQ4_NL>(job, r0, r1);
-            return;
-        case TensorType::Q2_K:
-            l_rows<TensorType::Q2_K>(job, r0, r1);
             return;
         case TensorType::Q8_K:
             return;  // not a weight type (tensor_type_supported)

@@ -1,5 +1,5 @@
-// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane formats (IQ4_NL,
-// Q2_K), bitwise identical to the AVX2 and portable ones. Compiled with -mavx512f
+// AVX-512 (F/BW/VL) + VNNI matmul kernels for the lane format (IQ4_NL), bitwise identical to
+// the AVX2 and portable ones. Compiled with -mavx512f
 // -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only after cpu_has_avx512_vnni().
 // The packed types run on packed weights (matmul_packed_avx512.cpp); the float weight types
 // (F32/F16/BF16) on the AVX2 kernels.
@@ -11,7 +11,7 @@
 // the same block order; the final reduction uses the same tree with the same operand order
 // (see reduce_row_pairs). The integers come out of vpdpbusd (u8 x s8, four products summed
 // into int32, no saturation) with the code offset as start value (from per-lane code sums in
-// the activation record), and the scales and mins as exact f32 products (see ltile).
+// the activation record; see ltile).
 
 // GCC 12's AVX-512 headers build "undefined" vectors from self-initialized locals (used by the
 // cast/broadcast/convert intrinsics below) and then warn about them at -O3.
@@ -103,141 +103,41 @@ inline __m256 reduce_row_pairs(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, y));
 }
 
-// ---- lane formats x q8 activations (matmul.h) ---------------------------------------------------
+// ---- lane format (IQ4_NL) x q8 activations (matmul.h) ------------------------------------------
 //
-// Per weight block (a 32-block, or a k-quant super-block) and row pair the header is decoded
-// once into registers: dA and dB as [row a x 8, row b x 8] floats and the integer scales / mins
-// of both rows as f32 (16 per row, unpacked with a few vector ops). Per 32-block jb (unrolled:
-// every shift and index is a compile-time constant) one vpermt2ps spreads the scales (and one
-// the mins) of jb over the lanes, and the codes of both rows come out of one 512-bit load (high
-// bits through byte masks). The values that reach the lanes are those of the AVX2 ltile, in the
-// same order.
+// Per 32-block and row pair: d as [row a x 8, row b x 8] floats, and the codes of both rows out
+// of one 512-bit register (the nibbles through one table lookup). The values that reach the
+// lanes are those of the AVX2 ltile, in the same order.
 
-inline __m512i join256(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-inline __m512i load_pair256(const uint8_t *a, const uint8_t *b) {
-    return join256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(a)),
-                   _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b)));
-}
 // f16 at a / b -> [a x 8, b x 8] as f32 (exact conversion, as lane_f16).
 inline __m512 pair_f16(const uint8_t *a, const uint8_t *b) {
     return _mm512_cvtph_ps(_mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_set1_epi16(short(load_u16(a)))),
         _mm_set1_epi16(short(load_u16(b))), 1));
 }
-// f16 pairs [x, y] at a / b -> [x_a, y_a, ... (8 lanes), x_b, y_b, ...] as f32.
-inline __m512 pair_f16x2(const uint8_t *a, const uint8_t *b) {
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_set1_epi32(int(load_u32(a)))),
-        _mm_set1_epi32(int(load_u32(b))), 1));
-}
-inline __m512 negate(__m512 v) {
-    return _mm512_castsi512_ps(
-        _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(int(0x80000000u))));
-}
 
-// Per row pair and weight block, as f32: dA, dB as [row a x 8 | row b x 8]; the integer scales
-// of the two rows, 16 per row: sa / sb for rows a / b (Q2_K: the mins apart in ma / mb).
-struct PairHeader {
-    __m512 da, db, sa, sb, ma, mb;
-};
-
-inline __m512 u8_to_ps(__m128i v) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
-}
-
-template <TensorType kType>
-inline void pair_header(const uint8_t *a, const uint8_t *b, PairHeader &h) {
-    if constexpr (kType == TensorType::IQ4_NL) {
-        h.da = pair_f16(a, b);
-    } else if constexpr (kType == TensorType::Q2_K) {
-        const __m512 dm = pair_f16x2(a + 80, b + 80);
-        h.da = _mm512_moveldup_ps(dm);
-        h.db = negate(_mm512_movehdup_ps(dm));
-        const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i *>(a));
-        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b));
-        const __m128i m15 = _mm_set1_epi8(15);
-        h.sa = u8_to_ps(_mm_and_si128(va, m15));
-        h.sb = u8_to_ps(_mm_and_si128(vb, m15));
-        h.ma = u8_to_ps(_mm_and_si128(_mm_srli_epi16(va, 4), m15));
-        h.mb = u8_to_ps(_mm_and_si128(_mm_srli_epi16(vb, 4), m15));
-    }
-}
-
-// vpermt2ps indices that give, for 32-block jb, the scale (kMin: min) of every lane of both
-// rows: lanes 0-7 row a (index < 16), 8-15 row b; lanes 0-3 of a row take the first sub-block
-// of 16 of the block, lanes 4-7 the second (matmul.h).
-struct ScaleIndex {
-    alignas(64) int32_t v[8][16];
-};
-constexpr ScaleIndex make_scale_index() {
-    ScaleIndex r{};
-    for (int jb = 0; jb < 8; ++jb) {
-        for (int k = 0; k < 16; ++k) r.v[jb][k] = 16 * (k / 8) + 2 * jb + (k % 8) / 4;
-    }
-    return r;
-}
-inline constexpr ScaleIndex kIndex16 = make_scale_index();
-
-template <TensorType kType, int JB, bool kMinIdx>
-inline __m512 pair_scales(const PairHeader &h) {
-    const __m512i idx = _mm512_load_si512(kIndex16.v[JB]);
-    if constexpr (kMinIdx && kType == TensorType::Q2_K) {
-        return _mm512_permutex2var_ps(h.ma, idx, h.mb);
-    } else {
-        return _mm512_permutex2var_ps(h.sa, idx, h.sb);
-    }
-}
-
-template <int kShift>
-inline __m512i srl16(__m512i v) {
-    if constexpr (kShift == 0) {
-        return v;
-    } else {
-        return _mm512_srli_epi16(v, kShift);
-    }
-}
-// (v >> kShift) & mask per byte.
-template <int kShift, int kMask>
-inline __m512i bits8(__m512i v) {
-    return _mm512_and_si512(srl16<kShift>(v), _mm512_set1_epi8(char(kMask)));
-}
-
-// Codes of 32-block JB of the weight blocks at a and b as unsigned bytes in element order: row
-// a in bytes 0-31, row b in 32-63. The codes u of matmul.h, except IQ4_NL: level + 128.
-template <TensorType kType, int JB>
+// Codes of the IQ4_NL blocks at a and b as unsigned bytes in element order, level + 128: row a
+// in bytes 0-31, row b in 32-63.
 inline __m512i pair_codes(const uint8_t *a, const uint8_t *b) {
-    if constexpr (kType == TensorType::IQ4_NL) {
-        const __m512i idx = load_codes<TensorType::Q4_0>(a + 2, b + 2);
-        // kIq4nlValues + 128
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
-            1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166),
-            char(181), char(197), char(217), char(241)));
-        return _mm512_shuffle_epi8(lut, idx);
-    } else if constexpr (kType == TensorType::Q2_K) {
-        constexpr int o = 16 + 32 * (JB / 4);
-        return bits8<2 * (JB % 4), 3>(load_pair256(a + o, b + o));
-    }
+    const __m512i idx = load_codes<TensorType::Q4_0>(a + 2, b + 2);
+    // kIq4nlValues + 128
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
+        1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166), char(181),
+        char(197), char(217), char(241)));
+    return _mm512_shuffle_epi8(lut, idx);
 }
 
-// P row pairs x T tokens, as qtile. Per lane, the values of matmul.h, computed as:
-//   P_i  = vpdpbusd(-o' * S_i, u', x)  exact: sum_k (u'_k - o') x_k, with S_i the lane's code sum
-//          from the activation record (lane_act_sums_avx512); u' = u, o' = 0, except IQ4_NL:
-//          u' = level + 128, o' = 128
-//   I_i  = float(P_i) * float(sc_i)       exact: |sc_i * P_i| < 2^24 for every code and scale
-//   L_i  = fma(dA * d_x, I_i, L_i)
-//   J_i  = float(m_i) * float(S_i)        exact (|m_i * S_i| < 2^15)
-//   L_i  = fma(dB * d_x, J_i, L_i)        types with a min
-// so float(I_i) and float(m_i * sum_k x_k) are the integers of matmul.h, and every lane gets
-// the float operations of the AVX2 and portable kernels, in their order.
+// P row pairs x T tokens. Per lane, the values of matmul.h, computed as:
+//   P_i  = vpdpbusd(-128 * S_i, level + 128, x)   exact: sum_k level_k x_k, with S_i the lane's
+//          code sum from the activation record (lane_act_sums_avx512)
+//   L_i  = fma(d * d_x, float(P_i), L_i)
+// so every lane gets the float operations of the AVX2 and portable kernels, in their order.
 template <TensorType kType, int P, int T>
 void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, size_t act_stride,
            int64_t nb, float *y, int64_t ldy, const uint8_t *pf) {
     static_assert(P >= 1 && P <= 4);
-    constexpr int kPer = lane_unit_blocks(kType);
+    static_assert(kType == TensorType::IQ4_NL);
     constexpr size_t kUB = tensor_type_block_bytes(kType);
-    constexpr bool kOffset = kType == TensorType::IQ4_NL;
     const uint8_t *rows[2 * P];
 #pragma GCC unroll 8
     for (int i = 0; i < 2 * P; ++i) rows[i] = w + size_t(std::min(i, nrows - 1)) * row_bytes;
@@ -253,56 +153,33 @@ void ltile(const uint8_t *w, size_t row_bytes, int nrows, const uint8_t *act, si
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     }
-    const int64_t nu = nb / kPer;
-    for (int64_t u = 0; u < nu; ++u) {
-        if (pf) prefetch_step<2 * P * kUB>(pf + size_t(u) * (2 * P * kUB));
-        PairHeader hd[P];
+    for (int64_t b = 0; b < nb; ++b) {
+        if (pf) prefetch_step<2 * P * kUB>(pf + size_t(b) * (2 * P * kUB));
+        __m512i wq[P];
+        __m512 da[P];
 #pragma GCC unroll 4
         for (int p = 0; p < P; ++p) {
-            pair_header<kType>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB, hd[p]);
+            const uint8_t *ra = rows[2 * p] + b * kUB, *rb = rows[2 * p + 1] + b * kUB;
+            wq[p] = pair_codes(ra, rb);
+            da[p] = pair_f16(ra, rb);
         }
-        auto step = [&]<int JB>(std::integral_constant<int, JB>) {
-            const int64_t b = u * kPer + JB;
-            __m512i wq[P];
-            __m512 sc[P], mn[P];
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+            const uint8_t *a = tok[t];
+            const __m512i xv = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + size_t(b) * kQBlock)));
+            float dxs;
+            std::memcpy(&dxs, a + d_off + size_t(b) * 4, 4);
+            const __m512 dx = _mm512_set1_ps(dxs);
+            // Lane sums of the codes times -128, as int32.
+            const __m512i sums = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
 #pragma GCC unroll 4
             for (int p = 0; p < P; ++p) {
-                wq[p] = pair_codes<kType, JB>(rows[2 * p] + u * kUB, rows[2 * p + 1] + u * kUB);
-                if constexpr (kLaneScaled<kType>) {
-                    sc[p] = pair_scales<kType, JB, false>(hd[p]);
-                    if constexpr (kLaneMin<kType>) mn[p] = pair_scales<kType, JB, true>(hd[p]);
-                }
+                const __m512 ip = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(sums, wq[p], xv));
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(da[p], dx), ip, acc[p][t]);
             }
-#pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) {
-                const uint8_t *a = tok[t];
-                const __m512i xv = _mm512_broadcast_i64x4(
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a + size_t(b) * kQBlock)));
-                float dxs;
-                std::memcpy(&dxs, a + d_off + size_t(b) * 4, 4);
-                const __m512 dx = _mm512_set1_ps(dxs);
-                // Lane sums of the codes: -o' * S_i as int32 (offset types) or S_i as f32.
-                const __m512i sums = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    reinterpret_cast<const __m256i *>(a + s_off + size_t(b) * 32)));
-#pragma GCC unroll 4
-                for (int p = 0; p < P; ++p) {
-                    const __m512i p0 = kOffset ? sums : _mm512_setzero_si512();
-                    __m512 ip = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(p0, wq[p], xv));
-                    if constexpr (kLaneScaled<kType>) ip = _mm512_mul_ps(ip, sc[p]);
-                    const __m512 sa = _mm512_mul_ps(hd[p].da, dx);
-                    acc[p][t] = _mm512_fmadd_ps(sa, ip, acc[p][t]);
-                    if constexpr (kLaneMin<kType>) {
-                        __m512 jm = _mm512_castsi512_ps(sums);
-                        if constexpr (kLaneScaled<kType>) jm = _mm512_mul_ps(jm, mn[p]);
-                        const __m512 sb = _mm512_mul_ps(hd[p].db, dx);
-                        acc[p][t] = _mm512_fmadd_ps(sb, jm, acc[p][t]);
-                    }
-                }
-            }
-        };
-        [&]<int... J>(std::integer_sequence<int, J...>) {
-            (step(std::integral_constant<int, J>{}), ...);
-        }(std::make_integer_sequence<int, kPer>{});
+        }
     }
     const __mmask8 store_mask = __mmask8((1u << nrows) - 1u);
 #pragma GCC unroll 16
@@ -397,6 +274,7 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
@@ -405,9 +283,6 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::IQ4_NL:
             q_rows<TensorType::IQ4_NL>(job, r0, r1);
-            return;
-        case TensorType::Q2_K:
-            q_rows<TensorType::Q2_K>(job, r0, r1);
             return;
         case TensorType::F32:
         case TensorType::F16:
@@ -421,7 +296,6 @@ void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
 void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                           int64_t nb) {
     const int o = type == TensorType::IQ4_NL ? 128 : 0;
-    const bool as_float = lane_format_has_min(type);
     for (int64_t t = 0; t < n_tokens; ++t) {
         uint8_t *row = act + size_t(t) * act_stride;
         const int8_t *q = act_qs(row);
@@ -429,8 +303,7 @@ void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int6
         for (int64_t b = 0; b < nb; ++b) {
             const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + b * kQBlock));
             const __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
-            const __m256i v = as_float ? _mm256_castps_si256(_mm256_cvtepi32_ps(s4))
-                                       : _mm256_mullo_epi32(s4, _mm256_set1_epi32(-o));
+            const __m256i v = _mm256_mullo_epi32(s4, _mm256_set1_epi32(-o));
             _mm256_storeu_si256(reinterpret_cast<__m256i *>(s + b * 32), v);
         }
     }

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
 // packing, the per-block activation terms and the portable kernel, which spells out the arithmetic
 // the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
@@ -28,10 +28,11 @@ int64_t n_groups(int64_t rows) {
 
 // One GGUF unit (a 32-block, or a k-quant super-block of 8 blocks) of one row, decoded to what
 // the packed layout stores: unsigned codes, f16 bits of the scales, and the per-block integer
-// scales (Q4_K: sc, m of the block's sub-block; Q6_K, Q3_K: the scales of its two halves).
+// scales (Q4_K: sc, m of the block's sub-block; Q6_K, Q3_K: the scales of its two halves;
+// Q2_K: its halves' scales and mins as the two nibbles of s1 and of s2).
 struct Unit {
     uint8_t u[256];
-    uint16_t d = 0, d2 = 0;  // d2: Q4_1's / Q5_1's m, Q4_K's / Q5_K's dminneg
+    uint16_t d = 0, d2 = 0;  // d2: Q4_1's / Q5_1's m, Q4_K's / Q5_K's / Q2_K's dminneg
     uint8_t s1[8] = {}, s2[8] = {};
 };
 
@@ -120,6 +121,20 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             }
             return;
         }
+        case TensorType::Q2_K: {  // model/tensor_type.h's BlockQ2_K
+            const uint8_t *scales = src, *qs = src + 16;
+            un.d = u16_at(src + 80);
+            un.d2 = uint16_t(u16_at(src + 82) ^ 0x8000u);  // -dmin, exactly
+            for (int b = 0; b < 8; ++b) {
+                const uint8_t lo = scales[2 * b], hi = scales[2 * b + 1];  // sub-blocks of 16
+                un.s1[b] = uint8_t((lo & 15) | ((hi & 15) << 4));
+                un.s2[b] = uint8_t((lo >> 4) | (hi & 0xF0));
+            }
+            for (int e = 0; e < 256; ++e) {
+                un.u[e] = uint8_t((qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
+            }
+            return;
+        }
         default:
             return;
     }
@@ -142,7 +157,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
         for (int64_t ub = 0; ub < nb / U; ++ub) {
             decode_unit(t, row + size_t(ub) * unit_src, un);
             uint8_t *hdr = gdst + packed_header_offset(t, ub * U);
-            if (t == TensorType::Q4_K || t == TensorType::Q5_K) {
+            if (t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q2_K) {
                 std::memcpy(hdr + 2 * j, &un.d, 2);
                 std::memcpy(hdr + 32 + 2 * j, &un.d2, 2);
             } else if (packed_has_half_scales(t)) {
@@ -163,7 +178,7 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                         const int c = u[4 * k + e];
                         if (packed_has_crumbs(t)) {
                             blk[off + 64 * (k / 4) + 4 * j + e] |= uint8_t((c & 3) << (2 * (k % 4)));
-                            blk[hi + 4 * j + e] |= uint8_t(((c >> 2) & 1) << k);
+                            if (t == TensorType::Q3_K) blk[hi + 4 * j + e] |= uint8_t(((c >> 2) & 1) << k);
                             continue;
                         }
                         if (!packed_has_nibbles(t)) {
@@ -236,6 +251,9 @@ void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t 
             if (packed_has_min(type)) {
                 const float xs = d[b] * float(sum);
                 std::memcpy(&v[0], &xs, 4);
+            } else if (packed_has_half_mins(type)) {
+                v[0] = uint32_t(half[0]);
+                v[1] = uint32_t(half[1]);
             } else if (packed_has_half_scales(type)) {
                 v[0] = uint32_t(-packed_code_offset(type) * half[0]);
                 v[1] = uint32_t(-packed_code_offset(type) * half[1]);
@@ -251,8 +269,9 @@ void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t 
 inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e) {
     const size_t off = packed_codes_offset(type);
     if (packed_has_crumbs(type)) {
-        return ((blk[off + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3) |
-               (((blk[packed_high_offset(type) + 4 * j + e] >> k) & 1) << 2);
+        const int c = (blk[off + 64 * (k / 4) + 4 * j + e] >> (2 * (k % 4))) & 3;
+        if (type == TensorType::Q2_K) return c;
+        return c | (((blk[packed_high_offset(type) + 4 * j + e] >> k) & 1) << 2);
     }
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
@@ -293,6 +312,10 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
                         D = float(blk[j]) * fp16_to_fp32(u16_at(hdr + 2 * j));
                         M = float(blk[16 + j]) * fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
+                    } else if (packed_has_half_mins(type)) {  // Q2_K: nibble scales and mins
+                        D = fp16_to_fp32(u16_at(hdr + 2 * j));
+                        M = fp16_to_fp32(u16_at(hdr + 32 + 2 * j));
+                        dot = int32_t(blk[j] & 15) * half[0] + int32_t(blk[j] >> 4) * half[1];
                     } else if (packed_has_half_scales(type)) {
                         D = fp16_to_fp32(u16_at(hdr + 2 * j));
                         dot = int32_t(int8_t(blk[j])) * half[0] +
@@ -303,6 +326,13 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                     }
                     y[j] = fma_float(D * xd[b], float(dot), y[j]);
                     if (packed_has_min(type)) y[j] = fma_float(M, xs[2 * b], y[j]);
+                    if (packed_has_half_mins(type)) {
+                        int32_t sums[2];
+                        std::memcpy(sums, xs + 2 * b, 8);
+                        const int32_t im = int32_t(blk[16 + j] & 15) * sums[0] +
+                                           int32_t(blk[16 + j] >> 4) * sums[1];
+                        y[j] = fma_float(M * xd[b], float(im), y[j]);
+                    }
                 }
             }
             std::memcpy(job.y + t * job.ldy + g0, y, size_t(nr) * sizeof(float));

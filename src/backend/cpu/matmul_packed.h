@@ -1,11 +1,11 @@
-// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K: the layout the CPU
+// Packed weights for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K: the layout the CPU
 // kernels read for these types, made once when the backend loads the weights
 // (CpuBackend::load_weights), and the arithmetic that every kernel family (portable, AVX2, AVX-512
 // VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
 // A group stores its 32-element blocks in order, each as one "group block". The k-quants
-// (Q3_K, Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
+// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
 // header with the rows' super-block scales, followed by its 8 group blocks:
 //   Q4_0   d[16] f16 | codes (4 x 64, nibbles)                                     288 bytes
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
@@ -21,9 +21,12 @@
 //   Q3_K   header d[16] f16 (32, per super-block); block:
 //          sc[16] i8 (elements 0-15) | sc[16] i8 (16-31) | low bits (2 x 64)
 //          | high bits (64)                                                        224
+//   Q2_K   header d[16] f16, dminneg[16] f16 (64, per super-block); block:
+//          sc[16] u8 | m[16] u8 | low bits (2 x 64)                                160
 // (dminneg is the GGUF dmin with its sign flipped, exactly; sc / m of Q4_K and Q5_K are the 6-bit
 // scale and min of the block's sub-block, of Q6_K the int8 scales of its two halves, of Q3_K its
-// two halves' 6-bit scales minus 32.) A code vector
+// two halves' 6-bit scales minus 32, of Q2_K the 4-bit scales (sc) and mins (m) of its two halves,
+// elements 0-15 in the low nibble and 16-31 in the high one.) A code vector
 // of 64 bytes holds four consecutive elements of each of the 16 rows: row j at bytes
 // 4j .. 4j + 3. Nibble vector k (k < 4) holds elements 4k .. 4k + 3 in its low nibbles and
 // 16 + 4k .. 16 + 4k + 3 in its high nibbles, so "code vector k" for k = 0..7 always means
@@ -36,11 +39,12 @@
 //                      as bits 4-5                                       0..63
 //   Q3_K               bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of low vector k / 4
 //                      | bit k of high byte 4j + e, as bit 2             0..7
+//   Q2_K               bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of low vector k / 4   0..3
 // Group g's block b is at g * group_bytes + (b / U) * (H + U * gbb) + H + (b % U) * gbb
 // (U = 8 blocks per super-block and H its header size for the k-quants, U = 1 and H = 0
 // otherwise; group_bytes = nb / U * (H + U * gbb)). Packed and GGUF sizes are equal for all but
 // Q4_K, Q5_K and Q3_K (2,368 vs 2,304, 2,880 vs 2,816 and 1,824 vs 1,760 bytes per group
-// super-block: the unpacked 6-bit scales), up to the padding of the last group.
+// super-block: the unpacked 6-bit scales), up to the padding of the last group (Q2_K: 1,344).
 //
 // One 64-byte code vector is a 16 x 4 tile (16 rows, 4 consecutive elements): one AVX-512
 // vpdpbusd multiplies it by 4 broadcast activation codes and adds 16 four-element dot products
@@ -53,15 +57,18 @@
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0 u - 128, Q5_0 u - 16,
-//                                            Q4_K, Q5_K u; Q6_K, Q3_K: I = sc_lo * J_lo +
-//                                            sc_hi * J_hi, J the sums of (u_k - o) x_k
-//                                            (o = 32, 4) over the halves k < 16 and k >= 16;
-//                                            |I| < 2^24
+//                                            Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo *
+//                                            J_lo + sc_hi * J_hi, J the sums of (u_k - o) x_k
+//                                            (o = 32, 4, 0) over the halves k < 16 and
+//                                            k >= 16; |I| < 2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
 //                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
 //   y   = fma(M, xs, y)                      Q4_1, Q5_1 (M = m_w), Q4_K, Q5_K (M = float(m) *
 //                                            dminneg, exact) only; xs = d_x *
 //                                            float(sum_k x_k), rounded
+//   y   = fma(dminneg * d_x, float(Im), y)   Q2_K only: Im = m_lo * S_lo + m_hi * S_hi, S the
+//                                            sums of x_k over the halves (exact, |Im| < 2^17);
+//                                            dminneg * d_x rounded once
 // and Y[t][r] = y. The integer sums are exact however a kernel groups them, so kernels are free
 // in how they split them; the float steps are the same everywhere. Results depend only on row
 // r and token t: not on the batch, the thread count or the kernel family.
@@ -85,6 +92,7 @@ constexpr bool is_packed_type(TensorType type) {
         case TensorType::Q8_0:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
@@ -114,6 +122,8 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
             return 416;
         case TensorType::Q3_K:
             return 224;
+        case TensorType::Q2_K:
+            return 160;
         default:
             return 544;
     }
@@ -125,7 +135,7 @@ constexpr int packed_unit_blocks(TensorType type) {
     return tensor_type_is_k_quant(type) ? 8 : 1;
 }
 constexpr size_t packed_header_bytes(TensorType type) {
-    return type == TensorType::Q4_K || type == TensorType::Q5_K ? 64
+    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q2_K ? 64
            : type == TensorType::Q6_K || type == TensorType::Q3_K ? 32
                                                                   : 0;
 }
@@ -164,18 +174,23 @@ constexpr bool packed_has_high_bit(TensorType type) {
 constexpr bool packed_has_f16_min(TensorType type) {
     return type == TensorType::Q4_1 || type == TensorType::Q5_1;
 }
-// Whether the codes are nibble vectors (all but Q8_0 and Q3_K).
+// Whether the codes are nibble vectors (all but Q8_0, Q3_K and Q2_K).
 constexpr bool packed_has_nibbles(TensorType type) {
-    return type != TensorType::Q8_0 && type != TensorType::Q3_K;
+    return type != TensorType::Q8_0 && type != TensorType::Q3_K && type != TensorType::Q2_K;
 }
-// Whether the codes are 2-bit vectors plus one high bit (Q3_K).
+// Whether the codes are 2-bit vectors (Q3_K, which adds one high bit, and Q2_K).
 constexpr bool packed_has_crumbs(TensorType type) {
-    return type == TensorType::Q3_K;
+    return type == TensorType::Q3_K || type == TensorType::Q2_K;
 }
-// Whether every block carries two int8 scales per row, one per 16-element half, that multiply
-// the halves' exact sums (Q6_K, Q3_K).
+// Whether every block carries two scales per row, one per 16-element half, that multiply the
+// halves' exact sums (Q6_K, Q3_K: int8 bytes; Q2_K: the two nibbles of one byte).
 constexpr bool packed_has_half_scales(TensorType type) {
-    return type == TensorType::Q6_K || type == TensorType::Q3_K;
+    return type == TensorType::Q6_K || type == TensorType::Q3_K || type == TensorType::Q2_K;
+}
+// Whether every block carries two 4-bit mins per row, one per half, for the min step of Q2_K
+// (y = fma(dminneg * d_x, float(Im), y)); the activation record then holds the halves' sums.
+constexpr bool packed_has_half_mins(TensorType type) {
+    return type == TensorType::Q2_K;
 }
 // The offset o that turns the unsigned code into the signed weight code (w = u - o).
 constexpr int packed_code_offset(TensorType type) {
@@ -194,7 +209,7 @@ constexpr int packed_code_offset(TensorType type) {
             return 0;
     }
 }
-// Whether the type has the min step (y = fma(M, xs, y)).
+// Whether the type has the min step y = fma(M, xs, y) (Q2_K's is packed_has_half_mins).
 constexpr bool packed_has_min(TensorType type) {
     return type == TensorType::Q4_1 || type == TensorType::Q5_1 || type == TensorType::Q4_K ||
            type == TensorType::Q5_K;
@@ -236,8 +251,9 @@ struct MatmulJob;
 // (matmul.h: act_s), two 4-byte values per block b at s[2b], s[2b + 1]: with S_b the sum of
 // the block's codes, Q4_0 / Q8_0 / Q5_0 the int32 -o * S_b (o = packed_code_offset: the SIMD
 // kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K / Q5_K the float
-// xs_b = d_b * float(S_b) and 0; Q6_K the int32 -32 * (sum of codes 0-15) and
-// -32 * (sum of codes 16-31).
+// xs_b = d_b * float(S_b) and 0; Q6_K / Q3_K the int32 -o * (sum of codes 0-15) and
+// -o * (sum of codes 16-31); Q2_K the int32 sums of codes 0-15 and 16-31 (its codes need no
+// offset; the sums feed the min step).
 void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
                       int64_t nb);
 

@@ -3,11 +3,13 @@
 //
 // A YMM register holds one value per row of half a row group (rows 0-7 or 8-15). The exact
 // block dot products come from vpmaddubsw (unsigned x signed bytes, pairs summed to int16):
-//   nibble types and Q3_K: codes 0..15 (Q4), 0..31 (Q5), 0..63 (Q6_K), 0..7 (Q3_K) times codes
-//       -127..127: a pair is at most 2 * 15 * 127 = 3810, 7874, 16002 or 1778 in size, so the
-//       int16 sums of 8, 4, 2 or 4 steps neither saturate nor wrap; one vpmaddwd by 1 widens
-//       them. The sums start from the activation record's -o * S (matmul_packed.h), Q6_K's and
-//       Q3_K's per 16-element half, each half then multiplied by its scales (vpmulld).
+//   nibble types, Q3_K and Q2_K: codes 0..15 (Q4), 0..31 (Q5), 0..63 (Q6_K), 0..7 (Q3_K), 0..3
+//       (Q2_K) times codes -127..127: a pair is at most 2 * 15 * 127 = 3810, 7874, 16002, 1778
+//       or 762 in size, so the int16 sums of 8, 4, 2, 4 or 4 steps neither saturate nor wrap;
+//       one vpmaddwd by 1 widens them. The sums start from the activation record's -o * S
+//       (matmul_packed.h; 0 for the types with a min), per 16-element half for the types with
+//       half scales, each half then multiplied by its scales (vpmulld); Q2_K's min sum
+//       m_lo * S_lo + m_hi * S_hi takes two more.
 //   Q8_0: |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per step.
 //       Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
 // Then the float steps of matmul_packed.h, as the other families.
@@ -52,13 +54,14 @@ inline __m256i load256(const uint8_t *p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
-// Half h of code vector K of a nibble type or Q3_K as unsigned bytes (matmul_packed.h).
+// Half h of code vector K of a nibble type, Q3_K or Q2_K as unsigned bytes (matmul_packed.h).
 template <TensorType kType, int K>
 inline __m256i codes(const uint8_t *blk, int h) {
     if constexpr (packed_has_crumbs(kType)) {
         const __m256i lo = _mm256_and_si256(
             shift16<-2 * (K & 3)>(load256(blk + kCodes<kType> + 64 * (K / 4) + 32 * h)),
             _mm256_set1_epi8(0x03));
+        if constexpr (kType == TensorType::Q2_K) return lo;
         const __m256i hb = shift16<2 - K>(load256(blk + kHigh<kType> + 32 * h));
         return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x04)));
     } else {
@@ -84,6 +87,13 @@ inline __m256 u8x8(const uint8_t *p) {
 }
 inline __m256i i8x8(const uint8_t *p) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+}
+// 8 bytes of two nibbles each (Q2_K's scales or mins) -> the low nibbles (half 0) and the high
+// nibbles (half 1) as int32.
+inline void nibbles8(const uint8_t *p, __m256i *lo, __m256i *hi) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+    *lo = _mm256_and_si256(v, _mm256_set1_epi32(15));
+    *hi = _mm256_srli_epi32(v, 4);
 }
 
 inline __m256i bcast4(const int8_t *p) {
@@ -144,8 +154,8 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 for (int t = 0; t < T; ++t) {
                     const uint8_t *a = act + size_t(t) * act_stride;
                     for (int c = 0; c < 2; ++c) {
-                        const bool start =
-                            !packed_has_min(kType) && (c == 0 || packed_has_half_scales(kType));
+                        const bool start = !packed_has_min(kType) && !packed_has_half_mins(kType) &&
+                                           (c == 0 || packed_has_half_scales(kType));
                         chain[c][h][t] =
                             start ? _mm256_set1_epi32(
                                         int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(c))))
@@ -178,7 +188,12 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
-                    if constexpr (packed_has_half_scales(kType)) {
+                    if constexpr (packed_has_half_mins(kType)) {
+                        __m256i lo, hi;
+                        nibbles8(blk + 8 * h, &lo, &hi);
+                        dot[h][t] = _mm256_add_epi32(_mm256_mullo_epi32(chain[0][h][t], lo),
+                                                     _mm256_mullo_epi32(chain[1][h][t], hi));
+                    } else if constexpr (packed_has_half_scales(kType)) {
                         dot[h][t] = _mm256_add_epi32(
                             _mm256_mullo_epi32(chain[0][h][t], i8x8(blk + 8 * h)),
                             _mm256_mullo_epi32(chain[1][h][t], i8x8(blk + 16 + 8 * h)));
@@ -195,6 +210,9 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
             if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
                 D = _mm256_mul_ps(u8x8(blk + 8 * h), half_f16(hdr + 16 * h));
                 M = _mm256_mul_ps(u8x8(blk + 16 + 8 * h), half_f16(hdr + 32 + 16 * h));
+            } else if constexpr (packed_has_half_mins(kType)) {
+                D = half_f16(hdr + 16 * h);
+                M = half_f16(hdr + 32 + 16 * h);  // dminneg
             } else if constexpr (packed_has_half_scales(kType)) {
                 D = half_f16(hdr + 16 * h);
             } else {
@@ -210,6 +228,16 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 if constexpr (packed_has_min(kType)) {
                     const float *xs = reinterpret_cast<const float *>(a + s_off);
                     acc[h][t] = _mm256_fmadd_ps(M, _mm256_set1_ps(xs[2 * b]), acc[h][t]);
+                }
+                if constexpr (packed_has_half_mins(kType)) {
+                    __m256i ml, mh;
+                    nibbles8(blk + 16 + 8 * h, &ml, &mh);
+                    const uint8_t *sums = a + s_off + 8 * size_t(b);
+                    const __m256i im = _mm256_add_epi32(
+                        _mm256_mullo_epi32(ml, _mm256_set1_epi32(int(load_u32(sums)))),
+                        _mm256_mullo_epi32(mh, _mm256_set1_epi32(int(load_u32(sums + 4)))));
+                    acc[h][t] = _mm256_fmadd_ps(_mm256_mul_ps(M, _mm256_set1_ps(dx[b])),
+                                                _mm256_cvtepi32_ps(im), acc[h][t]);
                 }
             }
         }
@@ -258,6 +286,8 @@ void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::Q2_K:
+            return rows<TensorType::Q2_K>(job, r0, r1);
         case TensorType::Q3_K:
             return rows<TensorType::Q3_K>(job, r0, r1);
         case TensorType::Q4_K:

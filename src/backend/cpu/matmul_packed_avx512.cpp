@@ -1,13 +1,14 @@
-// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K,
-// Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
+// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
 // after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
 // vpdpbusd (unsigned weight codes x broadcast signed activation codes, starting from the
-// activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K and Q3_K
-// in two chains, one per 16-element half, each multiplied by its scales with vpmulld) give the
-// exact block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the types
-// with a min) apply the float steps of matmul_packed.h. The Q5 types', Q6_K's and Q3_K's high
+// activation record's -o * S that turns the unsigned codes back into signed ones; Q6_K, Q3_K and
+// Q2_K in two chains, one per 16-element half, each multiplied by its scales with vpmulld) give
+// the exact block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the
+// types with a min; Q2_K's min sum m_lo * S_lo + m_hi * S_hi is two more vpmulld) apply the
+// float steps of matmul_packed.h. The Q5 types', Q6_K's and Q3_K's high
 // bits are moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
 // made per block and group (an exact int-to-float product), shared by the tile's tokens.
 // Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
@@ -62,10 +63,11 @@ inline __m512i codes(const uint8_t *blk) {
     if constexpr (kType == TensorType::Q8_0) {
         return _mm512_loadu_si512(blk + kCodes<kType> + 64 * K);  // stored as w + 128
     } else if constexpr (packed_has_crumbs(kType)) {
-        // Q3_K: bits 2(K % 4).. of low vector K / 4, | bit K of the high vector as bit 2
+        // bits 2(K % 4).. of low vector K / 4; Q3_K: | bit K of the high vector as bit 2
         const __m512i lo = _mm512_and_si512(
             shift16<-2 * (K & 3)>(_mm512_loadu_si512(blk + kCodes<kType> + 64 * (K / 4))),
             _mm512_set1_epi8(0x03));
+        if constexpr (kType == TensorType::Q2_K) return lo;
         const __m512i h = shift16<2 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
         return _mm512_ternarylogic_epi32(lo, h, _mm512_set1_epi8(0x04), 0xF8);
     } else {
@@ -90,10 +92,11 @@ inline __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(int(load_u32(reinterpret_cast<const uint8_t *>(p))));
 }
 
-// The activation term the dot product of half h (Q6_K, Q3_K) or of the block starts from.
+// The activation term the dot product of half h (Q6_K, Q3_K) or of the block starts from (0 for
+// the types with a min, whose codes are unsigned weights).
 template <TensorType kType>
 inline __m512i start_value(const uint8_t *a, size_t s_off, int64_t b, int h) {
-    if constexpr (packed_has_min(kType)) {
+    if constexpr (packed_has_min(kType) || packed_has_half_mins(kType)) {
         return _mm512_setzero_si512();
     } else {
         return _mm512_set1_epi32(int(load_u32(a + s_off + 8 * size_t(b) + 4 * size_t(h))));
@@ -110,6 +113,16 @@ inline __m512 u8x16(const uint8_t *p) {
 inline __m512i i8x16(const uint8_t *p) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
+inline __m512i u8x16i(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+// 16 bytes of two nibbles each (Q2_K's scales or mins) -> the low nibbles (half 0) and the
+// high nibbles (half 1) as int32.
+inline void nibbles16(const uint8_t *p, __m512i *lo, __m512i *hi) {
+    const __m512i v = u8x16i(p);
+    *lo = _mm512_and_si512(v, _mm512_set1_epi32(15));
+    *hi = _mm512_srli_epi32(v, 4);
+}
 
 // The block's D and M of 16 rows (matmul_packed.h): blk the group block, hdr its super-block's
 // header.
@@ -118,6 +131,9 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
         *D = _mm512_mul_ps(u8x16(blk), f16x16(hdr));
         *M = _mm512_mul_ps(u8x16(blk + 16), f16x16(hdr + 32));
+    } else if constexpr (packed_has_half_mins(kType)) {
+        *D = f16x16(hdr);
+        *M = f16x16(hdr + 32);  // dminneg
     } else if constexpr (packed_has_half_scales(kType)) {
         *D = f16x16(hdr);
     } else {
@@ -130,12 +146,24 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
 // (chain a covers codes 0-15, b codes 16-31), the other types add them.
 template <TensorType kType>
 inline __m512i combine(const uint8_t *blk, __m512i ia, __m512i ib) {
-    if constexpr (packed_has_half_scales(kType)) {
+    if constexpr (packed_has_half_mins(kType)) {
+        __m512i lo, hi;
+        nibbles16(blk, &lo, &hi);
+        return _mm512_add_epi32(_mm512_mullo_epi32(ia, lo), _mm512_mullo_epi32(ib, hi));
+    } else if constexpr (packed_has_half_scales(kType)) {
         return _mm512_add_epi32(_mm512_mullo_epi32(ia, i8x16(blk)),
                                 _mm512_mullo_epi32(ib, i8x16(blk + 16)));
     } else {
         return _mm512_add_epi32(ia, ib);
     }
+}
+
+// Q2_K's min sum Im = m_lo * S_lo + m_hi * S_hi of 16 rows (ml, mh: the rows' mins) for the
+// activation record a's block b (its s holds the halves' sums).
+inline __m512i half_min_sum(__m512i ml, __m512i mh, const uint8_t *a, size_t s_off, int64_t b) {
+    const uint8_t *s = a + s_off + 8 * size_t(b);
+    return _mm512_add_epi32(_mm512_mullo_epi32(ml, _mm512_set1_epi32(int(load_u32(s)))),
+                            _mm512_mullo_epi32(mh, _mm512_set1_epi32(int(load_u32(s + 4)))));
 }
 
 // One row group x T tokens (prefill). gw: the group's start. Stores nrows rows per token.
@@ -172,6 +200,8 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
         });
         __m512 D, M;
         scales<kType>(blk, gw + packed_header_offset(kType, b), &D, &M);
+        __m512i ml, mh;
+        if constexpr (packed_has_half_mins(kType)) nibbles16(blk + 16, &ml, &mh);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             const float *dx = reinterpret_cast<const float *>(tok[t] + d_off);
@@ -181,6 +211,11 @@ void ptile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride,
             if constexpr (packed_has_min(kType)) {
                 const float *xs = reinterpret_cast<const float *>(tok[t] + s_off);
                 acc[t] = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc[t]);
+            }
+            if constexpr (packed_has_half_mins(kType)) {
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(M, _mm512_set1_ps(dx[b])),
+                                         _mm512_cvtepi32_ps(half_min_sum(ml, mh, tok[t], s_off, b)),
+                                         acc[t]);
             }
         }
     }
@@ -205,7 +240,7 @@ void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
         if (pf + kStep <= pf_end) prefetch_step<kStep>(pf);
         pf += kStep;
         const uint8_t *blk = gw + packed_block_offset(kType, b);
-        // Two chains: codes 0-15 and 16-31 (Q6_K's and Q3_K's halves; for the others any split
+        // Two chains: codes 0-15 and 16-31 (the halves of the types with half scales; for the others any split
         // is exact).
         __m512i ia = start_value<kType>(a, s_off, b, 0);
         __m512i ib = start_value<kType>(a, s_off, b, 1);
@@ -223,6 +258,12 @@ void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
                               _mm512_cvtepi32_ps(combine<kType>(blk, ia, ib)), acc);
         if constexpr (packed_has_min(kType))
             acc = _mm512_fmadd_ps(M, _mm512_set1_ps(xs[2 * b]), acc);
+        if constexpr (packed_has_half_mins(kType)) {
+            __m512i ml, mh;
+            nibbles16(blk + 16, &ml, &mh);
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(M, _mm512_set1_ps(dx[b])),
+                                  _mm512_cvtepi32_ps(half_min_sum(ml, mh, a, s_off, b)), acc);
+        }
     }
     _mm512_mask_storeu_ps(y, __mmask16((1u << nrows) - 1u), acc);
 }
@@ -278,6 +319,8 @@ void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::Q2_K:
+            return rows<TensorType::Q2_K>(job, r0, r1);
         case TensorType::Q3_K:
             return rows<TensorType::Q3_K>(job, r0, r1);
         case TensorType::Q4_K:
