@@ -187,7 +187,7 @@ namespace {
 // Snapshots record the CPU kernels' revision for the model's weight types: a model without
 // the types revision 3 changed (Q5_0, Q4_K, Q5_K, Q6_K) keeps revision 2, whose snapshots
 // still load; one with any of them says revision 3, one with Q3_K (packed in revision 4) says 4
-// and one with Q2_K (packed in revision 5) says 5.
+// and one with Q2_K or IQ4_NL (packed in revision 5) says 5.
 TEST(BackendSeam, KernelIdCarriesTheRevisionOfTheLoadedWeightTypes) {
     TinyQ8Model s;
     ThreadPool pool(1);
@@ -195,11 +195,13 @@ TEST(BackendSeam, KernelIdCarriesTheRevisionOfTheLoadedWeightTypes) {
     CpuBackend backend(cache, pool);
     const std::string family = cpu::matmul_kernel_name();
     EXPECT_EQ(backend.kernel_id(), family + "-r2");
-    std::vector<uint8_t> q41(20 * 32, 0), q4k(144 * 2, 0), q3k(110 * 2, 0), q2k(84 * 2, 0);
+    std::vector<uint8_t> q41(20 * 32, 0), q4k(144 * 2, 0), q3k(110 * 2, 0), q2k(84 * 2, 0),
+        iq4(18 * 8 * 2, 0);
     const WeightMatrix a{TensorType::Q4_1, q41.data(), 2, 320, 200};
     const WeightMatrix b{TensorType::Q4_K, q4k.data(), 2, 256, 144};
     const WeightMatrix c{TensorType::Q3_K, q3k.data(), 2, 256, 110};
     const WeightMatrix d{TensorType::Q2_K, q2k.data(), 2, 256, 84};
+    const WeightMatrix e{TensorType::IQ4_NL, iq4.data(), 2, 256, 144};
     WeightSet set;
     set.matrices = {&a};
     backend.load_weights(set);
@@ -211,6 +213,9 @@ TEST(BackendSeam, KernelIdCarriesTheRevisionOfTheLoadedWeightTypes) {
     backend.load_weights(set);
     EXPECT_EQ(backend.kernel_id(), family + "-r4");
     set.matrices = {&b, &d, &c};
+    backend.load_weights(set);
+    EXPECT_EQ(backend.kernel_id(), family + "-r5");
+    set.matrices = {&a, &e};
     backend.load_weights(set);
     EXPECT_EQ(backend.kernel_id(), family + "-r5");
 }

@@ -1,5 +1,6 @@
-// Unit tests of the AVX-512 VNNI matmul kernels (src/backend/cpu/matmul_avx512.cpp): every
-// output must be bitwise the AVX2 kernel's, for every weight type, tile remainder, token count,
+// Unit tests of the AVX-512 VNNI matmul kernels (src/backend/cpu/matmul_packed_avx512.cpp; the
+// float types run on the AVX2 kernels under this family too): every output must be bitwise the
+// AVX2 kernel's, for every weight type, tile remainder, token count,
 // thread count, and for the integer edge cases (extreme codes, activation code -128).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights
 // (src/backend/cpu/matmul_packed.*): the arithmetic of matmul_packed.h computed here straight from
 // the GGUF blocks (no packing) must equal every kernel family's output bit for bit, for decode and
 // prefill shapes, row counts that are not a multiple of 16, row ranges, thread counts, and with the
@@ -147,6 +147,7 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
                 const uint8_t byte = blk[(t == TensorType::Q4_1 ? 4 : 2) + k % 16];
                 sb.w[k] = k < 16 ? byte & 15 : byte >> 4;
                 if (t == TensorType::Q4_0) sb.w[k] -= 8;
+                if (t == TensorType::IQ4_NL) sb.w[k] = kIq4nlValues[sb.w[k]];
             }
         }
     }
@@ -299,7 +300,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     // The high-bit vectors, after the 4 nibble vectors (Q3_K: after its 2 low-bit vectors).
     const size_t high = codes + (type == TensorType::Q3_K ? 128 : 256);
     const int o = type == TensorType::Q4_0   ? 8
-                  : type == TensorType::Q8_0 ? 128
+                  : type == TensorType::Q8_0 || type == TensorType::IQ4_NL ? 128
                   : type == TensorType::Q5_0 ? 16
                   : type == TensorType::Q6_K ? 32
                   : type == TensorType::Q3_K ? 4
@@ -334,6 +335,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                     ASSERT_EQ(u, 0) << "padding row " << r;
                     continue;
                 }
+                if (type == TensorType::IQ4_NL) u = kIq4nlValues[u] + 128;  // the stored index's level
                 const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
                 ASSERT_EQ(u - o, sb.w[i]) << "row " << r << " block " << b << " element " << i;
             }
@@ -366,14 +368,14 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
-                                           TensorType::Q3_K,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                                           TensorType::Q2_K, TensorType::Q3_K,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);
-    WeightMatrix w{TensorType::IQ4_NL, data.data(), 1, 256, 144};  // a lane format
+    WeightMatrix w{TensorType::F16, data.data(), 1, 256, 512};  // a float type
     EXPECT_THROW(PackedWeights{w}, Error);
     WeightMatrix k{TensorType::Q4_K, data.data(), 1, 160, 144};  // not whole super-blocks
     EXPECT_THROW(PackedWeights{k}, Error);

@@ -143,37 +143,6 @@ inline float load_f16(const uint8_t *p) {
     return f16_to_f32_fast(load_u16(p));
 }
 
-bool is_quantized(TensorType t) { return is_packed_type(t) || is_lane_format(t); }
-
-// ---- lane format (matmul.h): exact integer lane parts, then the documented float steps ------
-
-// Dot products of one weight row with one X row. They are deliberately not inlined: every
-// output element is computed by this one copy of the code, so the result cannot depend on
-// how a caller's loops were unrolled or contracted. IQ4_NL only (is_lane_format).
-__attribute__((noinline)) float dot_lanes(TensorType t, const uint8_t *w, const uint8_t *act,
-                                          int64_t nb) {
-    const int8_t *xq = act_qs(act);
-    const float *xd = act_d(act, nb);
-    const size_t block_bytes = tensor_type_block_bytes(t);
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *blk = w + size_t(b) * block_bytes;
-        int16_t u[32];
-        for (int i = 0; i < 16; ++i) {
-            u[i] = kIq4nlValues[blk[2 + i] & 15];
-            u[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
-        }
-        const int8_t *x = xq + b * kQBlock;
-        const float sa = load_f16(blk) * xd[b];
-        for (int i = 0; i < 8; ++i) {
-            int32_t p = 0;
-            for (int k = 4 * i; k < 4 * i + 4; ++k) p += int32_t(u[k]) * x[k];
-            lane[i] = fma_float(sa, float(p), lane[i]);
-        }
-    }
-    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-}
-
 template <TensorType kType>
 inline float load_weight(const uint8_t *w, int64_t i) {
     if constexpr (kType == TensorType::F32) {
@@ -223,8 +192,6 @@ void rows_loop(const MatmulJob &job, int64_t r0, int64_t r1, Dot &&dot) {
 }  // namespace
 
 void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
-    const int64_t nb = job.cols / kQBlock;
-    auto act = [&](int64_t t) { return job.act + size_t(t) * job.act_stride; };
     auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
     switch (job.type) {
         case TensorType::Q8_0:
@@ -232,6 +199,7 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::IQ4_NL:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
@@ -255,10 +223,7 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
             });
             return;
         default:
-            rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
-                return dot_lanes(job.type, w, act(t), nb);
-            });
-            return;
+            return;  // Q8_K: not a weight type (tensor_type_supported)
     }
 }
 
@@ -304,7 +269,6 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
 
 namespace {
 
-using detail::is_quantized;
 
 using RowsFn = void (*)(const MatmulJob &, int64_t, int64_t);
 using QuantFn = void (*)(const float *, int64_t, bool, uint8_t *);
@@ -366,10 +330,9 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     QuantFn quant_fn = detail::quantize_act_row_portable;
 #if defined(LLMKV_MATMUL_HAVE_AVX2)
     if (family != MatmulKernel::kPortable) {
-        // Both SIMD families quantize activations with the AVX2 routine (same codes, and the
-        // same 8-lane sums that the AVX-512 kernels' exactness relies on).
-        rows_fn = family == MatmulKernel::kAvx512 ? detail::matmul_rows_avx512
-                                                  : detail::matmul_rows_avx2;
+        // Both SIMD families quantize activations with the AVX2 routine (the same codes as
+        // the portable one) and run the float types on the AVX2 kernels.
+        rows_fn = detail::matmul_rows_avx2;
         quant_fn = detail::quantize_act_row_avx2;
     }
 #else
@@ -415,9 +378,9 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     job.ldy = ldy;
 
     const unsigned nt = pool.size();
-    if (is_quantized(w.type)) {
+    if (packed) {
         const int64_t nb = w.cols / kQBlock;
-        const bool sums = w.type == TensorType::Q4_1 && !packed;
+        const bool sums = false;  // the packed kernels take their sums from packed_act_terms
         job.act_stride = detail::act_row_bytes(nb);
         uint8_t *act = scratch.reserve(job.act_stride * size_t(n_tokens));
         job.act = act;
@@ -442,12 +405,7 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
                 quant_fn(x + i * ldx, nb, sums, act + size_t(i) * job.act_stride);
             }
         }
-        if (packed) detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);
-#if defined(LLMKV_MATMUL_HAVE_AVX2)
-        if (family == MatmulKernel::kAvx512 && detail::is_lane_format(w.type) && !packed) {
-            detail::lane_act_sums_avx512(w.type, act, job.act_stride, n_tokens, nb);
-        }
-#endif
+        detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);
     }
 
     const size_t work = size_t(w.rows) * w.row_bytes * size_t(n_tokens);

@@ -70,7 +70,7 @@ const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
 // packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q5_1 / Q4_K
-// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K packed. A model's revision is the highest of its
+// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K and IQ4_NL packed. A model's revision is the highest of its
 // matrices' (matmul_revision), so a model without the later types keeps "-r2" or "-r3": its
 // results did not change. KV written by an
 // earlier revision is not bitwise what this build computes, so its snapshots are refused unless
@@ -80,6 +80,7 @@ std::string matmul_kernel_id(int revision);
 constexpr int matmul_revision(TensorType type) {
     switch (type) {
         case TensorType::Q2_K:
+        case TensorType::IQ4_NL:
             return 5;
         case TensorType::Q3_K:
             return 4;
@@ -116,8 +117,6 @@ inline constexpr int64_t kQBlock = 32;
 //   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
 //                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
 //   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
-//   int32 s[nb * 8]     AVX-512 kernels, lane format IQ4_NL (lane_act_sums_avx512): with
-//                       S = sum(qs[b * 32 + 4i .. 4i + 3]), -128 * S in s[b * 8 + i]
 //   int32/float s[nb]   packed types (packed_act_terms, matmul_packed.h)
 // s is only filled for those. Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
@@ -134,24 +133,8 @@ inline const float *act_s(const uint8_t *row, int64_t nb) {
     return act_d(row, nb) + nb;
 }
 
-// ---- lane format: IQ4_NL ----------------------------------------------------------------------
-//
-// (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 and the k-quants Q2_K..Q6_K are read from packed weights:
-// matmul_packed.h.)
-// Every kernel family computes an output element of IQ4_NL by the same steps, so that portable,
-// AVX2 and AVX-512 agree bitwise. An output element has eight f32 lanes L_0..L_7, all 0 at first.
-// For each 32-element block b of the row, in order, lane i covers elements 4i..4i+3 of the block
-// and receives
-//   I_i = sum_k u_k x_k                               exact int32
-//   L_i = fma(d * d_x, float(I_i), L_i)                d * d_x rounded once
-// with x_k the activation codes, d_x the activation scale of block b, u = kIq4nlValues[code]
-// (signed) and d the block's scale. Finally Y = ((L_0 + L_4) + (L_2 + L_6)) + ((L_1 + L_5) +
-// (L_3 + L_7)). The integer parts are exact for every code and activation code (-128 included),
-// however the SIMD kernels group the products. The LaneFormats.OutputBitsArePinned test holds
-// the output bits of every type fixed.
-constexpr bool is_lane_format(TensorType t) {
-    return t == TensorType::IQ4_NL;
-}
+// (Every quantized weight type is read from packed weights: matmul_packed.h, which defines the
+// arithmetic all kernel families compute bit for bit.)
 
 // Everything a row-range kernel needs for one call.
 struct MatmulJob {
@@ -179,16 +162,6 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1);
 void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
-
-// Defined in matmul_avx512.cpp; only called when cpu_has_avx512_vnni() (and activations
-// quantized by quantize_act_row_avx2, their s filled by lane_act_sums_avx512 for the lane
-// formats). Lane formats on the AVX-512 kernels, Q8_0 / Q4_0 / Q4_1 forwarded to
-// packed_rows_avx512 (job.w packed), float types to matmul_rows_avx2.
-void matmul_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1);
-// Fills s of the n_tokens activation rows (codes from quantize_act_row_avx2) for a lane format
-// `type`, as the layout above says; matmul() calls it before the AVX-512 lane kernels run.
-void lane_act_sums_avx512(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
-                          int64_t nb);
 #endif
 
 }  // namespace detail

@@ -1,7 +1,6 @@
-// AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, integer block dot
-// products (maddubs + madd) for the lane format (IQ4_NL, following
-// the steps matmul.h lists; the packed types are matmul_packed_avx2.cpp's), FMA dot products for
-// F32/F16/BF16, and SIMD dequantization. Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
+// AVX2/FMA/F16C matmul kernels: activation quantization to q8 blocks, FMA dot products for
+// F32/F16/BF16, and SIMD dequantization (the quantized types' kernels are
+// matmul_packed_avx2.cpp's). Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2().
 #include <immintrin.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/matmul_lane_simd.h"
 #include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/simd_util.h"
 
@@ -54,61 +52,6 @@ inline __m256i unpack_nibbles(const uint8_t *q) {
 
 template <TensorType kType>
 inline constexpr size_t kBlockBytes = tensor_type_block_bytes(kType);
-
-// ---- lane format (IQ4_NL) x q8 activations (matmul.h) ------------------------------------------
-
-// R rows x T tokens. Per 32-block the codes are decoded once per row, the activations loaded
-// once per token. Lane i of a register is lane i of matmul.h (elements 4i..4i+3 of the block).
-template <TensorType kType, int R, int T>
-void ltile(const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride, int64_t nb,
-           float *y, int64_t ldy, const uint8_t *pf) {
-    static_assert(kType == TensorType::IQ4_NL);
-    constexpr size_t kUB = tensor_type_block_bytes(kType);
-    const int8_t *xq[T];
-    const float *xd[T];
-    for (int t = 0; t < T; ++t) {
-        const uint8_t *a = act + size_t(t) * act_stride;
-        xq[t] = act_qs(a);
-        xd[t] = act_d(a, nb);
-    }
-    __m256 acc[R][T];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    }
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; ++b) {
-        if (pf) prefetch_step<R * kUB>(pf + size_t(b) * (R * kUB));
-        __m256i xv[T];
-        __m256 dx[T];
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) {
-            xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq[t] + b * 32));
-            dx[t] = _mm256_broadcast_ss(xd[t] + b);
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-            const uint8_t *blk = w + size_t(r) * row_bytes + size_t(b) * kUB;
-            const __m256i wq = lane_nibbles(blk + 2);
-            const __m256 da = _mm256_set1_ps(lane_f16(blk));
-            const __m256i wp = lane_iq4nl_pos(wq), wn = lane_iq4nl_neg(wq);
-#pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) {
-                const __m256i ip =
-                    _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wp, xv[t]), ones16),
-                                     _mm256_madd_epi16(_mm256_maddubs_epi16(wn, xv[t]), ones16));
-                const __m256 sa = _mm256_mul_ps(da, dx[t]);
-                acc[r][t] = _mm256_fmadd_ps(sa, _mm256_cvtepi32_ps(ip), acc[r][t]);
-            }
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]);
-    }
-}
 
 // ---- float weights x f32 activations ------------------------------------------------------------
 
@@ -178,8 +121,6 @@ void ftile(const uint8_t *w, size_t row_bytes, const float *x, int64_t ldx, int6
 
 // ---- tile tables and the row-range driver -------------------------------------------------------
 
-using QTileFn = void (*)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *,
-                         int64_t, const uint8_t *);
 using FTileFn = void (*)(const uint8_t *, size_t, const float *, int64_t, int64_t, float *, int64_t,
                          const uint8_t *);
 
@@ -190,11 +131,6 @@ struct TileTable {
     std::array<Fn, kRBatch * kTBatch> batch;
 };
 
-template <TensorType kType, int... I, int... J>
-constexpr TileTable<QTileFn> make_ltiles(std::integer_sequence<int, I...>,
-                                         std::integer_sequence<int, J...>) {
-    return {{&ltile<kType, I + 1, 1>...}, {&ltile<kType, J / kTBatch + 1, J % kTBatch + 1>...}};
-}
 template <TensorType kType, int... I, int... J>
 constexpr TileTable<FTileFn> make_ftiles(std::integer_sequence<int, I...>,
                                          std::integer_sequence<int, J...>) {
@@ -250,16 +186,6 @@ void drive(const MatmulJob &job, int64_t r0, int64_t r1, const TileTable<Fn> &ti
 }
 
 template <TensorType kType>
-void l_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
-    static constexpr TileTable<QTileFn> kTiles = make_ltiles<kType>(DecodeSeq{}, BatchSeq{});
-    const int64_t nb = job.cols / kQBlock;
-    drive(job, r0, r1, kTiles, [&](QTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
-        fn(job.w + size_t(r) * job.row_bytes, job.row_bytes, job.act + size_t(t) * job.act_stride,
-           job.act_stride, nb, job.y + t * job.ldy + r, job.ldy, pf);
-    });
-}
-
-template <TensorType kType>
 void f_rows(const MatmulJob &job, int64_t r0, int64_t r1) {
     static constexpr TileTable<FTileFn> kTiles = make_ftiles<kType>(DecodeSeq{}, BatchSeq{});
     drive(job, r0, r1, kTiles, [&](FTileFn fn, int64_t r, int64_t t, const uint8_t *pf) {
@@ -283,6 +209,7 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::Q4_1:
         case TensorType::Q5_0:
         case TensorType::Q5_1:
+        case TensorType::IQ4_NL:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
@@ -298,9 +225,6 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return;
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
-            return;
-        case TensorType::IQ4_NL:
-            l_rows<TensorType::IQ4_NL>(job, r0, r1);
             return;
         case TensorType::Q8_K:
             return;  // not a weight type (tensor_type_supported)

@@ -1,4 +1,4 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
 // packing, the per-block activation terms and the portable kernel, which spells out the arithmetic
 // the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
@@ -45,6 +45,7 @@ uint16_t u16_at(const uint8_t *p) {
 void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
     switch (t) {
         case TensorType::Q4_0:
+        case TensorType::IQ4_NL:  // nibbles as Q4_0's: kept as indices into kIq4nlValues
         case TensorType::Q4_1: {
             const size_t hdr = t == TensorType::Q4_1 ? 4 : 2;
             un.d = u16_at(src);
@@ -275,6 +276,7 @@ inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e)
     }
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
+    if (type == TensorType::IQ4_NL) return kIq4nlValues[c] + 128;
     const size_t hi = packed_high_offset(type);
     if (packed_has_high_bit(type)) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
     if (type == TensorType::Q6_K)

@@ -10,8 +10,9 @@
 //       (matmul_packed.h; 0 for the types with a min), per 16-element half for the types with
 //       half scales, each half then multiplied by its scales (vpmulld); Q2_K's min sum
 //       m_lo * S_lo + m_hi * S_hi takes two more.
-//   Q8_0: |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per step.
-//       Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
+//   Q8_0 and IQ4_NL (whose levels reach 241 as unsigned codes): the signed weight code w times
+//       x as |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per
+//       step. Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
 // Then the float steps of matmul_packed.h, as the other families.
 #include <immintrin.h>
 
@@ -52,6 +53,22 @@ inline __m256i shift16(__m256i v) {
 
 inline __m256i load256(const uint8_t *p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+}
+
+// Half h of code vector K of Q8_0 or IQ4_NL as signed weight codes w (int8).
+template <TensorType kType, int K>
+inline __m256i signed_codes(const uint8_t *blk, int h) {
+    if constexpr (kType == TensorType::Q8_0) {  // stored as w + 128
+        return _mm256_xor_si256(load256(blk + kCodes<kType> + 64 * K + 32 * h),
+                                _mm256_set1_epi8(char(0x80)));
+    } else {  // IQ4_NL: the nibble's level (kIq4nlValues)
+        const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
+        const __m256i nib =
+            _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        const __m256i lut = _mm256_broadcastsi128_si256(
+            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+        return _mm256_shuffle_epi8(lut, nib);
+    }
 }
 
 // Half h of code vector K of a nibble type, Q3_K or Q2_K as unsigned bytes (matmul_packed.h).
@@ -120,20 +137,17 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = gw + packed_block_offset(kType, b);
         __m256i dot[2][T];
-        if constexpr (kType == TensorType::Q8_0) {
+        if constexpr (kType == TensorType::Q8_0 || kType == TensorType::IQ4_NL) {
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) dot[h][t] = _mm256_setzero_si256();
             }
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) {
+            static_for<8>([&](auto kc) {
+                constexpr int k = decltype(kc)::value;
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
-                    const __m256i w = _mm256_xor_si256(  // stored as w + 128: back to signed
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + kCodes<kType> +
-                                                                             64 * k + 32 * h)),
-                        _mm256_set1_epi8(char(0x80)));
+                    const __m256i w = signed_codes<kType, k>(blk, h);
                     const __m256i aw = _mm256_abs_epi8(w);
 #pragma GCC unroll 4
                     for (int t = 0; t < T; ++t) {
@@ -143,7 +157,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                         dot[h][t] = _mm256_add_epi32(dot[h][t], _mm256_madd_epi16(p, ones));
                     }
                 }
-            }
+            });
         } else {
             // Chain c covers codes 0-15 (c = 0) and 16-31 (c = 1); each starts from its
             // activation term (Q6_K, Q3_K) or chain 0 from the block's (the others).
@@ -286,6 +300,8 @@ void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::IQ4_NL:
+            return rows<TensorType::IQ4_NL>(job, r0, r1);
         case TensorType::Q2_K:
             return rows<TensorType::Q2_K>(job, r0, r1);
         case TensorType::Q3_K:

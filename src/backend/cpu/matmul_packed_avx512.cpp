@@ -1,5 +1,5 @@
-// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
+// AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
 // after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
@@ -74,7 +74,13 @@ inline __m512i codes(const uint8_t *blk) {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
         const __m512i nib =
             _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
-        if constexpr (packed_has_high_bit(kType)) {
+        if constexpr (kType == TensorType::IQ4_NL) {
+            // kIq4nlValues + 128, one table per 128-bit lane
+            const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
+                1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166),
+                char(181), char(197), char(217), char(241)));
+            return _mm512_shuffle_epi8(lut, nib);
+        } else if constexpr (packed_has_high_bit(kType)) {
             // nib | (h & 0x10): truth table 0xF8 over (nib, h, mask)
             const __m512i h = shift16<4 - K>(_mm512_loadu_si512(blk + kHigh<kType>));
             return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x10), 0xF8);
@@ -319,6 +325,8 @@ void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
             return rows<TensorType::Q5_0>(job, r0, r1);
         case TensorType::Q5_1:
             return rows<TensorType::Q5_1>(job, r0, r1);
+        case TensorType::IQ4_NL:
+            return rows<TensorType::IQ4_NL>(job, r0, r1);
         case TensorType::Q2_K:
             return rows<TensorType::Q2_K>(job, r0, r1);
         case TensorType::Q3_K:
