@@ -163,7 +163,7 @@ std::vector<float> spec(const Matrix &m, const std::vector<float> &x, int64_t n_
     const bool has_min = m.type == TensorType::Q4_1 || m.type == TensorType::Q5_1 ||
                          m.type == TensorType::Q4_K || m.type == TensorType::Q5_K;
     for (int64_t t = 0; t < n_tokens; ++t) {
-        detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, false, act.data());
+        detail::quantize_act_row_portable(&x[size_t(t * m.cols)], nb, act.data());
         const int8_t *q = detail::act_qs(act.data());
         const float *d = detail::act_d(act.data(), nb);
         for (int64_t r = 0; r < m.rows; ++r) {

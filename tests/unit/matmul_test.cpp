@@ -465,16 +465,9 @@ TEST(Matmul, ActivationQuantizationIdenticalAcrossFamilies) {
         x[4] = -1e-30f;
         for (int64_t tok = 0; tok < 3; ++tok) {
             std::vector<uint8_t> a(detail::act_row_bytes(nb)), p(detail::act_row_bytes(nb));
-            detail::quantize_act_row_avx2(&x[size_t(tok * cols)], nb, true, a.data());
-            detail::quantize_act_row_portable(&x[size_t(tok * cols)], nb, true, p.data());
+            detail::quantize_act_row_avx2(&x[size_t(tok * cols)], nb, a.data());
+            detail::quantize_act_row_portable(&x[size_t(tok * cols)], nb, p.data());
             ASSERT_EQ(std::memcmp(a.data(), p.data(), size_t(nb) * 36), 0) << "cols " << cols;
-            // Sums: AVX2 keeps 8 partial sums per block, portable one; totals must agree.
-            for (int64_t b = 0; b < nb; ++b) {
-                double sa = 0;
-                for (int j = 0; j < 8; ++j) sa += detail::act_s(a.data(), nb)[b * 8 + j];
-                const double sp = detail::act_s(p.data(), nb)[b];
-                ASSERT_NEAR(sa, sp, 1e-5 * (std::fabs(sp) + 1e-3)) << "block " << b;
-            }
         }
     }
 #else

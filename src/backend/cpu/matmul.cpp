@@ -227,12 +227,11 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     }
 }
 
-void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8_t *dst) {
+void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
     int8_t *qs = reinterpret_cast<int8_t *>(dst);
     float *d = reinterpret_cast<float *>(dst + nb * kQBlock);
-    float *s = d + nb;
     // The same bits as quantize_act_row_avx2 for every input, NaN, Inf and subnormal scales
-    // included (the lane formats' kernels agree across families only if their codes do): max
+    // included (the kernel families agree bitwise only if their codes do): max
     // in the AVX2 reduction order with maxps' NaN rule, and the conversion's saturation.
     auto maxps = [](float a, float b) { return a > b ? a : b; };
     for (int64_t b = 0; b < nb; ++b) {
@@ -248,7 +247,6 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
         const float amax = maxps(m2_0, m2_1);
         const float db = amax / 127.0f;
         const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t sum = 0;
         for (int i = 0; i < 32; ++i) {
             const float v = std::nearbyint(xb[i] * id);
             // cvtps2dq gives INT32_MIN for NaN and out-of-range values; packs saturate to int8.
@@ -256,10 +254,8 @@ void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8
                 v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
             const int32_t q = std::clamp(q32, -127, 127);
             qs[b * kQBlock + i] = int8_t(q);
-            sum += q;
         }
         d[b] = db;
-        if (with_sums) s[b] = db * float(sum);
     }
 }
 
@@ -271,7 +267,7 @@ namespace {
 
 
 using RowsFn = void (*)(const MatmulJob &, int64_t, int64_t);
-using QuantFn = void (*)(const float *, int64_t, bool, uint8_t *);
+using QuantFn = void (*)(const float *, int64_t, uint8_t *);
 
 constexpr int64_t kRowGrain = 16;  // row chunks are multiples of this
 // Row chunks per thread for the dynamic split. Few, long chunks stream best (measured: 2 beats
@@ -380,7 +376,6 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
     const unsigned nt = pool.size();
     if (packed) {
         const int64_t nb = w.cols / kQBlock;
-        const bool sums = false;  // the packed kernels take their sums from packed_act_terms
         job.act_stride = detail::act_row_bytes(nb);
         uint8_t *act = scratch.reserve(job.act_stride * size_t(n_tokens));
         job.act = act;
@@ -389,20 +384,19 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
                 QuantFn fn;
                 const float *x;
                 int64_t ldx, nb, n;
-                bool sums;
                 uint8_t *act;
                 size_t stride;
-            } qc{quant_fn, x, ldx, nb, n_tokens, sums, act, job.act_stride};
+            } qc{quant_fn, x, ldx, nb, n_tokens, act, job.act_stride};
             pool.run([&qc](unsigned t, unsigned n_threads) {
                 int64_t b, e;
                 split(qc.n, 1, t, n_threads, &b, &e);
                 for (int64_t i = b; i < e; ++i) {
-                    qc.fn(qc.x + i * qc.ldx, qc.nb, qc.sums, qc.act + size_t(i) * qc.stride);
+                    qc.fn(qc.x + i * qc.ldx, qc.nb, qc.act + size_t(i) * qc.stride);
                 }
             });
         } else {
             for (int64_t i = 0; i < n_tokens; ++i) {
-                quant_fn(x + i * ldx, nb, sums, act + size_t(i) * job.act_stride);
+                quant_fn(x + i * ldx, nb, act + size_t(i) * job.act_stride);
             }
         }
         detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);

@@ -106,7 +106,7 @@ enum class MatmulKernel { kAuto, kPortable, kAvx2, kAvx512 };
 // cap does not apply here). Not meant to be changed while other threads are inside matmul().
 bool set_matmul_kernel(MatmulKernel kernel);
 
-// ---- internals shared by matmul.cpp, matmul_avx2.cpp and matmul_avx512.cpp ------------------
+// ---- internals shared by matmul.cpp, matmul_avx2.cpp and the packed kernels ------------------
 namespace detail {
 
 inline constexpr int64_t kQBlock = 32;
@@ -114,13 +114,11 @@ inline constexpr int64_t kQBlock = 32;
 // Quantized activations of one X row with nb blocks, at `base`:
 //   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), clamped to -127..127
 //   float d[nb]         d = max|x| / 127 over the block (f32 division)
-//   float s[nb * 8]     AVX2: s[b * 8 + 2k + 1] = d[b] * sum(qs[b * 32 + 8k .. 8k + 7]),
-//                       s[b * 8 + 2k] = 0 (lanes line up with the [d, m] pairs of Q4_1)
-//   float s[nb]         portable: s[b] = d[b] * sum(qs[b * 32 .. b * 32 + 31])
-//   int32/float s[nb]   packed types (packed_act_terms, matmul_packed.h)
-// s is only filled for those. Rows are act_row_bytes(nb) apart.
+//   int32/float s[2 * nb]  the packed kernels' per-block terms (packed_act_terms,
+//                       matmul_packed.h); the quantizers leave s alone
+// Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
-    size_t bytes = size_t(nb) * (kQBlock + 4 + 8 * 4);
+    size_t bytes = size_t(nb) * (kQBlock + 4 + 8);
     return (bytes + 63) & ~size_t(63);
 }
 inline const int8_t *act_qs(const uint8_t *row) {
@@ -154,13 +152,13 @@ struct MatmulJob {
 
 // Computes Y[t][r] for all tokens and rows r in [r0, r1).
 void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1);
-void quantize_act_row_portable(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
+void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define LLMKV_MATMUL_HAVE_AVX2 1
 // Defined in matmul_avx2.cpp; only called when cpu_has_avx2().
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1);
-void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *dst);
+void quantize_act_row_avx2(const float *x, int64_t nb, uint8_t *dst);
 void dequantize_row_avx2(TensorType type, const void *src, float *dst, int64_t n);
 #endif
 

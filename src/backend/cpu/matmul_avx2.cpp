@@ -232,10 +232,9 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
 }
 
 // Same values as quantize_act_row_portable: d = max|x| / 127, q = nearbyint(x * (1 / d)).
-void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *dst) {
+void quantize_act_row_avx2(const float *x, int64_t nb, uint8_t *dst) {
     int8_t *qs = reinterpret_cast<int8_t *>(dst);
     float *d = reinterpret_cast<float *>(dst + nb * kQBlock);
-    float *s = d + nb;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < nb; ++b) {
@@ -266,14 +265,6 @@ void quantize_act_row_avx2(const float *x, int64_t nb, bool with_sums, uint8_t *
         const __m256i q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, order), _mm256_set1_epi8(-127));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs + b * kQBlock), q);
         d[b] = db;
-        if (with_sums) {
-            // Sums of 4 codes per lane, then lane 2k+1 += lane 2k; even lanes cleared.
-            const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-                                                 _mm256_set1_epi16(1));
-            const __m256i s8 = _mm256_add_epi32(s4, _mm256_slli_epi64(s4, 32));
-            const __m256i odd = _mm256_blend_epi32(_mm256_setzero_si256(), s8, 0xAA);
-            _mm256_storeu_ps(s + b * 8, _mm256_mul_ps(_mm256_cvtepi32_ps(odd), _mm256_set1_ps(db)));
-        }
     }
 }
 
