@@ -1,12 +1,12 @@
-// Packed weights for every quantized weight type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
-// Q4_K, Q5_K and Q6_K): the layout the CPU kernels read for these types, made once when the backend loads the weights
-// (CpuBackend::load_weights), and the arithmetic that every kernel family (portable, AVX2, AVX-512
-// VNNI) computes on it, bit for bit.
+// Packed weights for every quantized weight type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K,
+// Q3_K, Q4_K, Q5_K and Q6_K): the layout the CPU kernels read for these types, made once when
+// the backend loads the weights (CpuBackend::load_weights), and the arithmetic that every kernel
+// family (portable, AVX2, AVX-512 VNNI) computes on it, bit for bit.
 //
 // Layout. Rows are taken 16 at a time ("row group"; the last group is padded with zero rows).
 // A group stores its 32-element blocks in order, each as one "group block". The k-quants
-// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks), a super-block
-// header with the rows' super-block scales, followed by its 8 group blocks:
+// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) first store, for every super-block of 256 elements (8 blocks),
+// a super-block header with the rows' super-block scales, followed by its 8 group blocks:
 //   Q4_0   d[16] f16 | codes (4 x 64, nibbles)                                     288 bytes
 //   IQ4_NL as Q4_0 (the nibbles are indices into kIq4nlValues)                      288
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
@@ -44,23 +44,24 @@
 //   Q2_K               bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of low vector k / 4   0..3
 // Group g's block b is at g * group_bytes + (b / U) * (H + U * gbb) + H + (b % U) * gbb
 // (U = 8 blocks per super-block and H its header size for the k-quants, U = 1 and H = 0
-// otherwise; group_bytes = nb / U * (H + U * gbb)). Packed and GGUF sizes are equal for all but
-// Q4_K, Q5_K and Q3_K (2,368 vs 2,304, 2,880 vs 2,816 and 1,824 vs 1,760 bytes per group
-// super-block: the unpacked 6-bit scales), up to the padding of the last group (Q2_K: 1,344).
+// otherwise; group_bytes = nb / U * (H + U * gbb)). Packed and GGUF sizes are equal (Q2_K: 1,344
+// bytes per group super-block) for all but Q4_K, Q5_K and Q3_K (2,368 vs 2,304, 2,880 vs 2,816
+// and 1,824 vs 1,760 bytes per group super-block: the unpacked 6-bit scales), up to the padding
+// of the last group.
 //
 // One 64-byte code vector is a 16 x 4 tile (16 rows, 4 consecutive elements): one AVX-512
 // vpdpbusd multiplies it by 4 broadcast activation codes and adds 16 four-element dot products
 // to 16 int32 sums; the AVX2 kernels read its two 32-byte halves (rows 0-7, 8-15). A block of a
 // row group is 8 such steps for every token, and the float work (scale, fma) happens once per
-// block per output, instead of once per 4 elements as in the lane formats (matmul.h).
+// block per output, instead of once per 4 elements as in the per-row "lane" kernels these
+// replaced.
 //
 // Arithmetic ("packed block formats"). For output (row r, token t), with activation codes x
 // and scales d_x from the q8 quantizer (matmul.h, codes in -127..127), y starts at +0.0f and
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0, IQ4_NL u - 128,
-//                                            Q5_0 u - 16,
-//                                            Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo *
+//                                            Q5_0 u - 16, Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo *
 //                                            J_lo + sc_hi * J_hi, J the sums of (u_k - o) x_k
 //                                            (o = 32, 4, 0) over the halves k < 16 and
 //                                            k >= 16; |I| < 2^24
