@@ -230,6 +230,7 @@ void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
 void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
     int8_t *qs = reinterpret_cast<int8_t *>(dst);
     float *d = reinterpret_cast<float *>(dst + nb * kQBlock);
+    uint8_t *s = dst + nb * (kQBlock + 4);
     // The same bits as quantize_act_row_avx2 for every input, NaN, Inf and subnormal scales
     // included (the kernel families agree bitwise only if their codes do): max
     // in the AVX2 reduction order with maxps' NaN rule, and the conversion's saturation.
@@ -247,6 +248,7 @@ void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
         const float amax = maxps(m2_0, m2_1);
         const float db = amax / 127.0f;
         const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t half[2] = {0, 0};
         for (int i = 0; i < 32; ++i) {
             const float v = std::nearbyint(xb[i] * id);
             // cvtps2dq gives INT32_MIN for NaN and out-of-range values; packs saturate to int8.
@@ -254,8 +256,10 @@ void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
                 v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
             const int32_t q = std::clamp(q32, -127, 127);
             qs[b * kQBlock + i] = int8_t(q);
+            half[i / 16] += q;
         }
         d[b] = db;
+        std::memcpy(s + 8 * b, half, 8);
     }
 }
 
@@ -382,24 +386,28 @@ void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens
         if (nt > 1 && n_tokens > 1 && n_tokens * w.cols >= kMinParallelQuantElems) {
             struct QuantCtx {
                 QuantFn fn;
+                TensorType type;
                 const float *x;
                 int64_t ldx, nb, n;
                 uint8_t *act;
                 size_t stride;
-            } qc{quant_fn, x, ldx, nb, n_tokens, act, job.act_stride};
+            } qc{quant_fn, w.type, x, ldx, nb, n_tokens, act, job.act_stride};
             pool.run([&qc](unsigned t, unsigned n_threads) {
                 int64_t b, e;
                 split(qc.n, 1, t, n_threads, &b, &e);
                 for (int64_t i = b; i < e; ++i) {
-                    qc.fn(qc.x + i * qc.ldx, qc.nb, qc.act + size_t(i) * qc.stride);
+                    uint8_t *row = qc.act + size_t(i) * qc.stride;
+                    qc.fn(qc.x + i * qc.ldx, qc.nb, row);
+                    detail::packed_act_terms(qc.type, row, qc.nb);
                 }
             });
         } else {
             for (int64_t i = 0; i < n_tokens; ++i) {
-                quant_fn(x + i * ldx, nb, act + size_t(i) * job.act_stride);
+                uint8_t *row = act + size_t(i) * job.act_stride;
+                quant_fn(x + i * ldx, nb, row);
+                detail::packed_act_terms(w.type, row, nb);
             }
         }
-        detail::packed_act_terms(w.type, act, job.act_stride, n_tokens, nb);
     }
 
     const size_t work = size_t(w.rows) * w.row_bytes * size_t(n_tokens);

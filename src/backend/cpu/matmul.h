@@ -114,8 +114,9 @@ inline constexpr int64_t kQBlock = 32;
 // Quantized activations of one X row with nb blocks, at `base`:
 //   int8  qs[nb * 32]   q = nearbyint(x * (1 / d))  (f32 math, ties to even), clamped to -127..127
 //   float d[nb]         d = max|x| / 127 over the block (f32 division)
-//   int32/float s[2 * nb]  the packed kernels' per-block terms (packed_act_terms,
-//                       matmul_packed.h); the quantizers leave s alone
+//   int32 s[2 * nb]     s[2b] = sum(qs[b * 32 .. b * 32 + 15]), s[2b + 1] = sum(qs[b * 32 + 16 ..
+//                       b * 32 + 31]) (exact); packed_act_terms (matmul_packed.h) then turns them
+//                       into the packed kernels' per-block terms in place
 // Rows are act_row_bytes(nb) apart.
 inline size_t act_row_bytes(int64_t nb) {
     size_t bytes = size_t(nb) * (kQBlock + 4 + 8);

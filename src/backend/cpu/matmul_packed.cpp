@@ -237,32 +237,26 @@ PackedWeights::PackedWeights(const WeightMatrix &w, ThreadPool *pool) {
 
 namespace detail {
 
-void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
-                      int64_t nb) {
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        uint8_t *row = act + size_t(t) * act_stride;
-        const int8_t *q = act_qs(row);
-        const float *d = act_d(row, nb);
-        uint8_t *s = row + size_t(nb) * (kQBlock + 4);
-        for (int64_t b = 0; b < nb; ++b) {
-            int32_t half[2] = {0, 0};
-            for (int64_t k = 0; k < kQBlock; ++k) half[k / 16] += q[b * kQBlock + k];
-            const int32_t sum = half[0] + half[1];
-            uint32_t v[2] = {0, 0};
-            if (packed_has_min(type)) {
-                const float xs = d[b] * float(sum);
-                std::memcpy(&v[0], &xs, 4);
-            } else if (packed_has_half_mins(type)) {
-                v[0] = uint32_t(half[0]);
-                v[1] = uint32_t(half[1]);
-            } else if (packed_has_half_scales(type)) {
-                v[0] = uint32_t(-packed_code_offset(type) * half[0]);
-                v[1] = uint32_t(-packed_code_offset(type) * half[1]);
-            } else {
-                v[0] = uint32_t(-packed_code_offset(type) * sum);
-            }
-            std::memcpy(s + 8 * b, v, 8);
+void packed_act_terms(TensorType type, uint8_t *row, int64_t nb) {
+    if (packed_has_half_mins(type)) return;  // Q2_K reads the halves' sums as they are
+    const float *d = act_d(row, nb);
+    uint8_t *s = row + size_t(nb) * (kQBlock + 4);
+    const int32_t o = packed_code_offset(type);
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t half[2];
+        std::memcpy(half, s + 8 * b, 8);  // the quantizer's sums (matmul.h)
+        const int32_t sum = half[0] + half[1];
+        uint32_t v[2] = {0, 0};
+        if (packed_has_min(type)) {
+            const float xs = d[b] * float(sum);
+            std::memcpy(&v[0], &xs, 4);
+        } else if (packed_has_half_scales(type)) {
+            v[0] = uint32_t(-o * half[0]);
+            v[1] = uint32_t(-o * half[1]);
+        } else {
+            v[0] = uint32_t(-o * sum);
         }
+        std::memcpy(s + 8 * b, v, 8);
     }
 }
 

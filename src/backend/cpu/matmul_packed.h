@@ -261,8 +261,9 @@ struct MatmulJob;
 // xs_b = d_b * float(S_b) and 0; Q6_K / Q3_K the int32 -o * (sum of codes 0-15) and
 // -o * (sum of codes 16-31); Q2_K the int32 sums of codes 0-15 and 16-31 (its codes need no
 // offset; the sums feed the min step).
-void packed_act_terms(TensorType type, uint8_t *act, size_t act_stride, int64_t n_tokens,
-                      int64_t nb);
+// `row` is one activation record of nb blocks as the quantizers leave it (s holding each
+// block's two half sums, matmul.h); the terms replace the sums in place.
+void packed_act_terms(TensorType type, uint8_t *row, int64_t nb);
 
 // Y[t][r] for all tokens and rows r in [r0, r1), r0 a multiple of kPackRows; job.w is the
 // packed copy.
