@@ -139,10 +139,6 @@ inline float f16_to_f32_fast(uint16_t h) {
     return f;
 }
 
-inline float load_f16(const uint8_t *p) {
-    return f16_to_f32_fast(load_u16(p));
-}
-
 template <TensorType kType>
 inline float load_weight(const uint8_t *w, int64_t i) {
     if constexpr (kType == TensorType::F32) {
