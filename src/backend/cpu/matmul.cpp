@@ -189,20 +189,8 @@ void rows_loop(const MatmulJob &job, int64_t r0, int64_t r1, Dot &&dot) {
 
 void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
+    if (is_packed_type(job.type)) return packed_rows_portable(job, r0, r1);  // job.w: the packed copy
     switch (job.type) {
-        case TensorType::Q8_0:
-        case TensorType::Q4_0:
-        case TensorType::Q4_1:
-        case TensorType::Q5_0:
-        case TensorType::Q5_1:
-        case TensorType::IQ4_NL:
-        case TensorType::Q2_K:
-        case TensorType::Q3_K:
-        case TensorType::Q4_K:
-        case TensorType::Q5_K:
-        case TensorType::Q6_K:
-            packed_rows_portable(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
-            return;
         case TensorType::F32:
             rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
                 return dot_float<TensorType::F32>(w, xrow(t), job.cols);

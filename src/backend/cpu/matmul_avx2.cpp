@@ -203,20 +203,8 @@ inline __m256 opaque(__m256 v) {
 }  // namespace
 
 void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
+    if (is_packed_type(job.type)) return packed_rows_avx2(job, r0, r1);  // job.w: the packed copy
     switch (job.type) {
-        case TensorType::Q8_0:
-        case TensorType::Q4_0:
-        case TensorType::Q4_1:
-        case TensorType::Q5_0:
-        case TensorType::Q5_1:
-        case TensorType::IQ4_NL:
-        case TensorType::Q2_K:
-        case TensorType::Q3_K:
-        case TensorType::Q4_K:
-        case TensorType::Q5_K:
-        case TensorType::Q6_K:
-            packed_rows_avx2(job, r0, r1);  // job.w is the packed copy (matmul_packed.h)
-            return;
         case TensorType::F32:
             f_rows<TensorType::F32>(job, r0, r1);
             return;
@@ -226,8 +214,8 @@ void matmul_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
         case TensorType::BF16:
             f_rows<TensorType::BF16>(job, r0, r1);
             return;
-        case TensorType::Q8_K:
-            return;  // not a weight type (tensor_type_supported)
+        default:
+            return;  // Q8_K: not a weight type (tensor_type_supported)
     }
 }
 

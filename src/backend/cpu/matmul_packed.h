@@ -81,6 +81,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "common/thread_pool.h"
 #include "model/tensor_type.h"
@@ -105,6 +106,36 @@ constexpr bool is_packed_type(TensorType type) {
             return true;
         default:
             return false;
+    }
+}
+
+// Calls f(std::integral_constant<TensorType, T>{}) with T = type, for the kernels' per-type
+// templates; type must be is_packed_type.
+template <class F>
+void visit_packed_type(TensorType type, F &&f) {
+    switch (type) {
+        case TensorType::Q4_0:
+            return f(std::integral_constant<TensorType, TensorType::Q4_0>{});
+        case TensorType::Q4_1:
+            return f(std::integral_constant<TensorType, TensorType::Q4_1>{});
+        case TensorType::Q5_0:
+            return f(std::integral_constant<TensorType, TensorType::Q5_0>{});
+        case TensorType::Q5_1:
+            return f(std::integral_constant<TensorType, TensorType::Q5_1>{});
+        case TensorType::IQ4_NL:
+            return f(std::integral_constant<TensorType, TensorType::IQ4_NL>{});
+        case TensorType::Q2_K:
+            return f(std::integral_constant<TensorType, TensorType::Q2_K>{});
+        case TensorType::Q3_K:
+            return f(std::integral_constant<TensorType, TensorType::Q3_K>{});
+        case TensorType::Q4_K:
+            return f(std::integral_constant<TensorType, TensorType::Q4_K>{});
+        case TensorType::Q5_K:
+            return f(std::integral_constant<TensorType, TensorType::Q5_K>{});
+        case TensorType::Q6_K:
+            return f(std::integral_constant<TensorType, TensorType::Q6_K>{});
+        default:
+            return f(std::integral_constant<TensorType, TensorType::Q8_0>{});
     }
 }
 

@@ -66,7 +66,7 @@ inline __m256i signed_codes(const uint8_t *blk, int h) {
         const __m256i nib =
             _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
         const __m256i lut = _mm256_broadcastsi128_si256(
-            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)));
         return _mm256_shuffle_epi8(lut, nib);
     }
 }
@@ -291,30 +291,7 @@ void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 }  // namespace
 
 void packed_rows_avx2(const MatmulJob &job, int64_t r0, int64_t r1) {
-    switch (job.type) {
-        case TensorType::Q4_0:
-            return rows<TensorType::Q4_0>(job, r0, r1);
-        case TensorType::Q4_1:
-            return rows<TensorType::Q4_1>(job, r0, r1);
-        case TensorType::Q5_0:
-            return rows<TensorType::Q5_0>(job, r0, r1);
-        case TensorType::Q5_1:
-            return rows<TensorType::Q5_1>(job, r0, r1);
-        case TensorType::IQ4_NL:
-            return rows<TensorType::IQ4_NL>(job, r0, r1);
-        case TensorType::Q2_K:
-            return rows<TensorType::Q2_K>(job, r0, r1);
-        case TensorType::Q3_K:
-            return rows<TensorType::Q3_K>(job, r0, r1);
-        case TensorType::Q4_K:
-            return rows<TensorType::Q4_K>(job, r0, r1);
-        case TensorType::Q5_K:
-            return rows<TensorType::Q5_K>(job, r0, r1);
-        case TensorType::Q6_K:
-            return rows<TensorType::Q6_K>(job, r0, r1);
-        default:
-            return rows<TensorType::Q8_0>(job, r0, r1);
-    }
+    visit_packed_type(job.type, [&](auto t) { rows<decltype(t)::value>(job, r0, r1); });
 }
 
 }  // namespace llmkv::cpu::detail

@@ -75,10 +75,10 @@ inline __m512i codes(const uint8_t *blk) {
         const __m512i nib =
             _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
         if constexpr (kType == TensorType::IQ4_NL) {
-            // kIq4nlValues + 128, one table per 128-bit lane
-            const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(
-                1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166),
-                char(181), char(197), char(217), char(241)));
+            // kIq4nlValues + 128 (the sign bit flipped), one table per 128-bit lane
+            const __m512i lut = _mm512_broadcast_i32x4(
+                _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)),
+                              _mm_set1_epi8(char(0x80))));
             return _mm512_shuffle_epi8(lut, nib);
         } else if constexpr (packed_has_high_bit(kType)) {
             // nib | (h & 0x10): truth table 0xF8 over (nib, h, mask)
@@ -316,30 +316,7 @@ void rows(const MatmulJob &job, int64_t r0, int64_t r1) {
 }  // namespace
 
 void packed_rows_avx512(const MatmulJob &job, int64_t r0, int64_t r1) {
-    switch (job.type) {
-        case TensorType::Q4_0:
-            return rows<TensorType::Q4_0>(job, r0, r1);
-        case TensorType::Q4_1:
-            return rows<TensorType::Q4_1>(job, r0, r1);
-        case TensorType::Q5_0:
-            return rows<TensorType::Q5_0>(job, r0, r1);
-        case TensorType::Q5_1:
-            return rows<TensorType::Q5_1>(job, r0, r1);
-        case TensorType::IQ4_NL:
-            return rows<TensorType::IQ4_NL>(job, r0, r1);
-        case TensorType::Q2_K:
-            return rows<TensorType::Q2_K>(job, r0, r1);
-        case TensorType::Q3_K:
-            return rows<TensorType::Q3_K>(job, r0, r1);
-        case TensorType::Q4_K:
-            return rows<TensorType::Q4_K>(job, r0, r1);
-        case TensorType::Q5_K:
-            return rows<TensorType::Q5_K>(job, r0, r1);
-        case TensorType::Q6_K:
-            return rows<TensorType::Q6_K>(job, r0, r1);
-        default:
-            return rows<TensorType::Q8_0>(job, r0, r1);
-    }
+    visit_packed_type(job.type, [&](auto t) { rows<decltype(t)::value>(job, r0, r1); });
 }
 
 }  // namespace llmkv::cpu::detail
