@@ -25,6 +25,12 @@ OUT=${OUT:-$(mktemp -d)}
 [[ -x "$LLMKV" ]] || { echo "no llmkv CLI at $LLMKV (build it first)" >&2; exit 2; }
 (( $# >= 1 )) || { echo "usage: LLAMA_BIN=DIR $0 MODEL.gguf [MODEL.gguf ...]" >&2; exit 2; }
 mkdir -p "$OUT"
+# Newer llama.cpp builds take a value after -fa (on|off|auto); older ones take the bare flag.
+fa_arg=()
+if [[ $FA == 1 ]]; then
+    help=$("$LLAMA_BIN/llama-batched-bench" --help 2>&1 || true)
+    if [[ $help == *"--flash-attn [on"* ]]; then fa_arg=(-fa on); else fa_arg=(-fa); fi
+fi
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.1f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 # llmkv bench's table row "| threads | prefill | decode short | decode at context | ..."
@@ -59,7 +65,7 @@ for model in "$@"; do
                 --reps 1 > "$OUT/llmkv-$name-c$c-r$round.txt" 2>&1
             R[llmkv_c$c]+="$(llmkv_row < "$OUT/llmkv-$name-c$c-r$round.txt" | col 5) "
             "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c "$((c + 64))" -npp "$c" \
-                -ntg 32 -npl 1 $( [[ $FA == 1 ]] && echo -fa ) > "$OUT/llama-$name-c$c-r$round.txt" 2>&1
+                -ntg 32 -npl 1 "${fa_arg[@]}" > "$OUT/llama-$name-c$c-r$round.txt" 2>&1
             # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
             R[llama_c$c]+="$(grep -E '^\|\s+[0-9]' "$OUT/llama-$name-c$c-r$round.txt" | tail -1 | col 9) "
         done

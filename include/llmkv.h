@@ -147,6 +147,19 @@ typedef enum llmkv_kv_rotation {
  * leave the window instead of releasing them (the same results, more memory; for
  * comparisons). Added in 0.3. */
 #define LLMKV_ENGINE_KEEP_WINDOW_BLOCKS 0x2u
+/* KV sink: position 0's K and V are also kept in fp16 beside the session's tail block (one
+ * row per layer and KV head: 2 * n_layers * n_kv_heads * head_dim * 2 bytes per session),
+ * and attention reads them there instead of their quantized copy in the first sealed block.
+ * Most queries weigh the first position heavily, so its quantization error reaches every
+ * later token: with the int4 codecs it is a large share of their error (docs/KV_CODECS.md).
+ * The sealed blocks and their bytes per token do not change; a session that takes its
+ * first block from the prefix cache computes position 0 alone once (one token).
+ * By default (neither flag) the sink is on with an INT4 or INT4_COMPACT codec on the CPU
+ * backend, off otherwise. KV_SINK asks for it with any codec (UNSUPPORTED on a backend
+ * without it: CUDA so far); NO_KV_SINK turns it off. Both at once: INVALID_ARGUMENT.
+ * Added in 0.5. */
+#define LLMKV_ENGINE_KV_SINK 0x4u
+#define LLMKV_ENGINE_NO_KV_SINK 0x8u
 
 /* Tensor parallelism across processes (or machines): how the ranks exchange bytes, given
  * by the application (the llmkv command implements it with MPI). Both calls are

@@ -41,6 +41,9 @@ type EngineOptions struct {
 	DisablePrefixCache bool
 	// KeepWindowBlocks sets LLMKV_ENGINE_KEEP_WINDOW_BLOCKS.
 	KeepWindowBlocks bool
+	// KVSink: position 0's K and V kept in fp16 (LLMKV_ENGINE_KV_SINK / NO_KV_SINK);
+	// KVSinkAuto (the default) = on with an int4 codec on the CPU backend.
+	KVSink KVSinkMode
 	// MaxSessions is live sessions and prefixes at once; 0 = 256.
 	MaxSessions uint32
 	// KVResidualTokens: newest tokens always kept in full precision (0..4096).
@@ -123,6 +126,12 @@ func NewEngine(opts EngineOptions) (*Engine, error) {
 	}
 	if opts.KeepWindowBlocks {
 		p.Flags |= raw.LLMKV_ENGINE_KEEP_WINDOW_BLOCKS
+	}
+	switch opts.KVSink {
+	case KVSinkOn:
+		p.Flags |= raw.LLMKV_ENGINE_KV_SINK
+	case KVSinkOff:
+		p.Flags |= raw.LLMKV_ENGINE_NO_KV_SINK
 	}
 	p.MaxSessions = opts.MaxSessions
 	p.KvResidualTokens = opts.KVResidualTokens

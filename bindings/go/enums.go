@@ -34,6 +34,15 @@ const (
 	KVRotationKV   KVRotation = raw.LLMKV_KV_ROTATION_KV
 )
 
+// KVSinkMode picks the KV sink flags (LLMKV_ENGINE_KV_SINK, LLMKV_ENGINE_NO_KV_SINK).
+type KVSinkMode int
+
+const (
+	KVSinkAuto KVSinkMode = iota // neither flag: on with an int4 codec on the CPU backend
+	KVSinkOn                     // LLMKV_ENGINE_KV_SINK
+	KVSinkOff                    // LLMKV_ENGINE_NO_KV_SINK
+)
+
 // GrammarKind is llmkv_grammar_kind.
 type GrammarKind uint32
 

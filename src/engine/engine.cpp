@@ -128,7 +128,13 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     if (p.max_sessions > (1u << 20)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_sessions = %u is too large", p.max_sessions);
     if (p.max_batch_tokens > (1u << 16)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.max_batch_tokens = %u exceeds 65536", p.max_batch_tokens);
     if (p.kv_residual_tokens > 4096) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_residual_tokens = %u exceeds 4096", p.kv_residual_tokens);
-    if (p.flags & ~(LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_KEEP_WINDOW_BLOCKS)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
+    if (p.flags & ~(LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_KEEP_WINDOW_BLOCKS | LLMKV_ENGINE_KV_SINK |
+                    LLMKV_ENGINE_NO_KV_SINK)) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has unknown bits 0x%x", p.flags);
+    }
+    if ((p.flags & LLMKV_ENGINE_KV_SINK) && (p.flags & LLMKV_ENGINE_NO_KV_SINK)) {
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.flags has both LLMKV_ENGINE_KV_SINK and LLMKV_ENGINE_NO_KV_SINK");
+    }
     if (p.spin_us < -1 || p.spin_us > ThreadPool::kMaxSpinUs) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.spin_us = %d is outside -1..%ld", p.spin_us, ThreadPool::kMaxSpinUs);
     }
@@ -180,6 +186,12 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
         g.rotate_v = rotation == LLMKV_KV_ROTATION_V || rotation == LLMKV_KV_ROTATION_KV;
     }
 
+    // KV sink: asked for, or by default with an int4 codec (where the first position's
+    // quantization error costs the most); CPU backends only (dropped for another backend
+    // unless asked for, see create_kv_and_backend).
+    g.sink = (p.flags & LLMKV_ENGINE_KV_SINK) ||
+             (!(p.flags & LLMKV_ENGINE_NO_KV_SINK) && (is_int4(g.dtype_k) || is_int4(g.dtype_v)));
+
     if (!codec_supported(codec_spec_k(g), KvRole::K, g.block_tokens, g.head_dim)) {
         fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s%s for K is not supported (head_dim %u, %u-token blocks)",
              codec_name(g.dtype_k), g.rotate_k ? " with rotation" : "", g.head_dim, g.block_tokens);
@@ -217,10 +229,11 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     const KvGeometry &kg = e->kv_->geometry();
     Backend *be = e->backend_.get();
     LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
-                     "(%s), %u threads, KV %s/%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
+                     "(%s), %u threads, KV %s/%s%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
                      c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
                      be->device_name().c_str(), unsigned(e->params_.n_threads), codec_name(kg.dtype_k),
-                     codec_name(kg.dtype_v), e->kv_->total_blocks(), kg.block_tokens, kg.sealed_block_bytes(),
+                     codec_name(kg.dtype_v), kg.sink ? " with the KV sink" : "", e->kv_->total_blocks(),
+                     kg.block_tokens, kg.sealed_block_bytes(),
                      kg.n_groups, kg.n_groups == 1 ? "" : "s");
     return e;
 }
@@ -309,9 +322,10 @@ void Engine::create_kv(const KvGeometry &g, uint32_t max_sessions) {
         if (g.residual_tokens == 0) {
             // The salt makes blocks of another model, codec, rotation or block size unmatchable.
             kc.prefix_cache = true;
-            kc.prefix_salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u", model_->fingerprint().c_str(),
+            kc.prefix_salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u%s", model_->fingerprint().c_str(),
                                        codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
-                                       g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens);
+                                       g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens,
+                                       g.sink ? "|sink" : "");
         } else {
             // A matched block would be read sealed where a recomputation reads fp16 rows,
             // breaking bitwise equality with the uncached run.
@@ -341,6 +355,19 @@ void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_
     br.pool = pool_.get();
     backend_ = create_backend(br);
     Backend *be = backend_.get();
+    if (g.sink && be->kind() != LLMKV_BACKEND_CPU) {
+        // Only the CPU attention reads the sink rows so far.
+        if (p.flags & LLMKV_ENGINE_KV_SINK) {
+            fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink yet (CPU only)",
+                 be->name());
+        }
+        LLMKV_LOG_INFO_F("%s backend: no KV sink (CPU only so far)", be->name());
+        backend_.reset();
+        kv_.reset();
+        g.sink = false;
+        create_kv_and_backend(g, backend, max_sessions);
+        return;
+    }
     if (g.grouped() && be->kind() != LLMKV_BACKEND_CPU) {
         // Only the CPU backend reads layer-group block tables so far: the window is masked,
         // and every block kept.
@@ -529,6 +556,7 @@ Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
 // computed with the logits by the first generate of a session made from the handle.
 void Engine::prefill_now(Session &s) {
     kv_->match_prefix(s, s.tokens);
+    ensure_sink(s);
     const uint32_t target = uint32_t(s.tokens.size()) - 1;
     while (s.kv.n_tokens < target) {
         uint32_t chunk = std::min(max_batch_tokens_, target - s.kv.n_tokens);
@@ -552,14 +580,13 @@ Prefix *Engine::session_to_prefix(Session *s) {
     p->engine = this;
     p->state.engine = this;
     share_state(*s, p->state);
-    if (p->state.kv.n_tokens + 1 < p->state.tokens.size()) {
+    try {
+        ensure_sink(p->state);  // a handle's KV is complete (it may be saved)
         // The session's KV was taken by preemption (or never computed): a handle holds it.
-        try {
-            prefill_now(p->state);
-        } catch (...) {
-            kv_->drop(p->state);
-            throw;
-        }
+        if (p->state.kv.n_tokens + 1 < p->state.tokens.size()) prefill_now(p->state);
+    } catch (...) {
+        kv_->drop(p->state);
+        throw;
     }
     return adopt_prefix(std::move(p));
 }
@@ -830,6 +857,38 @@ void Engine::finish(Session *s, llmkv_finish_reason reason) {
 
 void Engine::run_forward(const std::vector<ForwardSpan> &spans) { forward_->run(spans, logits_); }
 
+void Engine::ensure_sink(Request &r) {
+    if (!r.sink_missing) return;
+    if (r.kv.tail < 0 && !kv_->reserve(r, r.kv.n_tokens)) {
+        fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot for the KV sink (max_sessions = %u counts sessions and prefixes)",
+             params_.max_sessions);
+    }
+    sink_requests_.assign(1, &r);
+    compute_sinks(sink_requests_);
+}
+
+void Engine::compute_sinks(const std::vector<Request *> &requests) {
+    sink_kv_.clear();
+    sink_spans_.clear();
+    for (Request *r : requests) {
+        if (!r->sink_missing) continue;
+        if (r->kv.tail < 0 || r->tokens.empty()) fail(LLMKV_ERR_INTERNAL, "KV sink: a request without a tail slot or tokens");
+        // Position 0 alone: a sequence with nothing computed over the request's tail slot. Its
+        // tail rows hold no position of the request yet (they start after the matched blocks,
+        // at n_tokens), so the pass writes only what is free: row 0 and the sink rows.
+        SessionKv k;
+        k.tail = r->kv.tail;
+        sink_kv_.push_back(std::move(k));
+    }
+    if (sink_kv_.empty()) return;
+    size_t i = 0;
+    for (Request *r : requests) {
+        if (r->sink_missing) sink_spans_.push_back(ForwardSpan{&sink_kv_[i++], r->tokens.data(), 1, false});
+    }
+    forward_->run(sink_spans_, logits_);
+    for (Request *r : requests) r->sink_missing = false;
+}
+
 // One step: the scheduler's plan, one batched forward pass, sampling, events.
 void Engine::step() {
     run_submissions();
@@ -851,6 +910,13 @@ void Engine::step() {
     if (plan_.spans.empty()) return;
 
     try {
+        if (kv_->geometry().sink) {
+            sink_requests_.clear();
+            for (const StepPlan::Span &p : plan_.spans) {
+                if (p.request->sink_missing) sink_requests_.push_back(p.request);
+            }
+            if (!sink_requests_.empty()) compute_sinks(sink_requests_);
+        }
         spans_.clear();
         for (const StepPlan::Span &p : plan_.spans) {
             Request *r = p.request;

@@ -166,6 +166,13 @@ private:
     void prefill_now(Session &s);
     // Runs spans on the backend (the spans' KV reserved); logits in logits_.
     void run_forward(const std::vector<ForwardSpan> &spans);
+    // KV sink: every request here whose sink_missing is set (it took block 0 from the prefix
+    // cache) computes position 0 alone, in one pass for all of them, into its tail's sink
+    // rows; bitwise what a pass from position 0 writes there. Their tail slots must exist.
+    void compute_sinks(const std::vector<Request *> &requests);
+    // The same for one request outside a step (a prefix handle), taking a tail slot first
+    // if it has none (KV_CAPACITY when none is free).
+    void ensure_sink(Request &r);
     // The shared masker of a grammar (compiled once per distinct grammar while sessions use it).
     std::shared_ptr<TokenMasker> grammar_masker(uint32_t kind, const char *text, size_t len, const char *root);
     // Makes a handle's KV state permanent: pinned blocks, listed among the handles.
@@ -251,6 +258,9 @@ private:
     // Per-step scratch (kept to avoid allocating every step).
     StepPlan plan_;
     std::vector<ForwardSpan> spans_;
+    std::vector<Request *> sink_requests_;  // compute_sinks: this step's requests
+    std::vector<SessionKv> sink_kv_;        // compute_sinks: position 0 of each, over its tail slot
+    std::vector<ForwardSpan> sink_spans_;
 
     // Counters for llmkv_stats (the scheduler and the KV manager keep theirs).
     uint64_t steps_ = 0;

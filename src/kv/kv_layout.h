@@ -5,8 +5,10 @@
 //
 //   sealed block (sealed_block_bytes): for each layer l: K heads [H][head_bytes_k], then
 //                V heads [H][head_bytes_v]; one head = B tokens x D dims in its codec.
-//   tail slot (tail_block_bytes): for each layer l: K [H][C][D] fp16, then V [H][C][D]
-//                fp16, C = B + R (block_tokens + residual_tokens).
+//   tail slot (tail_block_bytes): for each layer l: K [H][C'][D] fp16, then V [H][C'][D]
+//                fp16, C = B + R (block_tokens + residual_tokens) rows of positions, and
+//                C' = C, or C + 1 with the KV sink (`sink`): row C of each head then holds
+//                position 0's K or V, which attention reads instead of its sealed copy.
 // With n tokens computed, the first sealed_blocks(n) = max(0, n - R) / B blocks are sealed
 // and the tail holds positions [sealed_blocks(n) * B, n) from row 0.
 #pragma once
@@ -63,6 +65,11 @@ struct KvGeometry {
     uint32_t residual_tokens = 0;  // newest tokens always kept in fp16 (besides the partial block)
     bool rotate_k = false;         // sealed K stored Hadamard-rotated along head_dim
     bool rotate_v = false;         // sealed V stored Hadamard-rotated along head_dim
+    // KV sink: position 0's K and V stay in fp16 in one extra row per head of the tail slot
+    // (written when position 0 is computed, kept for the session's life) and attention reads
+    // them there in place of the sealed block's quantized copy. Most queries weigh the first
+    // position heavily, so its quantization error reaches every later token.
+    bool sink = false;
 
     // ---- sliding-window layers (layer groups) -------------------------------------------
     // A model whose local layers attend over the last `window` positions only keeps their
@@ -145,7 +152,7 @@ struct KvGeometry {
         return size_t(layer_slot(layer)) * sealed_layer_bytes() + size_t(n_kv_heads) * head_bytes_k() +
                size_t(head) * head_bytes_v();
     }
-    LLMKV_HD size_t tail_head_bytes() const { return size_t(tail_capacity()) * head_dim * 2; }
+    LLMKV_HD size_t tail_head_bytes() const { return size_t(tail_capacity() + (sink ? 1 : 0)) * head_dim * 2; }
     LLMKV_HD size_t tail_layer_bytes() const { return 2 * size_t(n_kv_heads) * tail_head_bytes(); }
     LLMKV_HD size_t tail_block_bytes() const { return size_t(n_layers) * tail_layer_bytes(); }
     LLMKV_HD size_t tail_k_offset(uint32_t layer, uint32_t head) const {
@@ -153,6 +160,13 @@ struct KvGeometry {
     }
     LLMKV_HD size_t tail_v_offset(uint32_t layer, uint32_t head) const {
         return size_t(layer) * tail_layer_bytes() + size_t(n_kv_heads + head) * tail_head_bytes();
+    }
+    // With the sink: the row of position 0's K / V of a head (after the head's C rows).
+    LLMKV_HD size_t tail_sink_k_offset(uint32_t layer, uint32_t head) const {
+        return tail_k_offset(layer, head) + size_t(tail_capacity()) * head_dim * 2;
+    }
+    LLMKV_HD size_t tail_sink_v_offset(uint32_t layer, uint32_t head) const {
+        return tail_v_offset(layer, head) + size_t(tail_capacity()) * head_dim * 2;
     }
     // Sealed bytes per token, scales included.
     // (All layers: with groups, what a token costs while every group holds it.)

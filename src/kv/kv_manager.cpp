@@ -192,6 +192,7 @@ void KvManager::match_prefix_impl(KvSeq &s, const std::vector<int32_t> &tokens) 
         }
     }
     s.kv.n_tokens = uint32_t(m) * B;
+    s.sink_missing = geometry().sink && m > 0;
 }
 
 // Layer groups: the chain blocks alone cannot continue a sequence, its local layers also need
@@ -274,6 +275,7 @@ void KvManager::share(const KvSeq &from, KvSeq &to, uint32_t max_sessions) {
     }
     to.block_keys = std::move(keys);
     to.unshared = from.unshared;
+    to.sink_missing = from.sink_missing;
 }
 
 // ---- host tier ----------------------------------------------------------------------------
@@ -473,6 +475,7 @@ bool KvManager::reap(KvSeq &s, bool wait) {
 
 void KvManager::drop(KvSeq &s) {
     s.unshared = false;  // what it vouched nothing for is gone; recomputed KV is the engine's own
+    s.sink_missing = false;
     if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfers_->wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);
@@ -541,7 +544,8 @@ SnapshotMeta KvManager::snapshot_meta(const std::string &model_fingerprint, cons
     const KvGeometry &g = geometry();
     SnapshotMeta m = snapshot_meta_for(g);
     m.model_fingerprint = model_fingerprint;
-    m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) + " kernels=" + kernel_id;
+    m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) + (g.sink ? " sink=1" : "") +
+              " kernels=" + kernel_id;
     return m;
 }
 

@@ -48,6 +48,11 @@ struct KvSeq {
     // nor any computed after them (they attended to it), is offered to the shared prefix
     // cache. Inherited by share(); cleared when the KV is dropped.
     bool unshared = false;
+    // KV sink (KvGeometry::sink): the tail's sink rows do not hold position 0 yet, because
+    // the sequence took block 0 from the prefix cache instead of computing it. The engine
+    // computes position 0 alone (Engine::compute_sinks) before the sequence's next pass.
+    // Inherited by share(); cleared when the KV is dropped.
+    bool sink_missing = false;
     HostKv host;
     // Long context: a sequence whose KV exceeds the device pool keeps its older blocks in the
     // host tier; per block-table entry, the host copy (entry = SessionKv::kHostBlock) or

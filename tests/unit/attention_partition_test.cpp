@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -21,11 +22,12 @@ struct PartitionCase {
     CodecSpec k, v;
     uint32_t residual = 0;
     uint32_t window = 0;
+    bool sink = false;  // KV sink: position 0 read from the tail's sink rows
 };
 
 std::ostream &operator<<(std::ostream &os, const PartitionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
-              << (c.v.rotate ? "+rot" : "") << " R" << c.residual << " W" << c.window;
+              << (c.v.rotate ? "+rot" : "") << " R" << c.residual << " W" << c.window << (c.sink ? " sink" : "");
 }
 
 void fill(std::vector<uint16_t> &rows, uint32_t D, std::mt19937 &rng, bool outliers) {
@@ -69,13 +71,28 @@ void make_session(KvCache &cache, const cpu::AttentionCodecs &c, uint32_t n_toke
     s.wv.resize(s.wk.size());
     fill(s.wk, kD, rng, true);
     fill(s.wv, kD, rng, false);
+    if (g.sink) {  // position 0's own rows, other than block 0's decoded copy
+        std::vector<uint16_t> row(kD);
+        for (uint32_t h = 0; h < kKvHeads; ++h) {
+            fill(row, kD, rng, true);
+            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_k_offset(0, h), row.data(), kD * 2);
+            fill(row, kD, rng, false);
+            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_v_offset(0, h), row.data(), kD * 2);
+        }
+    }
     s.q.resize(size_t(n_q) * kHeads * kD);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (auto &x : s.q) x = dist(rng);
 }
 
-cpu::AttentionSpan span_of(Session &s, float *out) {
-    return cpu::AttentionSpan{&s.kv, s.wk.data(), s.wv.data(), s.ws, s.cap, s.pos0, s.n, s.q.data(), out};
+const uint8_t *sink_of(KvCache &cache, const Session &s) {
+    return cache.geometry().sink ? cache.tail_data(s.kv.tail) : nullptr;
+}
+
+cpu::AttentionSpan span_of(KvCache &cache, Session &s, float *out) {
+    cpu::AttentionSpan span{&s.kv, s.wk.data(), s.wv.data(), s.ws, s.cap, s.pos0, s.n, s.q.data(), out};
+    span.sink = sink_of(cache, s);
+    return span;
 }
 
 class PartitionedAttention : public ::testing::TestWithParam<PartitionCase> {};
@@ -90,6 +107,7 @@ TEST_P(PartitionedAttention, BitwiseAcrossThreadsAndBatchesAndCloseToTheReferenc
     g.dtype_k = pc.k.dtype;
     g.dtype_v = pc.v.dtype;
     g.residual_tokens = pc.residual;
+    g.sink = pc.sink;
     const cpu::AttentionCodecs codecs{pc.k, pc.v};
     const uint32_t P = cpu::attention_partition_tokens(kB);
     ASSERT_EQ(P % kB, 0u);
@@ -108,7 +126,7 @@ TEST_P(PartitionedAttention, BitwiseAcrossThreadsAndBatchesAndCloseToTheReferenc
     std::vector<float> alone(size_a), ref(size_a);
     {
         ThreadPool one(1);
-        cpu::AttentionSpan sa = span_of(a, alone.data());
+        cpu::AttentionSpan sa = span_of(cache, a, alone.data());
         cpu::paged_attention(cache, codecs, params, &sa, 1, one, scratch);
         sa.out = ref.data();
         cpu::paged_attention_reference(cache, codecs, params, &sa, 1);
@@ -119,27 +137,28 @@ TEST_P(PartitionedAttention, BitwiseAcrossThreadsAndBatchesAndCloseToTheReferenc
     }
     std::vector<float> b_ref(size_b);
     {
-        cpu::AttentionSpan sb = span_of(b, b_ref.data());
+        cpu::AttentionSpan sb = span_of(cache, b, b_ref.data());
         cpu::paged_attention_reference(cache, codecs, params, &sb, 1);
     }
     for (unsigned threads : {1u, 2u, 3u, 4u}) {
         ThreadPool pool(threads);
         // A alone on this many threads.
         std::vector<float> out(size_a, -1.0f);
-        cpu::AttentionSpan sa = span_of(a, out.data());
+        cpu::AttentionSpan sa = span_of(cache, a, out.data());
         cpu::paged_attention(cache, codecs, params, &sa, 1, pool, scratch);
         for (size_t i = 0; i < size_a; ++i) ASSERT_EQ(alone[i], out[i]) << threads << " threads, " << i;
         // A's last query alone (one decode row).
         std::vector<float> last(size_t(kHeads) * kD, -1.0f);
         cpu::AttentionSpan sl{&a.kv, a.wk.data(), a.wv.data(), a.ws, a.cap, a.pos0 + a.n - 1, 1,
                               a.q.data() + size_t(a.n - 1) * kHeads * kD, last.data()};
+        sl.sink = sink_of(cache, a);
         cpu::paged_attention(cache, codecs, params, &sl, 1, pool, scratch);
         for (size_t i = 0; i < last.size(); ++i) {
             ASSERT_EQ(alone[size_t(a.n - 1) * kHeads * kD + i], last[i]) << threads << " threads, " << i;
         }
         // A inside a mixed batch (B first, then A).
         std::vector<float> out_a(size_a, -1.0f), out_b(size_b, -1.0f);
-        cpu::AttentionSpan both[2] = {span_of(b, out_b.data()), span_of(a, out_a.data())};
+        cpu::AttentionSpan both[2] = {span_of(cache, b, out_b.data()), span_of(cache, a, out_a.data())};
         cpu::paged_attention(cache, codecs, params, both, 2, pool, scratch);
         for (size_t i = 0; i < size_a; ++i) ASSERT_EQ(alone[i], out_a[i]) << threads << " threads, batch, " << i;
         for (size_t i = 0; i < size_b; ++i) {
@@ -168,7 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // sliding windows: longer than a partition (lo inside a block), shorter
                       // than one (one or two partitions depending on the query)
                       PartitionCase{F16, F16, 0, 1500}, PartitionCase{I4R, I4R, 0, 2100},
-                      PartitionCase{I8, FP8, 0, 700}, PartitionCase{I8, I8, 40, 1030}));
+                      PartitionCase{I8, FP8, 0, 700}, PartitionCase{I8, I8, 40, 1030},
+                      // the KV sink (read by partition 0 only; a window may hide position 0)
+                      PartitionCase{I4CR, I4CR, 0, 0, true}, PartitionCase{I4, I4, 40, 0, true},
+                      PartitionCase{I4R, I4R, 0, 2100, true}));
 
 // The partition softmax is the full softmax before its final scaling, bit for bit (a query
 // with one partition keeps the normalized path; both share one exp).

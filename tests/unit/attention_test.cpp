@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "backend/cpu/attention.h"
@@ -21,11 +22,12 @@ struct AttentionCase {
     uint32_t head_dim;
     uint32_t block_tokens = 4;
     uint32_t residual = 0;
+    bool sink = false;  // KV sink: position 0 read from the tail's sink rows
 };
 
 std::ostream &operator<<(std::ostream &os, const AttentionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
-              << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R" << c.residual;
+              << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R" << c.residual << (c.sink ? " sink" : "");
 }
 
 // K-like rows: normal values plus two outlier channels with an offset.
@@ -51,6 +53,7 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
     g.dtype_k = ac.k.dtype;
     g.dtype_v = ac.v.dtype;
     g.residual_tokens = ac.residual;
+    g.sink = ac.sink;
     const cpu::AttentionCodecs codecs{ac.k, ac.v};
     KvCache cache(g, 32, 2);
     ThreadPool pool(2);
@@ -84,6 +87,17 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
             for (auto &x : q) x = dist(rng);
             std::vector<float> out(q.size()), ref(q.size());
             cpu::AttentionSpan span{&kv, wk.data(), wv.data(), ws, cap, pos0, n, q.data(), out.data()};
+            if (ac.sink) {
+                // Position 0's own K / V rows: values other than block 0's decoded copy.
+                std::vector<uint16_t> row(D);
+                for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
+                    fill_rows(row, D, rng, true);
+                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_k_offset(1, h), row.data(), D * 2);
+                    fill_rows(row, D, rng, false);
+                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_v_offset(1, h), row.data(), D * 2);
+                }
+                span.sink = cache.tail_data(kv.tail);
+            }
             cpu::AttentionParams params{1, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D, n_heads * D};
             cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
             span.out = ref.data();
@@ -91,6 +105,17 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
             for (size_t i = 0; i < out.size(); ++i) {
                 ASSERT_TRUE(std::isfinite(out[i]));
                 ASSERT_NEAR(out[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i]))) << "pos0 " << pos0 << " n " << n << " i " << i;
+            }
+            if (ac.sink && g.sealed_blocks(pos0 + n - 1) > 0) {
+                // The sink rows are read: without them the last query's output differs.
+                std::vector<float> without(q.size());
+                span.sink = nullptr;
+                span.out = without.data();
+                cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
+                const size_t last = size_t(n - 1) * n_heads * D;
+                bool differs = false;
+                for (size_t i = last; i < out.size(); ++i) differs |= std::fabs(out[i] - without[i]) > 1e-4f;
+                EXPECT_TRUE(differs) << "pos0 " << pos0 << " n " << n;
             }
             cache.release(kv);
         }
@@ -101,6 +126,7 @@ constexpr CodecSpec F16{LLMKV_KV_F16, false}, BF16{LLMKV_KV_BF16, false};
 constexpr CodecSpec FP8{LLMKV_KV_FP8_E4M3, false}, FP8R{LLMKV_KV_FP8_E4M3, true};
 constexpr CodecSpec I8{LLMKV_KV_INT8, false}, I8R{LLMKV_KV_INT8, true};
 constexpr CodecSpec I4{LLMKV_KV_INT4, false}, I4R{LLMKV_KV_INT4, true};
+constexpr CodecSpec I4C{LLMKV_KV_INT4_COMPACT, false}, I4CR{LLMKV_KV_INT4_COMPACT, true};
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, PagedAttention,
@@ -113,7 +139,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // portable paths (D % 8 != 0), int4 V groups of 16, larger heads and blocks
                       AttentionCase{I8, FP8, 20}, AttentionCase{FP8, I8, 12}, AttentionCase{I4, I4, 48},
                       AttentionCase{FP8R, I4R, 128, 16}, AttentionCase{I4R, I8R, 32, 5},
-                      AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5}));
+                      AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5},
+                      // the KV sink: rotated and not, AVX2 and portable paths, int4c
+                      AttentionCase{I4R, I4R, 64, 4, 0, true}, AttentionCase{I4C, I4C, 64, 16, 0, true},
+                      AttentionCase{I4CR, I4CR, 64, 4, 0, true}, AttentionCase{I8, FP8, 20, 4, 0, true}));
 
 TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic) {
     KvGeometry g;

@@ -50,10 +50,12 @@ protected:
         p.kv_device_bytes = kv_bytes;
         p.max_context = max_context;
         p.flags = flags;
+        p.kv_dtype_k = p.kv_dtype_v = kv_dtype_;
         llmkv_engine *e = nullptr;
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
         return e;
     }
+    llmkv_kv_dtype kv_dtype_ = LLMKV_KV_F16;  // make_engine's K and V codec
 
     static llmkv_session_params sampling_params(float temperature, uint64_t seed) {
         llmkv_session_params sp;
@@ -812,6 +814,113 @@ TEST_F(EngineTest, CompactInt4CountsItsBytesAndKeepsBatchInvariance) {
     for (int i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     for (auto *s : sessions) llmkv_session_destroy(s);
+    llmkv_engine_destroy(e);
+}
+
+// The KV sink (on by default with int4 codecs): position 0 is read from fp16 rows beside the
+// tail. A session that takes block 0 from the prefix cache, a prefix handle made over cached
+// blocks and a handle made from such a session compute position 0 alone; each must then give
+// the tokens of an engine without the prefix cache, bit for bit (a sink row left unwritten
+// would change what every later position attends to).
+TEST_F(EngineTest, KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens) {
+    kv_dtype_ = LLMKV_KV_INT4_COMPACT;
+    // Tiny model: 2 layers x 2 KV heads x head_dim 16, fp16: 256 bytes per tail row; the
+    // sink adds one row to the 4-row tail slot.
+    for (uint32_t sink_flag : {0u, LLMKV_ENGINE_NO_KV_SINK}) {
+        llmkv_engine *e = make_engine(0, 0, 2, 0, LLMKV_ENGINE_PREFIX_CACHE | sink_flag);
+        llmkv_engine_info info;
+        info.struct_size = sizeof(info);
+        ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+        EXPECT_EQ(info.kv_bytes_per_token_tail, sink_flag ? 256u : 320u);
+        EXPECT_EQ(info.kv_bytes_per_token_device, 104u);  // sealed blocks unchanged
+        llmkv_engine_destroy(e);
+    }
+    int sink_changes_tokens = 0;  // prompts whose tokens differ without the sink
+    for (uint32_t seed = 0; seed < 8; ++seed) {
+        std::vector<int32_t> shared = byte_tokens(42, 200 + seed), suffix = byte_tokens(7, 400 + seed);
+        std::vector<int32_t> second = shared;
+        second.insert(second.end(), suffix.begin(), suffix.end());
+        const llmkv_session_params sp = sampling_params(seed % 2 ? 0.9f : 0.0f, seed);
+        llmkv_engine *plain = make_engine(0, 0, 2, 0, 0);
+        const auto want_shared = solo_run(plain, sp, shared, 12);
+        const auto want_second = solo_run(plain, sp, second, 12);
+        llmkv_engine *without = make_engine(0, 0, 2, 0, LLMKV_ENGINE_NO_KV_SINK);
+        sink_changes_tokens += solo_run(without, sp, second, 12) != want_second;
+        llmkv_engine_destroy(without);
+        llmkv_engine *cached = make_engine();
+        // Tail slots are reused: a session that starts with another token leaves its own
+        // position 0 in the slot's sink rows before each use of the cached blocks.
+        std::vector<int32_t> other = byte_tokens(9, 300 + seed);
+        other[0] = shared[0] == 1 ? 2 : 1;
+        auto scrub = [&] { solo_run(cached, sp, other, 2); };
+        EXPECT_EQ(solo_run(cached, sp, shared, 12), want_shared);
+        scrub();
+        const uint64_t hits0 = stats_of(cached).prefix_hit_tokens;
+        EXPECT_EQ(solo_run(cached, sp, second, 12), want_second);  // blocks 0..9 from the cache
+        EXPECT_EQ(stats_of(cached).prefix_hit_tokens - hits0, 40u);
+        // A handle over cached blocks (computed in prefill_now), sessions made from it.
+        scrub();
+        llmkv_prefix *prefix = nullptr;
+        ASSERT_EQ(llmkv_prefix_create(cached, shared.data(), shared.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(run_from_prefix(cached, prefix, sp, suffix, 12), want_second);
+        // Saved and loaded in a fresh engine (the sink rows travel with the tail).
+        const std::string path = testing::temp_path("sink_prefix.llmkvsnap");
+        ASSERT_EQ(llmkv_prefix_save(prefix, path.c_str()), LLMKV_OK) << llmkv_last_error();
+        llmkv_prefix_release(prefix);
+        llmkv_engine *fresh = make_engine();
+        llmkv_prefix *loaded = nullptr;
+        ASSERT_EQ(llmkv_prefix_load(fresh, path.c_str(), &loaded), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(run_from_prefix(fresh, loaded, sp, suffix, 12), want_second);
+        llmkv_prefix_release(loaded);
+        llmkv_engine_destroy(fresh);
+        // An engine without the sink reads another layout: refused, naming the codec.
+        llmkv_engine *no_sink = make_engine(0, 0, 2, 0, LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_NO_KV_SINK);
+        EXPECT_EQ(llmkv_prefix_load(no_sink, path.c_str(), &loaded), LLMKV_ERR_SNAPSHOT_FORMAT);
+        EXPECT_NE(std::string(llmkv_last_error()).find("sink"), std::string::npos) << llmkv_last_error();
+        llmkv_engine_destroy(no_sink);
+        std::remove(path.c_str());
+        // A session whose blocks came from the cache, made a handle before it ever ran.
+        scrub();
+        llmkv_session *s = nullptr;
+        ASSERT_EQ(llmkv_session_create(cached, &sp, &s), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_append(s, shared.data(), shared.size()), LLMKV_OK);
+        llmkv_prefix *from_session = nullptr;
+        ASSERT_EQ(llmkv_session_to_prefix(s, &from_session), LLMKV_OK) << llmkv_last_error();
+        llmkv_session_destroy(s);
+        EXPECT_EQ(run_from_prefix(cached, from_session, sp, suffix, 12), want_second);
+        llmkv_prefix_release(from_session);
+        EXPECT_EQ(llmkv_engine_validate(cached), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(cached);
+        llmkv_engine_destroy(plain);
+    }
+    // The prompts are ones where position 0's rows matter (else the test could not fail).
+    EXPECT_GT(sink_changes_tokens, 0);
+}
+
+TEST_F(EngineTest, KvSinkFlagsAreCheckedAtCreation) {
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path_->c_str();
+    p.backend = LLMKV_BACKEND_CPU;
+    p.kv_block_tokens = 4;
+    p.flags = LLMKV_ENGINE_KV_SINK | LLMKV_ENGINE_NO_KV_SINK;
+    llmkv_engine *e = nullptr;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(e, nullptr);
+    EXPECT_NE(std::string(llmkv_last_error()).find("NO_KV_SINK"), std::string::npos) << llmkv_last_error();
+    // Asked for with any codec: int8 here (not a default).
+    p.flags = LLMKV_ENGINE_KV_SINK;
+    p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT8;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+    EXPECT_EQ(info.kv_bytes_per_token_tail, 320u);
+    llmkv_engine_destroy(e);
+    p.flags = 0;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+    EXPECT_EQ(info.kv_bytes_per_token_tail, 256u);
     llmkv_engine_destroy(e);
 }
 

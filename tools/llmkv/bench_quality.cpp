@@ -38,6 +38,7 @@ struct CodecPair {
     llmkv_kv_dtype k, v;
     llmkv_kv_rotation rotation;
     bool on_request = false;  // only when --pairs names it
+    bool sink = false;        // the KV sink (LLMKV_ENGINE_KV_SINK); off in every other pair
 };
 
 // The pairs the quality report covers; the first is the reference.
@@ -57,6 +58,12 @@ const CodecPair kPairs[] = {
     {"int4/int4 rot-v", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_V, true},
     {"int4c/int4c rot-k", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_K, true},
     {"int4c/int4c rot-v", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_V, true},
+    // With the KV sink (position 0 read from fp16 rows; the engine's default for int4 codecs).
+    {"int4/int4 sink", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_NONE, true, true},
+    {"int4/int4 rot sink", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV, true, true},
+    {"int4c/int4c sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_NONE, true, true},
+    {"int4c/int4c rot sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_KV, true, true},
+    {"int8/int8 sink", LLMKV_KV_INT8, LLMKV_KV_INT8, LLMKV_KV_ROTATION_NONE, true, true},
 };
 
 // The default corpus: license texts that every Debian system carries (package base-files),
@@ -82,6 +89,7 @@ KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p, uint32_
     g.dtype_v = p.v;
     g.rotate_k = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
     g.rotate_v = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
+    g.sink = p.sink;
     return g;
 }
 
@@ -271,6 +279,7 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                 ep.kv_dtype_k = pairs[pi].k;
                 ep.kv_dtype_v = pairs[pi].v;
                 ep.kv_rotation = pairs[pi].rotation;
+                ep.flags |= pairs[pi].sink ? LLMKV_ENGINE_KV_SINK : LLMKV_ENGINE_NO_KV_SINK;
                 ep.kv_block_tokens = o.block_tokens;
                 llmkv_engine *e = nullptr;
                 if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {

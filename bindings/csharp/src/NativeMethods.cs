@@ -292,6 +292,8 @@ namespace Llmkv.Native
         public const int LLMKV_KV_ROTATION_KV = 4;
         public const uint LLMKV_ENGINE_PREFIX_CACHE = 0x1u;
         public const uint LLMKV_ENGINE_KEEP_WINDOW_BLOCKS = 0x2u;
+        public const uint LLMKV_ENGINE_KV_SINK = 0x4u;
+        public const uint LLMKV_ENGINE_NO_KV_SINK = 0x8u;
 
         // ---- Tokens and text
         public const uint LLMKV_TOKENIZE_ADD_BOS = 0x1u;

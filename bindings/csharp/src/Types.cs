@@ -48,6 +48,9 @@ namespace Llmkv
         None = 0,
         PrefixCache = N.LLMKV_ENGINE_PREFIX_CACHE,
         KeepWindowBlocks = N.LLMKV_ENGINE_KEEP_WINDOW_BLOCKS,
+        /// <summary>Position 0's K and V kept in fp16 (default: on with an int4 codec on the CPU).</summary>
+        KvSink = N.LLMKV_ENGINE_KV_SINK,
+        NoKvSink = N.LLMKV_ENGINE_NO_KV_SINK,
     }
 
     [Flags]

@@ -459,6 +459,8 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             const uint32_t j_hi = std::min(n_sealed, std::max(j_lo, (pe + B - 1) / B));
             const bool reads_sealed = j_lo < j_hi;
             const bool single = un.n_parts == 1;
+            // KV sink: position 0 comes from the tail's fp16 sink rows, not sealed block 0.
+            const bool use_sink = sp.sink != nullptr && lo == 0 && ps == 0 && reads_sealed;
             for (uint32_t h = 0; h < nh; ++h) {
                 q[h] = sp.q + size_t(i) * params.q_stride + size_t(h0 + h) * D;
                 out[h] = single ? sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D
@@ -486,6 +488,13 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
                 score_k(nh, q_k, sp.block(cache, params.layer, j) + k_off, B, D, sc);
             }
+            const uint16_t *sink_k = nullptr, *sink_v = nullptr;
+            if (use_sink) {
+                sink_k = reinterpret_cast<const uint16_t *>(sp.sink + g.tail_sink_k_offset(params.layer, kvh));
+                sink_v = reinterpret_cast<const uint16_t *>(sp.sink + g.tail_sink_v_offset(params.layer, kvh));
+                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P;  // position 0 (ps == 0)
+                score_window(nh, q, reinterpret_cast<const uint8_t *>(sink_k), 1, D, sc);
+            }
             // Window rows of this partition: [first, pe), possibly none.
             const uint32_t first = std::max({n_sealed * B, lo, ps});
             const uint32_t n_window = pe > first ? pe - first : 0;
@@ -506,6 +515,13 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 }
                 // Rows of the first sealed block read that lie before the window weigh 0.
                 if (reads_sealed) std::fill(s_h, s_h + (vis - ps), 0.0f);
+            }
+            float w_sink[kMaxItemHeads];  // per head: position 0's weight (the sealed copy's is 0)
+            if (use_sink) {
+                for (uint32_t h = 0; h < nh; ++h) {
+                    w_sink[h] = scores[size_t(h) * P];
+                    scores[size_t(h) * P] = 0.0f;
+                }
             }
 
             // Sealed V: straight into out, or into the rotated sums that H maps back.
@@ -529,6 +545,10 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                     hadamard_transform(acc[h], D);  // H^T = H
                     std::memcpy(out[h], acc[h], D * sizeof(float));
                 }
+            }
+            if (use_sink) {
+                for (uint32_t h = 0; h < nh; ++h) w[h] = &w_sink[h];
+                accumulate_window(nh, w, reinterpret_cast<const uint8_t *>(sink_v), 1, D, out);
             }
             if (n_window > 0) {
                 for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * P + (first - ps);
@@ -603,6 +623,14 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
                                       B, D, keys.data() + size_t(j) * B * D);
                     codec_decode_head(codecs.v, KvRole::V, blk + g.sealed_v_offset(params.layer, kvh),
                                       B, D, values.data() + size_t(j) * B * D);
+                }
+                if (sp.sink && lo == 0 && n_sealed > 0) {  // KV sink: position 0 from the tail
+                    const uint8_t *sk = sp.sink + g.tail_sink_k_offset(params.layer, kvh);
+                    const uint8_t *sv = sp.sink + g.tail_sink_v_offset(params.layer, kvh);
+                    for (uint32_t d = 0; d < D; ++d) {
+                        keys[d] = load_fp16(sk + size_t(d) * 2);
+                        values[d] = load_fp16(sv + size_t(d) * 2);
+                    }
                 }
                 for (uint32_t t = std::max(n_sealed * B, lo); t <= p; ++t) {
                     size_t w = size_t(kvh) * sp.window_capacity + (t - sp.window_start);

@@ -26,6 +26,10 @@ struct AttentionSpan {
     // the host tier (read in place: host memory is addressable by the CPU). Null: every
     // block is a device-pool block, found through kv->blocks.
     const uint8_t *const *block_data = nullptr;
+    // KV sink (KvGeometry::sink): the session's tail slot, whose sink rows hold position 0's
+    // K and V in fp16; a query that reads sealed block 0 takes position 0 from there
+    // instead (score and V row), the block's quantized copy weighing 0. Null: no sink.
+    const uint8_t *sink = nullptr;
 
     // Token block j's sealed block for `layer` (its group's block with layer groups; host
     // addresses exist only without groups, see KvManager::offload_blocks).

@@ -102,6 +102,7 @@ void CpuBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchS
         a.window_capacity = cap;
         a.pos0 = pos0;
         a.n = s.n;
+        a.sink = g.sink ? cache_.tail_data(s.kv->tail) : nullptr;
         row0_[i] = row;
         row += s.n;
         win_off += size_t(cap) * KVD * 2;
@@ -170,6 +171,7 @@ void CpuBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeP
 // Builds the span's fp16 window for this layer: rows [window_start, pos0) come from the
 // tail slot, rows [pos0, pos0 + n) from the new K/V; then seals every block this span
 // completes (layer `layer` only) and writes the trailing partial block back to the tail.
+// With the KV sink, a span that computes position 0 also keeps it in the tail's sink rows.
 void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim) {
     const KvGeometry &g = cache_.geometry();
     const ForwardSpan &s = (*spans_)[span];
@@ -198,6 +200,10 @@ void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, cons
                 dk[d] = fp32_to_fp16(kr[d]);
                 dv[d] = fp32_to_fp16(vr[d]);
             }
+        }
+        if (g.sink && pos0 == 0) {
+            std::memcpy(tail + g.tail_sink_k_offset(layer, h), wk, D * 2);
+            std::memcpy(tail + g.tail_sink_v_offset(layer, h), wv, D * 2);
         }
         // Seal the blocks that leave the full-precision window with this span.
         for (uint32_t b = ws / B; b < sealed_end; ++b) {

@@ -218,6 +218,13 @@ impl EngineBuilder {
         self.set_flag(sys::LLMKV_ENGINE_KEEP_WINDOW_BLOCKS, on);
         self
     }
+    /// The KV sink: position 0's K and V kept in fp16 (`LLMKV_ENGINE_KV_SINK` when true,
+    /// `LLMKV_ENGINE_NO_KV_SINK` when false). Not called: on with an int4 codec on the CPU.
+    pub fn kv_sink(mut self, on: bool) -> Self {
+        self.set_flag(sys::LLMKV_ENGINE_KV_SINK, on);
+        self.set_flag(sys::LLMKV_ENGINE_NO_KV_SINK, !on);
+        self
+    }
     /// The raw `flags` word (`LLMKV_ENGINE_*`), as is.
     pub fn flags(mut self, flags: u32) -> Self {
         self.raw.flags = flags;
