@@ -157,6 +157,8 @@ typedef enum llmkv_kv_rotation {
  * By default (neither flag) the sink is on with an INT4 or INT4_COMPACT codec on the CPU
  * backend, off otherwise. KV_SINK asks for it with any codec (UNSUPPORTED on a backend
  * without it: CUDA so far); NO_KV_SINK turns it off. Both at once: INVALID_ARGUMENT.
+ * Prefix snapshots record it: a snapshot loads only into an engine with the same setting
+ * (SNAPSHOT_FORMAT, "codec differs", otherwise; int4 snapshots of earlier builds have none).
  * Added in 0.5. */
 #define LLMKV_ENGINE_KV_SINK 0x4u
 #define LLMKV_ENGINE_NO_KV_SINK 0x8u

@@ -258,5 +258,32 @@ TEST(EngineCudaAuto, AutoPicksCudaWhenADeviceExists) {
     std::remove(path.c_str());
 }
 
+// The KV sink is CPU-only so far: asked for on CUDA it is refused; by default (an int4 codec)
+// the CUDA engine is made without it.
+TEST(EngineCudaAuto, KvSinkIsRefusedWhenAskedForAndLeftOutByDefault) {
+    LLMKV_REQUIRE_DEVICE();
+    testing::TinyModelSpec spec;
+    const std::string path = testing::temp_path("engine_cuda_sink.gguf");
+    testing::write_tiny_model(spec, path);
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path.c_str();
+    p.backend = LLMKV_BACKEND_CUDA;
+    p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4;
+    p.flags |= LLMKV_ENGINE_KV_SINK;
+    llmkv_engine *e = nullptr;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(llmkv_last_error()).find("KV sink"), std::string::npos) << llmkv_last_error();
+    p.flags &= ~LLMKV_ENGINE_KV_SINK;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+    EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
+    EXPECT_EQ(info.kv_bytes_per_token_tail, uint64_t(2) * spec.n_layers * spec.n_kv_heads * spec.hd() * 2);
+    llmkv_engine_destroy(e);
+    std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace llmkv

@@ -540,6 +540,40 @@ TEST_F(TpEngine, PrefixCacheHitsGiveTheSameTokens) {
     llmkv_engine_destroy(e);
 }
 
+// The KV sink on two ranks (int4c: on by default): each rank keeps its heads' share of the
+// sink rows; a session taking block 0 from the cache computes position 0 alone on every rank.
+// Its tokens equal those of the same engine without the prefix cache, for prompts where the
+// sink changes the tokens (checked against an engine without it).
+TEST_F(TpEngine, KvSinkPrefixCacheHitsGiveTheUncachedTokens) {
+    int sink_matters = 0;
+    for (uint32_t seed = 0; seed < 6; ++seed) {
+        llmkv_engine_params p = params(2);
+        p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4_COMPACT;
+        p.flags = 0;
+        llmkv_engine *plain = make(p);
+        p.flags = LLMKV_ENGINE_NO_KV_SINK;
+        llmkv_engine *without = make(p);
+        p.flags = LLMKV_ENGINE_PREFIX_CACHE;
+        llmkv_engine *cached = make(p);
+        const std::vector<int32_t> prompt = byte_tokens(45, 500 + seed);
+        std::vector<int32_t> other = byte_tokens(9, 600 + seed);
+        other[0] = prompt[0] == 1 ? 2 : 1;
+        const llmkv_session_params sp = sampling(seed % 2 ? 0.8f : 0.0f, seed);
+        const std::vector<int32_t> want = solo(plain, sp, prompt, 10);
+        sink_matters += solo(without, sp, prompt, 10) != want;
+        EXPECT_EQ(solo(cached, sp, prompt, 10), want);
+        solo(cached, sp, other, 2);  // another position 0 in the reused tail slot's sink rows
+        const uint64_t hits = stats(cached).prefix_hit_tokens;
+        EXPECT_EQ(solo(cached, sp, prompt, 10), want) << "seed " << seed;
+        EXPECT_GE(stats(cached).prefix_hit_tokens - hits, 40u);
+        EXPECT_EQ(llmkv_engine_validate(cached), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(plain);
+        llmkv_engine_destroy(without);
+        llmkv_engine_destroy(cached);
+    }
+    EXPECT_GT(sink_matters, 0);
+}
+
 TEST_F(TpEngine, SnapshotSavedWithTwoRanksLoadsWithTwoRanks) {
     const std::vector<int32_t> system = byte_tokens(41, 21), suffix = byte_tokens(7, 22);
     std::vector<int32_t> full = system;

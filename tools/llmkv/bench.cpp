@@ -122,6 +122,7 @@ struct BenchOptions {
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
     std::vector<uint32_t> contexts;       // --contexts: long decode runs at each (else --context)
     std::vector<llmkv_kv_dtype> dtypes;   // --kv-dtypes: one table each (else --kv-dtype)
+    bool no_kv_sink = false;              // --no-kv-sink: LLMKV_ENGINE_NO_KV_SINK
     std::string json;
 };
 
@@ -150,6 +151,7 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
     p["gen_tokens"] = n_gen;
     p["contexts"] = contexts;
     p["reps"] = reps;
+    p["kv_sink"] = o.no_kv_sink ? "off" : "default";
     p["kv_dtypes"] = Json::array();
     for (llmkv_kv_dtype d : dtypes) p["kv_dtypes"].push_back(kv_dtype_name(d));
 
@@ -180,6 +182,7 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
             ep.kv_dtype_k = dtype;
             ep.kv_dtype_v = dtype;
             ep.flags = 0;  // no prefix cache: every repetition really computes its prompt
+            if (o.no_kv_sink) ep.flags |= LLMKV_ENGINE_NO_KV_SINK;
             ep.max_context = std::max(max_ctx + n_gen + 8, n_prompt + n_gen + 8);
             llmkv_engine *e = nullptr;
             if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
@@ -277,6 +280,8 @@ Command add_bench(CLI::App &parent) {
     CLI::Option *dtype = add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
     add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes, "one table per KV dtype (a sweep, e.g. f16,int8,int4)")
         ->excludes(dtype);
+    app->add_flag("--no-kv-sink", o->no_kv_sink,
+                  "without the KV sink (position 0 in fp16; on by default with int4 codecs)");
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench", o->json);
