@@ -39,12 +39,14 @@ double time_to_first_token(llmkv_engine *e, llmkv_session *s) {
     }
 }
 
-llmkv_engine *make(const std::string &model, uint32_t threads, uint32_t flags) {
+// The bench's engines: KV dtype `dtype` (K and V), `flags`.
+llmkv_engine *make(const std::string &model, uint32_t threads, llmkv_kv_dtype dtype, uint32_t flags) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
     ep.model_path = model.c_str();
     ep.backend = LLMKV_BACKEND_CPU;
     ep.n_threads = threads;
+    ep.kv_dtype_k = ep.kv_dtype_v = dtype;
     ep.flags = flags;
     llmkv_engine *e = nullptr;
     if (llmkv_engine_create(&ep, &e) != LLMKV_OK) std::fprintf(stderr, "llmkv bench prefix: %s\n", llmkv_last_error());
@@ -55,6 +57,8 @@ struct PrefixOptions {
     std::string model;
     uint32_t threads = 0, system_tokens = 1500, n_sessions = 64, decode_tokens = 128;
     std::vector<uint32_t> prefix_lengths;  // --prefix-lengths: a sweep (else --system-tokens)
+    llmkv_kv_dtype dtype = LLMKV_KV_F16;   // --kv-dtype
+    bool no_kv_sink = false;               // --no-kv-sink: LLMKV_ENGINE_NO_KV_SINK
     std::string json;
 };
 
@@ -80,8 +84,11 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     params["shared_tokens"] = shared_tokens;
     params["decode_tokens"] = o.decode_tokens;
     params["ttft_reps"] = 3;
-    llmkv_engine *plain = make(model, threads, 0);
-    llmkv_engine *cached = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
+    params["kv_dtype"] = kv_dtype_name(o.dtype);
+    params["kv_sink"] = o.no_kv_sink ? "off" : "default";
+    const uint32_t sink_flags = o.no_kv_sink ? LLMKV_ENGINE_NO_KV_SINK : 0;
+    llmkv_engine *plain = make(model, threads, o.dtype, sink_flags);
+    llmkv_engine *cached = make(model, threads, o.dtype, LLMKV_ENGINE_PREFIX_CACHE | sink_flags);
     if (!plain || !cached) return 1;
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
@@ -132,7 +139,7 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
         llmkv_prefix_save(prefix, snap.c_str());
         m.save = now() - m.save;
         llmkv_prefix_release(prefix);
-        llmkv_engine *next = make(model, threads, LLMKV_ENGINE_PREFIX_CACHE);
+        llmkv_engine *next = make(model, threads, o.dtype, LLMKV_ENGINE_PREFIX_CACHE | sink_flags);
         m.load = now();
         llmkv_prefix *loaded = nullptr;
         if (!next || llmkv_prefix_load(next, snap.c_str(), &loaded) != LLMKV_OK) {
@@ -259,6 +266,9 @@ Command add_bench_prefix(CLI::App &bench) {
         ->excludes(system);
     add_uint_option(*app, "--sessions", &o->n_sessions, "sessions sharing it");
     add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens of each decode run (prefix cache on/off)");
+    add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
+    app->add_flag("--no-kv-sink", o->no_kv_sink,
+                  "without the KV sink (position 0 in fp16; on by default with int4 codecs)");
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench prefix", o->json);
