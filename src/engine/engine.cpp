@@ -337,6 +337,37 @@ void Engine::create_kv(const KvGeometry &g, uint32_t max_sessions) {
 
 void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions) {
     const llmkv_engine_params &p = params_;
+    // The KV sink is read by the CPU attention only. Asked for: AUTO means the CPU, CUDA is
+    // refused. By default (int4): another backend is tried without it, and the CPU, if that
+    // is what AUTO gives, is made again with it.
+    if (g.sink && backend != LLMKV_BACKEND_CPU) {
+        if (p.flags & LLMKV_ENGINE_KV_SINK) {
+            if (backend == LLMKV_BACKEND_CUDA) {
+                fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK: the CUDA backend does not read the KV sink yet (CPU only)");
+            }
+            create_kv_and_backend(g, LLMKV_BACKEND_CPU, max_sessions);
+            return;
+        }
+        KvGeometry without = g;
+        without.sink = false;
+        create_kv_and_backend(without, backend, max_sessions);
+        if (backend_->kind() != LLMKV_BACKEND_CPU) {
+            LLMKV_LOG_INFO_F("%s backend: no KV sink (CPU only so far)", backend_->name());
+            return;
+        }
+        kv_.reset();  // first: its host tier may be the backend's memory
+        backend_.reset();
+        create_kv_and_backend(g, LLMKV_BACKEND_CPU, max_sessions);
+        return;
+    }
+    if (g.sink && g.block_tokens == 1) {
+        // Position 0 would be sealed as soon as it is computed: the one-token pass that fills a
+        // matched sequence's sink rows needs an unsealed position 0.
+        if (p.flags & LLMKV_ENGINE_KV_SINK) {
+            fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK needs kv_block_tokens >= 2 (got 1)");
+        }
+        g.sink = false;
+    }
     create_kv(g, max_sessions);
 
     if (!pool_) {
@@ -355,19 +386,6 @@ void Engine::create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_
     br.pool = pool_.get();
     backend_ = create_backend(br);
     Backend *be = backend_.get();
-    if (g.sink && be->kind() != LLMKV_BACKEND_CPU) {
-        // Only the CPU attention reads the sink rows so far.
-        if (p.flags & LLMKV_ENGINE_KV_SINK) {
-            fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink yet (CPU only)",
-                 be->name());
-        }
-        LLMKV_LOG_INFO_F("%s backend: no KV sink (CPU only so far)", be->name());
-        backend_.reset();
-        kv_.reset();
-        g.sink = false;
-        create_kv_and_backend(g, backend, max_sessions);
-        return;
-    }
     if (g.grouped() && be->kind() != LLMKV_BACKEND_CPU) {
         // Only the CPU backend reads layer-group block tables so far: the window is masked,
         // and every block kept.
@@ -412,7 +430,7 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.kv_window = window_;
     out.kv_layer_groups = g.n_groups;
     out.kv_bytes_per_token_global = g.sealed_block_bytes() / g.block_tokens;
-    out.kv_bytes_per_token_tail = g.tail_block_bytes() / g.tail_capacity();
+    out.kv_bytes_per_token_tail = g.tail_block_bytes() / (g.tail_capacity() + (g.sink ? 1 : 0));  // a row
     const KvGeometry &rg = tp_ ? tp_->rank_kv_geometry() : g;
     out.kv_bytes_per_token_rank = rg.sealed_block_bytes() * rg.n_groups / rg.block_tokens;
     out.weight_bytes_rank = tp_ ? tp_->shard().weight_bytes() : out.weight_bytes;

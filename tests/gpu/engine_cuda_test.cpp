@@ -280,7 +280,20 @@ TEST(EngineCudaAuto, KvSinkIsRefusedWhenAskedForAndLeftOutByDefault) {
     info.struct_size = sizeof(info);
     ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
     EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
-    EXPECT_EQ(info.kv_bytes_per_token_tail, uint64_t(2) * spec.n_layers * spec.n_kv_heads * spec.hd() * 2);
+    llmkv_stats st;
+    st.struct_size = sizeof(st);
+    llmkv_session *s = nullptr;
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
+    const int32_t t[3] = {5, 6, 7};
+    ASSERT_EQ(llmkv_session_append(s, t, 3), LLMKV_OK);
+    ASSERT_EQ(llmkv_session_generate(s, 1), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
+    // One tail slot of C = 16 position rows, no sink row.
+    EXPECT_EQ(st.kv_bytes_used, uint64_t(16) * info.kv_bytes_per_token_tail);
+    llmkv_session_destroy(s);
     llmkv_engine_destroy(e);
     std::remove(path.c_str());
 }

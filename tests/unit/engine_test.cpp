@@ -817,6 +817,22 @@ TEST_F(EngineTest, CompactInt4CountsItsBytesAndKeepsBatchInvariance) {
     llmkv_engine_destroy(e);
 }
 
+// Bytes of one tail slot, seen through kv_bytes_used with one session holding a tail and no
+// sealed block (3 tokens in 4-token blocks).
+uint64_t tail_slot_bytes(llmkv_engine *e) {
+    llmkv_session *s = nullptr;
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
+    const std::vector<int32_t> t = byte_tokens(3, 5);
+    EXPECT_EQ(llmkv_session_append(s, t.data(), t.size()), LLMKV_OK);
+    EXPECT_EQ(llmkv_session_generate(s, 1), LLMKV_OK);
+    EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
+    const uint64_t bytes = stats(e).kv_bytes_used;
+    llmkv_session_destroy(s);
+    return bytes;
+}
+
 // The KV sink (on by default with int4 codecs): position 0 is read from fp16 rows beside the
 // tail. A session that takes block 0 from the prefix cache, a prefix handle made over cached
 // blocks and a handle made from such a session compute position 0 alone; each must then give
@@ -831,8 +847,9 @@ TEST_F(EngineTest, KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens) {
         llmkv_engine_info info;
         info.struct_size = sizeof(info);
         ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
-        EXPECT_EQ(info.kv_bytes_per_token_tail, sink_flag ? 256u : 320u);
+        EXPECT_EQ(info.kv_bytes_per_token_tail, 256u);    // per position row, sink or not
         EXPECT_EQ(info.kv_bytes_per_token_device, 104u);  // sealed blocks unchanged
+        EXPECT_EQ(tail_slot_bytes(e), sink_flag ? 4 * 256u : 5 * 256u);  // the sink: one more row
         llmkv_engine_destroy(e);
     }
     int sink_changes_tokens = 0;  // prompts whose tokens differ without the sink
@@ -914,14 +931,30 @@ TEST_F(EngineTest, KvSinkFlagsAreCheckedAtCreation) {
     ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
-    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
-    EXPECT_EQ(info.kv_bytes_per_token_tail, 320u);
+    EXPECT_EQ(tail_slot_bytes(e), 5 * 256u);
     llmkv_engine_destroy(e);
     p.flags = 0;
     ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
-    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
-    EXPECT_EQ(info.kv_bytes_per_token_tail, 256u);
+    EXPECT_EQ(tail_slot_bytes(e), 4 * 256u);
     llmkv_engine_destroy(e);
+    // The AUTO backend: int4c runs on the CPU (CUDA has no int4c), with the sink by default;
+    // asked for with int8, AUTO takes the CPU too (the CUDA attention does not read it).
+    p.backend = LLMKV_BACKEND_AUTO;
+    for (uint32_t flags : {0u, LLMKV_ENGINE_KV_SINK}) {
+        p.flags = flags;
+        p.kv_dtype_k = p.kv_dtype_v = flags ? LLMKV_KV_INT8 : LLMKV_KV_INT4_COMPACT;
+        ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+        ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+        EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CPU));
+        EXPECT_EQ(tail_slot_bytes(e), 5 * 256u);
+        llmkv_engine_destroy(e);
+    }
+    // One-token blocks seal position 0 at once: no sink (refused when asked for).
+    p.backend = LLMKV_BACKEND_CPU;
+    p.kv_block_tokens = 1;
+    p.flags = LLMKV_ENGINE_KV_SINK;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(llmkv_last_error()).find("kv_block_tokens"), std::string::npos) << llmkv_last_error();
 }
 
 TEST_F(EngineTest, ChatFormatUsesChatMlForThisVocabulary) {

@@ -251,6 +251,8 @@ public:
         }
         device_name_ = name;
 
+        // The module's kernels do not read the KV sink's tail rows (nor lay them out).
+        if (geometry_.sink) fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: the KV sink is CPU only so far");
         const llmkv_cuda_kv_desc kd = cuda_kv_desc(geometry_, options_.n_sealed_blocks, options_.n_tail_slots);
         llmkv_cuda_context_params cp{};
         cp.struct_size = sizeof cp;
