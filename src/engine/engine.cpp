@@ -886,23 +886,19 @@ void Engine::ensure_sink(Request &r) {
 }
 
 void Engine::compute_sinks(const std::vector<Request *> &requests) {
+    // Position 0 alone: a sequence with nothing computed over the request's tail slot. Its tail
+    // rows hold no position of the request yet (they start after the matched blocks, at
+    // n_tokens), so the pass writes only what is free: row 0 and the sink rows.
     sink_kv_.clear();
+    sink_kv_.reserve(requests.size());  // the spans point into it
     sink_spans_.clear();
     for (Request *r : requests) {
         if (!r->sink_missing) continue;
         if (r->kv.tail < 0 || r->tokens.empty()) fail(LLMKV_ERR_INTERNAL, "KV sink: a request without a tail slot or tokens");
-        // Position 0 alone: a sequence with nothing computed over the request's tail slot. Its
-        // tail rows hold no position of the request yet (they start after the matched blocks,
-        // at n_tokens), so the pass writes only what is free: row 0 and the sink rows.
-        SessionKv k;
-        k.tail = r->kv.tail;
-        sink_kv_.push_back(std::move(k));
+        sink_kv_.emplace_back().tail = r->kv.tail;
+        sink_spans_.push_back(ForwardSpan{&sink_kv_.back(), r->tokens.data(), 1, false});
     }
-    if (sink_kv_.empty()) return;
-    size_t i = 0;
-    for (Request *r : requests) {
-        if (r->sink_missing) sink_spans_.push_back(ForwardSpan{&sink_kv_[i++], r->tokens.data(), 1, false});
-    }
+    if (sink_spans_.empty()) return;
     forward_->run(sink_spans_, logits_);
     for (Request *r : requests) r->sink_missing = false;
 }
