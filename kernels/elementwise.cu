@@ -46,6 +46,16 @@ __global__ void gather_rows_kernel(const float *__restrict__ x, uint32_t cols,
     for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
 }
 
+__global__ void sum_parts_kernel(const float *__restrict__ parts, size_t n, uint32_t n_parts,
+                                 float *__restrict__ out) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x) {
+        float s = parts[k];
+        for (uint32_t r = 1; r < n_parts; ++r) s = __fadd_rn(s, parts[size_t(r) * n + k]);
+        out[k] = s;
+    }
+}
+
 }  // namespace
 
 cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream) {
@@ -78,6 +88,13 @@ cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *row
                                uint32_t n_rows, float *out, cudaStream_t stream) {
     if (n_rows == 0 || cols == 0) return cudaSuccess;
     gather_rows_kernel<<<n_rows, kThreads, 0, stream>>>(x, cols, rows, out);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_sum_parts(const float *parts, size_t n, uint32_t n_parts, float *out,
+                             cudaStream_t stream) {
+    if (n == 0 || n_parts == 0) return cudaSuccess;
+    sum_parts_kernel<<<grid_for(n), kThreads, 0, stream>>>(parts, n, n_parts, out);
     return cudaGetLastError();
 }
 

@@ -1,4 +1,4 @@
-// The CUDA module's C ABI, version 4 (src/backend/cuda/cuda_module.h): one context = one
+// The CUDA module's C ABI, version 5 (src/backend/cuda/cuda_module.h): one context = one
 // device, the KV pools in the CPU's byte layouts (llmkv::KvGeometry), weights uploaded one
 // matrix / vector at a time as handles, activation buffers, and the operations of a forward
 // pass (the architecture itself lives in libllmkv, src/model/arch/). A compute stream runs
@@ -30,6 +30,7 @@
 #include "kv_seal.cuh"
 #include "kv_window.cuh"
 #include "matvec_q.cuh"
+#include "nccl_loader.h"
 #include "paged_attention.cuh"
 #include "rms_norm.cuh"
 #include "rope.cuh"
@@ -194,6 +195,12 @@ struct llmkv_cuda_context {
     bool pending_writes = false;  // async host-to-device block copies not yet ordered before compute
     bool pending_reads = false;   // async device-to-host block copies, likewise
 
+    // tensor parallelism (comm_init): the NCCL communicator and the all-gather buffer
+    ncclComm_t comm = nullptr;
+    uint32_t comm_ranks = 0, comm_rank = 0;
+    float *gathered = nullptr;  // [comm_ranks][comm_elems]
+    uint64_t comm_elems = 0;
+
     llmkv_cuda_status sticky = LLMKV_CUDA_OK;
     std::string err;
 
@@ -293,6 +300,13 @@ struct llmkv_cuda_context {
         if (copy_marker) cudaEventDestroy(copy_marker);
         if (tables_uploaded) cudaEventDestroy(tables_uploaded);
         compute_marker = copy_marker = tables_uploaded = nullptr;
+        if (comm) {
+            // After a device error the other ranks may never finish a collective with this
+            // one: abort rather than destroy (which waits for them).
+            if (const NcclApi *n = nccl_api(nullptr))
+                (sticky == LLMKV_CUDA_OK ? n->comm_destroy : n->comm_abort)(comm);
+            comm = nullptr;
+        }
         if (cublas) cublasDestroy(cublas);
         for (const DeviceAlloc &a : device_allocs) cudaFree(a.p);
         for (void *p : host_allocs) cudaFreeHost(p);
@@ -1599,6 +1613,106 @@ llmkv_cuda_status api_copy_wait(llmkv_cuda_context *ctx, uint64_t ticket) {
     return guarded(ctx, [&] { return ticket_status(ctx, ticket, true); });
 }
 
+// ---- tensor-parallel ranks ---------------------------------------------------------------------
+
+llmkv_cuda_status activation_copy(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, void *dst,
+                                  const void *src, cudaMemcpyKind kind, const char *op) {
+    return guarded(ctx, [&] {
+        CKS(check_tensor(ctx, x, op, "x"));
+        if (!(kind == cudaMemcpyDeviceToHost ? dst : src)) return bad(ctx, op, "host is null");
+        CK(ctx, cudaMemcpyAsync(dst, src, size_t(x.rows) * x.cols * 4, kind, ctx->compute));
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_read_activation(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, float *host) {
+    return activation_copy(ctx, x, host, x.data, cudaMemcpyDeviceToHost, "read_activation");
+}
+
+llmkv_cuda_status api_write_activation(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                       const float *host) {
+    return activation_copy(ctx, x, x.data, host, cudaMemcpyHostToDevice, "write_activation");
+}
+
+std::string nccl_text(const NcclApi *n, ncclResult_t r) {
+    return format("%s (NCCL %d, error %d)", n->error_string(r), n->version, int(r));
+}
+
+llmkv_cuda_status api_comm_unique_id(uint8_t id[LLMKV_CUDA_COMM_ID_BYTES], char *err,
+                                     size_t err_cap) {
+    static_assert(sizeof(ncclUniqueId) == LLMKV_CUDA_COMM_ID_BYTES, "NCCL's id size");
+    if (!id) return LLMKV_CUDA_ERR_INVALID;
+    std::string why;
+    const NcclApi *n = nccl_api(&why);
+    if (!n) {
+        write_err(err, err_cap, why);
+        return LLMKV_CUDA_ERR_NO_DEVICE;
+    }
+    ncclUniqueId u;
+    const ncclResult_t r = n->get_unique_id(&u);
+    if (r != ncclSuccess) {
+        write_err(err, err_cap, "ncclGetUniqueId: " + nccl_text(n, r));
+        return LLMKV_CUDA_ERR_NO_DEVICE;
+    }
+    std::memcpy(id, &u, sizeof u);
+    return LLMKV_CUDA_OK;
+}
+
+llmkv_cuda_status api_comm_init(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
+                                uint32_t n_ranks, uint32_t rank, uint64_t max_elements) {
+    return guarded(ctx, [&] {
+        const char *op = "comm_init";
+        if (!id || n_ranks == 0 || rank >= n_ranks || max_elements == 0)
+            return bad(ctx, op, format("rank %u of %u, %llu elements", rank, n_ranks,
+                                       (unsigned long long)max_elements));
+        if (ctx->comm) return bad(ctx, op, "the context has joined a communicator already");
+        std::string why;
+        const NcclApi *n = nccl_api(&why);
+        if (!n) return ctx->fail(LLMKV_CUDA_ERR_NO_DEVICE, why);
+        float *gathered = nullptr;
+        CKS(ctx->alloc(gathered, size_t(max_elements) * n_ranks * 4, ctx->other_bytes,
+                       "the all-gather buffer"));
+        ncclUniqueId u;
+        std::memcpy(&u, id, sizeof u);
+        ncclComm_t comm = nullptr;
+        const ncclResult_t r = n->comm_init_rank(&comm, int(n_ranks), u, int(rank));
+        if (r != ncclSuccess) {
+            ctx->free_device(gathered);
+            return ctx->fail(LLMKV_CUDA_ERR_DEVICE,
+                             format("ncclCommInitRank (rank %u of %u): %s", rank, n_ranks,
+                                    nccl_text(n, r).c_str()));
+        }
+        ctx->comm = comm;
+        ctx->comm_ranks = n_ranks;
+        ctx->comm_rank = rank;
+        ctx->gathered = gathered;
+        ctx->comm_elems = max_elements;
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_all_reduce_sum(llmkv_cuda_context *ctx, llmkv_cuda_tensor x) {
+    return guarded(ctx, [&] {
+        const char *op = "all_reduce_sum";
+        CKS(check_tensor(ctx, x, op, "x"));
+        if (!ctx->comm) return bad(ctx, op, "no communicator (comm_init)");
+        const size_t n = size_t(x.rows) * x.cols;
+        if (n > ctx->comm_elems)
+            return bad(ctx, op, format("%zu elements exceed the communicator's %llu", n,
+                                       (unsigned long long)ctx->comm_elems));
+        const NcclApi *nc = nccl_api(nullptr);
+        CKS(order_after_copies(ctx));
+        const ncclResult_t r = nc->all_gather(x.data, ctx->gathered, n, ncclFloat32, ctx->comm,
+                                              ctx->compute);
+        if (r != ncclSuccess)
+            return ctx->fail(LLMKV_CUDA_ERR_DEVICE, "ncclAllGather: " + nccl_text(nc, r));
+        CK(ctx, launch_sum_parts(ctx->gathered, n, ctx->comm_ranks, static_cast<float *>(x.data),
+                                 ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
 // ---- pinned host memory, errors, usage ------------------------------------------------------
 
 llmkv_cuda_status api_host_alloc(llmkv_cuda_context *ctx, uint64_t bytes, void **out) {
@@ -1701,6 +1815,11 @@ const llmkv_cuda_api kApi = {
     api_geglu,
     api_upload_matrix_packed,
     api_upload_matrix_quantized,
+    api_read_activation,
+    api_write_activation,
+    api_comm_unique_id,
+    api_comm_init,
+    api_all_reduce_sum,
 };
 
 }  // namespace

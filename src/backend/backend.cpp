@@ -1,7 +1,10 @@
 // The batch check every backend runs first.
 #include "backend/backend.h"
 
+#include <cstring>
+
 #include "common/error.h"
+#include "parallel/communicator.h"
 
 namespace llmkv {
 
@@ -41,6 +44,20 @@ void Backend::gather_logits(const float *, uint32_t, uint32_t, uint32_t, uint32_
 
 void Backend::set_communicator(Communicator *) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
+}
+
+void Backend::connect_device_ranks(const DeviceCommId &, uint32_t, uint32_t, uint64_t) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no device collectives", name());
+}
+
+void gather_logits_over(Communicator *comm, const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                        uint32_t n_vocab, float *host) {
+    if (comm) {
+        comm->gather_columns(local, rows, local_cols, stride, n_vocab, host);
+        return;
+    }
+    if (local_cols != n_vocab) fail(LLMKV_ERR_INTERNAL, "gather_logits: %u of %u columns on one rank", local_cols, n_vocab);
+    std::memcpy(host, local, size_t(rows) * n_vocab * sizeof(float));
 }
 
 }  // namespace llmkv

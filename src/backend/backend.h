@@ -22,6 +22,7 @@
 //     backend creates (make_transfer_queue); the KV manager owns it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,15 @@
 namespace llmkv {
 
 class Communicator;
+
+// The id of a device communicator (NCCL's ncclUniqueId): made by rank 0, sent to every rank.
+using DeviceCommId = std::array<uint8_t, 128>;
+
+// The logits of a rank's vocabulary columns gathered into host (rows x n_vocab) over comm
+// (Backend::gather_logits of the backends whose logits are in host memory); comm null: one
+// rank, local_cols must be n_vocab.
+void gather_logits_over(Communicator *comm, const float *local, uint32_t rows, uint32_t local_cols,
+                        uint32_t stride, uint32_t n_vocab, float *host);
 
 // One span of a batch: consecutive tokens of one session.
 struct ForwardSpan {
@@ -177,6 +187,13 @@ public:
                                uint32_t n_vocab, float *host);
     // The ranks this backend's collectives run over (not owned; null: none).
     virtual void set_communicator(Communicator *comm);
+    // Moves all_reduce onto the device's own collectives (CUDA: NCCL): every rank calls it
+    // at the same time, once its set-up succeeded, with the id rank 0 made
+    // (cuda_comm_unique_id); max_elements bounds the floats of one all_reduce. Without it a
+    // device backend's all_reduce goes through host memory and the communicator. Backends
+    // without device collectives: UNSUPPORTED.
+    virtual void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank,
+                                      uint64_t max_elements);
 
     // ---- KV storage and tiers -----------------------------------------------------------
     // The queue that moves KV blocks and tail slots between the pools and host memory.

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
 
 #include "common/error.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
@@ -101,12 +103,26 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
     const uint32_t backend = raw_enum(p.backend), dtype_k = raw_enum(p.kv_dtype_k), dtype_v = raw_enum(p.kv_dtype_v);
     if (backend > LLMKV_BACKEND_CUDA) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.backend = %u is unknown", backend);
-    if (p.n_devices > 1) {
-        fail(LLMKV_ERR_UNSUPPORTED,
-             "tensor parallelism over %u GPUs (NCCL) is not available yet; CPU ranks: engine_params.tp_size or "
-             "tp_transport", p.n_devices);
+    if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
+    if (p.n_devices > kMaxTpRanks) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_devices = %u exceeds %u", p.n_devices, kMaxTpRanks);
+    for (uint32_t i = 0; i < p.n_devices; ++i) {
+        if (p.devices[i] < 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices[%u] = %d is negative", i, p.devices[i]);
     }
-    if (p.tp_size > 256) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u exceeds 256", p.tp_size);
+    if (p.n_devices > 1) {
+        // Several devices: one tensor-parallel rank on each (the CUDA backend).
+        if (backend == LLMKV_BACKEND_CPU) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_devices = %u names GPU ranks, but the backend is the CPU "
+                 "(CPU ranks: engine_params.tp_size)", p.n_devices);
+        }
+        if (p.tp_size > 1 && p.tp_size != p.n_devices) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u differs from n_devices = %u", p.tp_size, p.n_devices);
+        }
+        if (p.tp_transport && uint32_t(p.tp_transport->size) != p.n_devices) {
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_devices = %u differs from tp_transport's %d ranks",
+                 p.n_devices, p.tp_transport->size);
+        }
+    }
+    if (p.tp_size > kMaxTpRanks) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u exceeds %u", p.tp_size, kMaxTpRanks);
     if (p.tp_transport) {
         const llmkv_tp_transport &t = *p.tp_transport;
         if (t.size < 1 || t.size > 256 || t.rank < 0 || t.rank >= t.size) {
@@ -120,7 +136,6 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
             fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.tp_size = %u differs from tp_transport's %d ranks", p.tp_size, t.size);
         }
     }
-    if (p.n_devices > 0 && !p.devices) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.devices is NULL with n_devices = %u", p.n_devices);
     if (!known_dtype(dtype_k)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_k = %u is unknown", dtype_k);
     if (!known_dtype(dtype_v)) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_dtype_v = %u is unknown", dtype_v);
     if (p.kv_block_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.kv_block_tokens = %u exceeds 1024", p.kv_block_tokens);
@@ -150,11 +165,10 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     std::unique_ptr<Engine> e(new Engine());
     e->params_ = p;
     e->params_.tp_transport = nullptr;  // borrowed; not kept
-    e->tp_size_ = p.tp_transport ? uint32_t(p.tp_transport->size) : std::max<uint32_t>(1, p.tp_size);
-    if (e->tp_size_ > 1 && backend == LLMKV_BACKEND_CUDA) {
-        fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism runs on CPU ranks (tp_size %u with the CUDA backend: not yet)",
-             e->tp_size_);
-    }
+    e->tp_size_ = p.tp_transport ? uint32_t(p.tp_transport->size)
+                                 : p.n_devices > 1 ? p.n_devices : std::max<uint32_t>(1, p.tp_size);
+    // GPU ranks: the CUDA backend asked for, or several devices named; otherwise CPU ranks.
+    e->tp_backend_ = (backend == LLMKV_BACKEND_CUDA || p.n_devices > 1) ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
     e->params_.model_path = nullptr;  // borrowed; not kept
     e->file_ = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
     e->model_ = LlamaModel::load(e->file_);
@@ -257,9 +271,74 @@ Engine::~Engine() {
     kv_.reset();
 }
 
-void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport,
+namespace {
+
+// LLMKV_TP_COLLECTIVES: how the all-reduces of GPU ranks travel. "" / "auto": NCCL when every
+// in-process rank has a device of its own (ranks in other processes: always) and NCCL loads,
+// else through host memory; "nccl": NCCL or fail; "host": host memory.
+enum class Collectives { kAuto, kNccl, kHost };
+Collectives collectives_from_env() {
+    const char *v = std::getenv("LLMKV_TP_COLLECTIVES");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return Collectives::kAuto;
+    if (std::strcmp(v, "nccl") == 0) return Collectives::kNccl;
+    if (std::strcmp(v, "host") == 0) return Collectives::kHost;
+    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_TP_COLLECTIVES=\"%s\": expected auto, nccl or host", v);
+}
+
+}  // namespace
+
+// GPU ranks: each rank's device, and whether their all-reduces go over NCCL.
+void Engine::plan_gpu_ranks(TpSetup &setup, bool in_process) const {
+    const llmkv_engine_params &p = params_;
+    setup.backend = LLMKV_BACKEND_CUDA;
+    std::string why;
+    const int n_visible = cuda_device_count(&why);
+    if (n_visible <= 0) fail(LLMKV_ERR_UNSUPPORTED, "GPU tensor-parallel ranks: the CUDA backend is not available: %s", why.c_str());
+    // n_devices == tp_size: one each; 1: every rank on that device; 0: rank r on device r
+    // (modulo the devices the rank's process sees).
+    for (uint32_t r = 0; r < tp_size_; ++r) {
+        setup.devices[r] = p.n_devices == tp_size_ ? p.devices[r] : p.n_devices == 1 ? p.devices[0] : -1;
+    }
+    if (in_process) {
+        for (uint32_t r = 0; r < tp_size_; ++r) {
+            if (setup.devices[r] < 0) setup.devices[r] = int32_t(r % uint32_t(n_visible));
+            if (setup.devices[r] >= n_visible) {
+                fail(LLMKV_ERR_INVALID_ARGUMENT, "GPU tensor-parallel rank %u: device %d does not exist (%d devices)", r,
+                     setup.devices[r], n_visible);
+            }
+        }
+    }
+    bool distinct = true;
+    for (uint32_t r = 0; in_process && r < tp_size_; ++r) {
+        for (uint32_t q = 0; q < r; ++q) distinct = distinct && setup.devices[q] != setup.devices[r];
+    }
+    const Collectives want = collectives_from_env();
+    if (want == Collectives::kHost) return;
+    std::string no_nccl;
+    if (!distinct) {
+        no_nccl = "ranks share a device";
+    } else if (cuda_comm_unique_id(setup.comm_id, &no_nccl)) {
+        setup.device_collectives = 1;
+        return;
+    }
+    if (want == Collectives::kNccl) fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_TP_COLLECTIVES=nccl: %s", no_nccl.c_str());
+    LLMKV_LOG_INFO_F("GPU tensor-parallel ranks: all-reduces through host memory (%s)", no_nccl.c_str());
+}
+
+void Engine::create_tp(KvGeometry g, uint32_t max_sessions, const llmkv_tp_transport *transport,
                        bool &ranks_told) {
     const llmkv_engine_params &p = params_;
+    if (tp_backend_ == LLMKV_BACKEND_CUDA) {
+        // What the CUDA kernels read: no KV sink, no layer groups (as with one GPU).
+        if (g.sink && (p.flags & LLMKV_ENGINE_KV_SINK)) {
+            fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK: the CUDA backend does not read the KV sink yet (CPU only)");
+        }
+        g.sink = false;
+        if (g.grouped()) {
+            LLMKV_LOG_INFO_F("cuda backend: sliding-window blocks are kept (no layer groups)");
+            set_layer_groups(g, {});
+        }
+    }
     create_kv(g, max_sessions);
     const unsigned threads = p.n_threads ? p.n_threads : ThreadPool::hardware_threads();
     pool_ = std::make_unique<ThreadPool>(1);  // the ranks have their own
@@ -269,6 +348,7 @@ void Engine::create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_t
     setup.n_sealed_blocks = kv_->total_blocks();
     setup.n_tail_slots = max_sessions;
     setup.max_tokens = max_batch_tokens_;
+    if (tp_backend_ == LLMKV_BACKEND_CUDA) plan_gpu_ranks(setup, transport == nullptr);
     RankThreads rank_threads;
     rank_threads.spin_us = p.spin_us;
     rank_threads.priority = p.thread_priority;

@@ -149,9 +149,11 @@ private:
     // The KV manager (pool sizes from the budget) for geometry g.
     void create_kv(const KvGeometry &g, uint32_t max_sessions);
     // Tensor parallelism: the KV manager and a TpBackend over tp_size_ ranks (threads of
-    // this process, or the transport's processes).
+    // this process, or the transport's processes), on CPUs or on CUDA devices (tp_backend_).
     // ranks_told: set once the ranks behind a transport have been sent the setup.
-    void create_tp(const KvGeometry &g, uint32_t max_sessions, const llmkv_tp_transport *transport, bool &ranks_told);
+    void create_tp(KvGeometry g, uint32_t max_sessions, const llmkv_tp_transport *transport, bool &ranks_told);
+    // GPU ranks: every rank's device and the collectives (NCCL or host memory) into setup.
+    void plan_gpu_ranks(TpSetup &setup, bool in_process) const;
     // create() without telling waiting ranks that it failed (ranks_told: the setup went out).
     static std::unique_ptr<Engine> create_impl(const llmkv_engine_params &params, bool &ranks_told);
     Engine() = default;
@@ -234,6 +236,7 @@ private:
     std::unique_ptr<Communicator> tp_comm_;
     TpBackend *tp_ = nullptr;
     uint32_t tp_size_ = 1;
+    llmkv_backend tp_backend_ = LLMKV_BACKEND_CPU;  // the ranks' backend (tp_size_ > 1)
     unsigned rank_threads_ = 0;  // threads of each rank (tensor parallelism)
     std::unique_ptr<Backend> backend_;    // declared before kv_: destroyed after it (the host tier may be its memory)
     std::unique_ptr<KvManager> kv_;

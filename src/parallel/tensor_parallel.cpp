@@ -1,10 +1,12 @@
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -68,6 +70,8 @@ struct RankState {
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<Backend> backend;
+    std::unique_ptr<KvTransferQueue> queue;  // the backend's, synchronous: KV to and from host memory
+    std::vector<uint8_t> staging;            // one block or tail slot in the rank's layout
     std::unique_ptr<Forward> forward;  // ranks 1..: their own forward pass (rank 0's is the engine's)
 };
 
@@ -99,21 +103,37 @@ Status status_of(llmkv_status s, const std::string &message) {
     return st;
 }
 
+// The CUDA device of `rank`.
+int rank_device(const TpSetup &setup, uint32_t rank) {
+    if (setup.devices[rank] >= 0) return setup.devices[rank];
+    std::string why;
+    const int n = cuda_device_count(&why);
+    if (n <= 0) fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
+    return int(rank % uint32_t(n));
+}
+
 std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &setup, Communicator &comm,
                                      const RankThreads &threads, bool own_forward) {
+    if (comm.size() > kMaxTpRanks) fail(LLMKV_ERR_INVALID_ARGUMENT, "%u tensor-parallel ranks (at most %u)", comm.size(), kMaxTpRanks);
+    const bool cuda = setup.backend == LLMKV_BACKEND_CUDA;
     auto rs = std::make_unique<RankState>();
     rs->shard = ModelShard::make(model, comm.rank(), comm.size());
     rs->local = rank_geometry(setup.geometry, rs->shard->ranges());
+    // A device rank's pools live on its device: this cache only gives their sizes (its
+    // anonymous memory is never touched).
     rs->cache = std::make_unique<KvCache>(rs->local, setup.n_sealed_blocks, setup.n_tail_slots);
-    rs->pool = std::make_unique<ThreadPool>(threads.n_threads, threads.spin_us, threads.priority);
+    rs->pool = std::make_unique<ThreadPool>(cuda ? 1 : threads.n_threads, threads.spin_us, threads.priority);
     BackendRequest br;
-    br.kind = LLMKV_BACKEND_CPU;
+    br.kind = cuda ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
+    if (cuda) br.device = rank_device(setup, comm.rank());
     br.max_batch_tokens = setup.max_tokens;
     br.max_spans = setup.max_tokens;
     br.cache = rs->cache.get();
     br.pool = rs->pool.get();
     rs->backend = create_backend(br);
     rs->backend->set_communicator(&comm);
+    rs->queue = rs->backend->make_transfer_queue(false);
+    rs->staging.resize(std::max(rs->local.sealed_block_bytes(), rs->local.tail_block_bytes()));
     if (own_forward) rs->forward = Forward::create(model, *rs->backend, setup.max_tokens, rs->shard.get());
     return rs;
 }
@@ -128,6 +148,21 @@ void exchange_status(Communicator &comm, const Status &mine) {
             fail(llmkv_status(all[r].status), "tensor-parallel rank %u of %u: %s", r, comm.size(), all[r].message);
         }
     }
+}
+
+// CUDA ranks on distinct devices: every rank joins the NCCL communicator rank 0 made (they
+// wait for each other inside), then all agree it worked.
+void connect_devices(RankState &rs, Communicator &comm, const TpSetup &setup, uint32_t n_embd) {
+    if (!setup.device_collectives) return;
+    Status st;
+    try {
+        rs.backend->connect_device_ranks(setup.comm_id, comm.size(), comm.rank(), uint64_t(setup.max_tokens) * n_embd);
+    } catch (const Error &e) {
+        st = status_of(e.status(), e.what());
+    } catch (const std::bad_alloc &) {
+        st = status_of(LLMKV_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    exchange_status(comm, st);
 }
 
 // ---- batches on the wire ----------------------------------------------------------------------
@@ -225,8 +260,10 @@ void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const
     const KvGeometry &full = setup.geometry;
     const size_t full_bytes = tail ? full.tail_block_bytes() : full.sealed_block_bytes();
     const size_t local_bytes = tail ? rs.local.tail_block_bytes() : rs.local.sealed_block_bytes();
-    uint8_t *pool = tail ? rs.cache->tail_data(t.id) : rs.cache->sealed_data(uint32_t(t.id));
     const uint32_t h0 = rs.shard->ranges().kv_head0;
+    // The rank's bytes go through its backend's queue (a device's pools are not host memory),
+    // staged in the rank's layout.
+    uint8_t *staging = rs.staging.data();
     if (in) {
         std::vector<uint8_t> buf;
         uint8_t *src = static_cast<uint8_t *>(host);
@@ -235,11 +272,18 @@ void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const
             src = buf.data();
         }
         comm.broadcast(src, full_bytes, 0);
-        (tail ? kv_tail_to_rank : kv_block_to_rank)(full, rs.local, h0, src, pool);
+        (tail ? kv_tail_to_rank : kv_block_to_rank)(full, rs.local, h0, src, staging);
+        rs.queue->submit({KvTransfer{KvTransfer::Kind(t.kind), t.id, staging}}, true);
         return;
     }
+    // Pools in host memory are read in place.
+    const uint8_t *mine = tail ? rs.queue->host_view_tail(t.id) : rs.queue->host_view_block(uint32_t(t.id));
+    if (!mine) {
+        rs.queue->submit({KvTransfer{KvTransfer::Kind(t.kind), t.id, staging}}, true);
+        mine = staging;
+    }
     std::vector<uint8_t> all(local_bytes * comm.size());
-    comm.all_gather(pool, all.data(), local_bytes);
+    comm.all_gather(mine, all.data(), local_bytes);
     if (comm.rank() != 0) return;
     for (uint32_t r = 0; r < comm.size(); ++r) {
         const ShardRanges rr = shard_ranges(*rs.model_config, r, comm.size());
@@ -310,6 +354,7 @@ TpBackend::TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator
     }
     try {
         exchange_status(comm_, st);
+        connect_devices(*rank0_, comm_, setup_, model.config().n_embd);
     } catch (...) {
         stopped_ = true;  // every rank saw the failure and left
         for (std::thread &t : workers_) t.join();
@@ -355,6 +400,8 @@ const ModelShard &TpBackend::shard() const { return *rank0_->shard; }
 const KvGeometry &TpBackend::rank_kv_geometry() const { return rank0_->local; }
 Backend &TpBackend::local() { return *rank0_->backend; }
 
+const char *TpBackend::name() const { return rank0_->backend->name(); }
+llmkv_backend TpBackend::kind() const { return rank0_->backend->kind(); }
 std::string TpBackend::device_name() const {
     return strprintf("%s, %u tensor-parallel ranks", rank0_->backend->device_name().c_str(), comm_.size());
 }
@@ -477,6 +524,7 @@ void serve_rank(const LlamaModel *model, const std::string &load_error, Communic
         }
     }
     exchange_status(comm, st);
+    connect_devices(*rs, comm, m.setup, model->config().n_embd);
 
     std::vector<uint8_t> payload;
     DecodedBatch batch;

@@ -1,8 +1,8 @@
-// Tensor parallelism on CPU ranks: TpBackend, the backend an engine holds on rank 0, and
-// serve_rank(), the loop every other rank runs.
+// Tensor parallelism: TpBackend, the backend an engine holds on rank 0, and serve_rank(), the
+// loop every other rank runs.
 //
-// Every rank holds its ModelShard (model/shard.h), a CPU backend with its own KV pools laid
-// out for its KV heads, and the same block ids: rank 0's engine (scheduler, KV manager,
+// Every rank holds its ModelShard (model/shard.h), a backend of its own (the CPU, or CUDA on
+// the rank's device) with KV pools laid out for its KV heads, and the same block ids: rank 0's engine (scheduler, KV manager,
 // prefix cache, host tier, snapshots) allocates ids once for all ranks. Rank 0 drives the
 // others with commands over a Communicator (broadcast from rank 0):
 //   setup      geometry, pool sizes and the model's fingerprint; every rank answers with
@@ -18,7 +18,8 @@
 //   shutdown   (rank 0's engine is destroyed).
 // Ranks inside one process are threads (InProcessGroup); ranks in other processes run
 // llmkv_tp_serve over the application's transport (llmkv_tp_transport: MPI in the llmkv
-// command).
+// command). The commands always go over that communicator; the all-reduces of CUDA ranks on
+// distinct devices go over NCCL on the devices' compute streams (TpSetup::device_collectives).
 #pragma once
 
 #include <cstdint>
@@ -59,12 +60,22 @@ struct RankThreads {
     int priority = 0;
 };
 
+constexpr uint32_t kMaxTpRanks = 256;
+
 // What every rank agrees on, sent by rank 0 at setup.
 struct TpSetup {
     KvGeometry geometry;  // the whole model's
     uint32_t n_sealed_blocks = 0;
     uint32_t n_tail_slots = 0;
     uint32_t max_tokens = 0;
+    // The ranks' backend: LLMKV_BACKEND_CPU, or LLMKV_BACKEND_CUDA with rank r on CUDA device
+    // devices[r] (-1: device r modulo the devices its process sees).
+    llmkv_backend backend = LLMKV_BACKEND_CPU;
+    int32_t devices[kMaxTpRanks] = {};
+    // CUDA ranks: 1 = the all-reduces run over NCCL (communicator comm_id, made by rank 0);
+    // 0 = through host memory and the host communicator.
+    uint32_t device_collectives = 0;
+    DeviceCommId comm_id{};
 };
 
 // One rank's state: shard, pools, threads, backend.
@@ -86,10 +97,10 @@ public:
     // The rank-local geometry (rank 0's; every rank's has the same sizes).
     const KvGeometry &rank_kv_geometry() const;
 
-    const char *name() const override { return "cpu"; }
+    const char *name() const override;
     std::string device_name() const override;
     std::string kernel_id() const override;
-    llmkv_backend kind() const override { return LLMKV_BACKEND_CPU; }
+    llmkv_backend kind() const override;
 
     void load_weights(const WeightSet &weights) override;
     Tensor alloc(uint32_t rows, uint32_t cols) override;

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/error.h"
 #include "kv/kv_cache.h"
@@ -672,9 +673,35 @@ TEST_F(TpEngine, BadTensorParallelParametersAreRefused) {
     EXPECT_NE(std::string(llmkv_last_error()).find("query heads"), std::string::npos) << llmkv_last_error();
     p = params(1000);
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
-    p = params(2);
-    p.backend = LLMKV_BACKEND_CUDA;
-    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+    // GPU ranks: several devices name them; the CPU backend cannot take them.
+    const int32_t devices[3] = {0, 1, -1};
+    p = params(0);
+    p.devices = devices;
+    p.n_devices = 2;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("names GPU ranks"), std::string::npos) << llmkv_last_error();
+    p.backend = LLMKV_BACKEND_AUTO;
+    p.tp_size = 4;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("differs from n_devices"), std::string::npos) << llmkv_last_error();
+    p.tp_size = 0;
+    p.n_devices = 3;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("devices[2] = -1"), std::string::npos) << llmkv_last_error();
+    if (cuda_device_count(nullptr) == 0) {
+        // Without a GPU, GPU ranks (named by devices or by tp_size with the CUDA backend) say why.
+        p.n_devices = 2;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"), std::string::npos)
+            << llmkv_last_error();
+        p = params(2);
+        p.backend = LLMKV_BACKEND_CUDA;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
+        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"), std::string::npos)
+            << llmkv_last_error();
+    } else {
+        std::printf("GPU present: GPU ranks are tested by the gpu suite (tests/gpu)\n");
+    }
     llmkv_tp_transport t{};
     t.rank = 0;
     t.size = 2;  // no callbacks

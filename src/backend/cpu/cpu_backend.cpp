@@ -306,12 +306,7 @@ void CpuBackend::all_reduce(Tensor x) {
 
 void CpuBackend::gather_logits(const float *local, uint32_t n_rows, uint32_t local_cols, uint32_t stride,
                                uint32_t n_vocab, float *host) {
-    if (comm_) {
-        comm_->gather_columns(local, n_rows, local_cols, stride, n_vocab, host);
-        return;
-    }
-    if (local_cols != n_vocab) fail(LLMKV_ERR_INTERNAL, "gather_logits: %u of %u columns on one rank", local_cols, n_vocab);
-    std::memcpy(host, local, size_t(n_rows) * n_vocab * sizeof(float));
+    gather_logits_over(comm_, local, n_rows, local_cols, stride, n_vocab, host);
 }
 
 std::unique_ptr<KvTransferQueue> CpuBackend::make_transfer_queue(bool async) {

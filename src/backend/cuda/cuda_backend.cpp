@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "parallel/communicator.h"
 #include "platform/os.h"
 
 namespace llmkv {
@@ -398,6 +399,31 @@ public:
     }
     void end_batch() override { check(api_->end_batch(ctx_), "end_batch"); }
 
+    // ---- tensor parallelism: NCCL on the compute stream, or through host memory ----------
+    void set_communicator(Communicator *comm) override { comm_ = comm; }
+    void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank,
+                              uint64_t max_elements) override {
+        check(api_->comm_init(ctx_, id.data(), n_ranks, rank, max_elements), "joining the NCCL communicator");
+        device_collectives_ = true;
+    }
+    void all_reduce(Tensor x) override {
+        if (device_collectives_) {
+            check(api_->all_reduce_sum(ctx_, dev(x)), "all_reduce_sum");
+            return;
+        }
+        if (!comm_ || comm_->size() <= 1) return;
+        // Ranks sharing a device, or no NCCL: the rows through host memory, summed in rank
+        // order by the communicator (the same adds as the device path).
+        host_rows_.resize(size_t(x.rows) * x.cols);
+        check(api_->read_activation(ctx_, dev(x), host_rows_.data()), "read_activation");
+        comm_->all_reduce_sum(host_rows_.data(), host_rows_.size());
+        check(api_->write_activation(ctx_, dev(x), host_rows_.data()), "write_activation");
+    }
+    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                       uint32_t n_vocab, float *host) override {
+        gather_logits_over(comm_, local, rows, local_cols, stride, n_vocab, host);
+    }
+
     std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override {
         return std::make_unique<CudaTransferQueue>(api_, ctx_, async);
     }
@@ -499,10 +525,28 @@ private:
     std::unordered_map<const float *, llmkv_cuda_weight> vectors_;
     std::unordered_map<const float *, RopeFreq> rope_freqs_;
     std::vector<llmkv_cuda_span> spans_;  // scratch of begin_batch
+    Communicator *comm_ = nullptr;        // tensor-parallel ranks (not owned)
+    bool device_collectives_ = false;     // all_reduce over NCCL (connect_device_ranks)
+    std::vector<float> host_rows_;        // all_reduce through host memory
     bool any_encoded_ = false;            // a matrix was uploaded in its GGUF encoding
 };
 
 }  // namespace
+
+bool cuda_comm_unique_id(DeviceCommId &id, std::string *why) {
+    static_assert(sizeof(DeviceCommId) == LLMKV_CUDA_COMM_ID_BYTES, "one id size on both sides");
+    const CudaModule &module = CudaModule::get();
+    if (!module.loaded()) {
+        if (why) *why = module.error();
+        return false;
+    }
+    char err[1024] = {0};
+    if (module.api()->comm_unique_id(id.data(), err, sizeof err) != LLMKV_CUDA_OK) {
+        if (why) *why = err;
+        return false;
+    }
+    return true;
+}
 
 bool cuda_fp16_weights_from_env() {
     const char *v = std::getenv("LLMKV_CUDA_WEIGHTS");

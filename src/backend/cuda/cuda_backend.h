@@ -76,6 +76,11 @@ bool cuda_batch_invariant_from_env();
 // Number of CUDA devices; 0 with the reason in *why (module missing, no driver, no device).
 int cuda_device_count(std::string *why);
 
+// A new NCCL communicator id for Backend::connect_device_ranks (rank 0 makes it, the host
+// communicator carries it to the others). false, with the reason in *why, when the module or
+// NCCL (libnccl.so.2) cannot be loaded.
+bool cuda_comm_unique_id(DeviceCommId &id, std::string *why);
+
 // The one conversion of a KvGeometry (and the pool sizes) into the module ABI's plain C
 // KV description (the module converts it back in one place too).
 llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);

@@ -25,7 +25,8 @@
  *    batch's (the tables then double; a failed growth changes nothing).
  *
  * Level of the ABI (version 3: version 2 plus the sliding window of attention and the ops
- * add_bias, scale, geglu): OPERATIONS, not a model. The architecture's forward pass is
+ * add_bias, scale, geglu; version 5: the collectives of tensor-parallel ranks): OPERATIONS,
+ * not a model. The architecture's forward pass is
  * written once in libllmkv (src/model/arch/) against the Backend interface
  * (src/backend/backend.h); the module executes its ops on the device. One batch is
  *     begin_batch (spans: tokens, positions, block tables, tail slots, logit rows)
@@ -57,7 +58,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 4u
+#define LLMKV_CUDA_ABI_VERSION 5u
 /* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
  * (os::shared_library_file). */
 #define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
@@ -118,6 +119,9 @@ typedef struct llmkv_cuda_context_params {
 
 /* A block id of llmkv_cuda_span.blocks that names a block in host memory (host_blocks). */
 #define LLMKV_CUDA_HOST_BLOCK 0xffffffffu
+
+/* Bytes of a communicator id (comm_unique_id, comm_init): NCCL's ncclUniqueId. */
+#define LLMKV_CUDA_COMM_ID_BYTES 128u
 
 /* One span of a batch: consecutive tokens of one session (ForwardSpan). */
 typedef struct llmkv_cuda_span {
@@ -330,6 +334,31 @@ typedef struct llmkv_cuda_api {
     llmkv_cuda_status (*upload_matrix_quantized)(llmkv_cuda_context *ctx, uint32_t type,
                                                  const void *host, uint32_t rows, uint32_t cols,
                                                  uint64_t row_bytes, llmkv_cuda_weight *out);
+    /* ---- version 5: tensor-parallel ranks ------------------------------------------------ */
+    /* Activation rows to / from host memory (x.rows x x.cols f32), ordered after every op
+     * submitted before; synchronous. The rank collectives without NCCL (ranks sharing a
+     * device, or NCCL missing) go through these and the host communicator. */
+    llmkv_cuda_status (*read_activation)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x, float *host);
+    llmkv_cuda_status (*write_activation)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                          const float *host);
+    /* A new NCCL communicator id (ncclGetUniqueId) for comm_init, made by rank 0 and sent to
+     * the others by the host. The module loads NCCL (libnccl.so.2, the CUDA toolkit's) on the
+     * first call: a single-device install needs no NCCL. NO_DEVICE with the reason in err
+     * when NCCL cannot be loaded. */
+    llmkv_cuda_status (*comm_unique_id)(uint8_t id[LLMKV_CUDA_COMM_ID_BYTES], char *err,
+                                        size_t err_cap);
+    /* Joins the context to communicator `id` as rank `rank` of n_ranks (ncclCommInitRank:
+     * every rank calls it at the same time, from its own thread or process, each on its own
+     * device; it returns when all have joined) and allocates the gather buffer of
+     * all_reduce_sum for max_elements floats per rank. A context joins once. */
+    llmkv_cuda_status (*comm_init)(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
+                                   uint32_t n_ranks, uint32_t rank, uint64_t max_elements);
+    /* x = the sum of x over the communicator's ranks, added in rank order (rank 0 + rank 1 +
+     * ...: an NCCL all-gather of every rank's x, then one kernel summing the copies in that
+     * order), so that every rank holds the same bits, run after run — a ring or tree
+     * all-reduce promises neither. Queued on the compute stream; every rank must call it in
+     * the same order with the same shape. INVALID without comm_init or beyond max_elements. */
+    llmkv_cuda_status (*all_reduce_sum)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x);
 } llmkv_cuda_api;
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);
