@@ -1,4 +1,5 @@
-// `llmkv bench tp`: tensor parallelism on CPU ranks (threads of this process): prefill and
+// `llmkv bench tp`: tensor parallelism on CPU ranks (threads of this process; GPU ranks with
+// --devices): prefill and
 // decode tok/s, each rank's KV and weight bytes, and the time rank 0 spends in the
 // all-reduces per decoded token, for each rank count; then the capacity arithmetic of
 // tensor parallelism on 80 GB (H100) and 141 GB (H200) GPUs for a 7B and a 70B model,
@@ -25,6 +26,7 @@ struct TpBenchOptions {
     std::string model;
     uint32_t threads = 0;
     std::vector<uint32_t> sizes;
+    std::vector<uint32_t> devices;  // --devices: GPU ranks
     uint32_t n_prompt = 128, n_gen = 64;
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
     std::string json;
@@ -104,8 +106,9 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
     p["prompt_tokens"] = o.n_prompt;
     p["gen_tokens"] = o.n_gen;
     p["kv"] = kv_dtype_name(o.dtype);
-    std::printf("llmkv bench tp: %s, KV %s, %u-token prompt, %u decoded tokens\n\n", o.model.c_str(),
-                kv_dtype_name(o.dtype), o.n_prompt, o.n_gen);
+    p["devices"] = o.devices;
+    std::printf("llmkv bench tp: %s, KV %s, %u-token prompt, %u decoded tokens, %s\n\n", o.model.c_str(),
+                kv_dtype_name(o.dtype), o.n_prompt, o.n_gen, o.devices.empty() ? "CPU ranks" : "GPU ranks (--devices)");
     std::printf("| tp | threads/rank | prefill tok/s | decode tok/s | all-reduce us/token | collectives/token | "
                 "KV B/token/rank | KV MiB/rank (prompt) | weights MiB/rank |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -118,6 +121,7 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
         ep.kv_dtype_k = ep.kv_dtype_v = o.dtype;
         ep.flags = 0;
         ep.tp_size = tp;
+        if (!apply_devices(o.devices, tp, ep)) return 2;
         llmkv_engine *e = nullptr;
         if (llmkv_engine_create(&ep, &e) != LLMKV_OK) {
             std::printf("| %u | - | %s |\n", tp, llmkv_last_error());
@@ -160,7 +164,8 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
         llmkv_engine_destroy(e);
     }
     std::printf("\nall-reduce us/token: rank 0's time in the decode steps' all-reduces and logit gathers, waiting for "
-                "the other ranks included\n");
+                "the other ranks included (GPU ranks over NCCL: the logit gathers only; their all-reduces run on the "
+                "device streams)\n");
     capacity_table(rep);
     return 0;
 }
@@ -169,7 +174,8 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
 
 Command add_bench_tp(CLI::App &bench) {
     CLI::App *app = bench.add_subcommand(
-        "tp", "tensor parallelism on CPU ranks: tok/s, per-rank bytes, all-reduce time; GPU capacity arithmetic");
+        "tp", "tensor parallelism on CPU ranks (or GPU ranks: --devices): tok/s, per-rank bytes, all-reduce time; GPU "
+              "capacity arithmetic");
     auto o = std::make_shared<TpBenchOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
@@ -177,6 +183,7 @@ Command add_bench_tp(CLI::App &bench) {
     add_uint_option(*app, "--prompt-tokens", &o->n_prompt, "prompt length");
     add_uint_option(*app, "--gen-tokens", &o->n_gen, "tokens decoded");
     add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype");
+    add_devices_option(*app, &o->devices);
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench tp", o->json);

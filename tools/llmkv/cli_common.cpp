@@ -196,13 +196,44 @@ MpiTransportFn g_mpi_transport = nullptr;
 
 void set_mpi_transport(MpiTransportFn fn) { g_mpi_transport = fn; }
 
+void add_devices_option(CLI::App &app, std::vector<uint32_t> *target) {
+    add_uint_list_option(app, "--devices", target,
+                         "GPU ranks on these CUDA devices (e.g. 0,1: one rank each over NCCL; one device: every rank "
+                         "on it)");
+}
+
+bool apply_devices(const std::vector<uint32_t> &devices, uint32_t tp, llmkv_engine_params &p) {
+    if (devices.empty()) return true;
+    for (uint32_t d : devices) {
+        if (d > uint32_t(INT32_MAX)) {
+            std::fprintf(stderr, "llmkv: --devices: %u is not a device ordinal\n", d);
+            return false;
+        }
+    }
+    if (tp <= 1) tp = uint32_t(devices.size());
+    if (devices.size() != 1 && devices.size() < tp) {
+        std::fprintf(stderr, "llmkv: --devices lists %zu devices for %u ranks (list one per rank, or one for all)\n",
+                     devices.size(), tp);
+        return false;
+    }
+    p.backend = LLMKV_BACKEND_CUDA;
+    // int32 and uint32 share their representation; every value was checked above.
+    p.devices = reinterpret_cast<const int32_t *>(devices.data());
+    p.n_devices = devices.size() == 1 ? 1 : tp;
+    p.tp_size = tp;
+    return true;
+}
+
 void add_tp_options(CLI::App &app, TpOptions *target) {
     *target = TpOptions{};
-    add_uint_option(app, "--tp", &target->tp, "tensor parallelism: this many CPU ranks (threads of this process)");
+    add_uint_option(app, "--tp", &target->tp, "tensor parallelism: this many ranks (threads of this process)");
     app.add_flag("--mpi", target->mpi, "tensor parallelism: one rank per MPI process (mpirun -np N llmkv-mpi ...)");
+    add_devices_option(app, &target->devices);
 }
 
 bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p) {
+    if (!apply_devices(o.devices, o.mpi ? 0 : o.tp, p)) return false;
+    if (!o.devices.empty() && !o.mpi) return true;
     if (o.mpi) {
         if (!g_mpi_transport) {
             std::fprintf(stderr, "llmkv: --mpi needs the llmkv-mpi binary (built where Open MPI's development files "
@@ -215,6 +246,8 @@ bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p) {
             std::fprintf(stderr, "llmkv: MPI: %s\n", error.c_str());
             return false;
         }
+        // --devices: one listed, every process's rank on it; several, rank r on the r-th.
+        if (p.n_devices > 1) p.n_devices = uint32_t(o.devices.size());
         p.tp_transport = t;
         p.tp_size = o.tp;
         return true;

@@ -70,17 +70,27 @@ CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::
 
 llmkv_kv_dtype kv_dtype_from_name(const std::string &name);  // throws CLI::ValidationError
 
-// ---- tensor parallelism on CPU ranks ------------------------------------------------------
+// ---- tensor parallelism (CPU ranks, GPU ranks) ------------------------------------------------------
 // --tp N: N ranks as threads of this process. --mpi: one rank per MPI process (`mpirun -np
 // N llmkv-mpi run --mpi ...`; only the llmkv-mpi binary, built where Open MPI is installed,
 // has it).
+// --devices LIST: GPU ranks (the CUDA backend), one per listed device, or all on the one
+// device listed.
 struct TpOptions {
     uint32_t tp = 0;
     bool mpi = false;
+    std::vector<uint32_t> devices;
 };
 void add_tp_options(CLI::App &app, TpOptions *target);
-// Sets p's tp_size / tp_transport. False (and a message) when --mpi cannot be honoured.
+// Sets p's tp_size / tp_transport (and backend / devices with --devices). False (and a
+// message) when --mpi or --devices cannot be honoured.
 bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p);
+// --devices for `tp` ranks (tp <= 1 with several devices: one rank per device): the CUDA
+// backend, p.devices pointing into `devices` (which must outlive p). The first tp devices
+// when at least tp are listed, every rank on the device when one is. False (and a message)
+// otherwise. Nothing listed: nothing changes.
+bool apply_devices(const std::vector<uint32_t> &devices, uint32_t tp, llmkv_engine_params &p);
+void add_devices_option(CLI::App &app, std::vector<uint32_t> *target);
 // With --mpi on ranks 1..: serves rank 0's engine until it ends (true, exit status in *rc).
 // False on rank 0 (and without --mpi): the caller creates the engine.
 bool serve_tp_rank(const llmkv_engine_params &p, int *rc);
