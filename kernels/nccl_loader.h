@@ -1,12 +1,28 @@
 // NCCL as the module uses it: loaded at run time (dlopen) on the first communicator call, so
-// that the module itself loads on an install without NCCL (one GPU needs none). nccl.h
-// supplies the types only; the functions come from the library found here.
+// that the module itself loads on an install without NCCL (one GPU needs none). The types
+// come from the toolkit's nccl.h where the build found it (LLMKV_HAVE_NCCL_H), else from the
+// few declarations below (NCCL 2's ABI: a 128-byte id, an opaque communicator, int results,
+// float32 = 7), which the build checks against nccl.h when it has it.
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <string>
+
+#ifdef LLMKV_HAVE_NCCL_H
+#include <nccl.h>
+static_assert(sizeof(ncclUniqueId) == 128 && ncclFloat32 == 7 && ncclSuccess == 0,
+              "NCCL 2's ABI as nccl_loader.h declares it without nccl.h");
+#else
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+typedef struct ncclComm *ncclComm_t;
+typedef int ncclResult_t;
+typedef int ncclDataType_t;
+constexpr ncclResult_t ncclSuccess = 0;
+constexpr ncclDataType_t ncclFloat32 = 7;
+#endif
 
 namespace llmkv::cuda {
 

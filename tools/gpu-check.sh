@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for a machine with a CUDA GPU (sized for an H200 lent for ~10 minutes):
-# configure + build Release with LLMKV_CUDA=ON into build-gpu, run `ctest -L gpu`, run the
+# configure + build Release with LLMKV_CUDA=ON into build-gpu, run `ctest -L gpu` (tensor
+# parallelism included: a one-rank NCCL communicator on one GPU, every GPU as a rank with N), run the
 # GPU benchmark, then a quick subset of the GPU tests under compute-sanitizer (memcheck,
 # racecheck), print a summary table (also $OUT/report.txt). Every stage has a timeout; nothing can hang. The
 # sanitizer stage comes last so the test and benchmark numbers are in first; it is bounded
@@ -21,7 +22,8 @@
 # receives the logs), BENCH_ARGS (e.g. --quick), GPU_CHECK_SANITIZER (1 by default; 0 skips
 # the compute-sanitizer stage), SANITIZER_TOOLS (default "memcheck racecheck"; synccheck and
 # initcheck also work), SANITIZER_TIMEOUT (seconds per tool, default 90),
-# SANITIZER_FILTER_<tool> (a gtest filter replacing the built-in subset of that tool).
+# SANITIZER_FILTER_<tool> (a gtest filter replacing the built-in subset of that tool),
+# LLMKV_NCCL_LIBRARY (libnccl.so.2 for the tensor-parallel tests; found automatically).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -83,6 +85,18 @@ if ! timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.m
 fi
 [[ $HAVE_DEVICE == 1 ]] || echo "no CUDA device on this machine: the GPU tests will report skipped, the sanitizer stage will not run"
 nvcc --version 2>/dev/null | tail -1 || true
+# NCCL for the GPU tensor-parallel tests (the module loads it at run time): the CUDA toolkit's,
+# else one a Python package ships (nvidia-nccl-cu13), else the module's own search
+# (libnccl.so.2 on the loader's path, then the library it was built against).
+if [[ -z ${LLMKV_NCCL_LIBRARY:-} ]]; then
+  for f in /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2 \
+           /usr/lib/x86_64-linux-gnu/libnccl.so.2 \
+           $(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null); do
+    if [[ -f $f ]]; then export LLMKV_NCCL_LIBRARY=$f; break; fi
+  done
+fi
+echo "NCCL: ${LLMKV_NCCL_LIBRARY:-none found here (the module looks for libnccl.so.2 itself)}"
+echo "GPUs: $(timeout 20 nvidia-smi -L 2>/dev/null | wc -l) (tensor-parallel tests over NCCL need 2 or more; with 1, a one-rank communicator and ranks sharing the device)"
 
 if [[ $MODE == build ]]; then
   if ! build; then

@@ -167,8 +167,13 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     e->params_.tp_transport = nullptr;  // borrowed; not kept
     e->tp_size_ = p.tp_transport ? uint32_t(p.tp_transport->size)
                                  : p.n_devices > 1 ? p.n_devices : std::max<uint32_t>(1, p.tp_size);
-    // GPU ranks: the CUDA backend asked for, or several devices named; otherwise CPU ranks.
-    e->tp_backend_ = (backend == LLMKV_BACKEND_CUDA || p.n_devices > 1) ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
+    // GPU ranks: the CUDA backend asked for, several devices named, or AUTO with a device
+    // named and CUDA there; otherwise CPU ranks.
+    e->tp_backend_ = (backend == LLMKV_BACKEND_CUDA || p.n_devices > 1 ||
+                      (backend == LLMKV_BACKEND_AUTO && p.n_devices == 1 && e->tp_size_ > 1 &&
+                       cuda_device_count(nullptr) > 0))
+                         ? LLMKV_BACKEND_CUDA
+                         : LLMKV_BACKEND_CPU;
     e->params_.model_path = nullptr;  // borrowed; not kept
     e->file_ = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
     e->model_ = LlamaModel::load(e->file_);

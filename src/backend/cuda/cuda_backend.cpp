@@ -293,7 +293,9 @@ public:
 
     void load_weights(const WeightSet &weights) override {
         for (const WeightMatrix *w : weights.matrices) {
-            if (!w || matrices_.count(w->data)) continue;  // a tied head is uploaded once
+            // A tied head is uploaded once; a rank's vocabulary rows of it (tensor
+            // parallelism) start at the same address with fewer rows: a matrix of its own.
+            if (!w || find_matrix(*w)) continue;
             if (w->rows <= 0 || w->cols <= 0 || w->rows > int64_t(UINT32_MAX) ||
                 w->cols > int64_t(UINT32_MAX))
                 fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: weight matrix of %lld x %lld",
@@ -310,7 +312,7 @@ public:
                          uint64_t(w->row_bytes), &handle),
                   "uploading a weight matrix");
             any_encoded_ = any_encoded_ || keep_encoded;
-            matrices_[w->data] = Matrix{handle, uint32_t(w->rows), uint32_t(w->cols)};
+            matrices_[w->data].push_back(Matrix{handle, uint32_t(w->rows), uint32_t(w->cols)});
         }
         for (const WeightSet::Vector &v : weights.vectors) {
             if (!v.data || vectors_.count(v.data)) continue;
@@ -487,13 +489,20 @@ private:
     };
 
     void check(llmkv_cuda_status status, const char *what) const { check_cuda(api_, ctx_, status, what); }
-    llmkv_cuda_weight matrix(const WeightMatrix &w) const {
+    const Matrix *find_matrix(const WeightMatrix &w) const {
         auto it = matrices_.find(w.data);
-        if (it == matrices_.end() || it->second.rows != uint64_t(w.rows) ||
-            it->second.cols != uint64_t(w.cols))
+        if (it == matrices_.end()) return nullptr;
+        for (const Matrix &m : it->second) {
+            if (m.rows == uint64_t(w.rows) && m.cols == uint64_t(w.cols)) return &m;
+        }
+        return nullptr;
+    }
+    llmkv_cuda_weight matrix(const WeightMatrix &w) const {
+        const Matrix *m = find_matrix(w);
+        if (!m)
             fail(LLMKV_ERR_INTERNAL, "CUDA backend: a weight matrix (%lld x %lld) was not loaded",
                  (long long)w.rows, (long long)w.cols);
-        return it->second.handle;
+        return m->handle;
     }
     llmkv_cuda_weight vector(const float *v) const {
         auto it = vectors_.find(v);
@@ -521,7 +530,8 @@ private:
     CudaBackendOptions options_;
     std::string device_name_;
     std::shared_ptr<HostAllocState> host_;
-    std::unordered_map<const void *, Matrix> matrices_;  // by WeightMatrix::data
+    // By WeightMatrix::data, then shape (a tied head and a rank's rows of it share an address).
+    std::unordered_map<const void *, std::vector<Matrix>> matrices_;
     std::unordered_map<const float *, llmkv_cuda_weight> vectors_;
     std::unordered_map<const float *, RopeFreq> rope_freqs_;
     std::vector<llmkv_cuda_span> spans_;  // scratch of begin_batch
