@@ -185,7 +185,9 @@ typedef struct llmkv_engine_params {
     const char *model_path;    /* GGUF file; borrowed for the duration of create */
     llmkv_backend backend;     /* AUTO picks CUDA when available and able to run the
                                   configuration (KV codec, shapes), else CPU */
-    const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel */
+    const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel, one rank
+                                  per device (the CUDA backend; NCCL between distinct
+                                  devices), see tp_size below */
     uint32_t n_devices;
     uint32_t n_threads;        /* CPU worker threads; 0 = all cores */
     llmkv_kv_dtype kv_dtype_k; /* dtype of sealed K blocks */
@@ -224,8 +226,13 @@ typedef struct llmkv_engine_params {
      * partial sums (docs/PARALLELISM.md). The heads and feed-forward columns must divide by
      * the rank count, or the KV heads replicate evenly (fewer KV heads than ranks). Long
      * contexts beyond the device pool (host blocks read in place) are off with tp > 1;
-     * parking, swapping, prefix caching and snapshots work as with one rank. ---- */
-    /* Ranks as threads of this process, n_threads split among them. 0 or 1: none. */
+     * parking, swapping, prefix caching and snapshots work as with one rank.
+     * GPU ranks (docs/PARALLELISM.md, "GPU ranks"; not yet run on a GPU): n_devices > 1
+     * (tp_size 0 or n_devices), or backend CUDA with tp_size > 1 (n_devices 0: rank r on
+     * device r; 1: every rank on devices[0]); no KV sink there; without a usable CUDA
+     * device LLMKV_ERR_UNSUPPORTED with the reason. ---- */
+    /* Ranks as threads of this process, n_threads split among them (CPU ranks). 0 or 1:
+     * none. */
     uint32_t tp_size;
     /* Ranks in other processes: this process is tp_transport->rank of tp_transport->size.
      * Rank 0 calls llmkv_engine_create, every other rank llmkv_tp_serve, each with its own
@@ -369,7 +376,9 @@ typedef struct llmkv_stats {
                                        heads of the same blocks); else kv_bytes_used */
     uint64_t tp_reduce_ns;          /* tensor parallelism: time rank 0 spent in the forward
                                        passes' all-reduces and logit gathers (waiting for the
-                                       other ranks included); 0 with one rank */
+                                       other ranks included); 0 with one rank. GPU ranks over
+                                       NCCL: the logit gathers only (their all-reduces run on
+                                       the device, not the host) */
     uint64_t tp_reduces;            /* how many such collectives (2 per layer and step, plus
                                        one gather per step with logits) */
 } llmkv_stats;

@@ -39,4 +39,8 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
     return std::make_unique<CpuBackend>(*r.cache, *r.pool);
 }
 
+int gpu_device_count(std::string *why) { return cuda_device_count(why); }
+
+bool make_device_comm_id(DeviceCommId &id, std::string *why) { return cuda_comm_unique_id(id, why); }
+
 }  // namespace llmkv

@@ -24,4 +24,10 @@ struct BackendRequest {
 // AUTO without CUDA logs the reason and returns the CPU backend.
 std::unique_ptr<Backend> create_backend(const BackendRequest &request);
 
+// GPUs the CUDA backend can use; 0 with the reason in *why (may be null).
+int gpu_device_count(std::string *why);
+// A new id for Backend::connect_device_ranks (NCCL); false with the reason in *why when the
+// CUDA module or NCCL cannot be loaded.
+bool make_device_comm_id(DeviceCommId &id, std::string *why);
+
 }  // namespace llmkv

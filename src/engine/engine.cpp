@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
@@ -171,7 +170,7 @@ std::unique_ptr<Engine> Engine::create_impl(const llmkv_engine_params &p, bool &
     // named and CUDA there; otherwise CPU ranks.
     e->tp_backend_ = (backend == LLMKV_BACKEND_CUDA || p.n_devices > 1 ||
                       (backend == LLMKV_BACKEND_AUTO && p.n_devices == 1 && e->tp_size_ > 1 &&
-                       cuda_device_count(nullptr) > 0))
+                       gpu_device_count(nullptr) > 0))
                          ? LLMKV_BACKEND_CUDA
                          : LLMKV_BACKEND_CPU;
     e->params_.model_path = nullptr;  // borrowed; not kept
@@ -297,7 +296,7 @@ void Engine::plan_gpu_ranks(TpSetup &setup, bool in_process) const {
     const llmkv_engine_params &p = params_;
     setup.backend = LLMKV_BACKEND_CUDA;
     std::string why;
-    const int n_visible = cuda_device_count(&why);
+    const int n_visible = gpu_device_count(&why);
     if (n_visible <= 0) fail(LLMKV_ERR_UNSUPPORTED, "GPU tensor-parallel ranks: the CUDA backend is not available: %s", why.c_str());
     // n_devices == tp_size: one each; 1: every rank on that device; 0: rank r on device r
     // (modulo the devices the rank's process sees).
@@ -322,7 +321,7 @@ void Engine::plan_gpu_ranks(TpSetup &setup, bool in_process) const {
     std::string no_nccl;
     if (!distinct) {
         no_nccl = "ranks share a device";
-    } else if (cuda_comm_unique_id(setup.comm_id, &no_nccl)) {
+    } else if (make_device_comm_id(setup.comm_id, &no_nccl)) {
         setup.device_collectives = 1;
         return;
     }

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -107,7 +106,7 @@ Status status_of(llmkv_status s, const std::string &message) {
 int rank_device(const TpSetup &setup, uint32_t rank) {
     if (setup.devices[rank] >= 0) return setup.devices[rank];
     std::string why;
-    const int n = cuda_device_count(&why);
+    const int n = gpu_device_count(&why);
     if (n <= 0) fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
     return int(rank % uint32_t(n));
 }

@@ -21,10 +21,12 @@ RULES = {
     "src/model": {"platform", "common", "model"},
     "src/model/arch": {"platform", "common", "kv", "model", "model/arch", "backend/backend.h"},
     "src/backend": {"platform", "common", "kv", "model", "backend/backend.h", "backend/factory.h",
-                    "backend/cpu", "backend/cuda"},  # factory.cpp: the one place naming every backend
+                    "backend/cpu", "backend/cuda",  # factory.cpp: the one place naming every backend
+                    "parallel/communicator.h"},  # the rank collectives' host side
     "src/backend/cpu": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cpu",
                         "parallel/communicator.h"},
-    "src/backend/cuda": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cuda"},
+    "src/backend/cuda": {"platform", "common", "kv", "model", "backend/backend.h", "backend/cuda",
+                         "parallel/communicator.h"},
     "src/sched": {"platform", "common", "kv", "sched"},
     "src/grammar": {"platform", "common", "grammar"},
     "src/engine": {"platform", "common", "kv", "model", "model/arch", "sched", "engine", "grammar",
