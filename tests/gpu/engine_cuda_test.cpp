@@ -17,31 +17,13 @@
 
 #include "gpu_test_util.h"
 #include "llmkv.h"
+#include "session_helpers.h"
 #include "tiny_model.h"
 
 namespace llmkv {
 namespace {
 
-// Sets an environment variable for the lifetime of the object (the backend reads it when an
-// engine is created).
-class ScopedEnv {
-public:
-    ScopedEnv(const char *name, const char *value) : name_(name) {
-        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            setenv(name_, old_.c_str(), 1);
-        else
-            unsetenv(name_);
-    }
-
-private:
-    const char *name_;
-    std::string old_;
-    bool had_ = false;
-};
+using testing::ScopedEnv;
 
 class EngineCuda : public ::testing::TestWithParam<llmkv_kv_dtype> {
 protected:

@@ -29,6 +29,10 @@ namespace llmkv {
 namespace {
 
 using testing::byte_tokens;
+using testing::sampling;
+using testing::ScopedEnv;
+using testing::solo;
+using testing::start;
 using testing::stats;
 using testing::tokens_of;
 
@@ -130,26 +134,6 @@ TEST(TpCudaModule, EveryDeviceAsARankHoldsTheRankOrderedSum) {
     }
 }
 
-// Sets an environment variable for the lifetime of the object.
-class ScopedEnv {
-public:
-    ScopedEnv(const char *name, const char *value) : name_(name) {
-        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            setenv(name_, old_.c_str(), 1);
-        else
-            unsetenv(name_);
-    }
-
-private:
-    const char *name_;
-    std::string old_;
-    bool had_ = false;
-};
-
 // Engines on CUDA ranks. GetParam(): false = two ranks sharing device 0 (host collectives),
 // true = one rank on each of devices 0 and 1 (NCCL).
 class TpCudaEngine : public ::testing::TestWithParam<bool> {
@@ -193,31 +177,6 @@ protected:
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
         return e;
     }
-    static llmkv_session_params sampling(float temperature, uint64_t seed) {
-        llmkv_session_params sp;
-        llmkv_session_params_init(&sp);
-        sp.sampling.temperature = temperature;
-        sp.sampling.top_k = 40;
-        sp.sampling.seed = seed;
-        return sp;
-    }
-    static llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                                uint32_t n) {
-        llmkv_session *s = nullptr;
-        EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
-        EXPECT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
-        EXPECT_EQ(llmkv_session_generate(s, n), LLMKV_OK);
-        return s;
-    }
-    static std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                                     uint32_t n) {
-        llmkv_session *s = start(e, sp, prompt, n);
-        EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
-        std::vector<int32_t> t = tokens_of(s);
-        llmkv_session_destroy(s);
-        return t;
-    }
-
     static constexpr int32_t kDeviceZero[1] = {0};
     static constexpr int32_t kTwoDevices[2] = {0, 1};
     static std::string *path_;

@@ -1,11 +1,14 @@
 // Small helpers shared by the engine tests that drive the C API (GoogleTest assertions
-// inside): random byte-token prompts, a session's context, the engine's stats.
+// inside): random byte-token prompts, a session's context, the engine's stats, sessions run
+// alone, environment variables set for a scope.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "llmkv.h"
@@ -35,5 +38,57 @@ inline llmkv_stats stats(llmkv_engine *e) {
     EXPECT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
     return st;
 }
+
+// Session parameters: temperature (0: greedy), top-k 40, the seed.
+inline llmkv_session_params sampling(float temperature, uint64_t seed) {
+    llmkv_session_params sp;
+    llmkv_session_params_init(&sp);
+    sp.sampling.temperature = temperature;
+    sp.sampling.top_k = 40;
+    sp.sampling.seed = seed;
+    return sp;
+}
+
+// A session with the prompt appended and n tokens asked for (not run yet).
+inline llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
+                            uint32_t n) {
+    llmkv_session *s = nullptr;
+    EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
+    EXPECT_EQ(llmkv_session_generate(s, n), LLMKV_OK);
+    return s;
+}
+
+// The whole context of a session run alone to completion (the session is destroyed).
+inline std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
+                                 uint32_t n) {
+    llmkv_session *s = start(e, sp, prompt, n);
+    EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+    std::vector<int32_t> t = tokens_of(s);
+    llmkv_session_destroy(s);
+    return t;
+}
+
+// Sets an environment variable for the lifetime of the object (engines read some at create).
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const char *value) : name_(name) {
+        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_)
+            setenv(name_, old_.c_str(), 1);
+        else
+            unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv &) = delete;
+    ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+    const char *name_;
+    std::string old_;
+    bool had_ = false;
+};
 
 }  // namespace llmkv::testing

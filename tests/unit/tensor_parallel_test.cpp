@@ -413,6 +413,9 @@ namespace llmkv {
 namespace {
 
 using testing::byte_tokens;
+using testing::sampling;
+using testing::solo;
+using testing::start;
 using testing::stats;
 using testing::tokens_of;
 
@@ -450,31 +453,6 @@ protected:
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
         return e;
     }
-    static llmkv_session_params sampling(float temperature, uint64_t seed) {
-        llmkv_session_params sp;
-        llmkv_session_params_init(&sp);
-        sp.sampling.temperature = temperature;
-        sp.sampling.top_k = 40;
-        sp.sampling.seed = seed;
-        return sp;
-    }
-    static llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                                uint32_t n) {
-        llmkv_session *s = nullptr;
-        EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
-        EXPECT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
-        EXPECT_EQ(llmkv_session_generate(s, n), LLMKV_OK);
-        return s;
-    }
-    static std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                                     uint32_t n) {
-        llmkv_session *s = start(e, sp, prompt, n);
-        EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
-        std::vector<int32_t> t = tokens_of(s);
-        llmkv_session_destroy(s);
-        return t;
-    }
-
     static std::string *path_;
 };
 std::string *TpEngine::path_ = nullptr;
