@@ -59,7 +59,9 @@ type EngineOptions struct {
 	// TPSize is tensor parallelism on CPU ranks run as threads of this process, Threads
 	// split among them (0.5): the query and KV heads, feed-forward columns and vocabulary
 	// are split over the ranks. The model's heads must divide by it (or its KV heads
-	// replicate evenly), else NewEngine returns StatusUnsupported. 0 or 1 = none.
+	// replicate evenly), else NewEngine returns StatusUnsupported. 0 or 1 = none. With
+	// BackendCUDA the ranks are GPU ranks, rank r on CUDA device r, NCCL between them
+	// (docs/PARALLELISM.md; not yet run on a GPU).
 	TPSize uint32
 }
 

@@ -130,7 +130,9 @@ namespace Llmkv
         public int? ThreadPriority { get; set; }
         /// <summary>0.5: tensor parallelism on CPU ranks run as threads of this process, NThreads
         /// split among them (the heads, feed-forward columns and vocabulary split over the ranks;
-        /// the model's heads must divide by it, else Unsupported). 0 or 1 = none.</summary>
+        /// the model's heads must divide by it, else Unsupported). 0 or 1 = none. With Backend
+        /// Cuda, or several Devices, the ranks are GPU ranks (docs/PARALLELISM.md; not yet run
+        /// on a GPU).</summary>
         public uint? TpSize { get; set; }
 
         public EngineOptions() { }
