@@ -195,11 +195,12 @@ struct llmkv_cuda_context {
     bool pending_writes = false;  // async host-to-device block copies not yet ordered before compute
     bool pending_reads = false;   // async device-to-host block copies, likewise
 
-    // tensor parallelism (comm_init): the NCCL communicator and the all-gather buffer
+    // tensor parallelism (comm_prepare, comm_init): the NCCL communicator and the all-gather
+    // buffer of one chunk
     ncclComm_t comm = nullptr;
     uint32_t comm_ranks = 0, comm_rank = 0;
-    float *gathered = nullptr;  // [comm_ranks][comm_elems]
-    uint64_t comm_elems = 0;
+    float *gathered = nullptr;  // [comm_ranks][comm_chunk]
+    size_t comm_chunk = 0;      // floats per rank of one all-gather
 
     llmkv_cuda_status sticky = LLMKV_CUDA_OK;
     std::string err;
@@ -292,6 +293,17 @@ struct llmkv_cuda_context {
     }
 
     void release_all() {
+        if (comm) {
+            // After a device error the other ranks may never finish a collective with this
+            // one (nor this one's queued all-gathers): abort before waiting for the streams.
+            // A healthy context's work completed with the last synchronizing call; destroy
+            // waits for the other ranks' last collectives.
+            const NcclApi *n = nccl_api(nullptr);
+            if (n && sticky != LLMKV_CUDA_OK) n->comm_abort(comm);
+            if (compute) cudaStreamSynchronize(compute);
+            if (n && sticky == LLMKV_CUDA_OK) n->comm_destroy(comm);
+            comm = nullptr;
+        }
         if (compute) cudaStreamSynchronize(compute);
         if (copy) cudaStreamSynchronize(copy);
         for (cudaEvent_t e : ticket_events) cudaEventDestroy(e);
@@ -300,13 +312,6 @@ struct llmkv_cuda_context {
         if (copy_marker) cudaEventDestroy(copy_marker);
         if (tables_uploaded) cudaEventDestroy(tables_uploaded);
         compute_marker = copy_marker = tables_uploaded = nullptr;
-        if (comm) {
-            // After a device error the other ranks may never finish a collective with this
-            // one: abort rather than destroy (which waits for them).
-            if (const NcclApi *n = nccl_api(nullptr))
-                (sticky == LLMKV_CUDA_OK ? n->comm_destroy : n->comm_abort)(comm);
-            comm = nullptr;
-        }
         if (cublas) cublasDestroy(cublas);
         for (const DeviceAlloc &a : device_allocs) cudaFree(a.p);
         for (void *p : host_allocs) cudaFreeHost(p);
@@ -1659,35 +1664,47 @@ llmkv_cuda_status api_comm_unique_id(uint8_t id[LLMKV_CUDA_COMM_ID_BYTES], char 
     return LLMKV_CUDA_OK;
 }
 
+// The per-rank floats of one all-gather: at most this many (the buffer holds one chunk of
+// every rank's: 128 MiB with 8 ranks), so that a large batch does not cost its size times
+// the rank count on every device.
+constexpr uint64_t kCommChunkElems = uint64_t(4) << 20;
+
+llmkv_cuda_status api_comm_prepare(llmkv_cuda_context *ctx, uint32_t n_ranks, uint64_t max_elements) {
+    return guarded(ctx, [&] {
+        const char *op = "comm_prepare";
+        if (n_ranks == 0 || max_elements == 0)
+            return bad(ctx, op, format("%u ranks, %llu elements", n_ranks, (unsigned long long)max_elements));
+        if (ctx->comm || ctx->gathered) return bad(ctx, op, "the context is prepared already");
+        std::string why;
+        if (!nccl_api(&why)) return ctx->fail(LLMKV_CUDA_ERR_NO_DEVICE, why);
+        const size_t chunk = size_t(std::min(max_elements, kCommChunkElems));
+        float *gathered = nullptr;
+        CKS(ctx->alloc(gathered, chunk * n_ranks * 4, ctx->other_bytes, "the all-gather buffer"));
+        ctx->gathered = gathered;
+        ctx->comm_chunk = chunk;
+        ctx->comm_ranks = n_ranks;
+        return LLMKV_CUDA_OK;
+    });
+}
+
 llmkv_cuda_status api_comm_init(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
-                                uint32_t n_ranks, uint32_t rank, uint64_t max_elements) {
+                                uint32_t n_ranks, uint32_t rank) {
     return guarded(ctx, [&] {
         const char *op = "comm_init";
-        if (!id || n_ranks == 0 || rank >= n_ranks || max_elements == 0)
-            return bad(ctx, op, format("rank %u of %u, %llu elements", rank, n_ranks,
-                                       (unsigned long long)max_elements));
+        if (!ctx->gathered) return bad(ctx, op, "not prepared (comm_prepare)");
+        if (!id || n_ranks != ctx->comm_ranks || rank >= n_ranks)
+            return bad(ctx, op, format("rank %u of %u (prepared for %u)", rank, n_ranks, ctx->comm_ranks));
         if (ctx->comm) return bad(ctx, op, "the context has joined a communicator already");
-        std::string why;
-        const NcclApi *n = nccl_api(&why);
-        if (!n) return ctx->fail(LLMKV_CUDA_ERR_NO_DEVICE, why);
-        float *gathered = nullptr;
-        CKS(ctx->alloc(gathered, size_t(max_elements) * n_ranks * 4, ctx->other_bytes,
-                       "the all-gather buffer"));
+        const NcclApi *n = nccl_api(nullptr);
         ncclUniqueId u;
         std::memcpy(&u, id, sizeof u);
         ncclComm_t comm = nullptr;
         const ncclResult_t r = n->comm_init_rank(&comm, int(n_ranks), u, int(rank));
-        if (r != ncclSuccess) {
-            ctx->free_device(gathered);
-            return ctx->fail(LLMKV_CUDA_ERR_DEVICE,
-                             format("ncclCommInitRank (rank %u of %u): %s", rank, n_ranks,
-                                    nccl_text(n, r).c_str()));
-        }
+        if (r != ncclSuccess)
+            return ctx->fail(LLMKV_CUDA_ERR_DEVICE, format("ncclCommInitRank (rank %u of %u): %s", rank, n_ranks,
+                                                           nccl_text(n, r).c_str()));
         ctx->comm = comm;
-        ctx->comm_ranks = n_ranks;
         ctx->comm_rank = rank;
-        ctx->gathered = gathered;
-        ctx->comm_elems = max_elements;
         return LLMKV_CUDA_OK;
     });
 }
@@ -1697,18 +1714,18 @@ llmkv_cuda_status api_all_reduce_sum(llmkv_cuda_context *ctx, llmkv_cuda_tensor 
         const char *op = "all_reduce_sum";
         CKS(check_tensor(ctx, x, op, "x"));
         if (!ctx->comm) return bad(ctx, op, "no communicator (comm_init)");
-        const size_t n = size_t(x.rows) * x.cols;
-        if (n > ctx->comm_elems)
-            return bad(ctx, op, format("%zu elements exceed the communicator's %llu", n,
-                                       (unsigned long long)ctx->comm_elems));
         const NcclApi *nc = nccl_api(nullptr);
         CKS(order_after_copies(ctx));
-        const ncclResult_t r = nc->all_gather(x.data, ctx->gathered, n, ncclFloat32, ctx->comm,
-                                              ctx->compute);
-        if (r != ncclSuccess)
-            return ctx->fail(LLMKV_CUDA_ERR_DEVICE, "ncclAllGather: " + nccl_text(nc, r));
-        CK(ctx, launch_sum_parts(ctx->gathered, n, ctx->comm_ranks, static_cast<float *>(x.data),
-                                 ctx->compute));
+        float *data = static_cast<float *>(x.data);
+        const size_t n = size_t(x.rows) * x.cols;
+        for (size_t at = 0; at < n; at += ctx->comm_chunk) {
+            const size_t count = std::min(ctx->comm_chunk, n - at);
+            const ncclResult_t r =
+                nc->all_gather(data + at, ctx->gathered, count, ncclFloat32, ctx->comm, ctx->compute);
+            if (r != ncclSuccess)
+                return ctx->fail(LLMKV_CUDA_ERR_DEVICE, "ncclAllGather: " + nccl_text(nc, r));
+            CK(ctx, launch_sum_parts(ctx->gathered, count, ctx->comm_ranks, data + at, ctx->compute));
+        }
         return LLMKV_CUDA_OK;
     });
 }
@@ -1818,6 +1835,7 @@ const llmkv_cuda_api kApi = {
     api_read_activation,
     api_write_activation,
     api_comm_unique_id,
+    api_comm_prepare,
     api_comm_init,
     api_all_reduce_sum,
 };

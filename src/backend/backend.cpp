@@ -46,7 +46,11 @@ void Backend::set_communicator(Communicator *) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
 }
 
-void Backend::connect_device_ranks(const DeviceCommId &, uint32_t, uint32_t, uint64_t) {
+void Backend::prepare_device_ranks(uint32_t, uint64_t) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no device collectives", name());
+}
+
+void Backend::connect_device_ranks(const DeviceCommId &, uint32_t, uint32_t) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no device collectives", name());
 }
 

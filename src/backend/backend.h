@@ -187,13 +187,14 @@ public:
                                uint32_t n_vocab, float *host);
     // The ranks this backend's collectives run over (not owned; null: none).
     virtual void set_communicator(Communicator *comm);
-    // Moves all_reduce onto the device's own collectives (CUDA: NCCL): every rank calls it
-    // at the same time, once its set-up succeeded, with the id rank 0 made
-    // (cuda_comm_unique_id); max_elements bounds the floats of one all_reduce. Without it a
-    // device backend's all_reduce goes through host memory and the communicator. Backends
-    // without device collectives: UNSUPPORTED.
-    virtual void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank,
-                                      uint64_t max_elements);
+    // Moves all_reduce onto the device's own collectives (CUDA: NCCL), in two steps every
+    // rank takes together, agreeing in between: prepare (what can fail on one rank alone:
+    // loading NCCL, the buffer for all-reduces of up to max_elements floats), then connect
+    // (every rank at the same time, with the id rank 0 made: make_device_comm_id in
+    // backend/factory.h). Without them a device backend's all_reduce goes through host memory
+    // and the communicator. Backends without device collectives: UNSUPPORTED.
+    virtual void prepare_device_ranks(uint32_t n_ranks, uint64_t max_elements);
+    virtual void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank);
 
     // ---- KV storage and tiers -----------------------------------------------------------
     // The queue that moves KV blocks and tail slots between the pools and host memory.

@@ -126,7 +126,7 @@ std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &set
     br.kind = cuda ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
     if (cuda) br.device = rank_device(setup, comm.rank());
     br.max_batch_tokens = setup.max_tokens;
-    br.max_spans = setup.max_tokens;
+    br.max_spans = std::min(setup.n_tail_slots, setup.max_tokens);  // one span per session at most
     br.cache = rs->cache.get();
     br.pool = rs->pool.get();
     rs->backend = create_backend(br);
@@ -149,19 +149,26 @@ void exchange_status(Communicator &comm, const Status &mine) {
     }
 }
 
-// CUDA ranks on distinct devices: every rank joins the NCCL communicator rank 0 made (they
-// wait for each other inside), then all agree it worked.
-void connect_devices(RankState &rs, Communicator &comm, const TpSetup &setup, uint32_t n_embd) {
-    if (!setup.device_collectives) return;
+// Runs step on this rank and agrees on every rank's outcome (throws the first failure).
+template <class Step>
+void agree(Communicator &comm, Step step) {
     Status st;
     try {
-        rs.backend->connect_device_ranks(setup.comm_id, comm.size(), comm.rank(), uint64_t(setup.max_tokens) * n_embd);
+        step();
     } catch (const Error &e) {
         st = status_of(e.status(), e.what());
     } catch (const std::bad_alloc &) {
         st = status_of(LLMKV_ERR_OUT_OF_MEMORY, "out of memory");
     }
     exchange_status(comm, st);
+}
+
+// CUDA ranks on distinct devices: every rank prepares (NCCL loaded, buffers allocated) and
+// all agree before any joins the NCCL communicator rank 0 made, where each waits for all.
+void connect_devices(RankState &rs, Communicator &comm, const TpSetup &setup, uint32_t n_embd) {
+    if (!setup.device_collectives) return;
+    agree(comm, [&] { rs.backend->prepare_device_ranks(comm.size(), uint64_t(setup.max_tokens) * n_embd); });
+    agree(comm, [&] { rs.backend->connect_device_ranks(setup.comm_id, comm.size(), comm.rank()); });
 }
 
 // ---- batches on the wire ----------------------------------------------------------------------

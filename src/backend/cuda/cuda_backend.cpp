@@ -403,9 +403,11 @@ public:
 
     // ---- tensor parallelism: NCCL on the compute stream, or through host memory ----------
     void set_communicator(Communicator *comm) override { comm_ = comm; }
-    void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank,
-                              uint64_t max_elements) override {
-        check(api_->comm_init(ctx_, id.data(), n_ranks, rank, max_elements), "joining the NCCL communicator");
+    void prepare_device_ranks(uint32_t n_ranks, uint64_t max_elements) override {
+        check(api_->comm_prepare(ctx_, n_ranks, max_elements), "preparing the NCCL communicator");
+    }
+    void connect_device_ranks(const DeviceCommId &id, uint32_t n_ranks, uint32_t rank) override {
+        check(api_->comm_init(ctx_, id.data(), n_ranks, rank), "joining the NCCL communicator");
         device_collectives_ = true;
     }
     void all_reduce(Tensor x) override {

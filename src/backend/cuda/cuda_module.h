@@ -347,17 +347,23 @@ typedef struct llmkv_cuda_api {
      * when NCCL cannot be loaded. */
     llmkv_cuda_status (*comm_unique_id)(uint8_t id[LLMKV_CUDA_COMM_ID_BYTES], char *err,
                                         size_t err_cap);
-    /* Joins the context to communicator `id` as rank `rank` of n_ranks (ncclCommInitRank:
-     * every rank calls it at the same time, from its own thread or process, each on its own
-     * device; it returns when all have joined) and allocates the gather buffer of
-     * all_reduce_sum for max_elements floats per rank. A context joins once. */
+    /* Everything of joining a communicator that can fail on one rank alone: loads NCCL and
+     * allocates the all-gather buffer for n_ranks ranks (all_reduce_sum runs in chunks of
+     * min(max_elements, 4 Mi) floats per rank). The ranks agree that every one prepared
+     * before any calls comm_init, which waits for all of them. */
+    llmkv_cuda_status (*comm_prepare)(llmkv_cuda_context *ctx, uint32_t n_ranks, uint64_t max_elements);
+    /* Joins the prepared context to communicator `id` as rank `rank` of n_ranks (the
+     * n_ranks of comm_prepare) with ncclCommInitRank: every rank calls it at the same time,
+     * from its own thread or process, each on its own device; it returns when all have
+     * joined (a rank that never calls it leaves the others waiting, as in any NCCL program).
+     * A context joins once. */
     llmkv_cuda_status (*comm_init)(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
-                                   uint32_t n_ranks, uint32_t rank, uint64_t max_elements);
+                                   uint32_t n_ranks, uint32_t rank);
     /* x = the sum of x over the communicator's ranks, added in rank order (rank 0 + rank 1 +
      * ...: an NCCL all-gather of every rank's x, then one kernel summing the copies in that
-     * order), so that every rank holds the same bits, run after run — a ring or tree
-     * all-reduce promises neither. Queued on the compute stream; every rank must call it in
-     * the same order with the same shape. INVALID without comm_init or beyond max_elements. */
+     * order, chunk by chunk), so that every rank holds the same bits, run after run — a ring
+     * or tree all-reduce promises neither. Queued on the compute stream; every rank must call
+     * it in the same order with the same shape. INVALID without comm_init. */
     llmkv_cuda_status (*all_reduce_sum)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x);
 } llmkv_cuda_api;
 
