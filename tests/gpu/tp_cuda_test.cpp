@@ -6,8 +6,8 @@
 //    (their all-reduces through host memory) on any machine with a GPU, one rank per device
 //    over NCCL with two or more. A tiny model (4 heads, 2 KV heads) in batch-invariant mode:
 //    batched sessions equal solo runs, runs repeat bit for bit, prefix-cache hits, snapshots
-//    saved and loaded with two ranks, parked sessions continue; SmolLM2 (3 KV heads) on three
-//    ranks gives one rank's greedy tokens.
+//    saved and loaded with two ranks, parked sessions continue; every KV codec batched and
+//    parked on two ranks; SmolLM2 (3 KV heads) on three ranks gives one rank's greedy tokens.
 // Skipped, with the reason printed, without a device (or with fewer devices than a test needs).
 #include <gtest/gtest.h>
 
@@ -286,6 +286,59 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TpCudaEngine, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool> &i) {
                              return std::string(i.param ? "OneDeviceEachOverNccl" : "SharingDeviceZero");
                          });
+
+// Every KV codec on two ranks sharing device 0 (each rank's pool holds its KV head in the
+// codec, scales computed per shard): batched sessions give solo runs' tokens, and blocks moved
+// out and back through the host tier (a park) keep them.
+class TpCudaCodec : public ::testing::TestWithParam<llmkv_kv_dtype> {};
+
+TEST_P(TpCudaCodec, TwoRanksBatchAndParkBitwise) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    SKIP_WITHOUT_MIMALLOC();
+    testing::TinyModelSpec spec;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    spec.n_embd = 128;
+    spec.n_ff = 128;
+    spec.n_ctx = 512;
+    const std::string path = testing::temp_path("tp_cuda_codec.gguf");
+    testing::write_tiny_model(spec, path);
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
+    const int32_t device0[1] = {0};
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path.c_str();
+    p.backend = LLMKV_BACKEND_CUDA;
+    p.devices = device0;
+    p.n_devices = 1;
+    p.tp_size = 2;
+    p.kv_dtype_k = p.kv_dtype_v = GetParam();
+    p.kv_block_tokens = 16;
+    p.kv_host_bytes = 8ull << 20;
+    p.max_batch_tokens = 64;
+    llmkv_engine *e = nullptr;
+    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+    std::vector<std::vector<int32_t>> prompts, expected;
+    for (int i = 0; i < 3; ++i) {
+        prompts.push_back(byte_tokens(20 + 17 * i, 900 + i));
+        expected.push_back(solo(e, sampling(0.0f, 1), prompts.back(), 12));
+    }
+    std::vector<llmkv_session *> s;
+    for (int i = 0; i < 3; ++i) s.push_back(start(e, sampling(0.0f, 1), prompts[i], 6));
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+    for (llmkv_session *x : s) ASSERT_EQ(llmkv_session_park(x), LLMKV_OK) << llmkv_last_error();
+    for (llmkv_session *x : s) ASSERT_EQ(llmkv_session_generate(x, 6), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(tokens_of(s[i]), expected[i]) << "session " << i;
+    for (llmkv_session *x : s) llmkv_session_destroy(x);
+    EXPECT_EQ(stats(e).parks, 3u);
+    EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(e);
+    std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, TpCudaCodec,
+                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4));
 
 // Ranks sharing a device cannot use NCCL: asking for it is refused with the reason.
 TEST(TpCudaEngineErrors, NcclForRanksSharingADeviceIsRefused) {
