@@ -23,7 +23,7 @@
 namespace llmkv {
 namespace {
 
-using testing::ScopedEnv;
+using gputest::ScopedEnv;
 
 class EngineCuda : public ::testing::TestWithParam<llmkv_kv_dtype> {
 protected:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -13,6 +14,30 @@
 #include "common/half.h"
 
 namespace llmkv::gputest {
+
+// Sets an environment variable for the lifetime of the object (the CUDA backend reads some
+// when an engine is created).
+class ScopedEnv {
+public:
+    ScopedEnv(const char *name, const char *value) : name_(name) {
+        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_)
+            setenv(name_, old_.c_str(), 1);
+        else
+            unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv &) = delete;
+    ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+    const char *name_;
+    std::string old_;
+    bool had_ = false;
+};
+
 
 // True when the CUDA runtime sees a device; otherwise *why says why not.
 inline bool device_present(std::string *why) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "gpu_test_util.h"
 #include "host_tier_skip.h"
 #include "llmkv.h"
 #include "module_test_util.h"
@@ -32,7 +33,7 @@ namespace {
 
 using testing::byte_tokens;
 using testing::sampling;
-using testing::ScopedEnv;
+using gputest::ScopedEnv;
 using testing::solo;
 using testing::start;
 using testing::stats;

@@ -1,14 +1,12 @@
 // Small helpers shared by the engine tests that drive the C API (GoogleTest assertions
 // inside): random byte-token prompts, a session's context, the engine's stats, sessions run
-// alone, environment variables set for a scope.
+// alone.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "llmkv.h"
@@ -68,27 +66,5 @@ inline std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp
     llmkv_session_destroy(s);
     return t;
 }
-
-// Sets an environment variable for the lifetime of the object (engines read some at create).
-class ScopedEnv {
-public:
-    ScopedEnv(const char *name, const char *value) : name_(name) {
-        if (const char *old = std::getenv(name)) old_ = old, had_ = true;
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            setenv(name_, old_.c_str(), 1);
-        else
-            unsetenv(name_);
-    }
-    ScopedEnv(const ScopedEnv &) = delete;
-    ScopedEnv &operator=(const ScopedEnv &) = delete;
-
-private:
-    const char *name_;
-    std::string old_;
-    bool had_ = false;
-};
 
 }  // namespace llmkv::testing

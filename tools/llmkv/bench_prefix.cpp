@@ -94,14 +94,19 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     info.struct_size = sizeof(info);
     llmkv_engine_get_info(cached, &info);
     rep.set_model(model, info);
-    std::vector<int32_t> question = filler_tokens(plain, question_tokens, 2);
     llmkv_session_params sp;
     llmkv_session_params_init(&sp);
 
-    // Best of 3: a session (from `from`, when given) appends `tokens`; time to its first token.
-    auto best_ttft = [&](llmkv_engine *e, llmkv_prefix *from, const std::vector<int32_t> &tokens) {
+    // Best of 3: a session (from `from`, when given) appends `head` (the system prompt, or
+    // nothing after a prefix) and a question; time to its first token. Every session asks a
+    // question of its own (`way` and the rep choose it): none finds another's question blocks
+    // in the cache, so each way computes what a new question costs it.
+    auto best_ttft = [&](llmkv_engine *e, llmkv_prefix *from, const std::vector<int32_t> &head, unsigned way) {
         double best = 1e9;
-        for (int r = 0; r < 3; ++r) {
+        for (unsigned r = 0; r < 3; ++r) {
+            std::vector<int32_t> tokens = head;
+            const std::vector<int32_t> question = filler_tokens(plain, question_tokens, 1000 + 10 * way + r);
+            tokens.insert(tokens.end(), question.begin(), question.end());
             llmkv_session_params hp = sp;
             hp.prefix = from;
             llmkv_session *s = nullptr;
@@ -116,10 +121,9 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     // sweep has its own text (salt), so no length finds another's blocks in the cache.
     auto measure = [&](uint32_t system_tokens, unsigned salt, Ttft &m) {
         std::vector<int32_t> system = filler_tokens(plain, system_tokens, salt);
-        std::vector<int32_t> full = system;
-        full.insert(full.end(), question.begin(), question.end());
+        const unsigned way = 4 * salt;  // this length's questions
         // 1. Computed from scratch.
-        m.plain = best_ttft(plain, nullptr, full);
+        m.plain = best_ttft(plain, nullptr, system, way);
         // 2. From a prefix handle.
         double t0 = now();
         llmkv_prefix *prefix = nullptr;
@@ -128,9 +132,10 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
             return false;
         }
         m.create = now() - t0;
-        m.handle = best_ttft(cached, prefix, question);
-        // 3. Found by the automatic cache (the handle's blocks are cached too).
-        m.automatic = best_ttft(cached, nullptr, full);
+        m.handle = best_ttft(cached, prefix, {}, way + 1);
+        // 3. Found by the automatic cache (the handle's blocks are cached too; the system
+        // prompt's last partial block is computed again, with the question).
+        m.automatic = best_ttft(cached, nullptr, system, way + 2);
         // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
         std::string snap = (std::filesystem::temp_directory_path() /
                             ("llmkv_bench_prefix_" + std::to_string(llmkv::os::process_id()) + ".snap"))
@@ -147,7 +152,7 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
             return false;
         }
         m.load = now() - m.load;
-        m.loaded = best_ttft(next, loaded, question);
+        m.loaded = best_ttft(next, loaded, {}, way + 3);
         llmkv_prefix_release(loaded);
         llmkv_engine_destroy(next);
         std::remove(snap.c_str());
