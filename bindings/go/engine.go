@@ -60,8 +60,8 @@ type EngineOptions struct {
 	// split among them (0.5): the query and KV heads, feed-forward columns and vocabulary
 	// are split over the ranks. The model's heads must divide by it (or its KV heads
 	// replicate evenly), else NewEngine returns StatusUnsupported. 0 or 1 = none. With
-	// BackendCUDA the ranks are GPU ranks, rank r on CUDA device r, NCCL between them
-	// (docs/PARALLELISM.md; not yet run on a GPU).
+	// BackendCUDA (or several Devices) the ranks are GPU ranks: rank r on Devices[r], or on
+	// device r without Devices, NCCL between them (docs/PARALLELISM.md; not yet run on a GPU).
 	TPSize uint32
 }
 
