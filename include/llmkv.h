@@ -109,10 +109,16 @@ typedef struct llmkv_engine llmkv_engine;
 typedef struct llmkv_session llmkv_session;
 typedef struct llmkv_prefix llmkv_prefix;
 
+/* LLMKV_BACKEND_CUDA is experimental: compiled, never run on a GPU. The CUDA module
+ * (libllmkv-cuda.so, loaded at run time) is built wherever nvcc is present, but neither it
+ * nor the engine on it has run on a device yet (kernels/README.md). The same holds for
+ * everything below that exists only with it: GPU ordinals in devices, GPU tensor-parallel
+ * ranks (n_devices > 1, tp_size with the CUDA backend, LLMKV_TP_COLLECTIVES), the CUDA
+ * kernel variant of snapshots, the CUDA copy stream. */
 typedef enum llmkv_backend {
     LLMKV_BACKEND_AUTO = 0,
     LLMKV_BACKEND_CPU = 1,
-    LLMKV_BACKEND_CUDA = 2
+    LLMKV_BACKEND_CUDA = 2 /* experimental: compiled, never run on a GPU */
 } llmkv_backend;
 
 typedef enum llmkv_kv_dtype {
@@ -123,9 +129,9 @@ typedef enum llmkv_kv_dtype {
     LLMKV_KV_INT4 = 4,
     /* 4-bit codes like INT4 with compact block metadata: K keeps a scale and min per channel
      * as 6-bit steps of the block's own fp16 ranges, V one 4-bit step pair per token and 64
-     * channels. 0.28x of f16 (INT4: 0.34x); on SmolLM2 its perplexity matches INT4's and its
-     * KL divergence from f16 is 5-6% higher (docs/PERFORMANCE.md). CPU backend only;
-     * head_dim % 16 == 0. Libraries built before it refuse it as an unknown dtype. */
+     * channels. 0.28x of f16 with 16-token blocks (INT4: 0.34x); its measured quality against
+     * f16 and INT4: see docs/PERFORMANCE.md. CPU backend only; head_dim % 16 == 0.
+     * Libraries built before it refuse it as an unknown dtype. */
     LLMKV_KV_INT4_COMPACT = 5
 } llmkv_kv_dtype;
 
@@ -151,7 +157,8 @@ typedef enum llmkv_kv_rotation {
  * row per layer and KV head: 2 * n_layers * n_kv_heads * head_dim * 2 bytes per session),
  * and attention reads them there instead of their quantized copy in the first sealed block.
  * Most queries weigh the first position heavily, so its quantization error reaches every
- * later token: with the int4 codecs it is a large share of their error (docs/KV_CODECS.md).
+ * later token: with the int4 codecs it is a large share of their error (measurements: see
+ * docs/PERFORMANCE.md).
  * The sealed blocks and their bytes per token do not change; a session that takes its
  * first block from the prefix cache computes position 0 alone once (one token).
  * By default (neither flag) the sink is on with an INT4 or INT4_COMPACT codec on the CPU
@@ -184,10 +191,12 @@ typedef struct llmkv_engine_params {
     uint32_t struct_size;
     const char *model_path;    /* GGUF file; borrowed for the duration of create */
     llmkv_backend backend;     /* AUTO picks CUDA when available and able to run the
-                                  configuration (KV codec, shapes), else CPU */
+                                  configuration (KV codec, shapes), else CPU (CUDA is
+                                  experimental: compiled, never run on a GPU) */
     const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel, one rank
                                   per device (the CUDA backend; NCCL between distinct
-                                  devices), see tp_size below */
+                                  devices), see tp_size below. Experimental: compiled,
+                                  never run on a GPU */
     uint32_t n_devices;
     uint32_t n_threads;        /* CPU worker threads; 0 = all cores */
     llmkv_kv_dtype kv_dtype_k; /* dtype of sealed K blocks */
@@ -227,12 +236,17 @@ typedef struct llmkv_engine_params {
      * the rank count, or the KV heads replicate evenly (fewer KV heads than ranks). Long
      * contexts beyond the device pool (host blocks read in place) are off with tp > 1;
      * parking, swapping, prefix caching and snapshots work as with one rank.
-     * GPU ranks (docs/PARALLELISM.md, "GPU ranks"; not yet run on a GPU): n_devices > 1
-     * (tp_size 0 or n_devices), or backend CUDA with tp_size > 1 (n_devices 0: rank r on
-     * device r; 1: every rank on devices[0]); no KV sink there; without a usable CUDA
-     * device LLMKV_ERR_UNSUPPORTED with the reason. ---- */
+     * GPU ranks (docs/PARALLELISM.md, "GPU ranks"), experimental: compiled, never run on a
+     * GPU. n_devices > 1 (tp_size 0 or n_devices), or backend CUDA with tp_size > 1
+     * (n_devices 0: rank r on device r; 1: every rank on devices[0]); no KV sink there;
+     * without a usable CUDA device LLMKV_ERR_UNSUPPORTED with the reason. Their all-reduces
+     * travel as the environment variable LLMKV_TP_COLLECTIVES says (experimental too):
+     * unset or "auto": NCCL when the ranks have distinct devices and NCCL loads, else host
+     * memory; "nccl": NCCL or LLMKV_ERR_UNSUPPORTED; "host": host memory; anything else:
+     * LLMKV_ERR_INVALID_ARGUMENT. ---- */
     /* Ranks as threads of this process, n_threads split among them (CPU ranks). 0 or 1:
-     * none. */
+     * none. With the CUDA backend, GPU ranks (above; experimental: compiled, never run on a
+     * GPU). */
     uint32_t tp_size;
     /* Ranks in other processes: this process is tp_transport->rank of tp_transport->size.
      * Rank 0 calls llmkv_engine_create, every other rank llmkv_tp_serve, each with its own
@@ -377,8 +391,9 @@ typedef struct llmkv_stats {
     uint64_t tp_reduce_ns;          /* tensor parallelism: time rank 0 spent in the forward
                                        passes' all-reduces and logit gathers (waiting for the
                                        other ranks included); 0 with one rank. GPU ranks over
-                                       NCCL: the logit gathers only (their all-reduces run on
-                                       the device, not the host) */
+                                       NCCL (experimental: compiled, never run on a GPU): the
+                                       logit gathers only (their all-reduces run on the
+                                       device, not the host) */
     uint64_t tp_reduces;            /* how many such collectives (2 per layer and step, plus
                                        one gather per step with logits) */
 } llmkv_stats;
@@ -483,9 +498,10 @@ LLMKV_API llmkv_status llmkv_prefix_save(const llmkv_prefix *p, const char *path
 LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmkv_prefix **out);
 
 #define LLMKV_PREFIX_LOAD_SHARE 0x1u /* offer the loaded KV to the automatic prefix cache */
-/* Accept a snapshot written by another kernel variant (AVX-512, AVX2, portable, CUDA) of the
- * same model, codecs, rotation, block size and shapes: a prefix computed once at build time
- * and shipped to machines with other CPUs. The blocks' layout is the codec's on every
+/* Accept a snapshot written by another kernel variant (AVX-512, AVX2, portable, CUDA; the
+ * CUDA one experimental: compiled, never run on a GPU) of the same model, codecs, rotation,
+ * block size and shapes: a prefix computed once at build time and shipped to machines with
+ * other CPUs. The blocks' layout is the codec's on every
  * variant, but the variants round differently, so continuations from such a prefix are not
  * bitwise those this engine computes from the same tokens (they differ like the variants'
  * own outputs do). Such a file is never offered to the automatic prefix cache, even with
@@ -640,10 +656,10 @@ LLMKV_API llmkv_status llmkv_session_generate(llmkv_session *s, uint32_t max_new
 LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s);
 
 /* Moves the session's KV to the host tier now, asynchronously (a copy thread; a CUDA
- * build's copy stream); device blocks return to the pool when the copy completes. Blocks
- * the session shares with others (prefix blocks) stay on the device. The next step that
- * has work for the session (append + generate) brings its KV back first: tokens are
- * bitwise those of a session never parked. Under memory pressure the scheduler parks
+ * build's copy stream, experimental: compiled, never run on a GPU); device blocks return to
+ * the pool when the copy completes. Blocks the session shares with others (prefix blocks)
+ * stay on the device. The next step that has work for the session (append + generate)
+ * brings its KV back first: tokens are bitwise those of a session never parked. Under memory pressure the scheduler parks
  * idle sessions and swaps out preempted ones itself when the host tier has room (and
  * drops their KV for recomputation when it has not). Parking a parked session, or one
  * with no computed KV, does nothing. Errors: UNSUPPORTED (no host tier: kv_host_bytes
