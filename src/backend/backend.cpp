@@ -3,8 +3,8 @@
 
 #include <cstring>
 
+#include "common/communicator.h"
 #include "common/error.h"
-#include "parallel/communicator.h"
 
 namespace llmkv {
 

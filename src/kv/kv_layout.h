@@ -139,6 +139,25 @@ struct KvGeometry {
     }
     LLMKV_HD uint32_t tail_capacity() const { return block_tokens + residual_tokens; }
 
+    // ---- the fp16 window of a span (one batch, one layer at a time) -----------------------
+    // (Not the sliding `window` above.) A span appending n tokens to a session with pos0
+    // computed builds, per layer, an fp16 window of positions [span_window_start(pos0),
+    // pos0 + n): rows [0, pos0 - start) are the tail slot's rows, the rest the new K/V. The
+    // blocks it completes are sealed from it and what stays unsealed goes back to the tail.
+    // Per head it has span_window_rows(pos0, n) rows; the backends lay K out [H][rows][D],
+    // then V likewise.
+    LLMKV_HD uint32_t span_window_start(uint32_t pos0) const {
+        return sealed_blocks(pos0) * block_tokens;
+    }
+    LLMKV_HD uint32_t span_window_rows(uint32_t pos0, uint32_t n) const {
+        return pos0 - span_window_start(pos0) + n;
+    }
+    // The most window rows of a batch of at most max_spans spans and max_tokens tokens: a
+    // span's tail part is at most tail_capacity() - 1 rows.
+    LLMKV_HD size_t batch_window_rows_max(uint32_t max_spans, uint32_t max_tokens) const {
+        return size_t(max_spans) * (tail_capacity() - 1) + max_tokens;
+    }
+
     LLMKV_HD size_t head_bytes_k() const { return kv_head_bytes(dtype_k, false, block_tokens, head_dim); }
     LLMKV_HD size_t head_bytes_v() const { return kv_head_bytes(dtype_v, true, block_tokens, head_dim); }
     LLMKV_HD size_t sealed_layer_bytes() const { return size_t(n_kv_heads) * (head_bytes_k() + head_bytes_v()); }

@@ -1,3 +1,5 @@
+// InProcessGroup (ranks as threads: a futex barrier and shared pointers) and
+// TransportCommunicator (the application's llmkv_tp_transport callbacks).
 #include "parallel/communicator.h"
 
 #include <algorithm>
@@ -10,64 +12,6 @@
 #include "platform/os.h"
 
 namespace llmkv {
-
-namespace {
-
-// Adds the time of a scope to a counter.
-class ScopeTimer {
-public:
-    ScopeTimer(uint64_t &ns, uint64_t &calls) : ns_(ns), t0_(std::chrono::steady_clock::now()) { ++calls; }
-    ~ScopeTimer() {
-        ns_ += uint64_t(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count());
-    }
-
-private:
-    uint64_t &ns_;
-    std::chrono::steady_clock::time_point t0_;
-};
-
-}  // namespace
-
-void Communicator::all_reduce_sum(float *x, size_t n) {
-    const uint32_t p = size();
-    if (p <= 1 || n == 0) return;
-    ScopeTimer timer(reduce_ns_, reduces_);
-    recv_.resize(n * p);
-    all_gather(x, recv_.data(), n * sizeof(float));
-    // Rank order, every rank: the same additions in the same order.
-    std::memcpy(x, recv_.data(), n * sizeof(float));
-    for (uint32_t r = 1; r < p; ++r) {
-        const float *src = recv_.data() + size_t(r) * n;
-        for (size_t i = 0; i < n; ++i) x[i] += src[i];
-    }
-}
-
-void Communicator::gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
-                                  uint32_t total_cols, float *out) {
-    ScopeTimer timer(reduce_ns_, reduces_);
-    const uint32_t p = size();
-    const size_t per_rank = size_t(rows) * stride;
-    send_.assign(per_rank, 0.0f);
-    for (uint32_t i = 0; i < rows; ++i) {
-        std::memcpy(send_.data() + size_t(i) * stride, local + size_t(i) * local_cols, local_cols * sizeof(float));
-    }
-    recv_.resize(per_rank * p);
-    if (p > 1) {
-        all_gather(send_.data(), recv_.data(), per_rank * sizeof(float));
-    } else {
-        std::copy(send_.begin(), send_.end(), recv_.begin());
-    }
-    for (uint32_t r = 0; r < p; ++r) {
-        const uint32_t c0 = r * stride;
-        if (c0 >= total_cols) break;
-        const uint32_t n = std::min(stride, total_cols - c0);
-        for (uint32_t i = 0; i < rows; ++i) {
-            std::memcpy(out + size_t(i) * total_cols + c0, recv_.data() + size_t(r) * per_rank + size_t(i) * stride,
-                        n * sizeof(float));
-        }
-    }
-}
 
 // ---- threads of one process ------------------------------------------------------------
 

@@ -1,15 +1,8 @@
-// Communicator: how the ranks of a tensor-parallel engine exchange bytes. Two collectives
-// carry everything (every rank calls each one in the same order, with the same sizes):
-//   broadcast   root's bytes to every rank (rank 0's commands and batches),
-//   all_gather  every rank's bytes to every rank, in rank order (partial sums, shards).
-// The reductions the forward pass needs are built on all_gather so that every rank adds
-// the partial sums in the same order (rank 0 + rank 1 + ...): the result is bitwise the
-// same on every rank and from run to run, which a tree or ring all-reduce does not promise.
-//
-// Implementations: InProcessGroup (ranks are threads of this process: CPU ranks, tests),
-// TransportCommunicator (the host application's transport, llmkv_tp_transport in llmkv.h:
-// the llmkv command's MPI ranks). A GPU communicator (NCCL) reduces device buffers inside
-// the CUDA backend and uses one of these for the host-side commands.
+// The Communicator implementations (the interface and its rank-ordered reductions are
+// common/communicator.h): InProcessGroup (ranks are threads of this process: CPU ranks, tests)
+// and TransportCommunicator (the host application's transport, llmkv_tp_transport in llmkv.h:
+// the llmkv command's MPI ranks). A GPU communicator (NCCL) reduces device buffers inside the
+// CUDA backend and uses one of these for the host-side commands.
 #pragma once
 
 #include <atomic>
@@ -18,38 +11,10 @@
 #include <memory>
 #include <vector>
 
+#include "common/communicator.h"
 #include "llmkv.h"
 
 namespace llmkv {
-
-class Communicator {
-public:
-    virtual ~Communicator() = default;
-    virtual uint32_t rank() const = 0;
-    virtual uint32_t size() const = 0;
-    // Every rank's buf (bytes) = root's. Throws LLMKV_ERR_BACKEND when the transport fails.
-    virtual void broadcast(void *buf, size_t bytes, uint32_t root) = 0;
-    // recv (size() * bytes) = every rank's send (bytes), in rank order.
-    virtual void all_gather(const void *send, void *recv, size_t bytes) = 0;
-
-    // x (n floats) = the sum of every rank's x, added in rank order (bitwise equal on every
-    // rank).
-    void all_reduce_sum(float *x, size_t n);
-    // Logit columns split over the ranks: rank r holds columns [r * stride, r * stride +
-    // local_cols) of a rows x total_cols matrix as rows x local_cols values (local_cols <=
-    // stride). Every rank's out (rows x total_cols) receives the whole matrix.
-    void gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
-                        uint32_t total_cols, float *out);
-
-    // Time spent in all_reduce_sum and gather_columns (waiting for the other ranks included),
-    // and how many calls.
-    uint64_t reduce_ns() const { return reduce_ns_; }
-    uint64_t reduces() const { return reduces_; }
-
-private:
-    std::vector<float> send_, recv_;
-    uint64_t reduce_ns_ = 0, reduces_ = 0;
-};
 
 // Ranks that are threads of one process. make(n) returns the n communicators; each is
 // used by one thread. A rank waiting for the others polls for spin_us microseconds (< 0:

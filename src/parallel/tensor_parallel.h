@@ -20,6 +20,10 @@
 // llmkv_tp_serve over the application's transport (llmkv_tp_transport: MPI in the llmkv
 // command). The commands always go over that communicator; the all-reduces of CUDA ranks on
 // distinct devices go over NCCL on the devices' compute streams (TpSetup::device_collectives).
+//
+// Where each piece lives: tp_backend.cpp (TpBackend), rank_server.cpp (serve_rank,
+// abort_ranks), rank_state.h (one rank, built from the setup), wire.h (the commands' bytes),
+// kv_relayout.h (KV between the whole model's layout and a rank's).
 #pragma once
 
 #include <cstdint>
@@ -33,25 +37,9 @@
 #include "common/thread_pool.h"
 #include "model/shard.h"
 #include "parallel/communicator.h"
+#include "parallel/kv_relayout.h"
 
 namespace llmkv {
-
-class Forward;
-
-// Copies one rank's KV heads between the whole model's layout (full) and the rank's pool
-// layout (local: full with n_kv_heads = the rank's count); kv_head0 = its first KV head.
-// Sealed blocks (both directions) and tail slots.
-void kv_block_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *full_bytes,
-                      uint8_t *rank_bytes);
-void kv_block_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *rank_bytes,
-                        uint8_t *full_bytes);
-void kv_tail_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *full_bytes,
-                     uint8_t *rank_bytes);
-void kv_tail_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t kv_head0, const uint8_t *rank_bytes,
-                       uint8_t *full_bytes);
-
-// The whole model's geometry with one rank's KV heads.
-KvGeometry rank_geometry(const KvGeometry &full, const ShardRanges &r);
 
 // How a rank runs: its threads (counting the rank's own), their spin and priority.
 struct RankThreads {

@@ -7,10 +7,10 @@
 
 #include "backend/cpu/activation.h"
 #include "backend/cpu/cpu_features.h"
+#include "common/communicator.h"
 #include "common/error.h"
 #include "common/float_math.h"
 #include "common/half.h"
-#include "parallel/communicator.h"
 
 namespace llmkv {
 
@@ -78,11 +78,11 @@ Tensor CpuBackend::alloc(uint32_t n_rows, uint32_t cols) {
 
 void CpuBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) {
     const KvGeometry &g = cache_.geometry();
-    const uint32_t B = g.block_tokens, KVD = g.n_kv_heads * g.head_dim;
+    const uint32_t KVD = g.n_kv_heads * g.head_dim;
     spans_ = &spans;
     shape_ = shape;
     size_t window_rows = 0;
-    for (const ForwardSpan &s : spans) window_rows += s.kv->n_tokens - g.sealed_blocks(s.kv->n_tokens) * B + s.n;
+    for (const ForwardSpan &s : spans) window_rows += g.span_window_rows(s.kv->n_tokens, s.n);
     if (window_.size() < window_rows * 2 * KVD) window_.resize(window_rows * 2 * KVD);
     // Per-span window placement and attention descriptors (q and out are set per layer).
     att_.assign(spans.size(), cpu::AttentionSpan{});
@@ -92,13 +92,13 @@ void CpuBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchS
     for (size_t i = 0; i < spans.size(); ++i) {
         const ForwardSpan &s = spans[i];
         const uint32_t pos0 = s.kv->n_tokens;
-        const uint32_t cap = pos0 - g.sealed_blocks(pos0) * B + s.n;
+        const uint32_t cap = g.span_window_rows(pos0, s.n);
         cpu::AttentionSpan &a = att_[i];
         a.kv = s.kv;
         a.block_data = s.block_data;
         a.window_k = window_.data() + win_off;
         a.window_v = window_.data() + win_off + size_t(cap) * KVD;
-        a.window_start = g.sealed_blocks(pos0) * B;
+        a.window_start = g.span_window_start(pos0);
         a.window_capacity = cap;
         a.pos0 = pos0;
         a.n = s.n;
@@ -178,7 +178,7 @@ void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, cons
     const cpu::AttentionSpan &a = att_[span];
     const uint32_t B = g.block_tokens, D = g.head_dim, H = g.n_kv_heads;
     const uint32_t pos0 = a.pos0, row0 = row0_[span], win_cap = a.window_capacity;
-    const uint32_t ws = g.sealed_blocks(pos0) * B;
+    const uint32_t ws = g.span_window_start(pos0);
     const uint32_t end = pos0 + s.n;
     const uint32_t sealed_end = g.sealed_blocks(end);
     uint8_t *tail = cache_.tail_data(s.kv->tail);

@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/communicator.h"
 #include "common/error.h"
 #include "common/half.h"
-#include "parallel/communicator.h"
 #include "platform/os.h"
 
 namespace llmkv {
