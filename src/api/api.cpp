@@ -450,12 +450,12 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
         info.state = session->state;
         info.finish_reason = session->finish_reason;
         info.n_tokens = uint32_t(session->tokens.size());
-        info.n_cached = session->kv.n_tokens;
+        info.n_cached = session->seq.n_tokens();
         info.n_generated = session->n_generated;
-        info.n_blocks = uint32_t(session->kv.blocks.size());
-        info.tier = session->host.phase != llmkv::HostKv::Phase::kNone ? LLMKV_TIER_HOST
-                    : session->n_offloaded > 0                          ? LLMKV_TIER_MIXED
-                                                                        : LLMKV_TIER_DEVICE;
+        info.n_blocks = session->seq.n_blocks();
+        info.tier = !session->seq.on_device()             ? LLMKV_TIER_HOST
+                    : session->seq.offloaded_blocks() > 0 ? LLMKV_TIER_MIXED
+                                                          : LLMKV_TIER_DEVICE;
         info.priority = session->priority;
         info.stop_string = session->stops.matched();
         info.text_held = uint32_t(session->stops.held());

@@ -19,8 +19,8 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
             o.max_spans = r.max_spans;
             o.n_sealed_blocks = r.cache->sealed_pool().n_total();
             o.n_tail_slots = r.cache->tail_pool().n_total();
-            o.fp16_weights = cuda_fp16_weights_from_env();
-            o.batch_invariant = cuda_batch_invariant_from_env();
+            o.fp16_weights = r.cuda_fp16_weights;
+            o.batch_invariant = r.cuda_batch_invariant;
             if (r.kind == LLMKV_BACKEND_CUDA) return make_cuda_backend(r.cache->geometry(), o);
             // AUTO: a configuration the CUDA module does not implement (say, a KV codec it
             // lacks) runs on the CPU instead of failing.
@@ -37,6 +37,34 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
         LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
     }
     return std::make_unique<CpuBackend>(*r.cache, *r.pool);
+}
+
+BackendCapabilities backend_capabilities(llmkv_backend kind, int device) {
+    BackendCapabilities c;
+    if (kind != LLMKV_BACKEND_CPU) {
+        std::string why;
+        const int n_devices = cuda_device_count(&why);
+        if (n_devices > 0 && (device < 0 || device >= n_devices)) {
+            why = strprintf("device %d does not exist (%d devices)", device, n_devices);
+        }
+        if (n_devices > 0 && device >= 0 && device < n_devices) {
+            // The CUDA attention reads neither the KV sink nor layer-group tables yet.
+            c.kind = LLMKV_BACKEND_CUDA;
+            c.kv_sink = false;
+            c.layer_groups = false;
+            c.reads_host_blocks = true;
+            c.device_collectives = true;
+            return c;
+        }
+        if (kind == LLMKV_BACKEND_CUDA) {
+            c.kind = LLMKV_BACKEND_CUDA;
+            c.available = false;
+            c.why = why;
+            return c;
+        }
+        LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
+    }
+    return c;
 }
 
 int gpu_device_count(std::string *why) { return cuda_device_count(why); }

@@ -1,7 +1,7 @@
 // Engine: the conductor. It owns the model, tokenizer, backend, KV manager, forward pass and
-// scheduler, and the sessions created from it; a step asks the scheduler for a plan,
-// runs it through the forward pass on the backend, samples, and queues events. One mutex
-// serializes every call on an engine.
+// scheduler (made by the set-up stage, src/setup/), and the sessions created from it; a step
+// asks the scheduler for a plan, runs it through the forward pass on the backend, samples,
+// and queues events. One mutex serializes every call on an engine.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/communicator.h"
 #include "common/fair_mutex.h"
 #include "common/thread_pool.h"
 #include "engine/constraints.h"
@@ -27,7 +28,6 @@
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
-#include "parallel/communicator.h"
 #include "parallel/tensor_parallel.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
@@ -74,13 +74,14 @@ class Engine {
 public:
     static std::unique_ptr<Engine> create(const llmkv_engine_params &params);
     // Tensor parallelism over a transport: runs rank params.tp_transport->rank >= 1 until
-    // rank 0's engine shuts it down (llmkv_tp_serve).
+    // rank 0's engine shuts it down (llmkv_tp_serve; src/setup/engine_setup.h).
     static void serve_rank(const llmkv_engine_params &params);
     ~Engine();
 
     // Serializes every call on the engine (FIFO: see common/fair_mutex.h).
     FairMutex &mutex() { return mutex_; }
 
+    // The reports (engine_info.cpp).
     void get_info(llmkv_engine_info &out) const;
     void get_stats(llmkv_stats &out) const;
     const Tokenizer &tokenizer() const { return *tokenizer_; }
@@ -143,19 +144,6 @@ public:
     void check_invariants() const;
 
 private:
-    // The KV manager, the thread pool (once) and the backend for geometry g; with layer
-    // groups on a backend that cannot read them, again without groups.
-    void create_kv_and_backend(KvGeometry g, uint32_t backend, uint32_t max_sessions);
-    // The KV manager (pool sizes from the budget) for geometry g.
-    void create_kv(const KvGeometry &g, uint32_t max_sessions);
-    // Tensor parallelism: the KV manager and a TpBackend over tp_size_ ranks (threads of
-    // this process, or the transport's processes), on CPUs or on CUDA devices (tp_backend_).
-    // ranks_told: set once the ranks behind a transport have been sent the setup.
-    void create_tp(KvGeometry g, uint32_t max_sessions, const llmkv_tp_transport *transport, bool &ranks_told);
-    // GPU ranks: every rank's device and the collectives (NCCL or host memory) into setup.
-    void plan_gpu_ranks(TpSetup &setup, bool in_process) const;
-    // create() without telling waiting ranks that it failed (ranks_told: the setup went out).
-    static std::unique_ptr<Engine> create_impl(const llmkv_engine_params &params, bool &ranks_told);
     Engine() = default;
     void push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
                     llmkv_status status);
@@ -236,8 +224,6 @@ private:
     std::unique_ptr<Communicator> tp_comm_;
     TpBackend *tp_ = nullptr;
     uint32_t tp_size_ = 1;
-    llmkv_backend tp_backend_ = LLMKV_BACKEND_CPU;  // the ranks' backend (tp_size_ > 1)
-    unsigned rank_threads_ = 0;  // threads of each rank (tensor parallelism)
     std::unique_ptr<Backend> backend_;    // declared before kv_: destroyed after it (the host tier may be its memory)
     std::unique_ptr<KvManager> kv_;
     std::unique_ptr<Forward> forward_;

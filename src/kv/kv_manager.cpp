@@ -476,6 +476,7 @@ bool KvManager::reap(KvSeq &s, bool wait) {
 void KvManager::drop(KvSeq &s) {
     s.unshared = false;  // what it vouched nothing for is gone; recomputed KV is the engine's own
     s.sink_missing = false;
+    s.block_keys.clear();
     if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfers_->wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);
@@ -578,8 +579,9 @@ void KvManager::save_snapshot(const KvSeq &s, SnapshotMeta m, const std::string 
     write_snapshot(path, m, blocks, tail);
 }
 
-void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path) {
+void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path, bool shared) {
     const SnapshotMeta &m = snap.meta();
+    s.unshared = !shared;
     if (!cache_->reserve(s.kv, m.n_cached)) {
         fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s", m.n_cached, path.c_str());
     }

@@ -60,6 +60,37 @@ struct KvSeq {
     std::vector<void *> offloaded;
     uint32_t n_offloaded = 0;
     std::vector<const uint8_t *> block_ptrs;
+
+    // ---- what the scheduler, the engine and the API ask (outside kv/ no field is named:
+    // tests/structure/check_includes.py) ----------------------------------------------------
+    // Tokens whose KV is computed (positions [0, n_tokens) are in blocks and the tail).
+    uint32_t n_tokens() const { return kv.n_tokens; }
+    // Entries of the block table (sealed blocks, on the device or in the host tier).
+    uint32_t n_blocks() const { return uint32_t(kv.blocks.size()); }
+    bool has_blocks() const { return !kv.blocks.empty(); }
+    bool has_tail() const { return kv.tail >= 0; }
+    // Holds any KV at all (blocks or a tail slot).
+    bool holds_kv() const { return kv.tail >= 0 || !kv.blocks.empty(); }
+    // Where the KV is: all on the device, or parked in the host tier with the copy out
+    // in flight (parking), done (parked) or the copy back in flight (resuming).
+    bool on_device() const { return host.phase == HostKv::Phase::kNone; }
+    bool parking() const { return host.phase == HostKv::Phase::kOut; }
+    bool parked() const { return host.phase == HostKv::Phase::kParked; }
+    bool resuming() const { return host.phase == HostKv::Phase::kIn; }
+    // Sealed blocks of a long context kept in the host tier (read in place).
+    uint32_t offloaded_blocks() const { return n_offloaded; }
+    // KV sink: position 0 must be computed alone before the next pass (see sink_missing).
+    bool needs_sink() const { return sink_missing; }
+    void sink_written() { sink_missing = false; }
+    // The block table a forward pass reads and appends to (ForwardSpan::kv).
+    SessionKv *table() { return &kv; }
+    // A table over this sequence's tail slot alone, holding nothing computed: the one-token
+    // pass that writes position 0 into the KV sink rows uses it.
+    SessionKv tail_only() const {
+        SessionKv t;
+        t.tail = kv.tail;
+        return t;
+    }
 };
 
 struct KvManagerConfig {
@@ -166,7 +197,8 @@ public:
     // block_ptrs for a sequence with offloaded blocks (attention reads them in place);
     // nullptr when every block is in the pool.
     const uint8_t *const *block_addresses(KvSeq &s);
-    // Releases every block of a sequence, device and host, after its copy in flight.
+    // Releases every block of a sequence, device and host, after its copy in flight, and
+    // forgets what it knew of them (prefix-cache keys, the sink and unshared marks).
     void drop(KvSeq &s);
     // Waits for every copy in flight.
     void drain();
@@ -177,7 +209,8 @@ public:
     void save_snapshot(const KvSeq &s, SnapshotMeta meta, const std::string &path);
     // Fills s (empty) with the snapshot's cached blocks and tail. KV_CAPACITY when the pool
     // cannot hold them (nothing changed).
-    void load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path);
+    // shared: its blocks may reach the shared prefix cache (else s is marked unshared).
+    void load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path, bool shared);
 
     // ---- stats and checks ---------------------------------------------------------------
     uint64_t host_bytes_total() const;

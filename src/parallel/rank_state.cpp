@@ -46,6 +46,8 @@ std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &set
     br.max_spans = std::min(setup.n_tail_slots, setup.max_tokens);  // one span per session at most
     br.cache = rs->cache.get();
     br.pool = rs->pool.get();
+    br.cuda_fp16_weights = setup.cuda_fp16_weights != 0;
+    br.cuda_batch_invariant = setup.cuda_batch_invariant != 0;
     rs->backend = create_backend(br);
     rs->backend->set_communicator(&comm);
     rs->queue = rs->backend->make_transfer_queue(false);

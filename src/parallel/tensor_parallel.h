@@ -64,6 +64,10 @@ struct TpSetup {
     // 0 = through host memory and the host communicator.
     uint32_t device_collectives = 0;
     DeviceCommId comm_id{};
+    // CUDA ranks: BackendRequest's cuda_fp16_weights / cuda_batch_invariant, as rank 0's
+    // set-up stage resolved them (every rank computes alike).
+    uint8_t cuda_fp16_weights = 0;
+    uint8_t cuda_batch_invariant = 0;
 };
 
 // One rank's state: shard, pools, threads, backend.

@@ -1,5 +1,5 @@
 // Request: a session as the scheduler sees it: its context, what it asked for, its rank,
-// and its KV (a KvSeq owned by the KV manager's rules). The engine's Session adds what only
+// and its KV (a KvSeq, asked through its questions: only kv/ reads its fields). The engine's Session adds what only
 // the engine needs (sampler, stop tokens, streamed text, the C handle).
 #pragma once
 
@@ -11,7 +11,8 @@
 
 namespace llmkv {
 
-struct Request : KvSeq {
+struct Request {
+    KvSeq seq;                    // its KV, as the KV manager keeps it
     std::vector<int32_t> tokens;  // the context: prompt and generated tokens
     int32_t priority = 0;
     llmkv_session_state state = LLMKV_SESSION_IDLE;
@@ -29,19 +30,19 @@ struct Request : KvSeq {
     // logits are computed by the pass that starts generation).
     uint32_t pending_runnable() const {
         if (kv_dropped && !generate_requested) return 0;
-        uint32_t pending = uint32_t(tokens.size()) - kv.n_tokens;
+        uint32_t pending = uint32_t(tokens.size()) - seq.n_tokens();
         if (generate_requested) return pending;
         return pending > 0 ? pending - 1 : 0;
     }
     bool has_pending_work() const { return generate_requested || pending_runnable() > 0; }
     // Recomputes `state` from the fields above.
     void refresh_state() {
-        if (host.phase != HostKv::Phase::kNone) {
+        if (!seq.on_device()) {
             state = LLMKV_SESSION_PARKED;
             return;
         }
         if (generate_requested) {
-            bool prompt_done = uint32_t(tokens.size()) - kv.n_tokens <= 1;
+            bool prompt_done = uint32_t(tokens.size()) - seq.n_tokens() <= 1;
             state = !started ? LLMKV_SESSION_QUEUED
                     : (prompt_done && n_generated > 0) ? LLMKV_SESSION_GENERATING
                                                        : LLMKV_SESSION_PREFILLING;

@@ -29,7 +29,7 @@ void Scheduler::plan_step(std::vector<SchedCandidate> &candidates, std::vector<S
 void Scheduler::reap_copies(const std::vector<Request *> &requests) {
     if (!kv_.has_host_tier()) return;
     for (Request *r : requests) {
-        if (kv_.reap(*r, /*wait=*/false)) r->refresh_state();
+        if (kv_.reap(r->seq, /*wait=*/false)) r->refresh_state();
     }
 }
 
@@ -39,13 +39,12 @@ void Scheduler::preempt(Request *v) {
     // A victim already planned in this step holds blocks reserved for its span, which is
     // cancelled below: they hold nothing yet and must not be parked with its KV (it would
     // come back holding more blocks than its tokens fill).
-    kv_.trim(*v);
-    if (kv_.park_out(*v, /*wait=*/true)) {
+    kv_.trim(v->seq);
+    if (kv_.park_out(v->seq, /*wait=*/true)) {
         // Swapped (or parked, when idle): its KV comes back by copy, not recomputation.
         ++(had_work ? counters_.swaps : counters_.parks);
     } else {
-        kv_.drop(*v);
-        v->block_keys.clear();
+        kv_.drop(v->seq);
         if (!had_work) v->kv_dropped = true;
     }
     if (had_work) v->started = false;  // back to the queue, keeping its place (admit_seq)
@@ -64,10 +63,10 @@ bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, ui
     if (kv_.has_host_tier()) {
         // Blocks of requests being parked come back to the pool when their copies end.
         bool parking = false;
-        for (const Request *v : requests) parking |= v->host.phase == HostKv::Phase::kOut;
+        for (const Request *v : requests) parking |= v->seq.parking();
         if (parking) {
             for (Request *v : requests) {
-                if (v->host.phase == HostKv::Phase::kOut) kv_.reap(*v, /*wait=*/true);
+                if (v->seq.parking()) kv_.reap(v->seq, /*wait=*/true);
             }
             reap_copies(requests);
             available = kv_.available();
@@ -81,7 +80,7 @@ bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, ui
     idle.clear();
     active.clear();
     for (Request *v : requests) {
-        if (v == r || v->kv.blocks.empty() || v->host.phase != HostKv::Phase::kNone) continue;
+        if (v == r || !v->seq.has_blocks() || !v->seq.on_device()) continue;
         if (!v->has_pending_work()) {
             idle.push_back(v);
         } else if (ranks_below(*v, *r) && (!fresh || v->priority < r->priority)) {
@@ -94,24 +93,24 @@ bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, ui
     // Count first, so that nobody is preempted for nothing.
     size_t n_victims = 0;
     uint32_t gain = 0;
-    while (n_victims < idle.size() && available + gain < need) gain += kv_.freeable_blocks(*idle[n_victims++]);
+    while (n_victims < idle.size() && available + gain < need) gain += kv_.freeable_blocks(idle[n_victims++]->seq);
     if (available + gain < need) return false;
     for (size_t i = 0; i < n_victims; ++i) preempt(idle[i]);
     return true;
 }
 
 bool Scheduler::start_resume(const std::vector<Request *> &requests, Request *r) {
-    if (!make_room(requests, r, kv_.resume_blocks(*r), /*fresh=*/true)) return false;
-    return kv_.start_resume(*r);
+    if (!make_room(requests, r, kv_.resume_blocks(r->seq), /*fresh=*/true)) return false;
+    return kv_.start_resume(r->seq);
 }
 
 void Scheduler::bring_back(const std::vector<Request *> &requests, Request *r) {
-    if (r->host.phase == HostKv::Phase::kNone) return;
-    if (r->host.phase == HostKv::Phase::kOut) kv_.reap(*r, /*wait=*/true);
-    if (r->host.phase == HostKv::Phase::kParked && !start_resume(requests, r)) {
+    if (r->seq.on_device()) return;
+    if (r->seq.parking()) kv_.reap(r->seq, /*wait=*/true);
+    if (r->seq.parked() && !start_resume(requests, r)) {
         fail(LLMKV_ERR_KV_CAPACITY, "the device pool cannot take back the parked session's KV now");
     }
-    kv_.reap(*r, /*wait=*/true);
+    kv_.reap(r->seq, /*wait=*/true);
     r->refresh_state();
 }
 
@@ -120,11 +119,11 @@ void Scheduler::fail_capacity(Request *r) {
                      r->tokens.size(), kv_.available(), kv_.total_blocks());
     // Drop its unprocessed input (nothing computed is lost) and report the error.
     if (!(r->generate_requested && r->n_generated > 0)) {
-        r->tokens.resize(std::max<size_t>(std::min(r->tokens.size(), size_t(r->n_committed)), r->kv.n_tokens));
+        r->tokens.resize(std::max<size_t>(std::min(r->tokens.size(), size_t(r->n_committed)), r->seq.n_tokens()));
     }
     r->generate_requested = false;
     r->finish_reason = LLMKV_FINISH_NONE;
-    if (r->kv.n_tokens + 1 < r->tokens.size()) r->kv_dropped = true;  // recomputed on the next request
+    if (r->seq.n_tokens() + 1 < r->tokens.size()) r->kv_dropped = true;  // recomputed on the next request
     plan_->failed.push_back(r);
     r->refresh_state();
 }
@@ -135,7 +134,7 @@ void Scheduler::schedule(const std::vector<Request *> &requests, StepPlan &plan)
     } catch (...) {
         // An allocation failed part-way: blocks reserved for spans that will not run go
         // back (every request holds exactly the blocks of its computed tokens between steps).
-        for (Request *r : requests) kv_.trim(*r);
+        for (Request *r : requests) kv_.trim(r->seq);
         plan.spans.clear();
         throw;
     }
@@ -157,26 +156,26 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         waiting.clear();
         for (Request *r : requests) {
             if (r->pending_runnable() == 0) continue;
-            if (r->host.phase == HostKv::Phase::kOut) kv_.reap(*r, /*wait=*/true);  // parked, then given work at once
-            if (r->host.phase == HostKv::Phase::kParked) waiting.push_back(r);
+            if (r->seq.parking()) kv_.reap(r->seq, /*wait=*/true);  // parked, then given work at once
+            if (r->seq.parked()) waiting.push_back(r);
         }
         std::sort(waiting.begin(), waiting.end(), [](const Request *a, const Request *b) { return ranks_below(*b, *a); });
         for (Request *r : waiting) start_resume(requests, r);
         bool ready = false, incoming = false;
         for (const Request *r : requests) {
-            ready |= r->host.phase == HostKv::Phase::kNone && r->pending_runnable() > 0;
-            incoming |= r->host.phase == HostKv::Phase::kIn;
+            ready |= r->seq.on_device() && r->pending_runnable() > 0;
+            incoming |= r->seq.resuming();
         }
         if (!ready && incoming) {  // nothing else to do meanwhile
             for (Request *r : requests) {
-                if (r->host.phase == HostKv::Phase::kIn && kv_.reap(*r, /*wait=*/true)) r->refresh_state();
+                if (r->seq.resuming() && kv_.reap(r->seq, /*wait=*/true)) r->refresh_state();
             }
             reap_copies(requests);
         }
     }
     for (Request *r : requests) {
-        if (r->host.phase != HostKv::Phase::kNone || r->pending_runnable() == 0) continue;
-        kv_.match_prefix(*r, r->tokens);
+        if (!r->seq.on_device() || r->pending_runnable() == 0) continue;
+        kv_.match_prefix(r->seq, r->tokens);
         // The cache may have served every token there was to compute: the request is then
         // idle until it asks to generate (it would otherwise stay QUEUED forever).
         r->refresh_state();
@@ -188,8 +187,8 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         Request &r = *requests[i];
         uint32_t n = r.pending_runnable();
         if (n == 0) continue;
-        if (r.host.phase != HostKv::Phase::kNone) {
-            if (r.host.phase == HostKv::Phase::kParked && (!top_parked || ranks_below(*top_parked, r))) top_parked = &r;
+        if (!r.seq.on_device()) {
+            if (r.seq.parked() && (!top_parked || ranks_below(*top_parked, r))) top_parked = &r;
             continue;
         }
         candidates_.push_back({i, r.priority, r.admit_seq, n, r.generate_requested && n == 1});
@@ -199,7 +198,7 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         // Only parked requests have work and none could come back: the pool cannot hold
         // the first of them even alone.
         bool incoming = false;
-        for (const Request *r : requests) incoming |= r->host.phase == HostKv::Phase::kIn;
+        for (const Request *r : requests) incoming |= r->seq.resuming();
         if (top_parked && !incoming) fail_capacity(top_parked);
         return;
     }
@@ -219,13 +218,13 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         if (std::find(preempted_.begin(), preempted_.end(), r) != preempted_.end()) continue;
         const bool fresh = !r->started;
         if (fresh && admission_closed && r->priority <= closed_priority) continue;
-        const uint32_t target = r->kv.n_tokens + item.n_tokens;
-        const uint32_t need = kv_.blocks_needed(*r, target);
+        const uint32_t target = r->seq.n_tokens() + item.n_tokens;
+        const uint32_t need = kv_.blocks_needed(r->seq, target);
         // A request whose input could not be held even alone fails before more is computed.
         const uint32_t full = std::max<uint32_t>(target, uint32_t(r->tokens.size()) - (r->generate_requested ? 0 : 1));
-        const uint32_t more = kv_.geometry().grouped() ? kv_.peak_blocks(full) : kv_.blocks_needed(*r, full);
-        if (more > kv_.available() && !kv_.could_hold_alone(*r, full) &&
-            !kv_.could_hold_with_host(*r, full, max_batch_tokens_)) {
+        const uint32_t more = kv_.geometry().grouped() ? kv_.peak_blocks(full) : kv_.blocks_needed(r->seq, full);
+        if (more > kv_.available() && !kv_.could_hold_alone(r->seq, full) &&
+            !kv_.could_hold_with_host(r->seq, full, max_batch_tokens_)) {
             fail_capacity(r);
             continue;
         }
@@ -234,10 +233,10 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         if (!room && kv_.has_host_tier() && (!fresh || n_running == 0)) {
             // Longer than the device pool can hold: its oldest blocks move to the host tier.
             const uint32_t available = kv_.available();
-            if (need + watermark > available) kv_.offload_blocks(*r, need + watermark - available);
+            if (need + watermark > available) kv_.offload_blocks(r->seq, need + watermark - available);
             room = make_room(requests, r, need + watermark, fresh);
         }
-        if (!room || !kv_.reserve(*r, target)) {
+        if (!room || !kv_.reserve(r->seq, target)) {
             if (fresh && !admission_closed) {
                 admission_closed = true;
                 closed_priority = r->priority;
@@ -249,9 +248,9 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         plan.spans.push_back({r, item.n_tokens, want_logits, nullptr});
     }
     // Requests with blocks in the host tier: attention reads them in place.
-    for (StepPlan::Span &s : plan.spans) s.block_data = kv_.block_addresses(*s.request);
+    for (StepPlan::Span &s : plan.spans) s.block_data = kv_.block_addresses(s.request->seq);
     bool incoming = false;  // a resume in flight: its request runs once the copy is in
-    for (const Request *q : requests) incoming |= q->host.phase == HostKv::Phase::kIn;
+    for (const Request *q : requests) incoming |= q->seq.resuming();
     if (plan.spans.empty() && !refused.empty() && !incoming) {
         // Nothing could run: the highest-ranked waiting request fails instead of hanging.
         Request *top = refused.front();

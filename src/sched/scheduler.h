@@ -38,7 +38,7 @@ struct SchedItem {
 struct StepPlan {
     struct Span {
         Request *request;
-        uint32_t n_tokens;   // run tokens [kv.n_tokens, kv.n_tokens + n_tokens)
+        uint32_t n_tokens;   // run tokens [n_tokens(), n_tokens() + n_tokens) of the request's KV
         bool want_logits;
         const uint8_t *const *block_data;  // host-tier blocks read in place, or nullptr
     };

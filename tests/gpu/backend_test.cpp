@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
+#include "setup/engine_config.h"
 #include "common/half.h"
 #include "common/thread_pool.h"
 #include "kv/codec.h"

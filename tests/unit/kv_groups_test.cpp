@@ -324,7 +324,7 @@ TEST(KvGroups, SnapshotStoresTheLiveBlocksAndLoadsThemBack) {
     LoadedSnapshot snap = read_snapshot(path, expected);
     EXPECT_EQ(snap.meta().stored_blocks(), g.held_blocks(37));
     KvSeq &b = r.add();
-    r.kv->load_snapshot(b, snap, path);
+    r.kv->load_snapshot(b, snap, path, /*shared=*/true);
     r.check();
     EXPECT_EQ(b.kv.n_tokens, 37u);
     expect_bytes(r, b);

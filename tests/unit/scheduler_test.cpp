@@ -42,8 +42,8 @@ struct Rig {
         auto r = std::make_unique<Request>();
         r->tokens.assign(computed + pending, 7);
         if (computed > 0) {
-            EXPECT_TRUE(kv->reserve(*r, computed));
-            r->kv.n_tokens = computed;
+            EXPECT_TRUE(kv->reserve(r->seq, computed));
+            r->seq.kv.n_tokens = computed;
             r->n_committed = computed;
         }
         r->generate_requested = generating;
@@ -65,12 +65,14 @@ struct Rig {
 
     // What running the plan does to the KV (the forward pass advances each span).
     void run_plan() {
-        for (const StepPlan::Span &s : plan.spans) s.request->kv.n_tokens += s.n_tokens;
-        kv->check_invariants({requests.begin(), requests.end()});
+        for (const StepPlan::Span &s : plan.spans) s.request->seq.kv.n_tokens += s.n_tokens;
+        std::vector<const KvSeq *> seqs;
+        for (const Request *r : requests) seqs.push_back(&r->seq);
+        kv->check_invariants(seqs);
     }
 
     ~Rig() {
-        for (Request *r : requests) kv->drop(*r);
+        for (Request *r : requests) kv->drop(r->seq);
     }
 };
 
@@ -87,8 +89,8 @@ TEST(Scheduler, ARequestSwappedOutAfterItWasPlannedGivesBackItsReservedBlock) {
     rig.sched->schedule(rig.requests, rig.plan);
     EXPECT_EQ(rig.span_tokens(victim), 0u);
     EXPECT_EQ(rig.span_tokens(urgent), 8u);
-    EXPECT_EQ(victim->host.phase, HostKv::Phase::kParked);
-    EXPECT_EQ(victim->kv.blocks.size(), 2u);  // the blocks of its 11 computed tokens, no more
+    EXPECT_EQ(victim->seq.host.phase, HostKv::Phase::kParked);
+    EXPECT_EQ(victim->seq.kv.blocks.size(), 2u);  // the blocks of its 11 computed tokens, no more
     EXPECT_EQ(rig.sched->counters().swaps, 1u);
     rig.run_plan();  // checks the invariants
 }
@@ -108,8 +110,8 @@ TEST(Scheduler, DecodingRequestsGoFirstThenPromptsInChunksUnderTheBudget) {
     EXPECT_EQ(rig.span_tokens(prompt_b), 0u);
     EXPECT_TRUE(rig.plan.failed.empty());
     // Blocks reserved exactly: the decoder's 6 tokens hold 1 sealed block, the prompt's 7 hold 1.
-    EXPECT_EQ(decoding->kv.blocks.size(), 1u);
-    EXPECT_EQ(prompt_a->kv.blocks.size(), 1u);
+    EXPECT_EQ(decoding->seq.kv.blocks.size(), 1u);
+    EXPECT_EQ(prompt_a->seq.kv.blocks.size(), 1u);
     rig.run_plan();
 }
 
@@ -136,10 +138,10 @@ TEST(Scheduler, PreemptsTheLeastRecentlyActiveIdleRequestFirst) {
     ASSERT_EQ(rig.plan.spans.size(), 1u);
     EXPECT_EQ(rig.plan.spans[0].request, newcomer);
     EXPECT_EQ(rig.sched->counters().preemptions, 1u);
-    EXPECT_TRUE(old_idle->kv.blocks.empty());
+    EXPECT_TRUE(old_idle->seq.kv.blocks.empty());
     EXPECT_TRUE(old_idle->kv_dropped);  // recomputed on its next request
-    EXPECT_EQ(new_idle->kv.blocks.size(), 2u);
-    EXPECT_EQ(newcomer->kv.blocks.size(), 3u);
+    EXPECT_EQ(new_idle->seq.kv.blocks.size(), 2u);
+    EXPECT_EQ(newcomer->seq.kv.blocks.size(), 3u);
     EXPECT_EQ(rig.kv->available(), 1u);
     rig.run_plan();
 }
@@ -170,7 +172,7 @@ TEST(Scheduler, NewWorkWaitsInOrderBehindAnAdmissionThatDoesNotFit) {
     EXPECT_EQ(rig.span_tokens(small), 0u);
     EXPECT_TRUE(rig.plan.failed.empty());
     EXPECT_EQ(rig.sched->counters().preemptions, 0u);  // a fresh request never displaces an equal one
-    EXPECT_TRUE(big->kv.blocks.empty());
+    EXPECT_TRUE(big->seq.kv.blocks.empty());
 }
 
 }  // namespace

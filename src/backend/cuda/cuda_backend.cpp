@@ -560,20 +560,6 @@ bool cuda_comm_unique_id(DeviceCommId &id, std::string *why) {
     return true;
 }
 
-bool cuda_fp16_weights_from_env() {
-    const char *v = std::getenv("LLMKV_CUDA_WEIGHTS");
-    if (!v || !*v || std::strcmp(v, "quantized") == 0) return false;
-    if (std::strcmp(v, "fp16") == 0) return true;
-    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_CUDA_WEIGHTS=\"%s\": expected \"quantized\" or \"fp16\"", v);
-}
-
-bool cuda_batch_invariant_from_env() {
-    const char *v = std::getenv("LLMKV_CUDA_BATCH_INVARIANT");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_CUDA_BATCH_INVARIANT=\"%s\": expected 0 or 1", v);
-}
-
 std::unique_ptr<Backend> make_cuda_backend(const KvGeometry &geometry,
                                            const CudaBackendOptions &options) {
     return std::make_unique<CudaBackend>(geometry, options);

@@ -58,20 +58,13 @@ struct CudaBackendOptions {
     // (upload_matrix_quantized: decode steps read the packed rows, prefill decodes row chunks
     // to fp16 for cuBLAS); true keeps an fp16 copy of every matrix instead (2 bytes per
     // parameter, prefill GEMMs read it directly). F32 / F16 / BF16 matrices are fp16 either
-    // way. The engine sets it from LLMKV_CUDA_WEIGHTS=fp16 (cuda_fp16_weights_from_env).
+    // way. The set-up stage reads LLMKV_CUDA_WEIGHTS=fp16 (src/setup/engine_config.cpp).
     bool fp16_weights = false;
     // Every matrix product through the packed matvec kernel (llmkv_cuda_context_params::
     // batch_invariant): a session's results are bitwise independent of batching and
-    // chunking; prefill reads the weights once per 8 rows. LLMKV_CUDA_BATCH_INVARIANT=1.
+    // chunking; prefill reads the weights once per 8 rows. LLMKV_CUDA_BATCH_INVARIANT=1 (set-up).
     bool batch_invariant = false;
 };
-
-// LLMKV_CUDA_WEIGHTS: unset, "" or "quantized" -> false, "fp16" -> true; anything else is
-// LLMKV_ERR_INVALID_ARGUMENT naming the value.
-bool cuda_fp16_weights_from_env();
-// LLMKV_CUDA_BATCH_INVARIANT: unset, "" or "0" -> false, "1" -> true; anything else is
-// LLMKV_ERR_INVALID_ARGUMENT naming the value.
-bool cuda_batch_invariant_from_env();
 
 // Number of CUDA devices; 0 with the reason in *why (module missing, no driver, no device).
 int cuda_device_count(std::string *why);
