@@ -1,6 +1,6 @@
 // The value of one element of a GGUF weight row, for every tensor type llmkv loads: the
-// formulas of src/model/tensor_type.h evaluated in f32 with one IEEE rounding per operation,
-// in the order the CPU reference (dequantize_row_reference, src/model/weights.cpp) uses, so
+// formulas of src/tensor/tensor_type.h evaluated in f32 with one IEEE rounding per operation,
+// in the order the CPU reference (dequantize_row_reference, src/tensor/weights.cpp) uses, so
 // that a device-decoded value is bitwise the CPU's. No FMA contraction on either side: device
 // code uses the _rn intrinsics, host code rounds each product through a volatile.
 //
@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 #if defined(__CUDACC__)
 #define LLMKV_DQ_FN __host__ __device__ __forceinline__

@@ -15,12 +15,12 @@
 #include "kv_seal.cuh"
 #include "kv_window.cuh"
 #include "matvec_q.cuh"
-#include "model/tensor_type.h"
 #include "module_context.h"
 #include "paged_attention.cuh"
 #include "rms_norm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
+#include "tensor/tensor_type.h"
 
 namespace llmkv::cuda::abi {
 

@@ -9,8 +9,8 @@
 #include "backend/cuda/cuda_module.h"
 #include "dequant.cuh"
 #include "dequant_formats.cuh"
-#include "model/tensor_type.h"
 #include "module_context.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv::cuda::abi {
 

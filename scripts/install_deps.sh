@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config python3 python3-pip
       libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev libcmocka-dev libbenchmark-dev
       libmimalloc-dev libflatbuffers-dev flatbuffers-compiler libcli11-dev nlohmann-json3-dev
-      clang libclang-rt-14-dev
+      clang clang-format libclang-rt-14-dev
       golang-go mono-mcs mono-devel nunit-console libnunit-cil-dev
       dpkg-dev lintian debootstrap file
       python3-matplotlib  # scripts/plot_bench.py (docs/charts)

@@ -32,7 +32,7 @@
 #include "kv/host_tier.h"
 #include "kv/kv_cache.h"
 #include "kv/transfer.h"
-#include "model/weights.h"
+#include "tensor/weights.h"
 
 namespace llmkv {
 

@@ -34,7 +34,7 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     e->tp_comm_ = std::move(parts.tp_comm);
     e->tp_ = parts.tp;
     e->backend_ = std::move(parts.backend);
-    e->kv_ = std::move(parts.kv);
+    e->kv_ = std::move(parts.kv_manager);
     e->forward_ = std::move(parts.forward);
     for (size_t i = 0; i < e->tokenizer_->n_vocab(); ++i) {
         if (e->tokenizer_->is_end_of_generation(int32_t(i))) e->eog_ids_.push_back(int32_t(i));

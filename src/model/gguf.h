@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "model/weights.h"
 #include "model/gguf.h"
+#include "tensor/weights.h"
 
 namespace llmkv {
 

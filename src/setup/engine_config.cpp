@@ -146,7 +146,7 @@ EngineConfig resolve_engine_config(const llmkv_engine_params &p, const LlamaConf
     cfg.sink_required = p.flags & LLMKV_ENGINE_KV_SINK;
     cfg.keep_window_blocks = p.flags & LLMKV_ENGINE_KEEP_WINDOW_BLOCKS;
 
-    KvGeometry &g = cfg.kv;
+    KvGeometry &g = cfg.kv_geometry;
     g.n_layers = c.n_layers;
     g.n_kv_heads = c.n_kv_heads;
     g.head_dim = c.head_dim;

@@ -39,8 +39,8 @@ struct EngineConfig {
     std::vector<uint32_t> layer_windows;             // per layer: its sliding window, 0 = full
     uint32_t window = 0;                             // the widest of them
     // The KV geometry as asked, before a backend's capabilities: shape, codecs, rotation,
-    // block size, residual window, the sink wished for (kv.sink) and no layer groups yet.
-    KvGeometry kv;
+    // block size, residual window, the sink wished for (kv_geometry.sink) and no layer groups yet.
+    KvGeometry kv_geometry;
     bool sink_required = false;        // LLMKV_ENGINE_KV_SINK (refused where it cannot be read)
     bool keep_window_blocks = false;   // LLMKV_ENGINE_KEEP_WINDOW_BLOCKS
     bool prefix_cache = false;         // LLMKV_ENGINE_PREFIX_CACHE (and residual_tokens = 0)

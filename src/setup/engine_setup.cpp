@@ -25,14 +25,14 @@ namespace {
 void build_kv_and_backend(EngineParts &e, const KvGeometry &g, llmkv_backend kind) {
     const EngineConfig &cfg = e.config;
     e.backend.reset();
-    e.kv.reset();  // before a new backend: its host tier may be the old backend's memory
-    e.kv = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
+    e.kv_manager.reset();  // before a new backend: its host tier may be the old backend's memory
+    e.kv_manager = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
     BackendRequest br;
     br.kind = kind;
     br.device = cfg.device;
     br.max_batch_tokens = cfg.max_batch_tokens;
     br.max_spans = std::min(cfg.max_sessions, cfg.max_batch_tokens);
-    br.cache = &e.kv->cache();
+    br.cache = &e.kv_manager->cache();
     br.pool = e.pool.get();
     br.cuda_fp16_weights = cfg.cuda_fp16_weights;
     br.cuda_batch_invariant = cfg.cuda_batch_invariant;
@@ -41,9 +41,9 @@ void build_kv_and_backend(EngineParts &e, const KvGeometry &g, llmkv_backend kin
 
 void attach_kv(EngineParts &e, bool reads_host_blocks) {
     Backend *be = e.backend.get();
-    e.kv->attach(be->make_transfer_queue(e.config.kv_host_bytes != 0), be->host_allocator(),
+    e.kv_manager->attach(be->make_transfer_queue(e.config.kv_host_bytes != 0), be->host_allocator(),
                  [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
-    e.kv->set_offload_allowed(reads_host_blocks);
+    e.kv_manager->set_offload_allowed(reads_host_blocks);
 }
 
 // One backend (CPU or one device): capabilities -> geometry -> KV manager -> backend.
@@ -73,11 +73,11 @@ void set_up_ranks(EngineParts &e, bool &ranks_told) {
     if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", cfg.tp_size, why.c_str());
     BackendCapabilities caps = rank_capabilities(cfg.rank_backend);
     const KvGeometry g = plan_kv_geometry(cfg, caps, false);
-    e.kv = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
+    e.kv_manager = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
     e.pool = std::make_unique<ThreadPool>(1);  // the ranks have their own
     TpSetup setup;
     setup.geometry = g;
-    setup.n_sealed_blocks = e.kv->total_blocks();
+    setup.n_sealed_blocks = e.kv_manager->total_blocks();
     setup.n_tail_slots = cfg.max_sessions;
     setup.max_tokens = cfg.max_batch_tokens;
     setup.cuda_fp16_weights = cfg.cuda_fp16_weights;
@@ -132,13 +132,13 @@ EngineParts set_up(const llmkv_engine_params &p, bool &ranks_told) {
     // Compute threads of this process (with in-process ranks: all ranks' together).
     cfg.params.n_threads = e.tp ? e.rank_threads * (cfg.transport ? 1 : cfg.tp_size) : e.pool->size();
     cfg.transport = nullptr;  // borrowed for set-up only
-    const KvGeometry &kg = e.kv->geometry();
+    const KvGeometry &kg = e.kv_manager->geometry();
     Backend *be = e.backend.get();
     LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
                      "(%s), %u threads, KV %s/%s%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
                      c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
                      be->device_name().c_str(), unsigned(cfg.params.n_threads), codec_name(kg.dtype_k),
-                     codec_name(kg.dtype_v), kg.sink ? " with the KV sink" : "", e.kv->total_blocks(),
+                     codec_name(kg.dtype_v), kg.sink ? " with the KV sink" : "", e.kv_manager->total_blocks(),
                      kg.block_tokens, kg.sealed_block_bytes(), kg.n_groups, kg.n_groups == 1 ? "" : "s");
     return e;
 }

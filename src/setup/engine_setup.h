@@ -36,7 +36,7 @@ struct EngineParts {
     std::unique_ptr<Backend> backend;
     TpBackend *tp = nullptr;                // backend as a TpBackend (null with one rank)
     unsigned rank_threads = 0;              // threads of each rank (tensor parallelism)
-    std::unique_ptr<KvManager> kv;
+    std::unique_ptr<KvManager> kv_manager;
     std::unique_ptr<Forward> forward;
     uint64_t kv_device_bytes = 0;           // the device pool's bytes
 };

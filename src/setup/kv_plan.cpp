@@ -19,7 +19,7 @@ const char *backend_label(llmkv_backend kind) { return kind == LLMKV_BACKEND_CUD
 }  // namespace
 
 KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &caps, bool auto_backend) {
-    KvGeometry g = config.kv;
+    KvGeometry g = config.kv_geometry;
     if (g.sink && !caps.kv_sink) {
         if (config.sink_required) {
             if (!auto_backend) {

@@ -19,8 +19,8 @@
 
 #include "common/error.h"
 #include "common/half.h"
-#include "model/tensor_type.h"
-#include "model/weights.h"
+#include "tensor/tensor_type.h"
+#include "tensor/weights.h"
 
 namespace llmkv::dqtest {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor_type.h"
 #include "quant_reference.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv {
 

@@ -1,5 +1,5 @@
 // Scalar reference quantizers/dequantizers for tests (see quant_reference.h for the rules).
-// Block layouts follow the structs in model/tensor_type.h; the host is little-endian.
+// Block layouts follow the structs in tensor/tensor_type.h; the host is little-endian.
 #include "quant_reference.h"
 
 #include <algorithm>
@@ -86,7 +86,7 @@ void quantize_block32(TensorType t, const float *x, uint8_t *dst) {
     for (int j = 0; j < 16; ++j) dst[off + 4 + j] = uint8_t((q[j] & 15) | ((q[j + 16] & 15) << 4));
 }
 
-// Element e of a k-quant super-block as e = 128 h + 32 j + l (see model/tensor_type.h).
+// Element e of a k-quant super-block as e = 128 h + 32 j + l (see tensor/tensor_type.h).
 struct Hjl {
     int h, j, l;
 };
@@ -225,7 +225,7 @@ void quantize_super_block(TensorType t, const float *x, uint8_t *dst) {
 }
 
 // The k-quant decoders, written as loops over the packed planes (the formulas per element are
-// in model/tensor_type.h; the library's decoder follows those instead).
+// in tensor/tensor_type.h; the library's decoder follows those instead).
 void dequantize_super_block(TensorType t, const uint8_t *src, float *y) {
     switch (t) {
         case TensorType::Q2_K: {

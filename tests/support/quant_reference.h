@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv {
 

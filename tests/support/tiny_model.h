@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv::testing {
 

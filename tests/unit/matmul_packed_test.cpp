@@ -65,7 +65,7 @@ uint16_t u16(const uint8_t *p) {
 }
 
 // What the arithmetic needs of block b of one GGUF row, decoded from the file format's
-// definition (model/tensor_type.h): signed codes w, and D, M, the Q6_K / Q3_K / Q2_K half scales
+// definition (tensor/tensor_type.h): signed codes w, and D, M, the Q6_K / Q3_K / Q2_K half scales
 // and Q2_K's half mins.
 struct SpecBlock {
     int32_t w[32];

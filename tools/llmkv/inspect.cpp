@@ -13,7 +13,7 @@
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/shard.h"
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv_cli {
 

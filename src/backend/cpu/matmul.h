@@ -10,12 +10,12 @@
 #include <string>
 
 #include "common/thread_pool.h"
-#include "model/tensor_type.h"
-#include "model/weights.h"
+#include "tensor/tensor_type.h"
+#include "tensor/weights.h"
 
 namespace llmkv::cpu {
 
-// Weights are model data (model/weights.h).
+// A weight matrix as stored (tensor/weights.h).
 using WeightMatrix = llmkv::WeightMatrix;
 
 // Reusable buffer for the quantized activations of a call. It only grows (to the largest

@@ -106,7 +106,7 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             }
             return;
         }
-        case TensorType::Q3_K: {  // model/tensor_type.h's BlockQ3_K
+        case TensorType::Q3_K: {  // tensor/tensor_type.h's BlockQ3_K
             const uint8_t *hmask = src, *qs = src + 32, *scales = src + 96;
             un.d = u16_at(src + 108);
             for (int s = 0; s < 16; ++s) {
@@ -122,7 +122,7 @@ void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
             }
             return;
         }
-        case TensorType::Q2_K: {  // model/tensor_type.h's BlockQ2_K
+        case TensorType::Q2_K: {  // tensor/tensor_type.h's BlockQ2_K
             const uint8_t *scales = src, *qs = src + 16;
             un.d = u16_at(src + 80);
             un.d2 = uint16_t(u16_at(src + 82) ^ 0x8000u);  // -dmin, exactly

@@ -84,8 +84,8 @@
 #include <type_traits>
 
 #include "common/thread_pool.h"
-#include "model/tensor_type.h"
-#include "model/weights.h"
+#include "tensor/tensor_type.h"
+#include "tensor/weights.h"
 
 namespace llmkv::cpu {
 

@@ -1,5 +1,5 @@
 // The reference decoding of GGUF weight rows.
-#include "model/weights.h"
+#include "tensor/weights.h"
 
 #include <cstring>
 
@@ -36,7 +36,7 @@ inline float scaled_minus(float scale, int q, float min) {
     return v - min;
 }
 
-// One k-quant super-block of 256 elements (layouts and formulas in model/tensor_type.h).
+// One k-quant super-block of 256 elements (layouts and formulas in tensor/tensor_type.h).
 void dequantize_super_block(TensorType type, const uint8_t *blk, float *o) {
     switch (type) {
         case TensorType::Q2_K: {

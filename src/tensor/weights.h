@@ -1,11 +1,12 @@
-// Weights as model data: a 2-D tensor in its GGUF encoding, and the reference decoding of
-// its rows (every backend's kernels must agree with it).
+// A weight matrix as stored: a 2-D tensor in its GGUF encoding, and the reference decoding of
+// its rows (every backend's kernels must agree with it). Below both model/ (which fills it from a
+// file) and backend/ (whose kernels read it).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "model/tensor_type.h"
+#include "tensor/tensor_type.h"
 
 namespace llmkv {
 

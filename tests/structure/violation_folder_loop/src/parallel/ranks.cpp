@@ -1,0 +1,2 @@
+// Fixture: parallel/ may include the backend interface (the other half of the loop).
+#include "backend/backend.h"
