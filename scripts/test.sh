@@ -28,6 +28,8 @@ export LLMKV_GEMMA3_MODEL="$("$ROOT/scripts/fetch_model.sh" gemma3)"
 # under ThreadSanitizer below), and the stage that runs one test at a time polls (fault).
 export LLMKV_SPIN_US=0
 
+echo "== Formatting: every C/C++/CUDA file as clang-format makes it (scripts/check_format.sh)" >&2
+"$ROOT/scripts/check_format.sh"
 echo "== Release build and full test suite (C API, units, golden, CLI, the Go/Rust/C# bindings)" >&2
 # The CUDA module (when nvcc exists) for Hopper only: the other architectures of a default
 # build compile the same sources (the one __CUDA_ARCH__ test is a launch-bounds constant), and
@@ -58,7 +60,7 @@ SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1
 cmake -S "$ROOT" -B "$ROOT/build-asan" "${GEN[@]}" "${SAN_FLAGS[@]}" \
     -DLLMKV_SANITIZE=address,undefined -DLLMKV_FAULT_INJECTION=ON -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF \
     -DLLMKV_BUILD_TOOLS=OFF \
-    -DLLMKV_UNIT_TEST_FILTER='/(gguf|tokenizer|engine|engine_window|batching|host_offload|block_pool|constraints|grammar|chat_template|scheduler|kv_groups|tensor_parallel|matmul_packed|thread_pool)_test\.cpp$' >&2
+    -DLLMKV_UNIT_TEST_FILTER='/(gguf|tokenizer|engine|engine_window|batching|host_offload|block_pool|constraints|grammar|chat_template|scheduler|kv_groups|tensor_parallel|matmul_packed|thread_pool|setup|worker)_test\.cpp$' >&2
 cmake --build "$ROOT/build-asan" -j "$JOBS" --target llmkv_unit_tests llmkv_test_capi_all llmkv_fault_tests \
     fuzz_replay_gguf fuzz_replay_tokenizer fuzz_replay_chat fuzz_replay_snapshot fuzz_replay_capi fuzz_replay_grammar >&2
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
@@ -73,10 +75,10 @@ ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS" -L fuzz
 echo "== ThreadSanitizer build: the copy thread against the engine (park, swap, destroy in flight), the worker thread, tensor-parallel rank threads" >&2
 cmake -S "$ROOT" -B "$ROOT/build-tsan" "${GEN[@]}" "${SAN_FLAGS[@]}" \
     -DLLMKV_SANITIZE=thread -DLLMKV_CUDA=OFF -DLLMKV_BUILD_BENCH=OFF -DLLMKV_BUILD_TOOLS=OFF \
-    -DLLMKV_UNIT_TEST_FILTER='/(copy_engine|host_tier|host_offload|tensor_parallel|thread_pool)_test\.cpp$' >&2
+    -DLLMKV_UNIT_TEST_FILTER='/(copy_engine|host_tier|host_offload|tensor_parallel|thread_pool|worker)_test\.cpp$' >&2
 cmake --build "$ROOT/build-tsan" -j "$JOBS" --target llmkv_unit_tests capi_api_worker capi_api_threads >&2
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$ROOT/build-tsan" --output-on-failure -j "$JOBS" -L 'unit|capi' \
-    -R 'EngineHostTier|CopyEngine|HostTier|capi.api_worker|capi.api_threads|TpEngine|TpForward|TpKvLayout|TpCommunicator|ThreadPool'
+    -R 'EngineHostTier|CopyEngine|HostTier|capi.api_worker|capi.api_threads|TpEngine|TpForward|TpKvLayout|TpCommunicator|ThreadPool|Worker\.'
 echo "== Soak (30 s on the tiny model; scripts/soak.sh MINUTES for the real one)" >&2
 env -u LLMKV_MODEL BUILD_DIR="$ROOT/build-test" "$ROOT/scripts/soak.sh" 0.5 "$ROOT/build-test/soak"
 if [[ "${LLMKV_FUZZ_SECONDS:-0}" != 0 ]]; then

@@ -301,7 +301,7 @@ void Engine::destroy_session(Session *s) {
     events_.erase(std::remove_if(events_.begin(), events_.end(), of_s), events_.end());
     {
         std::lock_guard<std::mutex> io(io_mutex_);
-        worker_events_.erase(std::remove_if(worker_events_.begin(), worker_events_.end(), of_s), worker_events_.end());
+        worker_.forget_locked(of_s);
         submissions_.erase(std::remove_if(submissions_.begin(), submissions_.end(),
                                           [&](const Submission &r) { return r.session == s; }),
                            submissions_.end());

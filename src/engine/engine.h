@@ -5,13 +5,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -22,6 +20,7 @@
 #include "common/thread_pool.h"
 #include "engine/constraints.h"
 #include "engine/sampler.h"
+#include "engine/worker.h"
 #include "kv/kv_manager.h"
 #include "llmkv.h"
 #include "model/arch/forward.h"
@@ -114,25 +113,25 @@ public:
     void step();
     bool has_work() const;  // includes queued submissions
     // Wakes the worker thread (a call made work for it).
-    void notify_work();
+    void notify_work() { worker_.notify(); }
     // Moves up to capacity queued events into out; returns how many.
     size_t take_events(llmkv_event *out, size_t capacity);
     size_t pending_events() const { return events_.size(); }
 
-    // ---- Submitted requests and the worker thread (engine/worker.cpp) ----
+    // ---- Submitted requests (engine/submissions.cpp) and the worker thread (engine/worker.h) ----
     // Queues a request without the engine lock; the next step carries it out.
     void submit(Submission r);
     // The message of the session's last failed submission (without the engine lock).
     std::string submit_error(const Session *s);
     // Starts / stops the worker thread (without the engine lock held by the caller).
-    void worker_start();
-    void worker_stop();
-    bool worker_running() const { return worker_running_.load(std::memory_order_acquire); }
-    // While the worker runs: moves up to capacity of its events into out, waiting up to
-    // timeout_us for a first one; a failed step of the worker is thrown once, after the
-    // events queued before it. Without the worker: the engine's queued events (takes the lock).
-    size_t worker_poll(llmkv_event *out, size_t capacity, uint32_t timeout_us);
-    size_t worker_pending_events();
+    void worker_start() { worker_.start(params_.thread_priority); }
+    void worker_stop() { worker_.stop(); }
+    bool worker_running() const { return worker_.running(); }
+    // While the worker runs: its events (Worker::poll); without it: the engine's queued events.
+    size_t worker_poll(llmkv_event *out, size_t capacity, uint32_t timeout_us) {
+        return worker_.poll(out, capacity, timeout_us);
+    }
+    size_t worker_pending_events() { return worker_.pending(); }
     // llmkv_session_read_text: the worker's hand-over first, then (without the worker) the
     // session's own text under the engine lock.
     std::string read_text(Session *s, size_t capacity);
@@ -192,7 +191,6 @@ private:
 
     // Carries out the queued submissions (under the engine lock, at the start of a step).
     void run_submissions();
-    void worker_main();
     // Moves the engine's events and the text they produced to the worker's queue.
     void hand_over_locked();
 
@@ -200,20 +198,9 @@ private:
     // io_mutex_ guards the submissions, each Session's outbox and submit_error, and the
     // worker's event queue; it is held only for copies. Lock order: mutex_, then io_mutex_.
     std::mutex io_mutex_;
-    std::condition_variable events_cv_;   // the worker queued events (or stopped)
     std::deque<Submission> submissions_;
     std::atomic<size_t> n_submissions_{0};
-    std::deque<llmkv_event> worker_events_;
     std::vector<std::pair<Session *, std::string>> handover_text_;  // hand_over_locked's scratch
-    llmkv_status worker_error_ = LLMKV_OK;  // a failed step, reported once by worker_poll
-    std::string worker_error_message_;
-    std::mutex control_mutex_;  // serializes worker_start / worker_stop (taken before mutex_)
-    std::thread worker_;
-    std::atomic<bool> worker_running_{false};
-    std::atomic<bool> worker_stop_{false};
-    std::mutex wake_mutex_;
-    std::condition_variable wake_cv_;
-    bool wake_ = false;
     llmkv_engine_params params_{};
     std::shared_ptr<GgufFile> file_;
     std::unique_ptr<LlamaModel> model_;
@@ -235,6 +222,9 @@ private:
     std::vector<Request *> sessions_;      // every live Session, in creation order
     std::vector<Prefix *> prefixes_;
     std::deque<llmkv_event> events_;
+    // The worker thread (after what it uses: destroyed, and so stopped, before it).
+    Worker worker_{mutex_, io_mutex_, events_,
+                   Worker::Hooks{[this] { return has_work(); }, [this] { step(); }, [this] { hand_over_locked(); }}};
     std::vector<float> logits_;
     std::vector<int32_t> eog_ids_;          // the model's end-of-generation tokens
     std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built with the first grammar
