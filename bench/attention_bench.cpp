@@ -86,9 +86,11 @@ Fixture &fixture(int pair, uint32_t context) {
         for (uint32_t l = 0; l < kLayers; ++l) {
             for (uint32_t h = 0; h < kKvHeads; ++h) {
                 fill(rows);
-                llmkv::codec_encode_head(p.k, KvRole::K, rows.data(), kBlock, kHeadDim, blk + g.sealed_k_offset(l, h));
+                llmkv::codec_encode_head(p.k, KvRole::K, rows.data(), kBlock, kHeadDim,
+                                         blk + g.sealed_k_offset(l, h));
                 fill(rows);
-                llmkv::codec_encode_head(p.v, KvRole::V, rows.data(), kBlock, kHeadDim, blk + g.sealed_v_offset(l, h));
+                llmkv::codec_encode_head(p.v, KvRole::V, rows.data(), kBlock, kHeadDim,
+                                         blk + g.sealed_v_offset(l, h));
             }
         }
     }
@@ -118,8 +120,9 @@ void BM_DecodeAttention(benchmark::State &state) {
     Fixture &f = fixture(pair, context);
     llmkv::cpu::AttentionScratch scratch;
     const llmkv::cpu::AttentionCodecs codecs{kPairs[pair].k, kPairs[pair].v};
-    llmkv::cpu::AttentionSpan span{&f.kv, f.window_k.data(), f.window_v.data(), f.window_start, f.cap,
-                                   f.pos, 1, f.q.data(), f.out.data()};
+    llmkv::cpu::AttentionSpan span{
+        &f.kv, f.window_k.data(), f.window_v.data(), f.window_start, f.cap, f.pos,
+        1,     f.q.data(),        f.out.data()};
     llmkv::cpu::AttentionParams params{0, kHeads, 0.125f, kHeads * kHeadDim, kHeads * kHeadDim};
     for (auto _ : state) {
         for (uint32_t l = 0; l < kLayers; ++l) {
@@ -130,8 +133,8 @@ void BM_DecodeAttention(benchmark::State &state) {
     }
     state.SetLabel(kPairs[pair].name);
     state.counters["MB/step"] = f.bytes_per_step * 1e-6;
-    state.counters["GB/s"] = benchmark::Counter(f.bytes_per_step * 1e-9 * double(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+    state.counters["GB/s"] = benchmark::Counter(
+        f.bytes_per_step * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void decode_args(benchmark::internal::Benchmark *b) {

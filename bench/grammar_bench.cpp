@@ -53,7 +53,8 @@ struct Summary {
         double sum = 0;
         for (double x : v) sum += x;
         printf("  %-28s n=%-6zu mean %9.2f  p50 %9.2f  p99 %9.2f  max %9.2f µs\n", what, v.size(),
-               sum / v.size(), v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back());
+               sum / v.size(), v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)],
+               v.back());
     }
 };
 
@@ -62,7 +63,9 @@ struct Summary {
 int main() {
     const char *model = getenv("LLMKV_MODEL");
     if (!model || !*model) {
-        printf("grammar_bench: LLMKV_MODEL is not set (a GGUF model whose tokenizer to use); nothing measured\n");
+        printf(
+            "grammar_bench: LLMKV_MODEL is not set (a GGUF model whose tokenizer to use); nothing "
+            "measured\n");
         return 0;
     }
     std::unique_ptr<llmkv::GgufFile> file;
@@ -71,7 +74,8 @@ int main() {
         file = llmkv::GgufFile::open(model);
         tok = llmkv::Tokenizer::from_gguf(*file);
     } catch (const std::exception &e) {
-        printf("grammar_bench: cannot load the tokenizer of %s: %s; nothing measured\n", model, e.what());
+        printf("grammar_bench: cannot load the tokenizer of %s: %s; nothing measured\n", model,
+               e.what());
         return 0;
     }
     const size_t n = tok->n_vocab();
@@ -80,7 +84,8 @@ int main() {
     for (size_t i = 0; i < n; ++i) {
         const int32_t id = static_cast<int32_t>(i);
         bytes[i] = tok->token_bytes(id);
-        eligible[i] = !tok->is_special(id) && tok->token_type(id) != llmkv::kTokenControl && !bytes[i].empty();
+        eligible[i] = !tok->is_special(id) && tok->token_type(id) != llmkv::kTokenControl &&
+                      !bytes[i].empty();
     }
     auto t0 = Clock::now();
     auto vocab = std::make_shared<llmkv::GrammarVocab>(bytes, eligible);
@@ -88,10 +93,12 @@ int main() {
     t0 = Clock::now();
     auto grammar = llmkv::Grammar::from_json_schema(kSchema);
     const double grammar_ms = us_since(t0) / 1000;
-    printf("grammar_bench: %s: %zu tokens, trie of %zu nodes built in %.1f ms; grammar compiled in %.2f ms "
-           "(%zu rules, %zu elements)\n",
-           model, n, vocab->trie().byte.size(), vocab_ms, grammar_ms, grammar->program().rule_alts.size(),
-           grammar->program().elems.size());
+    printf(
+        "grammar_bench: %s: %zu tokens, trie of %zu nodes built in %.1f ms; grammar compiled in "
+        "%.2f ms "
+        "(%zu rules, %zu elements)\n",
+        model, n, vocab->trie().byte.size(), vocab_ms, grammar_ms,
+        grammar->program().rule_alts.size(), grammar->program().elems.size());
 
     llmkv::TokenMasker masker(grammar, vocab);
     std::mt19937 rng(17);
@@ -118,7 +125,8 @@ int main() {
                 if (!((mask[i / 64] >> (i % 64)) & 1)) continue;
                 allowed.push_back(i);
                 const std::string &b = bytes[i];
-                if (b.size() <= 2 && (b[0] == '"' || b[0] == ']' || b[0] == '}' || b[0] == '0')) closers.push_back(i);
+                if (b.size() <= 2 && (b[0] == '"' || b[0] == ']' || b[0] == '}' || b[0] == '0'))
+                    closers.push_back(i);
             }
             if (allowed.empty()) break;
             const auto &pool = step > 60 && !closers.empty() ? closers : allowed;
@@ -129,14 +137,17 @@ int main() {
             out += bytes[pick];
             ++tokens_out;
         }
-        if (walk < 2) printf("  walk %d: %.160s%s\n", walk, out.c_str(), out.size() > 160 ? "..." : "");
+        if (walk < 2)
+            printf("  walk %d: %.160s%s\n", walk, out.c_str(), out.size() > 160 ? "..." : "");
     }
     llmkv::TokenMasker::Stats st = masker.stats();
-    printf("%d random walks, %zu tokens, %zu complete documents; %llu states, %llu transitions, %llu stack nodes, "
-           "cache %.1f MiB, limit hits %llu\n",
-           kWalks, tokens_out, completed, static_cast<unsigned long long>(st.states),
-           static_cast<unsigned long long>(st.transitions), static_cast<unsigned long long>(st.nodes),
-           st.cache_bytes / 1048576.0, static_cast<unsigned long long>(st.limit_hits));
+    printf(
+        "%d random walks, %zu tokens, %zu complete documents; %llu states, %llu transitions, %llu "
+        "stack nodes, "
+        "cache %.1f MiB, limit hits %llu\n",
+        kWalks, tokens_out, completed, static_cast<unsigned long long>(st.states),
+        static_cast<unsigned long long>(st.transitions), static_cast<unsigned long long>(st.nodes),
+        st.cache_bytes / 1048576.0, static_cast<unsigned long long>(st.limit_hits));
     cold.print("mask, first visit (cold)");
     cached.print("mask, revisit (cached)");
     advance.print("advance by one token");

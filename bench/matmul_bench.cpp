@@ -234,7 +234,8 @@ void BM_Format(benchmark::State &state) {
     const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
     const int threads = int(state.range(4));
     if (!select_family(state, 0)) return;
-    state.SetLabel(std::string(llmkv::tensor_type_name(t)) + " " + llmkv::cpu::matmul_kernel_name());
+    state.SetLabel(std::string(llmkv::tensor_type_name(t)) + " " +
+                   llmkv::cpu::matmul_kernel_name());
     std::vector<OwnedMatrix> copies;
     copies.push_back(make_matrix(t, rows, cols));
     while (double(copies.size()) * double(copies[0].bytes.size()) < 128e6) {
@@ -251,14 +252,13 @@ void BM_Format(benchmark::State &state) {
         if (++i == copies.size()) i = 0;
     }
     set_rate(state, double(copies[0].bytes.size()));
-    state.counters["tok/s"] = benchmark::Counter(double(n) * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+    state.counters["tok/s"] =
+        benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 void format_args(benchmark::internal::Benchmark *b) {
-    const TensorType types[] = {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q5_0,
-                                TensorType::Q5_1, TensorType::IQ4_NL, TensorType::Q2_K,
-                                TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-                                TensorType::Q6_K};
+    const TensorType types[] = {
+        TensorType::Q8_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+        TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
     for (auto [rows, cols] : {std::pair{2048, 640}, {640, 2048}, {4096, 4096}}) {
         for (TensorType t : types) {
             // k-quant rows are whole super-blocks of 256: 768 stands in for 640 there.
@@ -318,8 +318,8 @@ void BM_SmolLM2(benchmark::State &state) {
     }
     set_rate(state, m.bytes);
     state.counters["MB"] = m.bytes * 1e-6;
-    state.counters["GMAC/s"] = benchmark::Counter(double(state.iterations()) * double(n) * m.macs * 1e-9,
-                                                  benchmark::Counter::kIsRate);
+    state.counters["GMAC/s"] = benchmark::Counter(
+        double(state.iterations()) * double(n) * m.macs * 1e-9, benchmark::Counter::kIsRate);
     state.counters["ms/token"] =
         benchmark::Counter(double(state.iterations()) * double(n) * 1e-3,
                            benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
@@ -388,21 +388,32 @@ BENCHMARK(BM_SmallCall)
 // Reports GMAC/s (int8 multiply-adds per second, 64 per 512-bit vpdpbusd) of one thread, the
 // ceiling against which the prefill kernels' rate is stated (docs/PERFORMANCE.md).
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) uint64_t dpbusd_loop(int64_t iters) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) uint64_t dpbusd_loop(
+    int64_t iters) {
     // Twelve independent accumulators in named registers; the instruction is written out so that
     // the compiler can neither fold the chains nor keep them in memory.
-    __m512i c0 = _mm512_set1_epi32(0), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-            c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    __m512i c0 = _mm512_set1_epi32(0), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+            c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
 #define LLMKV_DPBUSD(c) asm volatile("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(a), "v"(b))
     for (int64_t n = 0; n < iters; ++n) {
-        LLMKV_DPBUSD(c0); LLMKV_DPBUSD(c1); LLMKV_DPBUSD(c2); LLMKV_DPBUSD(c3);
-        LLMKV_DPBUSD(c4); LLMKV_DPBUSD(c5); LLMKV_DPBUSD(c6); LLMKV_DPBUSD(c7);
-        LLMKV_DPBUSD(c8); LLMKV_DPBUSD(c9); LLMKV_DPBUSD(c10); LLMKV_DPBUSD(c11);
+        LLMKV_DPBUSD(c0);
+        LLMKV_DPBUSD(c1);
+        LLMKV_DPBUSD(c2);
+        LLMKV_DPBUSD(c3);
+        LLMKV_DPBUSD(c4);
+        LLMKV_DPBUSD(c5);
+        LLMKV_DPBUSD(c6);
+        LLMKV_DPBUSD(c7);
+        LLMKV_DPBUSD(c8);
+        LLMKV_DPBUSD(c9);
+        LLMKV_DPBUSD(c10);
+        LLMKV_DPBUSD(c11);
     }
 #undef LLMKV_DPBUSD
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
-                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    __m512i s =
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                         _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
     alignas(64) int32_t out[16];
     _mm512_store_si512(out, s);
@@ -417,8 +428,8 @@ void BM_Int8Peak(benchmark::State &state) {
     llmkv::cpu::set_matmul_kernel(MatmulKernel::kAuto);
     const int64_t iters = 1 << 20;
     for (auto _ : state) benchmark::DoNotOptimize(dpbusd_loop(iters));
-    state.counters["GMAC/s"] = benchmark::Counter(double(state.iterations()) * double(iters) * 12 * 64 * 1e-9,
-                                                  benchmark::Counter::kIsRate);
+    state.counters["GMAC/s"] = benchmark::Counter(
+        double(state.iterations()) * double(iters) * 12 * 64 * 1e-9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Int8Peak)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif

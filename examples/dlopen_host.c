@@ -39,10 +39,8 @@ int main(int argc, char **argv) {
         library = argv[2];
         argi = 3;
     }
-    if (argi < argc)
-        model = argv[argi++];
-    if (argi < argc)
-        question = argv[argi++];
+    if (argi < argc) model = argv[argi++];
+    if (argi < argc) question = argv[argi++];
 
     if (llmkv_load(library, &llmkv, err, sizeof err) != LLMKV_LOAD_OK) {
         /* A real host would carry on without the feature; this one has nothing else to do. */
@@ -91,8 +89,7 @@ int main(int argc, char **argv) {
                 goto out;
             }
         }
-        if (n_ev == 0 && llmkv.pending_events(engine) == 0)
-            done = 1; /* no work left */
+        if (n_ev == 0 && llmkv.pending_events(engine) == 0) done = 1; /* no work left */
     }
     printf("\n");
 

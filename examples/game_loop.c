@@ -20,7 +20,8 @@
  * and llmkv's throughput (tokens/s, replies). Timings are printed, never asserted: the exit
  * status only says whether every NPC got its replies without an error.
  *
- *   example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] [--threads T] [--busy B]
+ *   example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] [--threads T] [--busy
+ * B]
  *                     [--mode M]
  */
 #define _GNU_SOURCE
@@ -47,7 +48,9 @@ static long online_cores(void) {
     return (long)si.dwNumberOfProcessors;
 }
 #else
-static long online_cores(void) { return sysconf(_SC_NPROCESSORS_ONLN); }
+static long online_cores(void) {
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
 #endif
 
 #define MAX_NPCS 32
@@ -85,9 +88,9 @@ typedef struct {
 
 typedef struct {
     llmkv_session *s;
-    int line;       /* next dialogue line */
-    int busy;       /* a reply is being generated */
-    long replies;   /* replies finished */
+    int line;     /* next dialogue line */
+    int busy;     /* a reply is being generated */
+    long replies; /* replies finished */
     size_t text_bytes;
 } npc_t;
 
@@ -213,7 +216,9 @@ static int run_mode(const options_t *o, const char *mode, result_t *r) {
             if (npcs[i].busy) continue;
             if (npc_turn(e, &npcs[i], i, turn, sizeof turn, &len)) goto stop;
             if (worker) {
-                if (check(llmkv_session_submit_text(npcs[i].s, turn, len, LLMKV_SUBMIT_GENERATE, 0), "submit")) goto stop;
+                if (check(llmkv_session_submit_text(npcs[i].s, turn, len, LLMKV_SUBMIT_GENERATE, 0),
+                          "submit"))
+                    goto stop;
             } else {
                 if (check(llmkv_session_append_text(npcs[i].s, turn, len), "append") ||
                     check(llmkv_session_generate(npcs[i].s, 0), "generate")) {
@@ -241,7 +246,8 @@ static int run_mode(const options_t *o, const char *mode, result_t *r) {
                 char msg[256];
                 size_t m = 0;
                 llmkv_session_submit_error(ev[k].session, msg, sizeof msg, &m);
-                fprintf(stderr, "game_loop: ERROR event %s: %s\n", llmkv_status_string(ev[k].status), msg);
+                fprintf(stderr, "game_loop: ERROR event %s: %s\n",
+                        llmkv_status_string(ev[k].status), msg);
                 r->errors++;
                 npc->busy = 0;
             }
@@ -250,7 +256,8 @@ static int run_mode(const options_t *o, const char *mode, result_t *r) {
         for (i = 0; i < o->npcs; ++i) {
             char text[512];
             size_t m = 0;
-            if (check(llmkv_session_read_text(npcs[i].s, text, sizeof text, &m), "read_text")) goto stop;
+            if (check(llmkv_session_read_text(npcs[i].s, text, sizeof text, &m), "read_text"))
+                goto stop;
             npcs[i].text_bytes += m;
             if (i == 0 && m > 0 && o->mode) fwrite(text, 1, m, stdout);
         }
@@ -258,38 +265,39 @@ static int run_mode(const options_t *o, const char *mode, result_t *r) {
 
         stall_ns[f] = in_llmkv;
         next += FRAME_NS;
-        if (now_ns() < next) sleep_until(next);
-        else next = now_ns(); /* late: the next frame starts now */
+        if (now_ns() < next)
+            sleep_until(next);
+        else
+            next = now_ns(); /* late: the next frame starts now */
         frame_ns[f] = now_ns() - frame_begin;
         if (frame_ns[f] > FRAME_NS + 1000000) r->missed++;
         ++f;
     }
     rc = 0;
-stop:
-    {
-        const double secs = (double)(now_ns() - t_start) / 1e9;
-        atomic_store(&g_busy_stop, 1);
-        for (i = 0; i < o->busy && i < 64; ++i) pthread_join(busy[i], NULL);
-        if (worker) llmkv_worker_stop(e);
-        r->frames = f;
-        if (f > 0) {
-            qsort(frame_ns, (size_t)f, sizeof(int64_t), cmp_i64);
-            qsort(stall_ns, (size_t)f, sizeof(int64_t), cmp_i64);
-            r->p50_ms = frame_ns[f / 2] / 1e6;
-            r->p99_ms = frame_ns[(f * 99) / 100] / 1e6;
-            r->max_ms = frame_ns[f - 1] / 1e6;
-            r->stall_p99_ms = stall_ns[(f * 99) / 100] / 1e6;
-            r->stall_max_ms = stall_ns[f - 1] / 1e6;
-        }
-        r->tok_per_s = secs > 0 ? r->tokens / secs : 0;
-        for (i = 0; i < o->npcs; ++i) {
-            if (npcs[i].replies == 0 || npcs[i].text_bytes == 0) {
-                fprintf(stderr, "game_loop: NPC %d finished no reply in %s mode\n", i, mode);
-                rc = 1;
-            }
-        }
-        if (r->errors) rc = 1;
+stop : {
+    const double secs = (double)(now_ns() - t_start) / 1e9;
+    atomic_store(&g_busy_stop, 1);
+    for (i = 0; i < o->busy && i < 64; ++i) pthread_join(busy[i], NULL);
+    if (worker) llmkv_worker_stop(e);
+    r->frames = f;
+    if (f > 0) {
+        qsort(frame_ns, (size_t)f, sizeof(int64_t), cmp_i64);
+        qsort(stall_ns, (size_t)f, sizeof(int64_t), cmp_i64);
+        r->p50_ms = frame_ns[f / 2] / 1e6;
+        r->p99_ms = frame_ns[(f * 99) / 100] / 1e6;
+        r->max_ms = frame_ns[f - 1] / 1e6;
+        r->stall_p99_ms = stall_ns[(f * 99) / 100] / 1e6;
+        r->stall_max_ms = stall_ns[f - 1] / 1e6;
     }
+    r->tok_per_s = secs > 0 ? r->tokens / secs : 0;
+    for (i = 0; i < o->npcs; ++i) {
+        if (npcs[i].replies == 0 || npcs[i].text_bytes == 0) {
+            fprintf(stderr, "game_loop: NPC %d finished no reply in %s mode\n", i, mode);
+            rc = 1;
+        }
+    }
+    if (r->errors) rc = 1;
+}
 out:
     llmkv_engine_destroy(e);
     free(frame_ns);
@@ -299,7 +307,8 @@ out:
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] [--threads T] [--busy B]\n"
+            "usage: example_game_loop MODEL.gguf [--seconds S] [--max-seconds S] [--npcs N] "
+            "[--threads T] [--busy B]\n"
             "                         [--mode step|worker|worker+]\n");
 }
 
@@ -327,20 +336,26 @@ int main(int argc, char **argv) {
             usage();
             return 2;
         }
-        if (!strcmp(a, "--seconds")) o.seconds = atof(v);
-        else if (!strcmp(a, "--max-seconds")) o.max_seconds = atof(v);
-        else if (!strcmp(a, "--npcs")) o.npcs = atoi(v);
-        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
-        else if (!strcmp(a, "--busy")) o.busy = atoi(v);
-        else if (!strcmp(a, "--mode")) o.mode = v;
+        if (!strcmp(a, "--seconds"))
+            o.seconds = atof(v);
+        else if (!strcmp(a, "--max-seconds"))
+            o.max_seconds = atof(v);
+        else if (!strcmp(a, "--npcs"))
+            o.npcs = atoi(v);
+        else if (!strcmp(a, "--threads"))
+            o.threads = atoi(v);
+        else if (!strcmp(a, "--busy"))
+            o.busy = atoi(v);
+        else if (!strcmp(a, "--mode"))
+            o.mode = v;
         else {
             usage();
             return 2;
         }
         ++i;
     }
-    if (o.npcs < 1 || o.npcs > MAX_NPCS || o.threads < 1 || o.seconds <= 0 || o.max_seconds < o.seconds ||
-        o.busy < 0) {
+    if (o.npcs < 1 || o.npcs > MAX_NPCS || o.threads < 1 || o.seconds <= 0 ||
+        o.max_seconds < o.seconds || o.busy < 0) {
         usage();
         return 2;
     }
@@ -352,19 +367,22 @@ int main(int argc, char **argv) {
         modes[0] = o.mode;
         n_modes = 1;
     }
-    printf("game loop: 60 fps, %d ms of game work per frame, %d NPC sessions, llmkv %d thread(s), "
-           "%d busy game thread(s) on %ld cores, at least %.0f s per mode\n",
-           FRAME_WORK_MS, o.npcs, o.threads, o.busy, cores, o.seconds);
+    printf(
+        "game loop: 60 fps, %d ms of game work per frame, %d NPC sessions, llmkv %d thread(s), "
+        "%d busy game thread(s) on %ld cores, at least %.0f s per mode\n",
+        FRAME_WORK_MS, o.npcs, o.threads, o.busy, cores, o.seconds);
     for (i = 0; i < n_modes; ++i) {
         if (run_mode(&o, modes[i], &res[i])) failed = 1;
     }
-    printf("\n%-8s %7s %7s %8s %8s %8s %10s %10s %8s %8s\n", "mode", "frames", "missed", "p50 ms", "p99 ms",
-           "max ms", "stall p99", "stall max", "tok/s", "replies");
+    printf("\n%-8s %7s %7s %8s %8s %8s %10s %10s %8s %8s\n", "mode", "frames", "missed", "p50 ms",
+           "p99 ms", "max ms", "stall p99", "stall max", "tok/s", "replies");
     for (i = 0; i < n_modes; ++i) {
         const result_t *r = &res[i];
-        printf("%-8s %7ld %7ld %8.2f %8.2f %8.2f %10.2f %10.2f %8.1f %8ld\n", modes[i], r->frames, r->missed,
-               r->p50_ms, r->p99_ms, r->max_ms, r->stall_p99_ms, r->stall_max_ms, r->tok_per_s, r->replies);
+        printf("%-8s %7ld %7ld %8.2f %8.2f %8.2f %10.2f %10.2f %8.1f %8ld\n", modes[i], r->frames,
+               r->missed, r->p50_ms, r->p99_ms, r->max_ms, r->stall_p99_ms, r->stall_max_ms,
+               r->tok_per_s, r->replies);
     }
-    printf("(stall: time one frame spent inside llmkv calls; missed: frames longer than 17.7 ms)\n");
+    printf(
+        "(stall: time one frame spent inside llmkv calls; missed: frames longer than 17.7 ms)\n");
     return failed;
 }

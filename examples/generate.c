@@ -37,8 +37,10 @@ int main(int argc, char **argv) {
         msg.content = questions[i];
         if ((st = llmkv_chat_format(engine, &msg, 1, 1, prompt, sizeof(prompt), &n)) != LLMKV_OK)
             return fail("chat_format", st);
-        if ((st = llmkv_session_create(engine, &sp, &sessions[i])) != LLMKV_OK) return fail("session_create", st);
-        if ((st = llmkv_session_append_text(sessions[i], prompt, n)) != LLMKV_OK) return fail("append_text", st);
+        if ((st = llmkv_session_create(engine, &sp, &sessions[i])) != LLMKV_OK)
+            return fail("session_create", st);
+        if ((st = llmkv_session_append_text(sessions[i], prompt, n)) != LLMKV_OK)
+            return fail("append_text", st);
         if ((st = llmkv_session_generate(sessions[i], 0)) != LLMKV_OK) return fail("generate", st);
     }
 

@@ -8,10 +8,9 @@
 //   build/examples/example_npc models/SmolLM2-135M-Instruct.Q4_1.gguf
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "llmkv.h"
 
@@ -68,7 +67,8 @@ bool run(llmkv_engine *e, std::vector<Npc> &npcs) {
         for (Npc &n : npcs) {
             char buf[512];
             size_t got = 0;
-            while (llmkv_session_read_text(n.session, buf, sizeof(buf), &got) == LLMKV_OK && got > 0) {
+            while (llmkv_session_read_text(n.session, buf, sizeof(buf), &got) == LLMKV_OK &&
+                   got > 0) {
                 n.reply.append(buf, got);
             }
         }
@@ -76,7 +76,8 @@ bool run(llmkv_engine *e, std::vector<Npc> &npcs) {
             llmkv_stats st;
             st.struct_size = sizeof(st);
             llmkv_engine_get_stats(e, &st);
-            if (st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0) return true;
+            if (st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0)
+                return true;
         }
     }
 }
@@ -93,9 +94,14 @@ int main(int argc, char **argv) {
     if (llmkv_engine_create(&ep, &e) != LLMKV_OK) return fail("engine_create");
 
     std::vector<Npc> npcs = {
-        {"Brom", "a gruff blacksmith"},    {"Lysa", "a cheerful innkeeper"}, {"Odo", "a suspicious town guard"},
-        {"Mirel", "a greedy merchant"},    {"Tam", "a shy farmer"},          {"Sera", "an old priestess"},
-        {"Vex", "a pickpocket"},           {"Quill", "a wandering bard"},
+        {"Brom", "a gruff blacksmith"},
+        {"Lysa", "a cheerful innkeeper"},
+        {"Odo", "a suspicious town guard"},
+        {"Mirel", "a greedy merchant"},
+        {"Tam", "a shy farmer"},
+        {"Sera", "an old priestess"},
+        {"Vex", "a pickpocket"},
+        {"Quill", "a wandering bard"},
     };
     for (size_t i = 0; i < npcs.size(); ++i) {
         llmkv_session_params sp;
@@ -106,10 +112,12 @@ int main(int argc, char **argv) {
         sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
         sp.grammar = kSchema;
         sp.grammar_len = std::strlen(kSchema);
-        if (llmkv_session_create(e, &sp, &npcs[i].session) != LLMKV_OK) return fail("session_create");
-        std::string text = std::string("You are ") + npcs[i].name + ", " + npcs[i].persona +
-                           " in a village. A stranger walks up and says: \"Hello there! Any work for me?\" "
-                           "Reply with JSON: what you say, your action and your mood.";
+        if (llmkv_session_create(e, &sp, &npcs[i].session) != LLMKV_OK)
+            return fail("session_create");
+        std::string text =
+            std::string("You are ") + npcs[i].name + ", " + npcs[i].persona +
+            " in a village. A stranger walks up and says: \"Hello there! Any work for me?\" "
+            "Reply with JSON: what you say, your action and your mood.";
         if (ask(e, npcs[i].session, text, true) != LLMKV_OK) return fail("ask");
     }
     if (!run(e, npcs)) return fail("step");
@@ -129,15 +137,18 @@ int main(int argc, char **argv) {
 
     // Turn two: the guard must answer yes or no; the others stay quiet.
     Npc &guard = npcs[2];
-    if (llmkv_session_set_grammar(guard.session, LLMKV_GRAMMAR_GBNF, kYesNo, std::strlen(kYesNo), nullptr) != LLMKV_OK) {
+    if (llmkv_session_set_grammar(guard.session, LLMKV_GRAMMAR_GBNF, kYesNo, std::strlen(kYesNo),
+                                  nullptr) != LLMKV_OK) {
         return fail("set_grammar");
     }
-    if (ask(e, guard.session, "May I enter the castle tonight? Answer yes or no, and why.", false) != LLMKV_OK) {
+    if (ask(e, guard.session, "May I enter the castle tonight? Answer yes or no, and why.",
+            false) != LLMKV_OK) {
         return fail("ask");
     }
     if (!run(e, npcs)) return fail("step");
     const bool yes_no = guard.reply.rfind("Yes, ", 0) == 0 || guard.reply.rfind("No, ", 0) == 0;
-    std::printf("[%s] %s\n-- yes/no answer: %s\n", guard.name, guard.reply.c_str(), yes_no ? "ok" : "MALFORMED");
+    std::printf("[%s] %s\n-- yes/no answer: %s\n", guard.name, guard.reply.c_str(),
+                yes_no ? "ok" : "MALFORMED");
 
     for (Npc &n : npcs) llmkv_session_destroy(n.session);
     llmkv_engine_destroy(e);

@@ -50,7 +50,8 @@ static llmkv_status run_turn(llmkv_engine *e, llmkv_session **sessions, const ch
         if ((st = llmkv_step(e, ev, 64, &n)) != LLMKV_OK) return st;
         if (n == 0) return LLMKV_OK;
         for (i = 0; i < n; ++i) {
-            if (ev[i].kind == LLMKV_EVENT_ERROR) fprintf(stderr, "a session failed: %s\n", llmkv_status_string(ev[i].status));
+            if (ev[i].kind == LLMKV_EVENT_ERROR)
+                fprintf(stderr, "a session failed: %s\n", llmkv_status_string(ev[i].status));
             if (ev[i].kind != LLMKV_EVENT_DONE) continue;
             for (k = 0; k < N_USERS; ++k) {
                 char text[2048];
@@ -65,9 +66,10 @@ static llmkv_status run_turn(llmkv_engine *e, llmkv_session **sessions, const ch
 }
 
 int main(int argc, char **argv) {
-    static const char *names[N_USERS] = {"ada", "ben", "cai", "dee", "eli", "fay", "gus", "hal", "ivy", "jon", "kit", "lou"};
-    static const char *topics[N_USERS] = {"rivers", "bread", "stars", "bees", "winter", "bridges",
-                                          "apples", "boats", "bells", "clocks", "maps", "owls"};
+    static const char *names[N_USERS] = {"ada", "ben", "cai", "dee", "eli", "fay",
+                                         "gus", "hal", "ivy", "jon", "kit", "lou"};
+    static const char *topics[N_USERS] = {"rivers", "bread", "stars", "bees",   "winter", "bridges",
+                                          "apples", "boats", "bells", "clocks", "maps",   "owls"};
     llmkv_engine_params ep;
     llmkv_engine *engine = NULL;
     llmkv_session *sessions[N_USERS];
@@ -77,10 +79,10 @@ int main(int argc, char **argv) {
 
     llmkv_engine_params_init(&ep);
     ep.model_path = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    ep.kv_dtype_k = LLMKV_KV_INT8;           /* half the bytes of f16 */
+    ep.kv_dtype_k = LLMKV_KV_INT8; /* half the bytes of f16 */
     ep.kv_dtype_v = LLMKV_KV_INT8;
-    ep.kv_device_bytes = 8u << 20;            /* room for a few conversations at a time */
-    ep.kv_host_bytes = 64u << 20;             /* where parked and swapped-out KV goes */
+    ep.kv_device_bytes = 8u << 20; /* room for a few conversations at a time */
+    ep.kv_host_bytes = 64u << 20;  /* where parked and swapped-out KV goes */
     if ((st = llmkv_engine_create(&ep, &engine)) != LLMKV_OK) return fail("engine_create", st);
 
     for (k = 0; k < N_USERS; ++k) {
@@ -88,8 +90,9 @@ int main(int argc, char **argv) {
         char q[256];
         llmkv_session_params_init(&sp);
         sp.max_new_tokens = 40;
-        sp.priority = k == 7 ? 10 : 0;        /* hal is urgent: runs first, preempted last */
-        if ((st = llmkv_session_create(engine, &sp, &sessions[k])) != LLMKV_OK) return fail("session_create", st);
+        sp.priority = k == 7 ? 10 : 0; /* hal is urgent: runs first, preempted last */
+        if ((st = llmkv_session_create(engine, &sp, &sessions[k])) != LLMKV_OK)
+            return fail("session_create", st);
         snprintf(q, sizeof(q), "Write two sentences about %s.", topics[k]);
         if ((st = ask(engine, sessions[k], q, 1)) != LLMKV_OK) return fail("ask", st);
     }
@@ -101,18 +104,23 @@ int main(int argc, char **argv) {
         if ((st = llmkv_session_park(sessions[k])) != LLMKV_OK) return fail("park", st);
     }
     for (k = 0; k < N_USERS; ++k) {
-        if ((st = ask(engine, sessions[k], "Now say it in five words.", 0)) != LLMKV_OK) return fail("ask", st);
+        if ((st = ask(engine, sessions[k], "Now say it in five words.", 0)) != LLMKV_OK)
+            return fail("ask", st);
     }
     printf("-- second turn (each conversation comes back from the host tier)\n");
     if ((st = run_turn(engine, sessions, names)) != LLMKV_OK) return fail("step", st);
 
     st_out.struct_size = sizeof(st_out);
     llmkv_engine_get_stats(engine, &st_out);
-    printf("-- %u device blocks, %llu steps, %llu tokens generated; %llu parks, %llu swaps, %llu resumes, "
-           "%llu preemptions; %.1f MiB to the host tier, %.1f MiB back\n",
-           st_out.blocks_total, (unsigned long long)st_out.steps, (unsigned long long)st_out.tokens_generated,
-           (unsigned long long)st_out.parks, (unsigned long long)st_out.swaps, (unsigned long long)st_out.resumes,
-           (unsigned long long)st_out.preemptions, st_out.bytes_to_host / 1048576.0, st_out.bytes_to_device / 1048576.0);
+    printf(
+        "-- %u device blocks, %llu steps, %llu tokens generated; %llu parks, %llu swaps, %llu "
+        "resumes, "
+        "%llu preemptions; %.1f MiB to the host tier, %.1f MiB back\n",
+        st_out.blocks_total, (unsigned long long)st_out.steps,
+        (unsigned long long)st_out.tokens_generated, (unsigned long long)st_out.parks,
+        (unsigned long long)st_out.swaps, (unsigned long long)st_out.resumes,
+        (unsigned long long)st_out.preemptions, st_out.bytes_to_host / 1048576.0,
+        st_out.bytes_to_device / 1048576.0);
     for (k = 0; k < N_USERS; ++k) llmkv_session_destroy(sessions[k]);
     llmkv_engine_destroy(engine);
     return 0;

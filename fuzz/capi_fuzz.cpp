@@ -65,9 +65,10 @@ const GrammarSpec kGrammars[] = {
     {LLMKV_GRAMMAR_GBNF, "answer ::= [0-9]+ (\",\" [0-9]+)*\n", "answer", true},
     {LLMKV_GRAMMAR_GBNF, "root ::= \"<\" [^<>]{0,6} \">\"\n", nullptr, true},
     {LLMKV_GRAMMAR_JSON_SCHEMA,
-     R"({"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n"]})", nullptr,
-     true},
-    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"array","items":{"enum":["x","y"]},"maxItems":3})", nullptr, true},
+     R"({"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["n"]})",
+     nullptr, true},
+    {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"array","items":{"enum":["x","y"]},"maxItems":3})",
+     nullptr, true},
     {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"type":"string","maxLength":5})", nullptr, true},
     {LLMKV_GRAMMAR_JSON_SCHEMA, R"({"anyOf":[{"type":"number"},{"type":"null"}]})", nullptr, true},
     {LLMKV_GRAMMAR_GBNF, "root ::= (\"a\"\n", nullptr, false},
@@ -96,12 +97,14 @@ void setup() {
     llmkv::testing::write_tiny_model(spec, *g_model);
     std::vector<std::string> bytes;
     for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b)));
-    auto vocab = std::make_shared<const llmkv::GrammarVocab>(std::move(bytes), std::vector<uint8_t>());
+    auto vocab =
+        std::make_shared<const llmkv::GrammarVocab>(std::move(bytes), std::vector<uint8_t>());
     g_check = new std::unique_ptr<llmkv::TokenMasker>[kNumGrammars];
     for (size_t i = 0; i < kNumGrammars; ++i) {
         if (!kGrammars[i].valid) continue;
         auto g = kGrammars[i].kind == LLMKV_GRAMMAR_GBNF
-                     ? llmkv::Grammar::from_gbnf(kGrammars[i].text, kGrammars[i].root ? kGrammars[i].root : "root")
+                     ? llmkv::Grammar::from_gbnf(kGrammars[i].text,
+                                                 kGrammars[i].root ? kGrammars[i].root : "root")
                      : llmkv::Grammar::from_json_schema(kGrammars[i].text);
         g_check[i] = std::make_unique<llmkv::TokenMasker>(g, vocab);
     }
@@ -132,7 +135,9 @@ struct Track {
     }
 };
 
-const char *name(llmkv_status s) { return llmkv_status_string(s); }
+const char *name(llmkv_status s) {
+    return llmkv_status_string(s);
+}
 
 struct Run {
     llmkv_engine *e = nullptr;
@@ -149,10 +154,13 @@ struct Run {
     void check_stops(size_t slot) {
         const Track &t = track[slot];
         for (const std::string &x : t.stops) {
-            for (size_t pos = t.seg.find(x); pos != std::string::npos; pos = t.seg.find(x, pos + 1)) {
+            for (size_t pos = t.seg.find(x); pos != std::string::npos;
+                 pos = t.seg.find(x, pos + 1)) {
                 const bool carried = pos < 3 && uint8_t(t.seg[0]) >= 0x80;
-                FUZZ_CHECK(carried, "op %zu: text read in one generation contains the stop string '%s': '%s'", op,
-                           show(x).c_str(), show(t.seg).c_str());
+                FUZZ_CHECK(
+                    carried,
+                    "op %zu: text read in one generation contains the stop string '%s': '%s'", op,
+                    show(x).c_str(), show(t.seg).c_str());
             }
         }
     }
@@ -160,7 +168,8 @@ struct Run {
         char buf[256];
         size_t got = 99;
         cap = std::min(cap, sizeof(buf));
-        expect(llmkv_session_read_text(sessions[slot], cap ? buf : nullptr, cap, &got), {LLMKV_OK}, "read_text");
+        expect(llmkv_session_read_text(sessions[slot], cap ? buf : nullptr, cap, &got), {LLMKV_OK},
+               "read_text");
         FUZZ_CHECK(got <= cap, "read_text gave %zu bytes for capacity %zu", got, cap);
         track[slot].seg.append(buf, got);
         track[slot].gtext.append(buf, got);
@@ -185,8 +194,10 @@ struct Run {
                 llmkv::TokenMasker &m = *g_check[t.grammar];
                 const llmkv::TokenMasker::State st = m.advance(m.start(), t.gtext);
                 FUZZ_CHECK(st != llmkv::TokenMasker::kDead && m.accepting(st),
-                           "op %zu: generation ended with STOP but the text '%s' is not a sentence of grammar %d "
-                           "(%s)", op, show(t.gtext).c_str(), t.grammar,
+                           "op %zu: generation ended with STOP but the text '%s' is not a sentence "
+                           "of grammar %d "
+                           "(%s)",
+                           op, show(t.gtext).c_str(), t.grammar,
                            st == llmkv::TokenMasker::kDead ? "dead" : "incomplete");
             }
             if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT) {
@@ -213,10 +224,12 @@ struct Run {
 
     void validate() {
         llmkv_status st = llmkv_engine_validate(e);
-        FUZZ_CHECK(st == LLMKV_OK, "invariants after op %zu (opcode %u): %s", op, opcode, llmkv_last_error());
+        FUZZ_CHECK(st == LLMKV_OK, "invariants after op %zu (opcode %u): %s", op, opcode,
+                   llmkv_last_error());
     }
     void expect(llmkv_status st, std::initializer_list<llmkv_status> ok, const char *call) {
-        FUZZ_CHECK(status_in(st, ok), "op %zu: %s returned %s (%s)", op, call, name(st), llmkv_last_error());
+        FUZZ_CHECK(status_in(st, ok), "op %zu: %s returned %s (%s)", op, call, name(st),
+                   llmkv_last_error());
     }
     bool live(const llmkv_session *s) const {
         for (llmkv_session *x : sessions) {
@@ -232,13 +245,16 @@ struct Run {
                     FUZZ_CHECK(ev[i].token >= 0 && ev[i].token < kVocab, "token %d", ev[i].token);
                     break;
                 case LLMKV_EVENT_DONE:
-                    FUZZ_CHECK(ev[i].finish_reason >= LLMKV_FINISH_STOP && ev[i].finish_reason <= LLMKV_FINISH_CONSTRAINT,
+                    FUZZ_CHECK(ev[i].finish_reason >= LLMKV_FINISH_STOP &&
+                                   ev[i].finish_reason <= LLMKV_FINISH_CONSTRAINT,
                                "finish reason %u", ev[i].finish_reason);
                     break;
                 case LLMKV_EVENT_ERROR:
-                    FUZZ_CHECK(ev[i].status == LLMKV_ERR_KV_CAPACITY, "error event %d", ev[i].status);
+                    FUZZ_CHECK(ev[i].status == LLMKV_ERR_KV_CAPACITY, "error event %d",
+                               ev[i].status);
                     break;
-                default: FUZZ_CHECK(false, "event kind %u", ev[i].kind);
+                default:
+                    FUZZ_CHECK(false, "event kind %u", ev[i].kind);
             }
         }
     }
@@ -256,7 +272,9 @@ struct Run {
     }
 };
 
-void event_callback(const llmkv_event *ev, void *user) { static_cast<Run *>(user)->check_events(ev, 1); }
+void event_callback(const llmkv_event *ev, void *user) {
+    static_cast<Run *>(user)->check_events(ev, 1);
+}
 
 }  // namespace
 
@@ -277,7 +295,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.backend = LLMKV_BACKEND_CPU;
     p.n_threads = 1;
     p.kv_block_tokens = 4;
-    static const llmkv_kv_dtype dtypes[] = {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT4};
+    static const llmkv_kv_dtype dtypes[] = {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_FP8_E4M3,
+                                            LLMKV_KV_INT4};
     p.kv_dtype_k = dtypes[(cfg >> 1) & 3];
     p.kv_dtype_v = dtypes[(cfg >> 3) & 3];
     p.kv_device_bytes = 6 * 4 * 16 * 2 * 2;  // six f16 blocks (more for smaller codecs)
@@ -291,7 +310,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Run r;
     llmkv_status st = llmkv_engine_create(&p, &r.e);
     FUZZ_CHECK(st == LLMKV_OK, "engine_create: %s", llmkv_last_error());
-    for (size_t i = 0; i < kSlots; ++i) r.paths[i] = llmkv::fuzz::scratch_path("capi_prefix_" + std::to_string(i));
+    for (size_t i = 0; i < kSlots; ++i)
+        r.paths[i] = llmkv::fuzz::scratch_path("capi_prefix_" + std::to_string(i));
 
     int32_t stop_token = 97;  // 'a'
     const bool constraints = sess_cfg & 0x80;
@@ -329,7 +349,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (constraints && (b & 64)) {
                     const uint8_t c = in.u8();
                     const uint32_t stop_mode = c & 3;
-                    if (stop_mode == 1 || stop_mode == 2) {  // with lengths (NUL bytes) / NUL-terminated
+                    if (stop_mode == 1 ||
+                        stop_mode == 2) {  // with lengths (NUL bytes) / NUL-terminated
                         const size_t n = 1 + in.below(3);
                         for (size_t i = 0; i < n; ++i) {
                             std::string x(1 + in.below(3), '\0');
@@ -341,7 +362,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         }
                     } else if (stop_mode == 3) {  // invalid: an empty string, 257 bytes, 65 strings
                         const uint32_t what = in.below(3);
-                        stop_text.push_back(what == 0 ? std::string() : std::string(what == 1 ? 257 : 1, 'x'));
+                        stop_text.push_back(what == 0 ? std::string()
+                                                      : std::string(what == 1 ? 257 : 1, 'x'));
                         if (what == 2) stop_text.resize(65, "y");
                         bad = true;
                     }
@@ -359,16 +381,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     if (bias_mode == 1) {  // a few biases
                         static const float kBias[] = {-5.0f, -1.0f, 2.0f, 10.0f, -INFINITY};
                         const size_t n = 1 + in.below(6);
-                        for (size_t i = 0; i < n; ++i) bias.push_back({int32_t(in.below(kVocab)), kBias[in.below(5)]});
+                        for (size_t i = 0; i < n; ++i)
+                            bias.push_back({int32_t(in.below(kVocab)), kBias[in.below(5)]});
                     } else if (bias_mode == 2) {  // ban a run of tokens (up to all of them)
                         const int32_t lo = int32_t(in.u8());
                         const int32_t len = int32_t(in.below(kVocab + 1));
-                        for (int32_t tok = lo; tok < std::min(kVocab, lo + len); ++tok) bias.push_back({tok, -INFINITY});
-                        if (len > 200 && bias.size() < size_t(kVocab)) bias.push_back({lo, -INFINITY});  // twice
+                        for (int32_t tok = lo; tok < std::min(kVocab, lo + len); ++tok)
+                            bias.push_back({tok, -INFINITY});
+                        if (len > 200 && bias.size() < size_t(kVocab))
+                            bias.push_back({lo, -INFINITY});  // twice
                     } else if (bias_mode == 3) {  // invalid: outside the vocabulary, NaN, +inf
                         const uint32_t what = in.below(3);
-                        bias.push_back({what == 0 ? kVocab + int32_t(in.u8()) : 5,
-                                        what == 1 ? NAN : what == 2 ? INFINITY : 1.0f});
+                        bias.push_back({what == 0 ? kVocab + int32_t(in.u8()) : 5, what == 1 ? NAN
+                                                                                   : what == 2
+                                                                                       ? INFINITY
+                                                                                       : 1.0f});
                         bad = true;
                     }
                     sp.logit_bias = bias.empty() ? nullptr : bias.data();
@@ -390,7 +417,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 st = llmkv_session_create(r.e, &sp, &r.sessions[slot]);
                 if (bad) {
-                    r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_KV_CAPACITY}, "session_create (invalid params)");
+                    r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_KV_CAPACITY},
+                             "session_create (invalid params)");
                 } else {
                     r.expect(st, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}, "session_create");
                 }
@@ -398,17 +426,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (st == LLMKV_OK) r.track[slot] = t;
                 break;
             }
-            case 1: case 2: {  // append tokens
+            case 1:
+            case 2: {  // append tokens
                 if (!s) break;
                 const size_t n = in.below(9);
                 int32_t toks[8];
                 for (size_t i = 0; i < n; ++i) {
                     const uint8_t t = in.u8();
-                    toks[i] = t == 0xFF ? kVocab + int32_t(in.u8()) : int32_t(t) + (t < 8 ? 255 : 0);
+                    toks[i] =
+                        t == 0xFF ? kVocab + int32_t(in.u8()) : int32_t(t) + (t < 8 ? 255 : 0);
                 }
                 const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_append(s, n ? toks : nullptr, n);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY}, "append");
+                r.expect(
+                    st,
+                    {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
+                    "append");
                 if (st == LLMKV_OK) {
                     r.boundary(si, before);
                     if (n > 0) r.track[si].restart_grammar();
@@ -420,15 +453,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 const std::string text = in.bytes(16);
                 const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_append_text(s, text.data(), text.size());
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
-                         "append_text");
+                r.expect(
+                    st,
+                    {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
+                    "append_text");
                 if (st == LLMKV_OK) {
                     r.boundary(si, before);
                     if (r.info_of(si).n_tokens > before.n_tokens) r.track[si].restart_grammar();
                 }
                 break;
             }
-            case 4: case 5: {  // generate
+            case 4:
+            case 5: {  // generate
                 if (!s) break;
                 const llmkv_session_info before = r.info_of(si);
                 st = llmkv_session_generate(s, in.below(7));
@@ -439,7 +475,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 break;
             }
-            case 6: case 7: case 8: {  // step with a tiny event capacity
+            case 6:
+            case 7:
+            case 8: {  // step with a tiny event capacity
                 const size_t cap = in.below(4);
                 llmkv_event ev[3];
                 size_t n = 99;
@@ -461,18 +499,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 break;
             case 11:
                 if (!s) break;
-                r.expect(llmkv_session_park(s), {LLMKV_OK, LLMKV_ERR_UNSUPPORTED, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
+                r.expect(llmkv_session_park(s),
+                         {LLMKV_OK, LLMKV_ERR_UNSUPPORTED, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY},
                          "park");
                 break;
             case 12: {  // fork
                 size_t slot = r.free_slot(r.sessions);
                 if (!s || slot == kSlots) break;
                 st = llmkv_session_fork(s, &r.sessions[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED}, "fork");
+                r.expect(st,
+                         {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED},
+                         "fork");
                 if (st == LLMKV_OK) {
                     Track t;
                     t.stops = r.track[si].stops;
-                    t.grammar = r.track[si].grammar;  // mid-sentence: not checked until it starts again
+                    t.grammar =
+                        r.track[si].grammar;  // mid-sentence: not checked until it starts again
                     r.track[slot] = t;
                 }
                 break;
@@ -481,7 +523,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 size_t slot = r.free_slot(r.prefixes);
                 if (!s || slot == kSlots) break;
                 st = llmkv_session_to_prefix(s, &r.prefixes[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED}, "to_prefix");
+                r.expect(st,
+                         {LLMKV_OK, LLMKV_ERR_STATE, LLMKV_ERR_KV_CAPACITY, LLMKV_ERR_UNSUPPORTED},
+                         "to_prefix");
                 r.saved[slot] = false;
                 break;
             }
@@ -492,7 +536,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 std::vector<int32_t> toks(n);
                 for (auto &t : toks) t = int32_t(in.u8());
                 st = llmkv_prefix_create(r.e, n ? toks.data() : nullptr, n, &r.prefixes[slot]);
-                r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_KV_CAPACITY}, "prefix_create");
+                r.expect(st, {LLMKV_OK, LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_KV_CAPACITY},
+                         "prefix_create");
                 r.saved[slot] = false;
                 break;
             }
@@ -504,7 +549,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     r.saved[pi] = true;
                 } else {
                     size_t from = in.below(kSlots);
-                    const char *path = r.saved[from] ? r.paths[from].c_str() : "/nonexistent/llmkv.snap";
+                    const char *path =
+                        r.saved[from] ? r.paths[from].c_str() : "/nonexistent/llmkv.snap";
                     st = llmkv_prefix_load(r.e, path, &r.prefixes[pi]);
                     r.expect(st, {LLMKV_OK, LLMKV_ERR_IO, LLMKV_ERR_KV_CAPACITY}, "prefix_load");
                 }
@@ -523,23 +569,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 llmkv_engine_info info;
                 info.struct_size = sizeof(info);
                 r.expect(llmkv_engine_get_info(r.e, &info), {LLMKV_OK}, "get_info");
-                FUZZ_CHECK(info.n_vocab == uint32_t(kVocab) && info.max_context == kMaxContext, "engine info");
+                FUZZ_CHECK(info.n_vocab == uint32_t(kVocab) && info.max_context == kMaxContext,
+                           "engine info");
                 llmkv_stats stats;
                 stats.struct_size = sizeof(stats);
                 r.expect(llmkv_engine_get_stats(r.e, &stats), {LLMKV_OK}, "get_stats");
-                FUZZ_CHECK(stats.blocks_free + stats.blocks_used + stats.blocks_cached == stats.blocks_total,
-                           "blocks: %u free + %u used + %u cached != %u", stats.blocks_free, stats.blocks_used,
-                           stats.blocks_cached, stats.blocks_total);
+                FUZZ_CHECK(stats.blocks_free + stats.blocks_used + stats.blocks_cached ==
+                               stats.blocks_total,
+                           "blocks: %u free + %u used + %u cached != %u", stats.blocks_free,
+                           stats.blocks_used, stats.blocks_cached, stats.blocks_total);
                 FUZZ_CHECK(stats.host_bytes_used <= p.kv_host_bytes, "host bytes used %llu",
                            (unsigned long long)stats.host_bytes_used);
                 const size_t pi = in.below(kSlots);
                 if (r.prefixes[pi]) {
                     int32_t toks[5];
                     size_t cap = in.below(6), n = 0;
-                    r.expect(llmkv_prefix_get_tokens(r.prefixes[pi], cap ? toks : nullptr, cap, &n), {LLMKV_OK},
-                             "prefix_get_tokens");
-                    FUZZ_CHECK(n == llmkv_prefix_n_tokens(r.prefixes[pi]) && n > 0, "prefix token count");
-                    for (size_t i = 0; i < std::min(cap, n); ++i) FUZZ_CHECK(toks[i] >= 0 && toks[i] < kVocab, "token");
+                    r.expect(llmkv_prefix_get_tokens(r.prefixes[pi], cap ? toks : nullptr, cap, &n),
+                             {LLMKV_OK}, "prefix_get_tokens");
+                    FUZZ_CHECK(n == llmkv_prefix_n_tokens(r.prefixes[pi]) && n > 0,
+                               "prefix token count");
+                    for (size_t i = 0; i < std::min(cap, n); ++i)
+                        FUZZ_CHECK(toks[i] >= 0 && toks[i] < kVocab, "token");
                 }
                 (void)llmkv_pending_events(r.e);
                 break;
@@ -549,15 +599,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 llmkv_session_info si_info;
                 si_info.struct_size = sizeof(si_info);
                 r.expect(llmkv_session_get_info(s, &si_info), {LLMKV_OK}, "session_get_info");
-                FUZZ_CHECK(si_info.state <= LLMKV_SESSION_FINISHED && si_info.tier <= LLMKV_TIER_MIXED, "state/tier");
+                FUZZ_CHECK(
+                    si_info.state <= LLMKV_SESSION_FINISHED && si_info.tier <= LLMKV_TIER_MIXED,
+                    "state/tier");
                 FUZZ_CHECK(si_info.n_cached <= si_info.n_tokens && si_info.n_tokens <= kMaxContext,
                            "n_cached %u n_tokens %u", si_info.n_cached, si_info.n_tokens);
                 std::vector<int32_t> toks(kMaxContext + 1);
                 size_t cap = in.below(6), n = 0;
-                r.expect(llmkv_session_get_tokens(s, cap ? toks.data() : nullptr, cap, &n), {LLMKV_OK}, "get_tokens");
-                FUZZ_CHECK(n == si_info.n_tokens, "get_tokens count %zu vs info %u", n, si_info.n_tokens);
-                r.expect(llmkv_session_get_tokens(s, toks.data(), toks.size(), &n), {LLMKV_OK}, "get_tokens");
-                for (size_t i = 0; i < n; ++i) FUZZ_CHECK(toks[i] >= 0 && toks[i] < kVocab, "token %d", toks[i]);
+                r.expect(llmkv_session_get_tokens(s, cap ? toks.data() : nullptr, cap, &n),
+                         {LLMKV_OK}, "get_tokens");
+                FUZZ_CHECK(n == si_info.n_tokens, "get_tokens count %zu vs info %u", n,
+                           si_info.n_tokens);
+                r.expect(llmkv_session_get_tokens(s, toks.data(), toks.size(), &n), {LLMKV_OK},
+                         "get_tokens");
+                for (size_t i = 0; i < n; ++i)
+                    FUZZ_CHECK(toks[i] >= 0 && toks[i] < kVocab, "token %d", toks[i]);
                 r.read_into(si, in.below(6));
                 FUZZ_CHECK(si_info.has_grammar == (r.track[si].grammar >= 0) || !constraints,
                            "has_grammar %u", si_info.has_grammar);
@@ -573,15 +629,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     if (g.valid) {
                         r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE}, "set_grammar");
                     } else {
-                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE}, "set_grammar (invalid)");
+                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE},
+                                 "set_grammar (invalid)");
                     }
                 } else {
                     const bool none = gi == kNumGrammars;
-                    st = llmkv_session_set_grammar(s, none ? LLMKV_GRAMMAR_NONE : llmkv_grammar_kind(7), "x", 1, nullptr);
+                    st = llmkv_session_set_grammar(
+                        s, none ? LLMKV_GRAMMAR_NONE : llmkv_grammar_kind(7), "x", 1, nullptr);
                     if (none) {
                         r.expect(st, {LLMKV_OK, LLMKV_ERR_STATE}, "set_grammar (none)");
                     } else {
-                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE}, "set_grammar (bad kind)");
+                        r.expect(st, {LLMKV_ERR_INVALID_ARGUMENT, LLMKV_ERR_STATE},
+                                 "set_grammar (bad kind)");
                     }
                 }
                 if (st == LLMKV_OK) {
@@ -604,8 +663,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llmkv_stats stats;
     stats.struct_size = sizeof(stats);
     FUZZ_CHECK(llmkv_engine_get_stats(r.e, &stats) == LLMKV_OK, "stats");
-    FUZZ_CHECK(stats.blocks_used == 0 && stats.tail_blocks_used == 0, "blocks in use with no handle: %u + %u tails",
-               stats.blocks_used, stats.tail_blocks_used);
+    FUZZ_CHECK(stats.blocks_used == 0 && stats.tail_blocks_used == 0,
+               "blocks in use with no handle: %u + %u tails", stats.blocks_used,
+               stats.tail_blocks_used);
     llmkv_engine_destroy(r.e);
     for (size_t i = 0; i < kSlots; ++i) {
         if (r.saved[i]) std::remove(r.paths[i].c_str());
@@ -626,48 +686,64 @@ Seeds seeds() {
     };
     Seeds s;
     // create, append 8 tokens, generate 3, step x4, read text, info.
-    s.push_back({"generate", ops(0x01, 0x03, {0, 0, 0x00, 1, 0, 8, 't', 'h', 'e', ' ', 'a', 'n', 'd', '.', 4, 0, 3,
-                                              6, 0, 3, 6, 0, 3, 6, 0, 3, 6, 0, 3, 19, 0, 5, 5, 18, 0, 0})});
+    s.push_back({"generate",
+                 ops(0x01, 0x03,
+                     {0, 0, 0x00, 1, 0, 8, 't', 'h', 'e', ' ', 'a', 'n', 'd', '.', 4, 0,  3, 6,
+                      0, 3, 6,    0, 3, 6, 0,   3,   6,   0,   3,   19,  0,   5,   5, 18, 0, 0})});
     // two sessions, a prefix made, saved, loaded, a session from it, run, park, fork.
-    s.push_back({"prefix-roundtrip", ops(0x03, 0x02, {14, 0, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 0, 0, 16, 0, 0,
-                                                      15, 0, 0, 0, 0, 0, 0x04, 0, 4, 0, 2, 9, 0, 1, 11, 0, 12, 0,
-                                                      19, 1, 5, 5, 17, 0, 18, 0, 0})});
+    s.push_back({"prefix-roundtrip",
+                 ops(0x03, 0x02, {14, 0,  10, 1,  2, 3,  4, 5, 6, 7,    8, 9,  10, 15, 0, 0,
+                                  16, 0,  0,  15, 0, 0,  0, 0, 0, 0x04, 0, 4,  0,  2,  9, 0,
+                                  1,  11, 0,  12, 0, 19, 1, 5, 5, 17,   0, 18, 0,  0})});
     // park under pressure with a small host tier, cancel, append text, to_prefix.
-    s.push_back({"pressure", ops(0x40, 0x05, {0, 0, 0x01, 0, 1, 0x00, 3, 0, 12, 'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o',
-                                             'r', 'l', 'd', '!', 3, 1, 12, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i',
-                                             'j', 'k', 'l', 4, 0, 6, 4, 1, 6, 6, 0, 1, 10, 0, 6, 0, 3, 11, 1, 7, 0,
-                                             2, 9, 0, 1, 13, 0, 13, 1, 19, 0, 3, 3})});
+    s.push_back(
+        {"pressure",
+         ops(0x40, 0x05,
+             {0,   0,   0x01, 0,   1, 0x00, 3,  0,   12,  'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o',
+              'r', 'l', 'd',  '!', 3, 1,    12, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j',
+              'k', 'l', 4,    0,   6, 4,    1,  6,   6,   0,   1,   10,  0,   6,   0,   3,   11,
+              1,   7,   0,    2,   9, 0,    1,  13,  0,   13,  1,   19,  0,   3,   3})});
     // int4/int8 codecs, residual tokens, an out-of-vocabulary token, sampling and stop token.
-    s.push_back({"codecs", ops(0x9F, 0x06, {0, 0, 0x38, 3, 2, 1, 8, 1, 2, 3, 0xFF, 9, 4, 5, 6, 1, 0, 6, 'x', 'y',
-                                           'z', 'q', 'r', 's', 4, 0, 0, 9, 0, 1, 19, 0, 4, 4})});
+    s.push_back({"codecs", ops(0x9F, 0x06, {0, 0, 0x38, 3, 2, 1, 8,   1,   2,   3,   0xFF, 9,
+                                            4, 5, 6,    1, 0, 6, 'x', 'y', 'z', 'q', 'r',  's',
+                                            4, 0, 0,    9, 0, 1, 19,  0,   4,   4})});
     // Constraint mode (byte 1 bit 7). A session under a JSON Schema generating until it
     // stops, then a string schema, an append, GBNF, invalid grammars, NONE, a bad kind.
     s.push_back({"constraint-grammar",
-                 ops(0x01, 0x80, {0, 0, 0x80, 4, 3, 0, 4, 'h', 'i', '!', ' ', 4, 0, 0, 9, 0, 1, 21, 0, 4, 0, 0, 9, 0, 1,
-                                  20, 0, 6, 3, 0, 2, 'o', 'k', 4, 0, 0, 9, 0, 1, 1, 0, 1, 'x', 20, 0, 1, 3, 0, 1, 'q',
-                                  4, 0, 0, 9, 0, 1, 21, 0, 20, 0, 8, 20, 0, 14, 20, 0, 15, 4, 0, 0, 9, 0, 1, 17, 0})});
+                 ops(0x01, 0x80, {0,   0,   0x80, 4, 3, 0, 4, 'h', 'i', '!', ' ', 4,  0, 0,  9, 0,
+                                  1,   21,  0,    4, 0, 0, 9, 0,   1,   20,  0,   6,  3, 0,  2, 'o',
+                                  'k', 4,   0,    0, 9, 0, 1, 1,   0,   1,   'x', 20, 0, 1,  3, 0,
+                                  1,   'q', 4,    0, 0, 9, 0, 1,   21,  0,   20,  0,  8, 20, 0, 14,
+                                  20,  0,   15,   4, 0, 0, 9, 0,   1,   17,  0})});
     // Stop strings (one with a NUL byte), a ban of 50 tokens, min_new_tokens 3; generate in
     // pieces with small reads; a second session with NUL-terminated stop strings and a few
     // biases.
-    s.push_back({"constraint-stops",
-                 ops(0x00, 0x84, {0, 0, 0x40, 0x19, 1, 0, ' ', 1, 'e', 0, 100, 50, 0, 0, 0, 3, 3, 0, 5, 't', 'h', 'e',
-                                  ' ', 'a', 4, 0, 0, 6, 0, 3, 19, 0, 3, 3, 6, 0, 3, 19, 0, 1, 1, 9, 0, 1, 21, 0, 4, 0,
-                                  0, 9, 0, 1, 0, 1, 0x46, 0x06, 2, 0, 'e', 1, 'o', ' ', 2, 't', 'h', 'e', 3, 1, 1,
-                                  5, 4, 2, 7, 3, 3, 0, 4, 'a', 'b', 'c', 'd', 4, 1, 3, 9, 0, 1, 21, 1, 12, 1, 4, 0,
-                                  0, 9, 0, 1, 21, 0})});
+    s.push_back(
+        {"constraint-stops",
+         ops(0x00, 0x84,
+             {0, 0, 0x40, 0x19, 1,    0,   ' ', 1,   'e', 0,   100, 50,  0,   0,   0,   3, 3,
+              0, 5, 't',  'h',  'e',  ' ', 'a', 4,   0,   0,   6,   0,   3,   19,  0,   3, 3,
+              6, 0, 3,    19,   0,    1,   1,   9,   0,   1,   21,  0,   4,   0,   0,   9, 0,
+              1, 0, 1,    0x46, 0x06, 2,   0,   'e', 1,   'o', ' ', 2,   't', 'h', 'e', 3, 1,
+              1, 5, 4,    2,    7,    3,   3,   0,   4,   'a', 'b', 'c', 'd', 4,   1,   3, 9,
+              0, 1, 21,   1,    12,   1,   4,   0,   0,   9,   0,   1,   21,  0})});
     // Invalid parameters: stop strings (empty, 257 bytes, 65 strings), biases (outside the
     // vocabulary, NaN, +inf), invalid grammars; then a ban of every token under a grammar.
     s.push_back({"constraint-invalid",
-                 ops(0x01, 0x80, {0, 0, 0x40, 0x03, 0, 0, 0, 0x40, 0x03, 1, 0, 0, 0x40, 0x03, 2, 0, 0, 0x40, 0x0C, 0,
-                                  9, 0, 0, 0x40, 0x0C, 1, 0, 0, 0x40, 0x0C, 2, 0, 0, 0x80, 8, 0, 0, 0x80, 12, 0, 0,
-                                  0x80, 13, 0, 0, 0xC0, 0x08, 0, 7, 1, 0, 0, 1, 2, 0, 3, 0, 3, 'a', 'b', 'c', 4, 0, 0,
-                                  9, 0, 1, 19, 0, 5, 5, 21, 0, 17, 0})});
+                 ops(0x01, 0x80,
+                     {0,    0,    0x40, 0x03, 0, 0, 0, 0x40, 0x03, 1,    0, 0,    0x40, 0x03, 2,
+                      0,    0,    0x40, 0x0C, 0, 9, 0, 0,    0x40, 0x0C, 1, 0,    0,    0x40, 0x0C,
+                      2,    0,    0,    0x80, 8, 0, 0, 0x80, 12,   0,    0, 0x80, 13,   0,    0,
+                      0xC0, 0x08, 0,    7,    1, 0, 0, 1,    2,    0,    3, 0,    3,    'a',  'b',
+                      'c',  4,    0,    0,    9, 0, 1, 19,   0,    5,    5, 21,   0,    17,   0})});
     // Grammar sessions forked mid-sentence, GBNF with a custom root, a number-or-null
     // schema, min_new_tokens with a grammar.
-    s.push_back({"constraint-fork",
-                 ops(0x03, 0x83, {0, 0, 0x80, 2, 3, 0, 3, '1', '2', '3', 4, 0, 2, 9, 0, 1, 12, 0, 4, 1, 0, 4, 0, 0, 9,
-                                  0, 1, 21, 0, 21, 1, 0, 2, 0xC0, 0x10, 5, 7, 3, 2, 2, 'x', 'y', 4, 2, 0, 9, 0, 1, 21,
-                                  2, 20, 2, 3, 4, 2, 0, 9, 0, 1, 19, 2, 5, 5, 17, 1, 17, 0})});
+    s.push_back(
+        {"constraint-fork",
+         ops(0x03, 0x83, {0,    0, 0x80, 2, 3, 0, 3,   '1', '2', '3', 4,  0, 2,  9, 0,  1, 12,
+                          0,    4, 1,    0, 4, 0, 0,   9,   0,   1,   21, 0, 21, 1, 0,  2, 0xC0,
+                          0x10, 5, 7,    3, 2, 2, 'x', 'y', 4,   2,   0,  9, 0,  1, 21, 2, 20,
+                          2,    3, 4,    2, 0, 9, 0,   1,   19,  2,   5,  5, 17, 1, 17, 0})});
     return s;
 }
 

@@ -20,15 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 namespace llmkv::fuzz {
 
 // Aborts with a message when a property of the target does not hold.
-#define FUZZ_CHECK(cond, ...)                                                         \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n  ", __FILE__,      \
-                         __LINE__, #cond);                                            \
-            std::fprintf(stderr, __VA_ARGS__);                                        \
-            std::fprintf(stderr, "\n  last error: %s\n", llmkv_last_error());         \
-            std::abort();                                                             \
-        }                                                                             \
+#define FUZZ_CHECK(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n  ", __FILE__, __LINE__, #cond); \
+            std::fprintf(stderr, __VA_ARGS__);                                                     \
+            std::fprintf(stderr, "\n  last error: %s\n", llmkv_last_error());                      \
+            std::abort();                                                                          \
+        }                                                                                          \
     } while (0)
 
 // Reads little pieces of the input front to back; past the end every read gives 0.

@@ -5,7 +5,9 @@ namespace llmkv::fuzz {
 
 namespace {
 
-bool printable_byte(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); }
+bool printable_byte(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+}
 
 void utf8_append(std::string &s, uint32_t c) {
     if (c < 0x80) {
@@ -50,16 +52,18 @@ TokenizerVocab byte_bpe_vocab(const std::string &pre) {
         v.token_types.push_back(kTokenNormal);
     }
     // Merges build a few English words; each result is added as a token.
-    const char *merges[][2] = {{" ", "t"}, {"h", "e"}, {" t", "he"}, {"i", "n"}, {" ", "a"},
-                               {"e", "r"}, {"o", "n"}, {" a", "n"}, {" an", "d"}, {"in", "g"},
-                               {"1", "2"}, {"12", "3"}, {" ", " "}, {"\n", "\n"}, {"\xC3", "\xA9"}};
+    const char *merges[][2] = {{" ", "t"},   {"h", "e"},   {" t", "he"},    {"i", "n"},
+                               {" ", "a"},   {"e", "r"},   {"o", "n"},      {" a", "n"},
+                               {" an", "d"}, {"in", "g"},  {"1", "2"},      {"12", "3"},
+                               {" ", " "},   {"\n", "\n"}, {"\xC3", "\xA9"}};
     for (auto &m : merges) {
         std::string a = to_symbols(m[0]), b = to_symbols(m[1]);
         v.merges.push_back(a + " " + b);
         v.tokens.push_back(a + b);
         v.token_types.push_back(kTokenNormal);
     }
-    for (const char *s : {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
+    for (const char *s :
+         {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
         v.tokens.push_back(s);
         v.token_types.push_back(kTokenControl);
     }
@@ -88,8 +92,9 @@ TokenizerVocab spm_vocab(bool add_space_prefix) {
         add(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", kTokenByte, 0.0f);
     }
     const std::string sp = "\xE2\x96\x81";
-    const char *pieces[] = {"t", "h", "e", "a", "n", "d", "i", "g", "o", "r", "s", "he", "the", "an", "and",
-                            "in", "ing", "er", "on", "[", "]", "INST", "/", "é", "日本"};
+    const char *pieces[] = {"t",  "h", "e",  "a",    "n",  "d",   "i",   "g",   "o",
+                            "r",  "s", "he", "the",  "an", "and", "in",  "ing", "er",
+                            "on", "[", "]",  "INST", "/",  "é",   "日本"};
     float score = -1.0f;
     add(sp, kTokenNormal, -0.5f);
     for (const char *p : pieces) {
@@ -130,11 +135,14 @@ std::vector<uint8_t> chatml_gguf(bool default_system) {
     }
     add_vocab(w, v);
     std::string tmpl =
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+        "message['content'] + "
         "'<|im_end|>' + '\\n'}}{% endfor %}";
     if (default_system) {
-        tmpl = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a fuzzing "
-               "assistant.<|im_end|>\n' }}{% endif %}" + tmpl;
+        tmpl =
+            "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a fuzzing "
+            "assistant.<|im_end|>\n' }}{% endif %}" +
+            tmpl;
     }
     w.add_string("tokenizer.chat_template", tmpl);
     return w.build();
@@ -154,7 +162,8 @@ std::vector<uint8_t> llama2_gguf() {
     w.add_string("general.architecture", "llama");
     add_vocab(w, spm_vocab(true));
     // <<SYS>> tells Llama 2's format from Mistral's.
-    w.add_string("tokenizer.chat_template", "{{ bos_token + '[INST] <<SYS>>' + content + ' [/INST]' }}");
+    w.add_string("tokenizer.chat_template",
+                 "{{ bos_token + '[INST] <<SYS>>' + content + ' [/INST]' }}");
     return w.build();
 }
 

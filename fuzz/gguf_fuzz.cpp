@@ -25,28 +25,60 @@ using namespace llmkv;
 namespace {
 
 void expect_format_error(const Error &e, const char *what) {
-    FUZZ_CHECK(fuzz::status_in(e.status(), {LLMKV_ERR_MODEL_FORMAT, LLMKV_ERR_UNSUPPORTED}), "%s: %s: %s", what,
-               llmkv_status_string(e.status()), e.what());
+    FUZZ_CHECK(fuzz::status_in(e.status(), {LLMKV_ERR_MODEL_FORMAT, LLMKV_ERR_UNSUPPORTED}),
+               "%s: %s: %s", what, llmkv_status_string(e.status()), e.what());
 }
 
 void exercise_metadata(const GgufFile &f) {
     for (const auto &[key, v] : f.metadata()) {
-        try { (void)f.get_uint(key); } catch (const Error &e) { expect_format_error(e, "get_uint"); }
-        try { (void)f.get_int(key); } catch (const Error &e) { expect_format_error(e, "get_int"); }
-        try { (void)f.get_float(key); } catch (const Error &e) { expect_format_error(e, "get_float"); }
-        try { (void)f.get_bool(key); } catch (const Error &e) { expect_format_error(e, "get_bool"); }
-        try { (void)f.get_string(key); } catch (const Error &e) { expect_format_error(e, "get_string"); }
-        try { (void)f.get_string_array(key); } catch (const Error &e) { expect_format_error(e, "get_string_array"); }
-        try { (void)f.get_int_array(key); } catch (const Error &e) { expect_format_error(e, "get_int_array"); }
-        try { (void)f.get_float_array(key); } catch (const Error &e) { expect_format_error(e, "get_float_array"); }
+        try {
+            (void)f.get_uint(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_uint");
+        }
+        try {
+            (void)f.get_int(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_int");
+        }
+        try {
+            (void)f.get_float(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_float");
+        }
+        try {
+            (void)f.get_bool(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_bool");
+        }
+        try {
+            (void)f.get_string(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_string");
+        }
+        try {
+            (void)f.get_string_array(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_string_array");
+        }
+        try {
+            (void)f.get_int_array(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_int_array");
+        }
+        try {
+            (void)f.get_float_array(key);
+        } catch (const Error &e) {
+            expect_format_error(e, "get_float_array");
+        }
         (void)v.array_size();
         FUZZ_CHECK(f.find(key) == &v, "find(%s) is not the entry", key.c_str());
     }
     const uint8_t *begin = f.data(), *end = f.data() + f.file_size();
     for (const GgufTensor &t : f.tensors()) {
         FUZZ_CHECK(f.find_tensor(t.name) == &t, "find_tensor");
-        FUZZ_CHECK(t.data >= begin && t.data <= end && t.n_bytes <= uint64_t(end - t.data), "tensor %s outside the file",
-                   t.name.c_str());
+        FUZZ_CHECK(t.data >= begin && t.data <= end && t.n_bytes <= uint64_t(end - t.data),
+                   "tensor %s outside the file", t.name.c_str());
         (void)t.rows();
         (void)t.row_bytes();
     }
@@ -56,7 +88,8 @@ void exercise_tokenizer(const GgufFile &f, const Tokenizer &tok) {
     const std::string text = "Hello <|im_start|>world 123 é\xE2\x96\x81 [INST]\xff";
     for (bool special : {false, true}) {
         std::vector<int32_t> ids = tok.encode(text, true, special);
-        for (int32_t id : ids) FUZZ_CHECK(id >= 0 && size_t(id) < tok.n_vocab(), "id %d outside the vocabulary", id);
+        for (int32_t id : ids)
+            FUZZ_CHECK(id >= 0 && size_t(id) < tok.n_vocab(), "id %d outside the vocabulary", id);
         try {
             (void)tok.decode(ids);
         } catch (const Error &e) {
@@ -99,7 +132,8 @@ void exercise_engine(const uint8_t *data, size_t size, uint32_t n_vocab) {
     const int32_t tokens[2] = {0, int32_t(n_vocab > 1 ? 1 : 0)};
     llmkv_prefix *prefix = nullptr;
     st = llmkv_prefix_create(e, tokens, 2, &prefix);
-    FUZZ_CHECK(fuzz::status_in(st, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}), "prefix_create: %s", llmkv_status_string(st));
+    FUZZ_CHECK(fuzz::status_in(st, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}), "prefix_create: %s",
+               llmkv_status_string(st));
     FUZZ_CHECK(llmkv_engine_validate(e) == LLMKV_OK, "invariants");
     llmkv_prefix_release(prefix);
     FUZZ_CHECK(llmkv_engine_validate(e) == LLMKV_OK, "invariants after release");
@@ -119,7 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         void operator()(void *p) const { std::free(p); }
     };
     const size_t alloc = (size + 4095) / 4096 * 4096;
-    std::unique_ptr<uint8_t, Free> buf(static_cast<uint8_t *>(std::aligned_alloc(4096, alloc ? alloc : 4096)));
+    std::unique_ptr<uint8_t, Free> buf(
+        static_cast<uint8_t *>(std::aligned_alloc(4096, alloc ? alloc : 4096)));
     if (size) std::memcpy(buf.get(), data, size);
 
     std::shared_ptr<GgufFile> file;

@@ -44,17 +44,36 @@ void setup() {
         toks.push_back(std::string(1, char(b)));
         eligible.push_back(1);
     }
-    const char *multi[] = {"{\"", "\":", "\",", "\"}", "true", "null", "false", ", ", ": ", "[]",
-                           "{}", "12", "0.5", "e+", "\\u00", "\\n", "ab", "abc", " the",
-                           "\xC3\xA9",           // é
-                           "\xC3",               // lead byte alone
-                           "\xA9",               // continuation alone
-                           "\xE2\x82",           // 2 of 3 bytes of €
-                           "\xAC\"",             // the last byte of € and a quote
-                           "\xF0\x9F\x98\x80",   // 😀
-                           "\xED\xA0\x80",       // a UTF-8 surrogate (never valid)
-                           "\xC0\x80",           // an overlong NUL (never valid)
-                           "\"a\"", "}]", "]}"};
+    const char *multi[] = {"{\"",
+                           "\":",
+                           "\",",
+                           "\"}",
+                           "true",
+                           "null",
+                           "false",
+                           ", ",
+                           ": ",
+                           "[]",
+                           "{}",
+                           "12",
+                           "0.5",
+                           "e+",
+                           "\\u00",
+                           "\\n",
+                           "ab",
+                           "abc",
+                           " the",
+                           "\xC3\xA9",          // é
+                           "\xC3",              // lead byte alone
+                           "\xA9",              // continuation alone
+                           "\xE2\x82",          // 2 of 3 bytes of €
+                           "\xAC\"",            // the last byte of € and a quote
+                           "\xF0\x9F\x98\x80",  // 😀
+                           "\xED\xA0\x80",      // a UTF-8 surrogate (never valid)
+                           "\xC0\x80",          // an overlong NUL (never valid)
+                           "\"a\"",
+                           "}]",
+                           "]}"};
     for (const char *m : multi) {
         toks.push_back(m);
         eligible.push_back(1);
@@ -79,7 +98,9 @@ std::string show(std::string_view s) {
     return out;
 }
 
-bool bit(const uint64_t *m, size_t i) { return (m[i >> 6] >> (i & 63)) & 1; }
+bool bit(const uint64_t *m, size_t i) {
+    return (m[i >> 6] >> (i & 63)) & 1;
+}
 
 }  // namespace
 
@@ -107,7 +128,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } catch (const Error &e) {
         const std::string msg = e.what();
         const char *prefix = schema ? "json schema: " : "grammar: ";
-        FUZZ_CHECK(e.status() == LLMKV_ERR_INVALID_ARGUMENT, "status %d: %s", int(e.status()), msg.c_str());
+        FUZZ_CHECK(e.status() == LLMKV_ERR_INVALID_ARGUMENT, "status %d: %s", int(e.status()),
+                   msg.c_str());
         FUZZ_CHECK(msg.rfind(prefix, 0) == 0, "message without '%s': %s", prefix, msg.c_str());
         FUZZ_CHECK(elapsed() < kMaxSeconds, "refusing took %.2f s", elapsed());
         return 0;
@@ -131,14 +153,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t step = 0; step <= kMaxSteps; ++step) {
         const bool acc = m.accepting(s);
         const bool cont = m.can_continue(s);
-        FUZZ_CHECK(cont || acc, "live state %u can neither continue nor end after '%s'", s, show(out).c_str());
+        FUZZ_CHECK(cont || acc, "live state %u can neither continue nor end after '%s'", s,
+                   show(out).c_str());
         if (schema && acc) {
             try {
                 const nlohmann::json j = nlohmann::json::parse(out);
                 (void)j;
             } catch (const std::exception &e) {
-                FUZZ_CHECK(false, "accepted output is not JSON: '%s': %s\n  schema: %s", show(out).c_str(),
-                           e.what(), show(text).c_str());
+                FUZZ_CHECK(false, "accepted output is not JSON: '%s': %s\n  schema: %s",
+                           show(out).c_str(), e.what(), show(text).c_str());
             }
         }
         const uint64_t *mask = m.mask(s);
@@ -146,15 +169,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         allowed.clear();
         bool any_byte = false;
         for (size_t i = 0; i < nv; ++i) {
-            const bool ok = v.eligible(i) && !v.token(i).empty() && m.advance(s, v.token(i)) != TokenMasker::kDead;
-            FUZZ_CHECK(bit(bits.data(), i) == ok, "mask bit %zu ('%s') is %d, brute force %d after '%s'", i,
-                       show(v.token(i)).c_str(), int(bit(bits.data(), i)), int(ok), show(out).c_str());
+            const bool ok = v.eligible(i) && !v.token(i).empty() &&
+                            m.advance(s, v.token(i)) != TokenMasker::kDead;
+            FUZZ_CHECK(
+                bit(bits.data(), i) == ok, "mask bit %zu ('%s') is %d, brute force %d after '%s'",
+                i, show(v.token(i)).c_str(), int(bit(bits.data(), i)), int(ok), show(out).c_str());
             if (ok) allowed.push_back(uint32_t(i));
             if (ok && i < 256) any_byte = true;
         }
-        for (size_t i = nv; i < m.mask_words() * 64; ++i) FUZZ_CHECK(!bit(bits.data(), i), "bit %zu past n_vocab", i);
+        for (size_t i = nv; i < m.mask_words() * 64; ++i)
+            FUZZ_CHECK(!bit(bits.data(), i), "bit %zu past n_vocab", i);
         if (m.stats().limit_hits == 0)
-            FUZZ_CHECK(cont == any_byte, "can_continue %d but a single byte continues: %d after '%s'", int(cont),
+            FUZZ_CHECK(cont == any_byte,
+                       "can_continue %d but a single byte continues: %d after '%s'", int(cont),
                        int(any_byte), show(out).c_str());
         if (allowed.empty() || walk.empty() || step == kMaxSteps) break;
         const uint32_t t = allowed[walk.below(uint32_t(allowed.size()))];
@@ -162,13 +189,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         TokenMasker::State bytewise = s;
         for (unsigned char c : tb) bytewise = m.advance_byte(bytewise, c);
         const TokenMasker::State next = m.advance(s, tb);
-        FUZZ_CHECK(next == bytewise, "advance %u != advance_byte chain %u for '%s'", next, bytewise, show(tb).c_str());
-        FUZZ_CHECK(next != TokenMasker::kDead, "allowed token '%s' leads to kDead", show(tb).c_str());
+        FUZZ_CHECK(next == bytewise, "advance %u != advance_byte chain %u for '%s'", next, bytewise,
+                   show(tb).c_str());
+        FUZZ_CHECK(next != TokenMasker::kDead, "allowed token '%s' leads to kDead",
+                   show(tb).c_str());
         out += tb;
         s = next;
         FUZZ_CHECK(elapsed() < kMaxSeconds, "walk took %.2f s", elapsed());
     }
-    FUZZ_CHECK(m.advance(m.start(), out) == s, "advance(start, output) differs from the walk's state");
+    FUZZ_CHECK(m.advance(m.start(), out) == s,
+               "advance(start, output) differs from the walk's state");
     return 0;
 }
 
@@ -190,50 +220,80 @@ Seeds seeds() {
     Seeds s;
     // GBNF.
     s.push_back({"gbnf-yes-no", in(0, "root ::= \"yes\" | \"no\"\n", zeros)});
-    s.push_back({"gbnf-arith", in(6, "expr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
-                                     "factor ::= [0-9]+ | \"(\" expr \")\"\n", w64)});
-    s.push_back({"gbnf-json", in(4, "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
-                                    "object ::= \"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\"\n"
-                                    "array ::= \"[\" ws (value (\",\" ws value)*)? \"]\"\n"
-                                    "string ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt])* \"\\\"\"\n"
-                                    "number ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\nws ::= [ \\t\\n]{0,2}\n", w64)});
-    s.push_back({"gbnf-list", in(0, "root ::= item+\nitem ::= \"- \" [a-z ]{1,20} \"\\n\"\n", highs)});
-    s.push_back({"gbnf-unicode", in(0, "root ::= [\\u00e9\\u20ac\\U0001F600a-c]{1,4} . [^a-z]?\n", w64)});
-    s.push_back({"gbnf-repeat", in(0, "root ::= (\"ab\" | [0-9]){2,5} \"x\"{3} (\"y\"? \"z\"){0,2}\n", ones)});
-    s.push_back({"gbnf-comments", in(0, "# a comment\nroot ::= a # trailing\n  | b\na ::= \"\\x41\" \"\\t\"\nb ::= ()\n", zeros)});
+    s.push_back(
+        {"gbnf-arith",
+         in(6,
+            "expr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+            "factor ::= [0-9]+ | \"(\" expr \")\"\n",
+            w64)});
+    s.push_back(
+        {"gbnf-json",
+         in(4,
+            "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
+            "object ::= \"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\"\n"
+            "array ::= \"[\" ws (value (\",\" ws value)*)? \"]\"\n"
+            "string ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt])* \"\\\"\"\n"
+            "number ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\nws ::= [ \\t\\n]{0,2}\n",
+            w64)});
+    s.push_back(
+        {"gbnf-list", in(0, "root ::= item+\nitem ::= \"- \" [a-z ]{1,20} \"\\n\"\n", highs)});
+    s.push_back(
+        {"gbnf-unicode", in(0, "root ::= [\\u00e9\\u20ac\\U0001F600a-c]{1,4} . [^a-z]?\n", w64)});
+    s.push_back({"gbnf-repeat",
+                 in(0, "root ::= (\"ab\" | [0-9]){2,5} \"x\"{3} (\"y\"? \"z\"){0,2}\n", ones)});
+    s.push_back(
+        {"gbnf-comments",
+         in(0, "# a comment\nroot ::= a # trailing\n  | b\na ::= \"\\x41\" \"\\t\"\nb ::= ()\n",
+            zeros)});
     s.push_back({"gbnf-left-recursive", in(0, "root ::= root \"a\" | \"b\"\n", zeros)});
     s.push_back({"gbnf-empty-language", in(0, "root ::= \"a\" root\n", zeros)});
     s.push_back({"gbnf-undefined", in(0, "root ::= x y\nx ::= \"1\"\n", zeros)});
     s.push_back({"gbnf-unclosed", in(0, "root ::= (\"a\" | [b-\n", zeros)});
     s.push_back({"gbnf-empty-star", in(0, "root ::= (\"a\"?)* \"b\"\n", zeros)});
     s.push_back({"gbnf-big-repeat", in(0, "root ::= ((\"ab\"{4096}){4096}){2}\n", zeros)});
-    s.push_back({"gbnf-nested", in(0, std::string(300, '(') + "\"a\"" + std::string(300, ')'), zeros)});
-    s.push_back({"gbnf-ambiguous", in(0, "root ::= (\"a\" | \"a\" \"a\" | [a-z])* \"b\"?\n", highs)});
+    s.push_back(
+        {"gbnf-nested", in(0, std::string(300, '(') + "\"a\"" + std::string(300, ')'), zeros)});
+    s.push_back(
+        {"gbnf-ambiguous", in(0, "root ::= (\"a\" | \"a\" \"a\" | [a-z])* \"b\"?\n", highs)});
     s.push_back({"gbnf-reversed-range", in(0, "root ::= [z-a]\n", zeros)});
     s.push_back({"gbnf-no-root", in(2, "root ::= \"a\"\n", zeros)});
     // JSON Schema.
-    s.push_back({"schema-person", in(1, R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},)"
-                                        R"("age":{"type":"integer"},"mood":{"enum":["happy","sad"]},)"
-                                        R"("tags":{"type":"array","items":{"type":"string"},"maxItems":3}},)"
-                                        R"("required":["name","age"]})", w64)});
+    s.push_back({"schema-person",
+                 in(1,
+                    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},)"
+                    R"("age":{"type":"integer"},"mood":{"enum":["happy","sad"]},)"
+                    R"("tags":{"type":"array","items":{"type":"string"},"maxItems":3}},)"
+                    R"("required":["name","age"]})",
+                    w64)});
     s.push_back({"schema-any", in(1, "{}", w64)});
     s.push_back({"schema-number", in(1, R"({"type":"number"})", w64)});
-    s.push_back({"schema-string", in(1, R"({"type":"string","minLength":1,"maxLength":8})",
-                                    {1, 92 % 37, 200, 3, 17, 9, 250, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
-    s.push_back({"schema-ref", in(1, R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},)"
-                                     R"("next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},)"
-                                     R"("required":["v","next"]}},"$ref":"#/$defs/node"})", w64)});
+    s.push_back(
+        {"schema-string", in(1, R"({"type":"string","minLength":1,"maxLength":8})",
+                             {1, 92 % 37, 200, 3, 17, 9, 250, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
+    s.push_back({"schema-ref",
+                 in(1,
+                    R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},)"
+                    R"("next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},)"
+                    R"("required":["v","next"]}},"$ref":"#/$defs/node"})",
+                    w64)});
     s.push_back({"schema-types", in(1, R"({"type":["boolean","null","integer"]})", ones)});
     s.push_back({"schema-const", in(1, R"({"const":{"k":[1,2,{"a":null}]}})", zeros)});
-    s.push_back({"schema-oneof", in(1, R"({"oneOf":[{"type":"array","minItems":1,"maxItems":2,"items":{"type":"boolean"}},)"
-                                       R"({"type":"string","enum":["x","y"]}]})", w64)});
+    s.push_back(
+        {"schema-oneof",
+         in(1,
+            R"({"oneOf":[{"type":"array","minItems":1,"maxItems":2,"items":{"type":"boolean"}},)"
+            R"({"type":"string","enum":["x","y"]}]})",
+            w64)});
     s.push_back({"schema-unsupported", in(1, R"({"type":"string","pattern":"^a+$"})", zeros)});
-    s.push_back({"schema-self-ref", in(1, R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", zeros)});
+    s.push_back({"schema-self-ref",
+                 in(1, R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", zeros)});
     s.push_back({"schema-malformed", in(1, R"({"type":"object",})", zeros)});
     s.push_back({"schema-deep", in(1, std::string(600, '[') + std::string(600, ']'), zeros)});
     s.push_back({"schema-false", in(1, "false", zeros)});
-    s.push_back({"schema-big-items", in(1, R"({"type":"array","minItems":4096,"maxItems":4096,)"
-                                           R"("items":{"type":"string","minLength":4096}})", zeros)});
+    s.push_back({"schema-big-items", in(1,
+                                        R"({"type":"array","minItems":4096,"maxItems":4096,)"
+                                        R"("items":{"type":"string","minLength":4096}})",
+                                        zeros)});
     // A string that starts with an escape \u: the walk picks the escape token.
     s.push_back({"schema-unicode-escape", in(1, R"({"type":"string"})", {34, 2, 2, 2})});
     return s;

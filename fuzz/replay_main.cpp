@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
         std::vector<uint8_t> exact(bytes);
         LLVMFuzzerTestOneInput(exact.empty() ? nullptr : exact.data(), exact.size());
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%zu inputs replayed in %.0f ms\n", files.size(), ms);
     return 0;
 }

@@ -14,9 +14,8 @@
 // Always: the status is OK, SNAPSHOT_FORMAT or KV_CAPACITY (IO only for a file that cannot
 // be read, which never happens here); llmkv_engine_validate is OK after each load, use and
 // release; nothing stays allocated.
-#include <xxhash.h>
-
 #include <flatbuffers/flatbuffers.h>
+#include <xxhash.h>
 
 #include "fuzz_common.h"
 #include "snapshot_generated.h"
@@ -28,9 +27,9 @@ constexpr uint32_t kGenerate = 3;
 
 struct State {
     llmkv_engine *engine = nullptr;
-    std::vector<int32_t> tokens;         // the saved prefix
-    std::vector<uint8_t> snapshot;       // its file
-    std::vector<int32_t> continuation;   // greedy tokens of a session made from it
+    std::vector<int32_t> tokens;        // the saved prefix
+    std::vector<uint8_t> snapshot;      // its file
+    std::vector<int32_t> continuation;  // greedy tokens of a session made from it
     std::string in_path, out_path;
 };
 
@@ -90,9 +89,12 @@ void setup() {
     p.flags = 0;  // no prefix cache: every input starts from the same engine state
     FUZZ_CHECK(llmkv_engine_create(&p, &s->engine) == LLMKV_OK, "engine on the tiny model");
     std::remove(model.c_str());
-    s->tokens = {261, 117, 115, 101, 114, 10, 256, 257, 32, 97, 110};  // "<|im_start|>user\nththe an"
+    s->tokens = {261, 117, 115, 101, 114, 10,
+                 256, 257, 32,  97,  110};  // "<|im_start|>user\nththe an"
     llmkv_prefix *prefix = nullptr;
-    FUZZ_CHECK(llmkv_prefix_create(s->engine, s->tokens.data(), s->tokens.size(), &prefix) == LLMKV_OK, "prefix");
+    FUZZ_CHECK(
+        llmkv_prefix_create(s->engine, s->tokens.data(), s->tokens.size(), &prefix) == LLMKV_OK,
+        "prefix");
     s->in_path = llmkv::fuzz::scratch_path("snapshot_in.snap");
     s->out_path = llmkv::fuzz::scratch_path("snapshot_out.snap");
     FUZZ_CHECK(llmkv_prefix_save(prefix, s->out_path.c_str()) == LLMKV_OK, "save");
@@ -103,7 +105,9 @@ void setup() {
     FUZZ_CHECK(llmkv_engine_validate(s->engine) == LLMKV_OK, "invariants after set-up");
 }
 
-uint32_t get_u32(const uint8_t *p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t get_u32(const uint8_t *p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 
 void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
@@ -120,15 +124,18 @@ void fix_checksums(std::vector<uint8_t> &f) {
     flatbuffers::Verifier verifier(fbuf, size_t(fb_len), 16, 64);
     if (llmkv::fb::VerifySnapshotBuffer(verifier)) {
         auto *snap = const_cast<llmkv::fb::Snapshot *>(llmkv::fb::GetSnapshot(fbuf));
-        const uint64_t payload = snap->payload_offset(), bb = snap->block_bytes(), tb = snap->tail_bytes();
+        const uint64_t payload = snap->payload_offset(), bb = snap->block_bytes(),
+                       tb = snap->tail_bytes();
         auto *sums = const_cast<flatbuffers::Vector<uint64_t> *>(snap->block_checksums());
         const uint64_t nb = sums ? sums->size() : 0;
         uint64_t end = 0;
-        const bool fits = payload <= f.size() && bb <= f.size() && nb <= f.size() && tb <= f.size() &&
-                          !__builtin_mul_overflow(nb, bb, &end) && !__builtin_add_overflow(end, payload, &end) &&
-                          end <= f.size();
+        const bool fits = payload <= f.size() && bb <= f.size() && nb <= f.size() &&
+                          tb <= f.size() && !__builtin_mul_overflow(nb, bb, &end) &&
+                          !__builtin_add_overflow(end, payload, &end) && end <= f.size();
         if (fits) {
-            for (uint64_t i = 0; i < nb; ++i) sums->Mutate(flatbuffers::uoffset_t(i), XXH3_64bits(f.data() + payload + i * bb, bb));
+            for (uint64_t i = 0; i < nb; ++i)
+                sums->Mutate(flatbuffers::uoffset_t(i),
+                             XXH3_64bits(f.data() + payload + i * bb, bb));
             if (end + tb <= f.size()) {
                 // tail_checksum is the 20th field: vtable slot 4 + 2 * 19.
                 auto *table = reinterpret_cast<flatbuffers::Table *>(snap);
@@ -152,13 +159,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool fixed = data[0] & 1;
     std::vector<uint8_t> file(data + 1, data + size);
     if (fixed) fix_checksums(file);
-    FUZZ_CHECK(llmkv::fuzz::write_file(g->in_path, file.data(), file.size()), "write %s", g->in_path.c_str());
+    FUZZ_CHECK(llmkv::fuzz::write_file(g->in_path, file.data(), file.size()), "write %s",
+               g->in_path.c_str());
 
     llmkv_prefix *p = nullptr;
     llmkv_status st = llmkv_prefix_load(g->engine, g->in_path.c_str(), &p);
-    FUZZ_CHECK(llmkv_engine_validate(g->engine) == LLMKV_OK, "invariants after load (status %d)", st);
-    FUZZ_CHECK(llmkv::fuzz::status_in(st, {LLMKV_OK, LLMKV_ERR_SNAPSHOT_FORMAT, LLMKV_ERR_KV_CAPACITY}),
-               "load status %s", llmkv_status_string(st));
+    FUZZ_CHECK(llmkv_engine_validate(g->engine) == LLMKV_OK, "invariants after load (status %d)",
+               st);
+    FUZZ_CHECK(
+        llmkv::fuzz::status_in(st, {LLMKV_OK, LLMKV_ERR_SNAPSHOT_FORMAT, LLMKV_ERR_KV_CAPACITY}),
+        "load status %s", llmkv_status_string(st));
     if (st != LLMKV_OK) {
         FUZZ_CHECK(p == nullptr, "failed load left a handle");
         return 0;
@@ -172,12 +182,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     std::vector<int32_t> cont;
     llmkv_status cst = continue_from(p, kGenerate, cont);
-    FUZZ_CHECK(llmkv::fuzz::status_in(cst, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}), "session from prefix: %d", cst);
+    FUZZ_CHECK(llmkv::fuzz::status_in(cst, {LLMKV_OK, LLMKV_ERR_KV_CAPACITY}),
+               "session from prefix: %d", cst);
     if (!fixed) {
         // Checksums intact: only the original can pass.
         FUZZ_CHECK(toks == g->tokens, "accepted snapshot gives other tokens (%zu)", n);
-        FUZZ_CHECK(cst == LLMKV_OK && cont == g->continuation, "loaded prefix continues differently");
-        FUZZ_CHECK(llmkv_prefix_save(p, g->out_path.c_str()) == LLMKV_OK, "save of a loaded prefix");
+        FUZZ_CHECK(cst == LLMKV_OK && cont == g->continuation,
+                   "loaded prefix continues differently");
+        FUZZ_CHECK(llmkv_prefix_save(p, g->out_path.c_str()) == LLMKV_OK,
+                   "save of a loaded prefix");
         std::vector<uint8_t> again;
         FUZZ_CHECK(llmkv::fuzz::read_file(g->out_path, again), "read back");
         FUZZ_CHECK(again == g->snapshot, "loaded KV differs: saved again it is not the same file");
@@ -188,8 +201,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llmkv_stats stats;
     stats.struct_size = sizeof(stats);
     FUZZ_CHECK(llmkv_engine_get_stats(g->engine, &stats) == LLMKV_OK, "stats");
-    FUZZ_CHECK(stats.blocks_used == 0 && stats.tail_blocks_used == 0, "blocks still used after release: %u + %u tails",
-               stats.blocks_used, stats.tail_blocks_used);
+    FUZZ_CHECK(stats.blocks_used == 0 && stats.tail_blocks_used == 0,
+               "blocks still used after release: %u + %u tails", stats.blocks_used,
+               stats.tail_blocks_used);
     return 0;
 }
 

@@ -87,7 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } catch (const Error &e) {
         FUZZ_CHECK(false, "encode threw %s: %s", llmkv_status_string(e.status()), e.what());
     }
-    for (int32_t id : ids) FUZZ_CHECK(id >= 0 && size_t(id) < tok.n_vocab(), "id %d outside the vocabulary", id);
+    for (int32_t id : ids)
+        FUZZ_CHECK(id >= 0 && size_t(id) < tok.n_vocab(), "id %d outside the vocabulary", id);
     size_t skip = 0;
     if (add_bos && tok.bos() >= 0) {
         FUZZ_CHECK(!ids.empty() && ids[0] == tok.bos(), "add_bos did not put BOS first");
@@ -96,7 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!parse_special) {
         // Control tokens never come out of plain text.
         for (size_t i = skip; i < ids.size(); ++i) {
-            FUZZ_CHECK(tok.token_type(ids[i]) != kTokenControl, "control token %d from plain text", ids[i]);
+            FUZZ_CHECK(tok.token_type(ids[i]) != kTokenControl, "control token %d from plain text",
+                       ids[i]);
         }
     }
 
@@ -112,9 +114,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                           (!parse_special || !tok.add_space_prefix());
     }
     if (must_round_trip) {
-        FUZZ_CHECK(decoded == text, "round trip differs (vocabulary %u, parse_special %d)\n  text:    %s\n  decoded: %s",
-                   unsigned((sel & 7) % g_vocabs->list.size()), int(parse_special), show(text).c_str(),
-                   show(decoded).c_str());
+        FUZZ_CHECK(
+            decoded == text,
+            "round trip differs (vocabulary %u, parse_special %d)\n  text:    %s\n  decoded: %s",
+            unsigned((sel & 7) % g_vocabs->list.size()), int(parse_special), show(text).c_str(),
+            show(decoded).c_str());
     }
 
     // Streaming: the pieces in order, handed out in whole characters.
@@ -134,8 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(stream.pending() == 0, "bytes left after take_all");
     std::string pieces;
     for (size_t i = skip; i < ids.size(); ++i) pieces += tok.token_bytes(ids[i]);
-    FUZZ_CHECK(streamed == pieces, "Utf8Stream changed the bytes\n  in:  %s\n  out: %s", show(pieces).c_str(),
-               show(streamed).c_str());
+    FUZZ_CHECK(streamed == pieces, "Utf8Stream changed the bytes\n  in:  %s\n  out: %s",
+               show(pieces).c_str(), show(streamed).c_str());
     return 0;
 }
 
@@ -149,9 +153,12 @@ Seeds seeds() {
         return b;
     };
     const std::string chat = "<|im_start|>user\nthe answer is 123 and then<|im_end|>\n";
-    const std::string mixed = "Hello, world! Ünïcödé 日本語 \xF0\x9F\x98\x80 it's   \t\n\n 1234567 the";
-    const std::string invalid = std::string("ab\xC3(\xE2\x82 \xFF\xFE\x80\xF0\x9F\x98", 18) + std::string(1, '\0') + "z";
-    const std::string llama3 = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nI'm here<|eot_id|>";
+    const std::string mixed =
+        "Hello, world! Ünïcödé 日本語 \xF0\x9F\x98\x80 it's   \t\n\n 1234567 the";
+    const std::string invalid =
+        std::string("ab\xC3(\xE2\x82 \xFF\xFE\x80\xF0\x9F\x98", 18) + std::string(1, '\0') + "z";
+    const std::string llama3 =
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nI'm here<|eot_id|>";
     Seeds s;
     s.push_back({"tiny-chat", seed(0x10, chat)});
     s.push_back({"tiny-plain", seed(0x00, mixed)});

@@ -24,11 +24,10 @@ template <TensorType T>
 __global__ void __launch_bounds__(kThreads)
     dequant_f16_kernel(const uint8_t *__restrict__ packed, size_t row_bytes, uint32_t rows,
                        uint32_t cols, uint16_t *__restrict__ out,
-                       unsigned long long *__restrict__ first_bad,
-                       unsigned long long index_base) {
+                       unsigned long long *__restrict__ first_bad, unsigned long long index_base) {
     for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const uint8_t *row = packed + size_t(r) * row_bytes;  // packed row r
-        uint16_t *dst = out + size_t(r) * cols;                // fp16 row r
+        uint16_t *dst = out + size_t(r) * cols;               // fp16 row r
         for (uint32_t c = threadIdx.x; c < cols; c += kThreads) {
             const float f = dq::decode_at<T>(row, c);
             const uint16_t h = f32_to_fp16_bits(f);
@@ -46,17 +45,15 @@ cudaError_t launch(const void *packed, size_t row_bytes, uint32_t rows, uint32_t
                    uint16_t *out, unsigned long long *first_bad, unsigned long long index_base,
                    cudaStream_t stream) {
     const uint32_t grid = rows < kMaxGrid ? rows : kMaxGrid;
-    dequant_f16_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t *>(packed),
-                                                         row_bytes, rows, cols, out, first_bad,
-                                                         index_base);
+    dequant_f16_kernel<T><<<grid, kThreads, 0, stream>>>(
+        static_cast<const uint8_t *>(packed), row_bytes, rows, cols, out, first_bad, index_base);
     return cudaGetLastError();
 }
 
 template <TensorType T>
 __global__ void __launch_bounds__(kThreads)
     gather_decoded_kernel(const uint8_t *__restrict__ packed, size_t row_bytes,
-                          const int32_t *__restrict__ ids, uint32_t cols,
-                          float *__restrict__ out) {
+                          const int32_t *__restrict__ ids, uint32_t cols, float *__restrict__ out) {
     const uint8_t *row = packed + size_t(ids[blockIdx.x]) * row_bytes;
     float *dst = out + size_t(blockIdx.x) * cols;
     for (uint32_t c = threadIdx.x; c < cols; c += kThreads) dst[c] = dq::decode_at<T>(row, c);
@@ -94,10 +91,10 @@ cudaError_t launch_dequant_f16(uint32_t type, const void *packed, size_t row_byt
                                unsigned long long index_base, cudaStream_t stream) {
     if (rows == 0 || cols == 0) return cudaSuccess;
     switch (type) {
-#define LLMKV_DQ_CASE(name)                                                                  \
-    case uint32_t(TensorType::name):                                                         \
-        return launch<TensorType::name>(packed, row_bytes, rows, cols, out, first_bad,       \
-                                        index_base, stream);
+#define LLMKV_DQ_CASE(name)                                                                        \
+    case uint32_t(TensorType::name):                                                               \
+        return launch<TensorType::name>(packed, row_bytes, rows, cols, out, first_bad, index_base, \
+                                        stream);
         LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
 #undef LLMKV_DQ_CASE
         default:
@@ -110,10 +107,10 @@ cudaError_t launch_gather_decoded_rows(uint32_t type, const void *packed, size_t
                                        cudaStream_t stream) {
     if (n == 0 || cols == 0) return cudaSuccess;
     switch (type) {
-#define LLMKV_DQ_CASE(name)                                                                  \
-    case uint32_t(TensorType::name):                                                         \
-        gather_decoded_kernel<TensorType::name><<<n, kThreads, 0, stream>>>(                 \
-            static_cast<const uint8_t *>(packed), row_bytes, ids, cols, out);                \
+#define LLMKV_DQ_CASE(name)                                                   \
+    case uint32_t(TensorType::name):                                          \
+        gather_decoded_kernel<TensorType::name><<<n, kThreads, 0, stream>>>(  \
+            static_cast<const uint8_t *>(packed), row_bytes, ids, cols, out); \
         return cudaGetLastError();
         LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
 #undef LLMKV_DQ_CASE

@@ -71,7 +71,9 @@ LLMKV_DQ_FN float sub(float a, float b) {
 }
 
 // Little-endian loads at any alignment (block fields are only 2-byte aligned).
-LLMKV_DQ_FN uint32_t load_u16(const uint8_t *p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
+LLMKV_DQ_FN uint32_t load_u16(const uint8_t *p) {
+    return uint32_t(p[0]) | (uint32_t(p[1]) << 8);
+}
 LLMKV_DQ_FN uint32_t load_u32(const uint8_t *p) {
     return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
 }
@@ -102,7 +104,9 @@ LLMKV_DQ_FN float fp16_to_f32(uint32_t h) {
     return bits_to_f32(bits);
 }
 
-LLMKV_DQ_FN float load_f16(const uint8_t *p) { return fp16_to_f32(load_u16(p)); }
+LLMKV_DQ_FN float load_f16(const uint8_t *p) {
+    return fp16_to_f32(load_u16(p));
+}
 
 // The 16 IQ4_NL levels packed into two words (byte k of word k / 8 = level k), so that host
 // and device read the same constants without a table in device memory.
@@ -343,16 +347,19 @@ LLMKV_DQ_FN float decode_at(const uint8_t *row, uint64_t c) {
 }
 
 // X(name) for every type with a decoder (the TensorType enumerators).
+// One list, by hand (clang-format 14 wraps it differently on each pass).
+// clang-format off
 #define LLMKV_DQ_TYPES(X) \
-    X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL) X(Q2_K) X(Q3_K) \
-    X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K)
+    X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL) \
+    X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K)
+// clang-format on
 
 // Host-side: element c of a row of type `type`; false for a type without a decoder.
 inline bool decode_element(TensorType type, const uint8_t *row, uint64_t c, float *out) {
     switch (type) {
-#define LLMKV_DQ_CASE(name)                               \
-    case TensorType::name:                                \
-        *out = decode_at<TensorType::name>(row, c);       \
+#define LLMKV_DQ_CASE(name)                         \
+    case TensorType::name:                          \
+        *out = decode_at<TensorType::name>(row, c); \
         return true;
         LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
 #undef LLMKV_DQ_CASE
@@ -360,11 +367,11 @@ inline bool decode_element(TensorType type, const uint8_t *row, uint64_t c, floa
     return false;
 }
 
-#define LLMKV_DQ_GEOMETRY(name)                                                               \
-    static_assert(Format<TensorType::name>::kElems ==                                         \
-                      uint32_t(tensor_type_block_elements(TensorType::name)) &&               \
-                  Format<TensorType::name>::kBytes ==                                         \
-                      uint32_t(tensor_type_block_bytes(TensorType::name)),                    \
+#define LLMKV_DQ_GEOMETRY(name)                                                     \
+    static_assert(Format<TensorType::name>::kElems ==                               \
+                          uint32_t(tensor_type_block_elements(TensorType::name)) && \
+                      Format<TensorType::name>::kBytes ==                           \
+                          uint32_t(tensor_type_block_bytes(TensorType::name)),      \
                   "dequant_formats.cuh: block geometry of " #name);
 LLMKV_DQ_TYPES(LLMKV_DQ_GEOMETRY)
 #undef LLMKV_DQ_GEOMETRY

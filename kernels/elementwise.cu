@@ -1,5 +1,6 @@
 // Elementwise kernels: grid-stride loops over all elements (add, bias add, scale,
-// conversion) or one CTA per gathered row. Pure f32 arithmetic / copies: bitwise what the CPU computes.
+// conversion) or one CTA per gathered row. Pure f32 arithmetic / copies: bitwise what the CPU
+// computes.
 #include "device_math.cuh"
 #include "elementwise.cuh"
 
@@ -20,8 +21,8 @@ __global__ void add_kernel(float *__restrict__ x, const float *__restrict__ y, s
         x[k] = __fadd_rn(x[k], y[k]);
 }
 
-__global__ void add_bias_kernel(float *__restrict__ x, uint32_t cols, const float *__restrict__ bias,
-                                size_t n) {
+__global__ void add_bias_kernel(float *__restrict__ x, uint32_t cols,
+                                const float *__restrict__ bias, size_t n) {
     for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
          k += size_t(gridDim.x) * blockDim.x)
         x[k] = __fadd_rn(x[k], bias[k % cols]);
@@ -84,8 +85,8 @@ cudaError_t launch_f32_to_f16(const float *x, size_t n, uint16_t *out, cudaStrea
     return cudaGetLastError();
 }
 
-cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows,
-                               uint32_t n_rows, float *out, cudaStream_t stream) {
+cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
+                               float *out, cudaStream_t stream) {
     if (n_rows == 0 || cols == 0) return cudaSuccess;
     gather_rows_kernel<<<n_rows, kThreads, 0, stream>>>(x, cols, rows, out);
     return cudaGetLastError();

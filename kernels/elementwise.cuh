@@ -24,8 +24,8 @@ cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream);
 cudaError_t launch_f32_to_f16(const float *x, size_t n, uint16_t *out, cudaStream_t stream);
 
 // out row i = x row rows[i] for i < n_rows (f32 rows of `cols`; rows int32, device).
-cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows,
-                               uint32_t n_rows, float *out, cudaStream_t stream);
+cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
+                               float *out, cudaStream_t stream);
 
 // out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ... for i < n: the n_parts copies
 // of an n-float buffer laid end to end in `parts` (an all-gather's result), added in their

@@ -12,9 +12,9 @@
 
 namespace llmkv::cuda {
 
-using llmkv::KvGeometry;
 using llmkv::int4_v_group;
 using llmkv::kv_head_bytes;
+using llmkv::KvGeometry;
 
 // The values of llmkv_kv_dtype, as plain integers (template arguments of the kernels).
 constexpr uint32_t kF16 = LLMKV_KV_F16;
@@ -45,7 +45,8 @@ inline const char *kv_layout_unsupported(const KvGeometry &g) {
     const bool pow2 = (D & (D - 1)) == 0;
     if ((g.rotate_k && (ck < kFP8 || !pow2)) || (g.rotate_v && (cv < kFP8 || !pow2)))
         return "rotation needs a quantized codec and head_dim a power of two";
-    if (size_t(g.block_tokens) * D * 4 > 48 * 1024) return "block_tokens * head_dim must be <= 12288";
+    if (size_t(g.block_tokens) * D * 4 > 48 * 1024)
+        return "block_tokens * head_dim must be <= 12288";
     return nullptr;
 }
 

@@ -164,11 +164,12 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t h = blockIdx.y;
     const bool is_v = blockIdx.z != 0;
     const uint16_t *src =
-        window + sp.win_offset + ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + job.win_row) * g.head_dim;
+        window + sp.win_offset +
+        ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + job.win_row) * g.head_dim;
     uint8_t *dst = pool + size_t(job.block_id) * g.sealed_block_bytes() +
                    (is_v ? g.sealed_v_offset(layer, h) : g.sealed_k_offset(layer, h));
-    encode_head(is_v ? g.dtype_v : g.dtype_k, is_v ? g.rotate_v : g.rotate_k, is_v, src, g.block_tokens, g.head_dim,
-                dst, x);
+    encode_head(is_v ? g.dtype_v : g.dtype_k, is_v ? g.rotate_v : g.rotate_k, is_v, src,
+                g.block_tokens, g.head_dim, dst, x);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -187,8 +188,8 @@ cudaError_t launch_kv_seal(const KvGeometry &g, uint32_t layer, const uint16_t *
     if (n_jobs == 0) return cudaSuccess;
     if (kv_layout_unsupported(g)) return cudaErrorInvalidValue;
     const size_t smem = size_t(g.block_tokens) * g.head_dim * sizeof(float);
-    seal_kernel<<<dim3(n_jobs, g.n_kv_heads, 2), kThreads, smem, stream>>>(g, layer, window, spans, jobs,
-                                                                  pool);
+    seal_kernel<<<dim3(n_jobs, g.n_kv_heads, 2), kThreads, smem, stream>>>(g, layer, window, spans,
+                                                                           jobs, pool);
     return cudaGetLastError();
 }
 

@@ -1,9 +1,9 @@
 // Window build / tail write-back. Layouts: tail slot (kv_layout.cuh) for each layer K
 // [H][B+R][D] fp16 then V [H][B+R][D]; window per span K [H][win_cap][D] then V (step.cuh);
-// K and V f32 rows [n_rows][ld_k] / [n_rows][ld_v]. Pure copies plus f32 -> fp16 (bit-exact port of the CPU's
-// fp32_to_fp16), so windows and tails are bitwise identical to the CPU's.
-// Grids: load/store: (n_spans, H, 2 = K/V) CTAs copying 16-byte vectors (D % 8 == 0, all
-// row starts 16-byte aligned); append: one CTA per batch row.
+// K and V f32 rows [n_rows][ld_k] / [n_rows][ld_v]. Pure copies plus f32 -> fp16 (bit-exact port of
+// the CPU's fp32_to_fp16), so windows and tails are bitwise identical to the CPU's. Grids:
+// load/store: (n_spans, H, 2 = K/V) CTAs copying 16-byte vectors (D % 8 == 0, all row starts
+// 16-byte aligned); append: one CTA per batch row.
 #include "device_math.cuh"
 #include "kv_window.cuh"
 
@@ -31,7 +31,8 @@ __global__ void load_tail_kernel(KvGeometry g, uint32_t layer, const uint8_t *__
     if (old_rows == 0) return;
     const uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
                           (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
-    uint16_t *dst = window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim;
+    uint16_t *dst =
+        window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim;
     copy_rows(reinterpret_cast<const uint16_t *>(tail), dst, old_rows, g.head_dim);
 }
 
@@ -44,7 +45,8 @@ __global__ void store_tail_kernel(KvGeometry g, uint32_t layer, const uint16_t *
     if (end <= tail_start) return;
     uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
                     (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
-    const uint16_t *src = window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim +
+    const uint16_t *src = window + sp.win_offset +
+                          (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim +
                           size_t(tail_start - sp.win_start) * g.head_dim;
     copy_rows(src, reinterpret_cast<uint16_t *>(tail), end - tail_start, g.head_dim);
 }
@@ -62,7 +64,8 @@ __global__ void append_kernel(KvGeometry g, const float *__restrict__ k, uint32_
     for (uint32_t i = threadIdx.x; i < 2 * width; i += blockDim.x) {
         const uint32_t is_v = i / width, hd = i % width, h = hd / g.head_dim, d = hd % g.head_dim;
         const float x = is_v ? src_v[hd] : src_k[hd];
-        window[sp.win_offset + ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + win_row) * g.head_dim + d] =
+        window[sp.win_offset +
+               ((size_t(is_v) * g.n_kv_heads + h) * sp.win_cap + win_row) * g.head_dim + d] =
             f32_to_fp16_bits(x);
     }
 }
@@ -73,15 +76,14 @@ cudaError_t launch_window_load_tail(const KvGeometry &g, uint32_t layer, const u
                                     const StepSpan *spans, uint32_t n_spans, uint16_t *window,
                                     cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    load_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, tails, spans,
-                                                                     window);
+    load_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, tails,
+                                                                              spans, window);
     return cudaGetLastError();
 }
 
-cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t ld_k,
-                                 const float *v, uint32_t ld_v, const uint32_t *row_span,
-                                 uint32_t n_rows, const StepSpan *spans, uint16_t *window,
-                                 cudaStream_t stream) {
+cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t ld_k, const float *v,
+                                 uint32_t ld_v, const uint32_t *row_span, uint32_t n_rows,
+                                 const StepSpan *spans, uint16_t *window, cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
     append_kernel<<<n_rows, kThreads, 0, stream>>>(g, k, ld_k, v, ld_v, row_span, spans, window);
     return cudaGetLastError();
@@ -91,8 +93,8 @@ cudaError_t launch_window_store_tail(const KvGeometry &g, uint32_t layer, const 
                                      const StepSpan *spans, uint32_t n_spans, uint8_t *tails,
                                      cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    store_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, window, spans,
-                                                                      tails);
+    store_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, window,
+                                                                               spans, tails);
     return cudaGetLastError();
 }
 

@@ -21,10 +21,9 @@ cudaError_t launch_window_load_tail(const KvGeometry &g, uint32_t layer, const u
 // nearest even). k: f32 [n_rows][ld_k], v: f32 [n_rows][ld_v], each row's first
 // n_kv_heads * head_dim columns (RoPE already applied to K); row_span: uint32 [n_rows] span
 // index of each row (device).
-cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t ld_k,
-                                 const float *v, uint32_t ld_v, const uint32_t *row_span,
-                                 uint32_t n_rows, const StepSpan *spans, uint16_t *window,
-                                 cudaStream_t stream);
+cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t ld_k, const float *v,
+                                 uint32_t ld_v, const uint32_t *row_span, uint32_t n_rows,
+                                 const StepSpan *spans, uint16_t *window, cudaStream_t stream);
 
 // Tail slot rows [0, end - tail_start) of layer `layer` <- window rows from tail_start -
 // win_start, where end = pos0 + n and tail_start = sealed_blocks(end) * B.

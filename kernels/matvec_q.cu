@@ -23,8 +23,8 @@ constexpr uint32_t kThreads = 32 * kWarps;
 
 template <TensorType T>
 __global__ void __launch_bounds__(kThreads)
-    matvec_q_kernel(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t rows,
-                    uint32_t cols, const float *__restrict__ x, size_t ldx, uint32_t n_tokens,
+    matvec_q_kernel(const uint8_t *__restrict__ w, size_t row_bytes, uint32_t rows, uint32_t cols,
+                    const float *__restrict__ x, size_t ldx, uint32_t n_tokens,
                     float *__restrict__ y, size_t ldy) {
     const uint32_t lane = threadIdx.x % 32;
     const uint32_t r = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -70,25 +70,26 @@ cudaError_t launch(const void *w, size_t row_bytes, uint32_t rows, uint32_t cols
 
 }  // namespace
 
-bool matvec_q_type_supported(uint32_t type) { return dequant_type_supported(type); }
+bool matvec_q_type_supported(uint32_t type) {
+    return dequant_type_supported(type);
+}
 
 bool matvec_q_row_supported(uint32_t type, uint64_t cols) {
     return dequant_type_supported(type) && mv::row_supported(TensorType(type), cols);
 }
 
 cudaError_t launch_matvec_q(uint32_t type, const void *w, size_t row_bytes, uint32_t rows,
-                            uint32_t cols, const float *x, size_t ldx, uint32_t n_tokens,
-                            float *y, size_t ldy, cudaStream_t stream) {
+                            uint32_t cols, const float *x, size_t ldx, uint32_t n_tokens, float *y,
+                            size_t ldy, cudaStream_t stream) {
     if (!matvec_q_row_supported(type, cols) || n_tokens == 0 || n_tokens > kMatvecMaxTokens ||
         row_bytes != dequant_row_bytes(type, cols) || ldx % 4 != 0 ||
         reinterpret_cast<uintptr_t>(x) % 16 != 0)
         return cudaErrorInvalidValue;
     if (rows == 0) return cudaSuccess;
     switch (type) {
-#define LLMKV_MV_CASE(name)                                                                  \
-    case uint32_t(TensorType::name):                                                         \
-        return launch<TensorType::name>(w, row_bytes, rows, cols, x, ldx, n_tokens, y, ldy,  \
-                                        stream);
+#define LLMKV_MV_CASE(name)          \
+    case uint32_t(TensorType::name): \
+        return launch<TensorType::name>(w, row_bytes, rows, cols, x, ldx, n_tokens, y, ldy, stream);
         LLMKV_DQ_TYPES(LLMKV_MV_CASE)
 #undef LLMKV_MV_CASE
         default:

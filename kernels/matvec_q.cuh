@@ -22,14 +22,14 @@ bool matvec_q_row_supported(uint32_t type, uint64_t cols);
 // r < rows. W: `rows` packed rows of `type` (device, row r at w + r * row_bytes, row_bytes =
 // dequant_row_bytes(type, cols)), each weight decoded in registers to exactly the value
 // dequantize_row_reference gives (dequant_formats.cuh); the arithmetic of one result is
-// matvec_q_math.cuh's, whose host twin mv::row_dot_host gives the same bits; x: f32 [n_tokens][ldx] (device,
-// 16-byte aligned, ldx a multiple of 4); y: f32 [n_tokens][ldy] (device). f32 products and
+// matvec_q_math.cuh's, whose host twin mv::row_dot_host gives the same bits; x: f32 [n_tokens][ldx]
+// (device, 16-byte aligned, ldx a multiple of 4); y: f32 [n_tokens][ldy] (device). f32 products and
 // sums (FMA) in a fixed order: y[t][r] depends only on row r of W and row t of x (not on
 // n_tokens or the other rows), but differs from the CPU's q8 integer dot products by
 // rounding. cudaErrorInvalidValue when !matvec_q_row_supported(type, cols), for n_tokens
 // outside 1..kMatvecMaxTokens, or a misaligned x.
 cudaError_t launch_matvec_q(uint32_t type, const void *w, size_t row_bytes, uint32_t rows,
-                            uint32_t cols, const float *x, size_t ldx, uint32_t n_tokens,
-                            float *y, size_t ldy, cudaStream_t stream);
+                            uint32_t cols, const float *x, size_t ldx, uint32_t n_tokens, float *y,
+                            size_t ldy, cudaStream_t stream);
 
 }  // namespace llmkv::cuda

@@ -57,8 +57,8 @@ LLMKV_DQ_FN float fma8(const float (&w)[kGroupElems], const float (&x)[kGroupEle
 inline bool row_supported(TensorType type, uint64_t cols) {
     if (cols == 0 || cols % kGroupElems != 0) return false;
     switch (type) {
-#define LLMKV_MV_CASE(name)                                      \
-    case TensorType::name:                                       \
+#define LLMKV_MV_CASE(name) \
+    case TensorType::name:  \
         return cols % dq::Format<TensorType::name>::kElems == 0;
         LLMKV_DQ_TYPES(LLMKV_MV_CASE)
 #undef LLMKV_MV_CASE
@@ -97,9 +97,9 @@ inline bool row_dot_host(TensorType type, const uint8_t *row, uint32_t cols, con
                          float *y) {
     if (!row_supported(type, cols)) return false;
     switch (type) {
-#define LLMKV_MV_CASE(name)                                     \
-    case TensorType::name:                                      \
-        *y = row_dot_host<TensorType::name>(row, cols, x);      \
+#define LLMKV_MV_CASE(name)                                \
+    case TensorType::name:                                 \
+        *y = row_dot_host<TensorType::name>(row, cols, x); \
         return true;
         LLMKV_DQ_TYPES(LLMKV_MV_CASE)
 #undef LLMKV_MV_CASE

@@ -241,9 +241,8 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
             if (valid && active) {
                 const uint32_t blk = t / B, ti = t % B;
                 const uint32_t id = ids[blk];
-                const uint8_t *block = id < a.n_pool_blocks
-                                           ? a.pool + size_t(id) * block_bytes
-                                           : a.host_blocks[id - a.n_pool_blocks];
+                const uint8_t *block = id < a.n_pool_blocks ? a.pool + size_t(id) * block_bytes
+                                                            : a.host_blocks[id - a.n_pool_blocks];
                 const uint8_t *kh = block + k_off;
                 const uint8_t *vh = block + v_off;
                 if constexpr (KC == kINT4) {

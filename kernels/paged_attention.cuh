@@ -20,8 +20,8 @@ constexpr uint32_t kAttentionPartitionTokens = 256;
 struct AttentionArgs {
     KvGeometry g;
     uint32_t layer = 0;
-    uint32_t n_heads = 0;  // query heads; n_heads % g.n_kv_heads == 0
-    float scale = 0.0f;    // usually 1 / sqrt(head_dim)
+    uint32_t n_heads = 0;         // query heads; n_heads % g.n_kv_heads == 0
+    float scale = 0.0f;           // usually 1 / sqrt(head_dim)
     uint32_t sliding_window = 0;  // position p sees (p - sliding_window, p]; 0: all <= p
     const float *q =
         nullptr;  // f32 [n_rows][q_stride], head h at columns [h*D, h*D + D), RoPE applied

@@ -1,4 +1,5 @@
-// RMSNorm of activation rows (rms_norm of src/backend/cpu/cpu_backend.h), optionally gathering rows.
+// RMSNorm of activation rows (rms_norm of src/backend/cpu/cpu_backend.h), optionally gathering
+// rows.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -40,9 +40,8 @@ cudaError_t launch_rope(float *x, uint32_t ld, uint32_t n_rows, const int32_t *p
     if (rope_dim > head_dim || rope_dim % 2 != 0 || size_t(n_heads) * head_dim > ld)
         return cudaErrorInvalidValue;
     const uint32_t half = rope_dim / 2;
-    rope_kernel<<<n_rows, 256, 0, stream>>>(x, ld, pos, n_heads, head_dim, half,
-                                            halves ? half : 1u, halves ? 1u : 2u, freq_scale,
-                                            inv_freq);
+    rope_kernel<<<n_rows, 256, 0, stream>>>(x, ld, pos, n_heads, head_dim, half, halves ? half : 1u,
+                                            halves ? 1u : 2u, freq_scale, inv_freq);
     return cudaGetLastError();
 }
 

@@ -1,6 +1,6 @@
-// SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of the gate and up projections, contiguous);
-// the result replaces gate (input of the down projection). Grid-stride over all elements.
-// expf is CUDA's accurate version (few ulp vs the CPU).
+// SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of the gate and up projections,
+// contiguous); the result replaces gate (input of the down projection). Grid-stride over all
+// elements. expf is CUDA's accurate version (few ulp vs the CPU).
 #include "swiglu.cuh"
 
 namespace llmkv::cuda {

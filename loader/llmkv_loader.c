@@ -41,10 +41,10 @@ typedef char llmkv_loader_fnptr_size_check_[sizeof(void *) == sizeof(void (*)(vo
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void set_err(char *err, size_t cap, const char *fmt, ...) {
+static void
+set_err(char *err, size_t cap, const char *fmt, ...) {
     va_list ap;
-    if (!err || cap == 0)
-        return;
+    if (!err || cap == 0) return;
     va_start(ap, fmt);
     vsnprintf(err, cap, fmt, ap);
     va_end(ap);
@@ -57,8 +57,7 @@ static void set_err(char *err, size_t cap, const char *fmt, ...) {
  * page). */
 static void *lib_open(const char *path) {
     wchar_t wide[32768];
-    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, 32768) <= 0)
-        return NULL;
+    if (MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, wide, 32768) <= 0) return NULL;
     return (void *)LoadLibraryW(wide);
 }
 static void *lib_sym(void *h, const char *name) {
@@ -76,8 +75,7 @@ static void lib_error(char *buf, size_t cap) {
                              0, buf, (DWORD)cap, NULL);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
-    if (n == 0)
-        snprintf(buf, cap, "error %lu", (unsigned long)code);
+    if (n == 0) snprintf(buf, cap, "error %lu", (unsigned long)code);
 }
 static const char *lib_file(void *h, const char *fallback, char *buf, size_t cap) {
     DWORD n = GetModuleFileNameA((HMODULE)h, buf, (DWORD)cap);
@@ -140,8 +138,7 @@ int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap) {
     size_t missing = 0, total = 0;
     const char *first_missing = NULL;
 
-    if (err && err_cap)
-        err[0] = '\0';
+    if (err && err_cap) err[0] = '\0';
     if (!api) {
         set_err(err, err_cap, "api is NULL");
         return LLMKV_LOAD_ERR_ARGUMENT;
@@ -162,7 +159,8 @@ int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap) {
             origin = " (from LLMKV_LIBRARY)";
         } else {
             name = LLMKV_LOADER_DEFAULT_NAME;
-            origin = " (the default: searched by the system loader; pass a path or set LLMKV_LIBRARY)";
+            origin =
+                " (the default: searched by the system loader; pass a path or set LLMKV_LIBRARY)";
         }
     }
 
@@ -187,34 +185,37 @@ int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap) {
     if (major != LLMKV_VERSION_MAJOR || minor < LLMKV_VERSION_MINOR) {
         if (lib < hdr)
             set_err(err, err_cap,
-                    "%s: too old: library %d.%d.%d, header %d.%d.%d (this host needs %d.%d or a later %d.x)",
+                    "%s: too old: library %d.%d.%d, header %d.%d.%d (this host needs %d.%d or a "
+                    "later %d.x)",
                     file, major, minor, patch, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
-                    LLMKV_VERSION_PATCH, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR, LLMKV_VERSION_MAJOR);
+                    LLMKV_VERSION_PATCH, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
+                    LLMKV_VERSION_MAJOR);
         else
-            set_err(err, err_cap,
-                    "%s: incompatible: library %d.%d.%d, header %d.%d.%d (the major versions differ)",
-                    file, major, minor, patch, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
-                    LLMKV_VERSION_PATCH);
+            set_err(
+                err, err_cap,
+                "%s: incompatible: library %d.%d.%d, header %d.%d.%d (the major versions differ)",
+                file, major, minor, patch, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
+                LLMKV_VERSION_PATCH);
         lib_close(h);
         return LLMKV_LOAD_ERR_VERSION;
     }
 
-#define LLMKV_LOADER_RESOLVE_(ret, fn, params)                                                   \
-    total++;                                                                                     \
-    sym = lib_sym(h, "llmkv_" #fn);                                                              \
-    if (sym) {                                                                                   \
-        LLMKV_LOADER_SET_(api->fn, sym);                                                         \
-    } else {                                                                                     \
-        if (!first_missing)                                                                      \
-            first_missing = "llmkv_" #fn;                                                        \
-        missing++;                                                                               \
+#define LLMKV_LOADER_RESOLVE_(ret, fn, params)            \
+    total++;                                              \
+    sym = lib_sym(h, "llmkv_" #fn);                       \
+    if (sym) {                                            \
+        LLMKV_LOADER_SET_(api->fn, sym);                  \
+    } else {                                              \
+        if (!first_missing) first_missing = "llmkv_" #fn; \
+        missing++;                                        \
     }
     LLMKV_LOADER_FUNCTIONS(LLMKV_LOADER_RESOLVE_)
 #undef LLMKV_LOADER_RESOLVE_
 
     if (missing) {
         set_err(err, err_cap,
-                "%s: missing symbol %s (library %d.%d.%d, header %d.%d.%d; %lu of %lu functions missing)",
+                "%s: missing symbol %s (library %d.%d.%d, header %d.%d.%d; %lu of %lu functions "
+                "missing)",
                 file, first_missing, major, minor, patch, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR,
                 LLMKV_VERSION_PATCH, (unsigned long)missing, (unsigned long)total);
         memset(api, 0, sizeof *api);
@@ -227,9 +228,7 @@ int llmkv_load(const char *path, llmkv_api *api, char *err, size_t err_cap) {
 }
 
 void llmkv_unload(llmkv_api *api) {
-    if (!api)
-        return;
-    if (api->handle)
-        lib_close(api->handle);
+    if (!api) return;
+    if (api->handle) lib_close(api->handle);
     memset(api, 0, sizeof *api);
 }

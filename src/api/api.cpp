@@ -46,15 +46,27 @@ llmkv_status guarded(F &&fn) {
 
 using llmkv::Prefix;
 
-Engine *engine_of(llmkv_engine *e) { return reinterpret_cast<Engine *>(e); }
-Prefix *prefix_of(llmkv_prefix *p) { return reinterpret_cast<Prefix *>(p); }
-const Prefix *prefix_of(const llmkv_prefix *p) { return reinterpret_cast<const Prefix *>(p); }
-const Engine *engine_of(const llmkv_engine *e) { return reinterpret_cast<const Engine *>(e); }
-Session *session_of(llmkv_session *s) { return reinterpret_cast<Session *>(s); }
-const Session *session_of(const llmkv_session *s) { return reinterpret_cast<const Session *>(s); }
+Engine *engine_of(llmkv_engine *e) {
+    return reinterpret_cast<Engine *>(e);
+}
+Prefix *prefix_of(llmkv_prefix *p) {
+    return reinterpret_cast<Prefix *>(p);
+}
+const Prefix *prefix_of(const llmkv_prefix *p) {
+    return reinterpret_cast<const Prefix *>(p);
+}
+const Engine *engine_of(const llmkv_engine *e) {
+    return reinterpret_cast<const Engine *>(e);
+}
+Session *session_of(llmkv_session *s) {
+    return reinterpret_cast<Session *>(s);
+}
+const Session *session_of(const llmkv_session *s) {
+    return reinterpret_cast<const Session *>(s);
+}
 
-#define LLMKV_REQUIRE(cond, ...)                                                 \
-    do {                                                                         \
+#define LLMKV_REQUIRE(cond, ...)                                                                  \
+    do {                                                                                          \
         if (!(cond)) return set_error(LLMKV_ERR_INVALID_ARGUMENT, llmkv::strprintf(__VA_ARGS__)); \
     } while (0)
 
@@ -101,16 +113,18 @@ size_t size_v3<llmkv_stats>() {
 }
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() || out->struct_size == size_v2<T>() ||
-           out->struct_size == size_v3<T>();
+    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() ||
+           out->struct_size == size_v2<T>() || out->struct_size == size_v3<T>();
 }
 
 // engine_params of 0.1 to 0.3 ended at kv_rotation.
 constexpr size_t kEngineParamsV3 = offsetof(llmkv_engine_params, spin_us);
-static_assert(sizeof(void *) != 8 || kEngineParamsV3 == 96, "the 0.3 engine_params size is part of the ABI");
+static_assert(sizeof(void *) != 8 || kEngineParamsV3 == 96,
+              "the 0.3 engine_params size is part of the ABI");
 // engine_params of 0.4 ended at thread_priority.
 constexpr size_t kEngineParamsV4 = offsetof(llmkv_engine_params, tp_size);
-static_assert(sizeof(void *) != 8 || kEngineParamsV4 == 104, "the 0.4 engine_params size is part of the ABI");
+static_assert(sizeof(void *) != 8 || kEngineParamsV4 == 104,
+              "the 0.4 engine_params size is part of the ABI");
 
 // session_params of 0.1 ended at user_data.
 constexpr size_t kSessionParamsV1 = offsetof(llmkv_session_params, stop_strings);
@@ -120,10 +134,12 @@ constexpr size_t kSessionParamsV1 = offsetof(llmkv_session_params, stop_strings)
 bool full_engine_params(const llmkv_engine_params *p, llmkv_engine_params &params) {
     if (p->struct_size != sizeof(llmkv_engine_params) && p->struct_size != kEngineParamsV4 &&
         p->struct_size != kEngineParamsV3) {
-        set_error(LLMKV_ERR_INVALID_ARGUMENT,
-                  llmkv::strprintf("engine_params.struct_size = %u is not a known size (%zu, %zu or %zu); call "
-                                   "llmkv_engine_params_init",
-                                   p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV4, kEngineParamsV3));
+        set_error(
+            LLMKV_ERR_INVALID_ARGUMENT,
+            llmkv::strprintf(
+                "engine_params.struct_size = %u is not a known size (%zu, %zu or %zu); call "
+                "llmkv_engine_params_init",
+                p->struct_size, sizeof(llmkv_engine_params), kEngineParamsV4, kEngineParamsV3));
         return false;
     }
     llmkv_engine_params_init_sized(&params, sizeof(params));
@@ -133,8 +149,10 @@ bool full_engine_params(const llmkv_engine_params *p, llmkv_engine_params &param
 
 void require_no_worker(const Engine *engine, const char *call) {
     if (engine->worker_running()) {
-        llmkv::fail(LLMKV_ERR_STATE, "%s: the engine's worker thread steps it (llmkv_worker_start); poll its events "
-                    "with llmkv_worker_poll, or llmkv_worker_stop first", call);
+        llmkv::fail(LLMKV_ERR_STATE,
+                    "%s: the engine's worker thread steps it (llmkv_worker_start); poll its events "
+                    "with llmkv_worker_poll, or llmkv_worker_stop first",
+                    call);
     }
 }
 
@@ -149,33 +167,51 @@ void copy_out(T *dst, const T &src) {
 
 extern "C" {
 
-LLMKV_API int llmkv_version(void) { return LLMKV_VERSION_NUMBER; }
+LLMKV_API int llmkv_version(void) {
+    return LLMKV_VERSION_NUMBER;
+}
 
 LLMKV_API const char *llmkv_version_string(void) {
 #define LLMKV_STR2(x) #x
 #define LLMKV_STR(x) LLMKV_STR2(x)
-    return LLMKV_STR(LLMKV_VERSION_MAJOR) "." LLMKV_STR(LLMKV_VERSION_MINOR) "." LLMKV_STR(LLMKV_VERSION_PATCH);
+    return LLMKV_STR(LLMKV_VERSION_MAJOR) "." LLMKV_STR(LLMKV_VERSION_MINOR) "." LLMKV_STR(
+        LLMKV_VERSION_PATCH);
 }
 
 LLMKV_API const char *llmkv_status_string(llmkv_status status) {
     switch (status) {
-        case LLMKV_OK: return "LLMKV_OK";
-        case LLMKV_ERR_INVALID_ARGUMENT: return "LLMKV_ERR_INVALID_ARGUMENT";
-        case LLMKV_ERR_OUT_OF_MEMORY: return "LLMKV_ERR_OUT_OF_MEMORY";
-        case LLMKV_ERR_KV_CAPACITY: return "LLMKV_ERR_KV_CAPACITY";
-        case LLMKV_ERR_IO: return "LLMKV_ERR_IO";
-        case LLMKV_ERR_MODEL_FORMAT: return "LLMKV_ERR_MODEL_FORMAT";
-        case LLMKV_ERR_UNSUPPORTED: return "LLMKV_ERR_UNSUPPORTED";
-        case LLMKV_ERR_BACKEND: return "LLMKV_ERR_BACKEND";
-        case LLMKV_ERR_STATE: return "LLMKV_ERR_STATE";
-        case LLMKV_ERR_SNAPSHOT_FORMAT: return "LLMKV_ERR_SNAPSHOT_FORMAT";
-        case LLMKV_ERR_CANCELLED: return "LLMKV_ERR_CANCELLED";
-        case LLMKV_ERR_INTERNAL: return "LLMKV_ERR_INTERNAL";
-        default: return "LLMKV_ERR_UNKNOWN";
+        case LLMKV_OK:
+            return "LLMKV_OK";
+        case LLMKV_ERR_INVALID_ARGUMENT:
+            return "LLMKV_ERR_INVALID_ARGUMENT";
+        case LLMKV_ERR_OUT_OF_MEMORY:
+            return "LLMKV_ERR_OUT_OF_MEMORY";
+        case LLMKV_ERR_KV_CAPACITY:
+            return "LLMKV_ERR_KV_CAPACITY";
+        case LLMKV_ERR_IO:
+            return "LLMKV_ERR_IO";
+        case LLMKV_ERR_MODEL_FORMAT:
+            return "LLMKV_ERR_MODEL_FORMAT";
+        case LLMKV_ERR_UNSUPPORTED:
+            return "LLMKV_ERR_UNSUPPORTED";
+        case LLMKV_ERR_BACKEND:
+            return "LLMKV_ERR_BACKEND";
+        case LLMKV_ERR_STATE:
+            return "LLMKV_ERR_STATE";
+        case LLMKV_ERR_SNAPSHOT_FORMAT:
+            return "LLMKV_ERR_SNAPSHOT_FORMAT";
+        case LLMKV_ERR_CANCELLED:
+            return "LLMKV_ERR_CANCELLED";
+        case LLMKV_ERR_INTERNAL:
+            return "LLMKV_ERR_INTERNAL";
+        default:
+            return "LLMKV_ERR_UNKNOWN";
     }
 }
 
-LLMKV_API const char *llmkv_last_error(void) { return t_last_error.c_str(); }
+LLMKV_API const char *llmkv_last_error(void) {
+    return t_last_error.c_str();
+}
 
 LLMKV_API void llmkv_log_set(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level) {
     int32_t level;  // read the raw bits: a C host may pass any int
@@ -202,7 +238,9 @@ LLMKV_API void llmkv_engine_params_init_sized(llmkv_engine_params *p, size_t siz
 
 // The entry point of programs compiled against the 0.1-0.3 headers: their struct ends at
 // kv_rotation (later headers call the sized init through a macro).
-LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) { llmkv_engine_params_init_sized(p, kEngineParamsV3); }
+LLMKV_API void llmkv_engine_params_init(llmkv_engine_params *p) {
+    llmkv_engine_params_init_sized(p, kEngineParamsV3);
+}
 
 LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_engine **out) {
     LLMKV_REQUIRE(out, "out is NULL");
@@ -210,7 +248,8 @@ LLMKV_API llmkv_status llmkv_engine_create(const llmkv_engine_params *p, llmkv_e
     LLMKV_REQUIRE(p, "params is NULL");
     llmkv_engine_params params;  // fields the caller's version lacks take their defaults
     if (!full_engine_params(p, params)) return LLMKV_ERR_INVALID_ARGUMENT;
-    return guarded([&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(params).release()); });
+    return guarded(
+        [&] { *out = reinterpret_cast<llmkv_engine *>(Engine::create(params).release()); });
 }
 
 LLMKV_API llmkv_status llmkv_tp_serve(const llmkv_engine_params *p) {
@@ -231,7 +270,8 @@ LLMKV_API void llmkv_engine_destroy(llmkv_engine *e) {
 LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine_info *out) {
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(out, "out is NULL");
-    LLMKV_REQUIRE(output_size_ok(out), "engine_info.struct_size = %u is not valid", out->struct_size);
+    LLMKV_REQUIRE(output_size_ok(out), "engine_info.struct_size = %u is not valid",
+                  out->struct_size);
     return guarded([&] {
         Engine *engine = const_cast<Engine *>(engine_of(e));
         std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
@@ -266,39 +306,42 @@ LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e) {
     });
 }
 
-LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, size_t len, uint32_t flags,
-                                      int32_t *tokens, size_t capacity, size_t *n_tokens) {
+LLMKV_API llmkv_status llmkv_tokenize(const llmkv_engine *e, const char *text, size_t len,
+                                      uint32_t flags, int32_t *tokens, size_t capacity,
+                                      size_t *n_tokens) {
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
     *n_tokens = 0;
     LLMKV_REQUIRE(text || len == 0, "text is NULL with len = %zu", len);
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
-    LLMKV_REQUIRE((flags & ~(LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_STRICT)) == 0,
+    LLMKV_REQUIRE((flags & ~(LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL |
+                             LLMKV_TOKENIZE_STRICT)) == 0,
                   "tokenize flags 0x%x has unknown bits", flags);
     return guarded([&] {
         const Engine *engine = engine_of(e);
         llmkv::DroppedBytes dropped;
-        std::vector<int32_t> ids = engine->tokenizer().encode(std::string_view(text ? text : "", len),
-                                                              (flags & LLMKV_TOKENIZE_ADD_BOS) &&
-                                                                  engine->tokenizer().add_bos_default(),
-                                                              flags & LLMKV_TOKENIZE_PARSE_SPECIAL, &dropped);
+        std::vector<int32_t> ids = engine->tokenizer().encode(
+            std::string_view(text ? text : "", len),
+            (flags & LLMKV_TOKENIZE_ADD_BOS) && engine->tokenizer().add_bos_default(),
+            flags & LLMKV_TOKENIZE_PARSE_SPECIAL, &dropped);
         if ((flags & LLMKV_TOKENIZE_STRICT) && dropped.count > 0) {
             llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT,
-                        "the vocabulary has no token for %zu byte(s) of the text (the first: 0x%02x); without "
+                        "the vocabulary has no token for %zu byte(s) of the text (the first: "
+                        "0x%02x); without "
                         "LLMKV_TOKENIZE_STRICT they are dropped",
                         dropped.count, dropped.first);
         }
         *n_tokens = ids.size();
         if (ids.size() > capacity) {
-            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu tokens needed", capacity,
-                        ids.size());
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu tokens needed",
+                        capacity, ids.size());
         }
         if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
     });
 }
 
-LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *tokens, size_t n, char *buf,
-                                        size_t capacity, size_t *n_bytes) {
+LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *tokens, size_t n,
+                                        char *buf, size_t capacity, size_t *n_bytes) {
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
@@ -309,23 +352,24 @@ LLMKV_API llmkv_status llmkv_detokenize(const llmkv_engine *e, const int32_t *to
         const size_t n_vocab = engine->tokenizer().n_vocab();
         for (size_t i = 0; i < n; ++i) {
             if (tokens[i] < 0 || size_t(tokens[i]) >= n_vocab) {
-                llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%zu)", i,
-                            tokens[i], n_vocab);
+                llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT,
+                            "tokens[%zu] = %d is outside the vocabulary (%zu)", i, tokens[i],
+                            n_vocab);
             }
         }
         std::string text = engine->tokenizer().decode(tokens, n);
         *n_bytes = text.size();
         if (text.size() > capacity) {
-            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed", capacity,
-                        text.size());
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed",
+                        capacity, text.size());
         }
         if (!text.empty()) std::memcpy(buf, text.data(), text.size());
     });
 }
 
-LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat_message *msgs, size_t n,
-                                         int add_generation_prompt, char *buf, size_t capacity,
-                                         size_t *n_bytes) {
+LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat_message *msgs,
+                                         size_t n, int add_generation_prompt, char *buf,
+                                         size_t capacity, size_t *n_bytes) {
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
@@ -334,8 +378,8 @@ LLMKV_API llmkv_status llmkv_chat_format(const llmkv_engine *e, const llmkv_chat
         std::string text = engine_of(e)->chat_format(msgs, n, add_generation_prompt != 0);
         *n_bytes = text.size();
         if (text.size() > capacity) {
-            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed", capacity,
-                        text.size());
+            llmkv::fail(LLMKV_ERR_INVALID_ARGUMENT, "capacity %zu is too small: %zu bytes needed",
+                        capacity, text.size());
         }
         if (!text.empty()) std::memcpy(buf, text.data(), text.size());
         if (text.size() < capacity) buf[text.size()] = '\0';
@@ -361,7 +405,9 @@ LLMKV_API void llmkv_session_params_init_sized(llmkv_session_params *p, size_t s
 // The entry point of programs compiled against the 0.1-0.3 headers (the struct has not grown
 // since 0.2; a 0.1 program's is kSessionParamsV1 bytes and was written past by 0.2 and 0.3
 // libraries too: what the sized init fixes from 0.4 on).
-LLMKV_API void llmkv_session_params_init(llmkv_session_params *p) { llmkv_session_params_init_sized(p, sizeof(*p)); }
+LLMKV_API void llmkv_session_params_init(llmkv_session_params *p) {
+    llmkv_session_params_init_sized(p, sizeof(*p));
+}
 
 LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session_params *p,
                                             llmkv_session **out) {
@@ -369,9 +415,11 @@ LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session
     *out = nullptr;
     LLMKV_REQUIRE(e, "engine is NULL");
     LLMKV_REQUIRE(p, "params is NULL");
-    LLMKV_REQUIRE(p->struct_size == sizeof(llmkv_session_params) || p->struct_size == kSessionParamsV1,
-                  "session_params.struct_size = %u is not a known size (%zu or %zu); call llmkv_session_params_init",
-                  p->struct_size, sizeof(llmkv_session_params), kSessionParamsV1);
+    LLMKV_REQUIRE(
+        p->struct_size == sizeof(llmkv_session_params) || p->struct_size == kSessionParamsV1,
+        "session_params.struct_size = %u is not a known size (%zu or %zu); call "
+        "llmkv_session_params_init",
+        p->struct_size, sizeof(llmkv_session_params), kSessionParamsV1);
     llmkv_session_params params{};  // fields the caller's version lacks stay zero
     std::memcpy(&params, p, p->struct_size);
     return guarded([&] {
@@ -385,15 +433,15 @@ LLMKV_API llmkv_status llmkv_session_create(llmkv_engine *e, const llmkv_session
 
 // A session call under the engine lock; the worker thread, if running, is woken after it
 // (the call may have given it work).
-#define LLMKV_SESSION_CALL(s, body)                                          \
-    LLMKV_REQUIRE(s, "session is NULL");                                     \
-    return guarded([&] {                                                     \
-        Session *session = session_of(s);                                    \
-        {                                                                    \
+#define LLMKV_SESSION_CALL(s, body)                                           \
+    LLMKV_REQUIRE(s, "session is NULL");                                      \
+    return guarded([&] {                                                      \
+        Session *session = session_of(s);                                     \
+        {                                                                     \
             std::lock_guard<llmkv::FairMutex> lock(session->engine->mutex()); \
-            body;                                                            \
-        }                                                                    \
-        session->engine->notify_work();                                      \
+            body;                                                             \
+        }                                                                     \
+        session->engine->notify_work();                                       \
     })
 
 LLMKV_API llmkv_status llmkv_session_append(llmkv_session *s, const int32_t *tokens, size_t n) {
@@ -416,16 +464,19 @@ LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s) {
     LLMKV_SESSION_CALL(s, session->engine->park(session));
 }
 
-LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind, const char *text,
-                                                 size_t len, const char *root) {
+LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind,
+                                                 const char *text, size_t len, const char *root) {
     // A C caller may pass any int: read it without an enum-typed load (UB for a value
     // outside the enumeration); the engine refuses unknown kinds.
     int32_t kind_value = 0;
-    std::memcpy(&kind_value, &kind, sizeof(kind_value) < sizeof(kind) ? sizeof(kind_value) : sizeof(kind));
-    LLMKV_SESSION_CALL(s, session->engine->set_grammar(session, uint32_t(kind_value), text, len, root));
+    std::memcpy(&kind_value, &kind,
+                sizeof(kind_value) < sizeof(kind) ? sizeof(kind_value) : sizeof(kind));
+    LLMKV_SESSION_CALL(
+        s, session->engine->set_grammar(session, uint32_t(kind_value), text, len, root));
 }
 
-LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity, size_t *n_bytes) {
+LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size_t capacity,
+                                               size_t *n_bytes) {
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
     LLMKV_REQUIRE(buf || capacity == 0, "buf is NULL with capacity = %zu", capacity);
@@ -441,7 +492,8 @@ LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size
 LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_session_info *out) {
     LLMKV_REQUIRE(s, "session is NULL");
     LLMKV_REQUIRE(out, "out is NULL");
-    LLMKV_REQUIRE(output_size_ok(out), "session_info.struct_size = %u is not valid", out->struct_size);
+    LLMKV_REQUIRE(output_size_ok(out), "session_info.struct_size = %u is not valid",
+                  out->struct_size);
     return guarded([&] {
         const Session *session = session_of(s);
         std::lock_guard<llmkv::FairMutex> lock(session->engine->mutex());
@@ -466,8 +518,8 @@ LLMKV_API llmkv_status llmkv_session_get_info(const llmkv_session *s, llmkv_sess
     });
 }
 
-LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t *tokens, size_t capacity,
-                                                size_t *n_tokens) {
+LLMKV_API llmkv_status llmkv_session_get_tokens(const llmkv_session *s, int32_t *tokens,
+                                                size_t capacity, size_t *n_tokens) {
     LLMKV_REQUIRE(s, "session is NULL");
     LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
@@ -493,10 +545,12 @@ LLMKV_API llmkv_status llmkv_session_fork(llmkv_session *s, llmkv_session **out)
 LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **out) {
     LLMKV_REQUIRE(out, "out is NULL");
     *out = nullptr;
-    LLMKV_SESSION_CALL(s, *out = reinterpret_cast<llmkv_prefix *>(session->engine->session_to_prefix(session)));
+    LLMKV_SESSION_CALL(
+        s, *out = reinterpret_cast<llmkv_prefix *>(session->engine->session_to_prefix(session)));
 }
 
-LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *tokens, size_t n, llmkv_prefix **out) {
+LLMKV_API llmkv_status llmkv_prefix_create(llmkv_engine *e, const int32_t *tokens, size_t n,
+                                           llmkv_prefix **out) {
     LLMKV_REQUIRE(out, "out is NULL");
     *out = nullptr;
     LLMKV_REQUIRE(e, "engine is NULL");
@@ -529,7 +583,8 @@ LLMKV_API llmkv_status llmkv_prefix_load(llmkv_engine *e, const char *path, llmk
     });
 }
 
-LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, uint32_t flags, llmkv_prefix **out) {
+LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, uint32_t flags,
+                                            llmkv_prefix **out) {
     LLMKV_REQUIRE(out, "out is NULL");
     *out = nullptr;
     LLMKV_REQUIRE(e, "engine is NULL");
@@ -539,13 +594,14 @@ LLMKV_API llmkv_status llmkv_prefix_load_ex(llmkv_engine *e, const char *path, u
     return guarded([&] {
         Engine *engine = engine_of(e);
         std::lock_guard<llmkv::FairMutex> lock(engine->mutex());
-        *out = reinterpret_cast<llmkv_prefix *>(engine->load_prefix(path, (flags & LLMKV_PREFIX_LOAD_SHARE) != 0,
-                                                                    (flags & LLMKV_PREFIX_LOAD_ANY_KERNEL) != 0));
+        *out = reinterpret_cast<llmkv_prefix *>(
+            engine->load_prefix(path, (flags & LLMKV_PREFIX_LOAD_SHARE) != 0,
+                                (flags & LLMKV_PREFIX_LOAD_ANY_KERNEL) != 0));
     });
 }
 
-LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens, size_t capacity,
-                                               size_t *n_tokens) {
+LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens,
+                                               size_t capacity, size_t *n_tokens) {
     LLMKV_REQUIRE(p, "prefix is NULL");
     LLMKV_REQUIRE(n_tokens, "n_tokens is NULL");
     LLMKV_REQUIRE(tokens || capacity == 0, "tokens is NULL with capacity = %zu", capacity);
@@ -582,7 +638,8 @@ LLMKV_API void llmkv_session_destroy(llmkv_session *s) {
     engine->destroy_session(session);
 }
 
-LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity, size_t *n_events) {
+LLMKV_API llmkv_status llmkv_step(llmkv_engine *e, llmkv_event *events, size_t capacity,
+                                  size_t *n_events) {
     LLMKV_REQUIRE(n_events, "n_events is NULL");
     *n_events = 0;
     LLMKV_REQUIRE(e, "engine is NULL");
@@ -646,8 +703,8 @@ LLMKV_API llmkv_status llmkv_worker_stop(llmkv_engine *e) {
     return guarded([&] { engine_of(e)->worker_stop(); });
 }
 
-LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, size_t capacity, uint32_t timeout_us,
-                                         size_t *n_events) {
+LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, size_t capacity,
+                                         uint32_t timeout_us, size_t *n_events) {
     LLMKV_REQUIRE(n_events, "n_events is NULL");
     *n_events = 0;
     LLMKV_REQUIRE(e, "engine is NULL");
@@ -659,8 +716,8 @@ namespace {
 constexpr uint32_t kSubmitFlags = LLMKV_SUBMIT_GENERATE;
 }
 
-LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *text, size_t len, uint32_t flags,
-                                                 uint32_t max_new_tokens) {
+LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *text, size_t len,
+                                                 uint32_t flags, uint32_t max_new_tokens) {
     LLMKV_REQUIRE(s, "session is NULL");
     LLMKV_REQUIRE(text || len == 0, "text is NULL with len = %zu", len);
     LLMKV_REQUIRE((flags & ~kSubmitFlags) == 0, "flags 0x%x has unknown bits", flags);
@@ -675,7 +732,8 @@ LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *t
     });
 }
 
-LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens, size_t n, uint32_t flags,
+LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens,
+                                                   size_t n, uint32_t flags,
                                                    uint32_t max_new_tokens) {
     LLMKV_REQUIRE(s, "session is NULL");
     LLMKV_REQUIRE(tokens || n == 0, "tokens is NULL with n = %zu", n);
@@ -700,8 +758,8 @@ LLMKV_API llmkv_status llmkv_session_submit_cancel(llmkv_session *s) {
     });
 }
 
-LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf, size_t capacity,
-                                                  size_t *n_bytes) {
+LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf,
+                                                  size_t capacity, size_t *n_bytes) {
     LLMKV_REQUIRE(n_bytes, "n_bytes is NULL");
     *n_bytes = 0;
     LLMKV_REQUIRE(s, "session is NULL");

@@ -8,8 +8,8 @@
 
 namespace llmkv {
 
-BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
-                          uint32_t max_tokens) {
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g,
+                          uint32_t n_vocab, uint32_t max_tokens) {
     uint64_t T = 0, n_logits = 0;
     for (const ForwardSpan &s : spans) {
         if (s.n == 0) fail(LLMKV_ERR_INTERNAL, "forward: empty span");
@@ -22,14 +22,16 @@ BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometr
         }
         for (uint32_t i = 0; i < s.n; ++i) {
             if (s.tokens[i] < 0 || uint32_t(s.tokens[i]) >= n_vocab) {
-                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)", s.tokens[i], n_vocab);
+                fail(LLMKV_ERR_INVALID_ARGUMENT, "token id %d outside the vocabulary (%u)",
+                     s.tokens[i], n_vocab);
             }
         }
         T += s.n;
         n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
     }
     if (T > max_tokens) {
-        fail(LLMKV_ERR_INTERNAL, "forward: %llu tokens exceed the batch limit %u", (unsigned long long)T, max_tokens);
+        fail(LLMKV_ERR_INTERNAL, "forward: %llu tokens exceed the batch limit %u",
+             (unsigned long long)T, max_tokens);
     }
     return {uint32_t(T), uint32_t(n_logits)};
 }
@@ -54,13 +56,15 @@ void Backend::connect_device_ranks(const DeviceCommId &, uint32_t, uint32_t) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no device collectives", name());
 }
 
-void gather_logits_over(Communicator *comm, const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
-                        uint32_t n_vocab, float *host) {
+void gather_logits_over(Communicator *comm, const float *local, uint32_t rows, uint32_t local_cols,
+                        uint32_t stride, uint32_t n_vocab, float *host) {
     if (comm) {
         comm->gather_columns(local, rows, local_cols, stride, n_vocab, host);
         return;
     }
-    if (local_cols != n_vocab) fail(LLMKV_ERR_INTERNAL, "gather_logits: %u of %u columns on one rank", local_cols, n_vocab);
+    if (local_cols != n_vocab)
+        fail(LLMKV_ERR_INTERNAL, "gather_logits: %u of %u columns on one rank", local_cols,
+             n_vocab);
     std::memcpy(host, local, size_t(rows) * n_vocab * sizeof(float));
 }
 

@@ -52,7 +52,7 @@ struct ForwardSpan {
     SessionKv *kv;          // positions start at kv->n_tokens; blocks must be reserved
     const int32_t *tokens;  // n token ids
     uint32_t n;
-    bool want_logits;       // produce logits for the span's last token
+    bool want_logits;         // produce logits for the span's last token
     bool all_logits = false;  // with want_logits: logits for every token of the span
     // Optional address of every sealed block, for sessions whose older blocks live in the
     // host tier (entries SessionKv::kHostBlock); only for backends with
@@ -68,8 +68,8 @@ struct BatchShape {
     uint32_t tokens = 0;
     uint32_t logit_rows = 0;
 };
-BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g, uint32_t n_vocab,
-                          uint32_t max_tokens);
+BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometry &g,
+                          uint32_t n_vocab, uint32_t max_tokens);
 
 // A buffer of the backend's: rows x cols f32 values as the forward pass sees them (a backend
 // may keep another precision inside its ops). `data` belongs to the backend.
@@ -81,7 +81,9 @@ struct Tensor {
     Tensor first_rows(uint32_t n) const { return Tensor{data, n, cols}; }
     // The same values seen as one row per head: (rows * cols / head_dim, head_dim), for the
     // row-wise ops (rms_norm: per-head RMSNorm of q and k). cols % head_dim == 0.
-    Tensor heads(uint32_t head_dim) const { return Tensor{data, rows * (cols / head_dim), head_dim}; }
+    Tensor heads(uint32_t head_dim) const {
+        return Tensor{data, rows * (cols / head_dim), head_dim};
+    }
 };
 
 // Rotary embedding of one architecture: pairs rotate by pos * freq_scale * inv_freq[i].
@@ -91,13 +93,14 @@ struct RopeParams {
         kHalves,    // pairs (v[i], v[i + rope_dim/2]) (NeoX style)
     };
     Style style = Style::kAdjacent;
-    uint32_t rope_dim = 0;      // rotated dims per head (even, <= head_dim)
-    float freq_scale = 1.0f;    // linear scaling: positions are multiplied by this
+    uint32_t rope_dim = 0;            // rotated dims per head (even, <= head_dim)
+    float freq_scale = 1.0f;          // linear scaling: positions are multiplied by this
     const float *inv_freq = nullptr;  // host, rope_dim / 2 values (frequency factors applied)
 };
 
 // The model's weights, for backends that keep their own copy (a device): every matrix and
-// vector (norms, biases) the forward pass will name. The pointers stay valid for the backend's life.
+// vector (norms, biases) the forward pass will name. The pointers stay valid for the backend's
+// life.
 struct WeightSet {
     std::vector<const WeightMatrix *> matrices;
     struct Vector {
@@ -183,8 +186,8 @@ public:
     // Logits split by vocabulary: this rank's rows x local_cols values (columns
     // [rank * stride, rank * stride + local_cols) of the rows x n_vocab logits) gathered into
     // host (rows x n_vocab) on every rank. Backends without a communicator: UNSUPPORTED.
-    virtual void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
-                               uint32_t n_vocab, float *host);
+    virtual void gather_logits(const float *local, uint32_t rows, uint32_t local_cols,
+                               uint32_t stride, uint32_t n_vocab, float *host);
     // The ranks this backend's collectives run over (not owned; null: none).
     virtual void set_communicator(Communicator *comm);
     // Moves all_reduce onto the device's own collectives (CUDA: NCCL), in two steps every

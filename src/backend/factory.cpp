@@ -31,7 +31,8 @@ std::unique_ptr<Backend> create_backend(const BackendRequest &r) {
                 why = e.what();
             }
         } else if (r.kind == LLMKV_BACKEND_CUDA) {
-            if (n_devices > 0) why = strprintf("device %d does not exist (%d devices)", r.device, n_devices);
+            if (n_devices > 0)
+                why = strprintf("device %d does not exist (%d devices)", r.device, n_devices);
             fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", why.c_str());
         }
         LLMKV_LOG_INFO_F("backend AUTO: using the CPU (CUDA: %s)", why.c_str());
@@ -67,8 +68,12 @@ BackendCapabilities backend_capabilities(llmkv_backend kind, int device) {
     return c;
 }
 
-int gpu_device_count(std::string *why) { return cuda_device_count(why); }
+int gpu_device_count(std::string *why) {
+    return cuda_device_count(why);
+}
 
-bool make_device_comm_id(DeviceCommId &id, std::string *why) { return cuda_comm_unique_id(id, why); }
+bool make_device_comm_id(DeviceCommId &id, std::string *why) {
+    return cuda_comm_unique_id(id, why);
+}
 
 }  // namespace llmkv

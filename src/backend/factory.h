@@ -12,7 +12,8 @@
 namespace llmkv {
 
 struct BackendRequest {
-    llmkv_backend kind = LLMKV_BACKEND_AUTO;  // AUTO: CUDA when the module loads and sees the device, else CPU
+    llmkv_backend kind =
+        LLMKV_BACKEND_AUTO;  // AUTO: CUDA when the module loads and sees the device, else CPU
     int device = 0;
     uint32_t max_batch_tokens = 512;
     uint32_t max_spans = 0;
@@ -38,9 +39,9 @@ struct BackendCapabilities {
     llmkv_backend kind = LLMKV_BACKEND_CPU;  // what was asked resolved (AUTO: CUDA or the CPU)
     bool available = true;                   // false: `why` says why (only CUDA asked for)
     std::string why;
-    bool kv_sink = true;            // attention reads the KV sink's tail rows (KvGeometry::sink)
-    bool layer_groups = true;       // attention reads layer-group block tables (window release)
-    bool reads_host_blocks = true;  // attention reads host-tier blocks in place (long contexts)
+    bool kv_sink = true;              // attention reads the KV sink's tail rows (KvGeometry::sink)
+    bool layer_groups = true;         // attention reads layer-group block tables (window release)
+    bool reads_host_blocks = true;    // attention reads host-tier blocks in place (long contexts)
     bool device_collectives = false;  // ranks of this kind can all-reduce on their devices (NCCL)
     uint32_t layer_kinds = kLayerPagedAttention;
 };

@@ -48,10 +48,13 @@ private:
     // Adds the time of a scope to the counters.
     class ScopeTimer {
     public:
-        ScopeTimer(uint64_t &ns, uint64_t &calls) : ns_(ns), t0_(std::chrono::steady_clock::now()) { ++calls; }
+        ScopeTimer(uint64_t &ns, uint64_t &calls) : ns_(ns), t0_(std::chrono::steady_clock::now()) {
+            ++calls;
+        }
         ~ScopeTimer() {
-            ns_ += uint64_t(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count());
+            ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - t0_)
+                                .count());
         }
 
     private:
@@ -80,14 +83,15 @@ inline void Communicator::all_reduce_sum(float *x, size_t n) {
     }
 }
 
-inline void Communicator::gather_columns(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
-                                         uint32_t total_cols, float *out) {
+inline void Communicator::gather_columns(const float *local, uint32_t rows, uint32_t local_cols,
+                                         uint32_t stride, uint32_t total_cols, float *out) {
     ScopeTimer timer(reduce_ns_, reduces_);
     const uint32_t p = size();
     const size_t per_rank = size_t(rows) * stride;
     send_.assign(per_rank, 0.0f);
     for (uint32_t i = 0; i < rows; ++i) {
-        std::memcpy(send_.data() + size_t(i) * stride, local + size_t(i) * local_cols, local_cols * sizeof(float));
+        std::memcpy(send_.data() + size_t(i) * stride, local + size_t(i) * local_cols,
+                    local_cols * sizeof(float));
     }
     recv_.resize(per_rank * p);
     if (p > 1) {
@@ -100,7 +104,8 @@ inline void Communicator::gather_columns(const float *local, uint32_t rows, uint
         if (c0 >= total_cols) break;
         const uint32_t n = std::min(stride, total_cols - c0);
         for (uint32_t i = 0; i < rows; ++i) {
-            std::memcpy(out + size_t(i) * total_cols + c0, recv_.data() + size_t(r) * per_rank + size_t(i) * stride,
+            std::memcpy(out + size_t(i) * total_cols + c0,
+                        recv_.data() + size_t(r) * per_rank + size_t(i) * stride,
                         n * sizeof(float));
         }
     }

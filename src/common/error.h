@@ -24,7 +24,6 @@ private:
 std::string strprintf(const char *fmt, ...) LLMKV_PRINTF_FORMAT(1, 2);
 
 // Throws llmkv::Error(status, formatted message).
-[[noreturn]] void fail(llmkv_status status, const char *fmt, ...)
-    LLMKV_PRINTF_FORMAT(2, 3);
+[[noreturn]] void fail(llmkv_status status, const char *fmt, ...) LLMKV_PRINTF_FORMAT(2, 3);
 
 }  // namespace llmkv

@@ -12,20 +12,34 @@ namespace llmkv::fault {
 
 const char *site_name(Site s) {
     switch (s) {
-        case Site::kOperatorNew: return "operator new";
-        case Site::kModelMmap: return "model mmap";
-        case Site::kKvPool: return "KV pool mmap";
-        case Site::kHostRegion: return "host-tier region";
-        case Site::kHostBlock: return "host-tier block";
-        case Site::kThread: return "thread creation";
-        case Site::kSnapshotCreate: return "snapshot temp-file create";
-        case Site::kSnapshotWrite: return "snapshot write (ENOSPC)";
-        case Site::kSnapshotShortWrite: return "snapshot short write";
-        case Site::kSnapshotZeroWrite: return "snapshot zero-byte write";
-        case Site::kSnapshotFsync: return "snapshot fsync";
-        case Site::kSnapshotClose: return "snapshot close";
-        case Site::kSnapshotRename: return "snapshot rename";
-        case Site::kCount: break;
+        case Site::kOperatorNew:
+            return "operator new";
+        case Site::kModelMmap:
+            return "model mmap";
+        case Site::kKvPool:
+            return "KV pool mmap";
+        case Site::kHostRegion:
+            return "host-tier region";
+        case Site::kHostBlock:
+            return "host-tier block";
+        case Site::kThread:
+            return "thread creation";
+        case Site::kSnapshotCreate:
+            return "snapshot temp-file create";
+        case Site::kSnapshotWrite:
+            return "snapshot write (ENOSPC)";
+        case Site::kSnapshotShortWrite:
+            return "snapshot short write";
+        case Site::kSnapshotZeroWrite:
+            return "snapshot zero-byte write";
+        case Site::kSnapshotFsync:
+            return "snapshot fsync";
+        case Site::kSnapshotClose:
+            return "snapshot close";
+        case Site::kSnapshotRename:
+            return "snapshot rename";
+        case Site::kCount:
+            break;
     }
     return "unknown";
 }
@@ -115,7 +129,9 @@ void disarm() noexcept {
     t_counting = false;
 }
 
-void pause(bool paused) noexcept { t_paused = paused; }
+void pause(bool paused) noexcept {
+    t_paused = paused;
+}
 
 uint64_t hits(Site site) noexcept {
     const uint32_t i = uint32_t(site);

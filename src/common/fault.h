@@ -28,13 +28,13 @@ enum class Site : uint32_t {
     kHostBlock,        // a host-tier block (mimalloc)        -> "tier full" (see host_tier.h)
     kThread,           // std::thread creation                -> LLMKV_ERR_OUT_OF_MEMORY
     // Snapshot writer I/O sites (armed one at a time with arm_site).
-    kSnapshotCreate,   // open(O_CREAT) of the temp file fails (EACCES)
-    kSnapshotWrite,    // write() fails with ENOSPC
+    kSnapshotCreate,      // open(O_CREAT) of the temp file fails (EACCES)
+    kSnapshotWrite,       // write() fails with ENOSPC
     kSnapshotShortWrite,  // write() transfers only half of what was asked (a partial write)
     kSnapshotZeroWrite,   // write() returns 0 (no progress)
-    kSnapshotFsync,    // fsync() fails with EIO
-    kSnapshotClose,    // close() reports EIO
-    kSnapshotRename,   // rename() fails with ENOSPC
+    kSnapshotFsync,       // fsync() fails with EIO
+    kSnapshotClose,       // close() reports EIO
+    kSnapshotRename,      // rename() fails with ENOSPC
     kCount
 };
 
@@ -61,7 +61,9 @@ uint64_t failures(Site site) noexcept;
 void reset_counts() noexcept;
 #else
 inline constexpr bool kEnabled = false;
-constexpr bool should_fail(Site) noexcept { return false; }
+constexpr bool should_fail(Site) noexcept {
+    return false;
+}
 inline void maybe_fail_thread_start() {}
 #endif
 

@@ -50,7 +50,7 @@ namespace float_math_detail {
 constexpr double kInvLn2 = 1.4426950408889634;    // 1/ln 2
 constexpr double kLn2Hi = 0x1.62e42fee00000p-1;   // ln 2, high part (k * hi is exact)
 constexpr double kLn2Lo = 0x1.a39ef35793c76p-33;  // ln 2 - hi
-constexpr double kRound = 0x1.8p52;                // adding and subtracting it rounds to nearest
+constexpr double kRound = 0x1.8p52;               // adding and subtracting it rounds to nearest
 
 // e^r for |r| <= 0.35: the Taylor series to r^13 (the next term is below 2^-57 relative).
 inline double exp_series(double r) noexcept {

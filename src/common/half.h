@@ -43,8 +43,8 @@ inline uint16_t fp32_to_fp16(float f) {
         return uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
     }
     if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
-    if (abs < 0x38800000u) {                                   // result is subnormal or zero
-        if (abs < 0x33000000u) return uint16_t(sign);          // below half the smallest subnormal
+    if (abs < 0x38800000u) {                                  // result is subnormal or zero
+        if (abs < 0x33000000u) return uint16_t(sign);         // below half the smallest subnormal
         uint32_t e = abs >> 23;
         uint32_t m = (abs & 0x7fffffu) | 0x800000u;
         uint32_t shift = 126 - e;  // 14 + (113 - e) - 1 ... brings m into 10-bit range

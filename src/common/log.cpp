@@ -17,10 +17,14 @@ std::atomic<int> g_log_level{LLMKV_LOG_WARN};
 
 const char *level_name(llmkv_log_level level) {
     switch (level) {
-        case LLMKV_LOG_ERROR: return "error";
-        case LLMKV_LOG_WARN: return "warn";
-        case LLMKV_LOG_INFO: return "info";
-        default: return "debug";
+        case LLMKV_LOG_ERROR:
+            return "error";
+        case LLMKV_LOG_WARN:
+            return "warn";
+        case LLMKV_LOG_INFO:
+            return "info";
+        default:
+            return "debug";
     }
 }
 }  // namespace
@@ -32,7 +36,9 @@ void set_log_sink(llmkv_log_fn fn, void *user_data, llmkv_log_level max_level) {
     g_log_level.store(int(max_level));
 }
 
-bool log_enabled(llmkv_log_level level) { return int(level) <= g_log_level.load(); }
+bool log_enabled(llmkv_log_level level) {
+    return int(level) <= g_log_level.load();
+}
 
 void log_message(llmkv_log_level level, const char *fmt, ...) {
     if (!log_enabled(level)) return;

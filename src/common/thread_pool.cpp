@@ -38,8 +38,9 @@ bool spin_until(long budget_ns, Ready &&ready) {
             if (ready()) return true;
             LLMKV_CPU_RELAX();
         }
-        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() >
-            budget_ns) {
+        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 t0)
+                .count() > budget_ns) {
             return ready();
         }
     }
@@ -74,15 +75,17 @@ ThreadPool::ThreadPool(unsigned n_threads, long spin_us, int priority)
         }
     } catch (const std::system_error &e) {
         stop_workers();
-        fail(LLMKV_ERR_OUT_OF_MEMORY, "thread pool: cannot start worker %zu of %u: %s", workers_.size() + 1,
-             n_threads_ - 1, e.what());
+        fail(LLMKV_ERR_OUT_OF_MEMORY, "thread pool: cannot start worker %zu of %u: %s",
+             workers_.size() + 1, n_threads_ - 1, e.what());
     } catch (...) {
         stop_workers();
         throw;
     }
 }
 
-ThreadPool::~ThreadPool() { stop_workers(); }
+ThreadPool::~ThreadPool() {
+    stop_workers();
+}
 
 void ThreadPool::stop_workers() noexcept {
     stop_.store(true, std::memory_order_release);
@@ -117,7 +120,9 @@ void ThreadPool::worker_loop(unsigned index) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = seen;
-        if (!spin_until(spin_ns_, [&] { return (gen = generation_.load(std::memory_order_acquire)) != seen; })) {
+        if (!spin_until(spin_ns_, [&] {
+                return (gen = generation_.load(std::memory_order_acquire)) != seen;
+            })) {
             for (;;) {
                 gen = generation_.load(std::memory_order_acquire);
                 if (gen != seen) break;

@@ -21,10 +21,16 @@ void apply_thread_priority(int nice_levels) noexcept {
     }
 }
 
-int spawn_priority() noexcept { return t_spawn_priority; }
+int spawn_priority() noexcept {
+    return t_spawn_priority;
+}
 
-SpawnPriority::SpawnPriority(int nice_levels) noexcept : saved_(t_spawn_priority) { t_spawn_priority = nice_levels; }
+SpawnPriority::SpawnPriority(int nice_levels) noexcept : saved_(t_spawn_priority) {
+    t_spawn_priority = nice_levels;
+}
 
-SpawnPriority::~SpawnPriority() { t_spawn_priority = saved_; }
+SpawnPriority::~SpawnPriority() {
+    t_spawn_priority = saved_;
+}
 
 }  // namespace llmkv

@@ -58,15 +58,17 @@ void check_roles(ChatFamily family, const llmkv_chat_message *msgs, size_t n) {
             accepted = "system, user, assistant, ipython";
         }
         if (!ok) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "msgs[%zu].role \"%s\" is not a role of the %s chat format (accepted: %s)",
-                 i, shown_role(msgs[i].role).c_str(), chat_family_name(family), accepted);
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "msgs[%zu].role \"%s\" is not a role of the %s chat format (accepted: %s)", i,
+                 shown_role(msgs[i].role).c_str(), chat_family_name(family), accepted);
         }
-        bool system_first_only =
-            family == ChatFamily::llama2 || family == ChatFamily::mistral || family == ChatFamily::gemma;
+        bool system_first_only = family == ChatFamily::llama2 || family == ChatFamily::mistral ||
+                                 family == ChatFamily::gemma;
         if (system_first_only && role == "system" && i != 0) {
             fail(LLMKV_ERR_INVALID_ARGUMENT,
-                 "msgs[%zu].role \"system\": the %s chat format takes a system message only as msgs[0]", i,
-                 chat_family_name(family));
+                 "msgs[%zu].role \"system\": the %s chat format takes a system message only as "
+                 "msgs[0]",
+                 i, chat_family_name(family));
         }
     }
 }
@@ -93,13 +95,20 @@ std::string trimmed(const char *text) {
 
 const char *chat_family_name(ChatFamily f) {
     switch (f) {
-        case ChatFamily::chatml: return "ChatML";
-        case ChatFamily::llama3: return "Llama 3";
-        case ChatFamily::llama2: return "Llama 2";
-        case ChatFamily::gemma: return "Gemma";
-        case ChatFamily::mistral: return "Mistral";
-        case ChatFamily::phi3: return "Phi-3";
-        case ChatFamily::none: break;
+        case ChatFamily::chatml:
+            return "ChatML";
+        case ChatFamily::llama3:
+            return "Llama 3";
+        case ChatFamily::llama2:
+            return "Llama 2";
+        case ChatFamily::gemma:
+            return "Gemma";
+        case ChatFamily::mistral:
+            return "Mistral";
+        case ChatFamily::phi3:
+            return "Phi-3";
+        case ChatFamily::none:
+            break;
     }
     return "none";
 }
@@ -120,7 +129,8 @@ ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) 
     if (has("<start_of_turn>") || arch.rfind("gemma", 0) == 0) return ChatFamily::gemma;
     if (has("<|im_start|>") || arch.rfind("qwen", 0) == 0) return ChatFamily::chatml;
     if (has("<|start_header_id|>")) return ChatFamily::llama3;
-    if (arch == "phi3" || (has("<|user|>") && has("<|assistant|>") && has("<|end|>"))) return ChatFamily::phi3;
+    if (arch == "phi3" || (has("<|user|>") && has("<|assistant|>") && has("<|end|>")))
+        return ChatFamily::phi3;
     if (has("[INST]") && has("[/INST]")) return ChatFamily::mistral;
     return ChatFamily::none;
 }
@@ -134,7 +144,8 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
         }
     }
     const ChatFamily family = detect_chat_family(file, tokenizer);
-    if (family == ChatFamily::none) fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
+    if (family == ChatFamily::none)
+        fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
     check_roles(family, msgs, n);
     std::string out;
     switch (family) {
@@ -177,7 +188,8 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             if (!system.empty() && (i == n || std::string(msgs[i].role) != "user")) {
                 // No user message follows to carry the system prompt: it gets a turn of its own
                 // (it used to be dropped silently).
-                out += leading_bos(tokenizer, "<s>") + "[INST] <<SYS>>\n" + system + "\n<</SYS>>\n\n [/INST]";
+                out += leading_bos(tokenizer, "<s>") + "[INST] <<SYS>>\n" + system +
+                       "\n<</SYS>>\n\n [/INST]";
                 first = false;
             }
             for (; i < n; ++i) {
@@ -262,10 +274,10 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             if (add_generation_prompt) out += "<|assistant|>\n";
             return out;
         }
-        case ChatFamily::none: break;
+        case ChatFamily::none:
+            break;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no known chat template for this model");
-
 }
 
 }  // namespace llmkv

@@ -78,7 +78,8 @@ bool Constraints::is_stop_token(int32_t id) const {
     return std::binary_search(stop_ids.begin(), stop_ids.end(), id);
 }
 
-bool Constraints::apply(float *logits, uint32_t n_vocab, uint32_t n_generated, ConstraintCounters &counters) {
+bool Constraints::apply(float *logits, uint32_t n_vocab, uint32_t n_generated,
+                        ConstraintCounters &counters) {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     bool may_ban = false;
     for (const auto &[id, b] : bias) {
@@ -93,7 +94,8 @@ bool Constraints::apply(float *logits, uint32_t n_vocab, uint32_t n_generated, C
         auto t0 = std::chrono::steady_clock::now();
         TokenMasker &m = *grammar.masker;
         bool complete = m.accepting(grammar.state);
-        if (complete && !m.can_continue(grammar.state)) stops_allowed = true;  // nothing else may follow
+        if (complete && !m.can_continue(grammar.state))
+            stops_allowed = true;  // nothing else may follow
         if (!complete) stops_allowed = false;
         uint64_t hits_before = m.stats().mask_hits;
         const uint64_t *mask = m.mask(grammar.state);
@@ -114,8 +116,9 @@ bool Constraints::apply(float *logits, uint32_t n_vocab, uint32_t n_generated, C
         for (int32_t id : stop_ids) logits[id] = kNegInf;
         for (const auto &[id, l] : saved_) logits[id] = l;
         ++counters.masks;
-        counters.mask_ns += uint64_t(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        counters.mask_ns += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - t0)
+                                         .count());
     } else if (!stops_allowed) {
         for (int32_t id : stop_ids) logits[id] = kNegInf;
     }
@@ -133,17 +136,22 @@ bool Constraints::advance(const Tokenizer &tok, int32_t id) {
 
 std::vector<std::string> copy_stop_strings(const llmkv_session_params &p) {
     if (p.n_stop_strings == 0) return {};
-    if (!p.stop_strings) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_strings is NULL with n_stop_strings = %u", p.n_stop_strings);
+    if (!p.stop_strings)
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "session_params.stop_strings is NULL with n_stop_strings = %u", p.n_stop_strings);
     if (p.n_stop_strings > kMaxStopStrings) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_strings = %u exceeds %u", p.n_stop_strings, kMaxStopStrings);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_strings = %u exceeds %u",
+             p.n_stop_strings, kMaxStopStrings);
     }
     std::vector<std::string> out;
     for (uint32_t i = 0; i < p.n_stop_strings; ++i) {
         const char *s = p.stop_strings[i];
         if (!s) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_strings[%u] is NULL", i);
-        size_t len = p.stop_string_lengths ? p.stop_string_lengths[i] : strnlen(s, kMaxStopStringBytes + 1);
+        size_t len =
+            p.stop_string_lengths ? p.stop_string_lengths[i] : strnlen(s, kMaxStopStringBytes + 1);
         if (len == 0 || len > kMaxStopStringBytes) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_strings[%u] has %zu bytes; 1..%zu are allowed", i, len,
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "session_params.stop_strings[%u] has %zu bytes; 1..%zu are allowed", i, len,
                  kMaxStopStringBytes);
         }
         out.emplace_back(s, len);
@@ -151,21 +159,28 @@ std::vector<std::string> copy_stop_strings(const llmkv_session_params &p) {
     return out;
 }
 
-std::vector<std::pair<int32_t, float>> copy_logit_bias(const llmkv_session_params &p, uint32_t n_vocab) {
+std::vector<std::pair<int32_t, float>> copy_logit_bias(const llmkv_session_params &p,
+                                                       uint32_t n_vocab) {
     if (p.n_logit_bias == 0) return {};
-    if (!p.logit_bias) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.logit_bias is NULL with n_logit_bias = %u", p.n_logit_bias);
+    if (!p.logit_bias)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.logit_bias is NULL with n_logit_bias = %u",
+             p.n_logit_bias);
     if (p.n_logit_bias > n_vocab) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_logit_bias = %u exceeds the vocabulary (%u)", p.n_logit_bias, n_vocab);
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "session_params.n_logit_bias = %u exceeds the vocabulary (%u)", p.n_logit_bias,
+             n_vocab);
     }
     std::vector<std::pair<int32_t, float>> out;
     for (uint32_t i = 0; i < p.n_logit_bias; ++i) {
         const llmkv_logit_bias &b = p.logit_bias[i];
         if (b.token < 0 || uint32_t(b.token) >= n_vocab) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.logit_bias[%u].token = %d is outside the vocabulary (%u)", i,
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "session_params.logit_bias[%u].token = %d is outside the vocabulary (%u)", i,
                  b.token, n_vocab);
         }
         if (std::isnan(b.bias) || b.bias == std::numeric_limits<float>::infinity()) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.logit_bias[%u].bias must be finite or -INFINITY", i);
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "session_params.logit_bias[%u].bias must be finite or -INFINITY", i);
         }
         out.emplace_back(b.token, b.bias);
     }

@@ -73,8 +73,9 @@ struct ConstraintCounters {
 
 // The session's constraints on the next token.
 struct Constraints {
-    std::vector<int32_t> stop_tokens;            // the session's, besides the model's end-of-generation tokens
-    std::vector<int32_t> stop_ids;               // end-of-generation ids and stop_tokens, sorted, unique
+    std::vector<int32_t>
+        stop_tokens;                // the session's, besides the model's end-of-generation tokens
+    std::vector<int32_t> stop_ids;  // end-of-generation ids and stop_tokens, sorted, unique
     std::vector<std::pair<int32_t, float>> bias;  // token -> additive bias (-inf bans)
     uint32_t min_new_tokens = 0;
     GrammarState grammar;
@@ -99,6 +100,7 @@ private:
 // Checks and copies the generation fields of session params (stop strings, logit bias).
 // Throws INVALID_ARGUMENT naming the field.
 std::vector<std::string> copy_stop_strings(const llmkv_session_params &p);
-std::vector<std::pair<int32_t, float>> copy_logit_bias(const llmkv_session_params &p, uint32_t n_vocab);
+std::vector<std::pair<int32_t, float>> copy_logit_bias(const llmkv_session_params &p,
+                                                       uint32_t n_vocab);
 
 }  // namespace llmkv

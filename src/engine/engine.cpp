@@ -43,7 +43,9 @@ std::unique_ptr<Engine> Engine::create(const llmkv_engine_params &p) {
     return e;
 }
 
-void Engine::serve_rank(const llmkv_engine_params &p) { serve_engine_rank(p); }
+void Engine::serve_rank(const llmkv_engine_params &p) {
+    serve_engine_rank(p);
+}
 
 Engine::~Engine() {
     worker_stop();
@@ -64,14 +66,16 @@ Engine::~Engine() {
     kv_.reset();
 }
 
-std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) const {
+std::string Engine::chat_format(const llmkv_chat_message *msgs, size_t n,
+                                bool add_generation_prompt) const {
     return format_chat(*file_, *tokenizer_, msgs, n, add_generation_prompt);
 }
 
 // Sessions and prefix handles each own one tail slot; max_sessions bounds them together.
 void Engine::require_handle_room() const {
     if (sessions_.size() + prefixes_.size() >= params_.max_sessions) {
-        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live", params_.max_sessions);
+        fail(LLMKV_ERR_KV_CAPACITY, "max_sessions (%u) sessions and prefixes are already live",
+             params_.max_sessions);
     }
 }
 
@@ -80,7 +84,8 @@ void Engine::check_tokens(const int32_t *tokens, size_t n) const {
     const uint32_t n_vocab = model_->config().n_vocab;
     for (size_t i = 0; i < n; ++i) {
         if (tokens[i] < 0 || uint32_t(tokens[i]) >= n_vocab) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%u)", i, tokens[i], n_vocab);
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "tokens[%zu] = %d is outside the vocabulary (%u)", i,
+                 tokens[i], n_vocab);
         }
     }
 }
@@ -113,7 +118,8 @@ Prefix *Engine::adopt_prefix(std::unique_ptr<Prefix> p) {
 Prefix *Engine::create_prefix(const int32_t *tokens, size_t n) {
     if (n == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "a prefix needs at least one token");
     check_tokens(tokens, n);
-    if (n > max_context_) fail(LLMKV_ERR_KV_CAPACITY, "prefix of %zu tokens exceeds max_context %u", n, max_context_);
+    if (n > max_context_)
+        fail(LLMKV_ERR_KV_CAPACITY, "prefix of %zu tokens exceeds max_context %u", n, max_context_);
     require_handle_room();
     auto p = std::make_unique<Prefix>();
     p->engine = this;
@@ -138,10 +144,12 @@ void Engine::prefill_now(Session &s) {
     while (s.seq.n_tokens() < target) {
         uint32_t chunk = std::min(max_batch_tokens_, target - s.seq.n_tokens());
         if (!kv_->reserve(s.seq, s.seq.n_tokens() + chunk)) {
-            fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold a %zu-token prefix (%u blocks available)", s.tokens.size(),
+            fail(LLMKV_ERR_KV_CAPACITY,
+                 "KV pool cannot hold a %zu-token prefix (%u blocks available)", s.tokens.size(),
                  kv_->available());
         }
-        spans_.assign(1, ForwardSpan{s.seq.table(), s.tokens.data() + s.seq.n_tokens(), chunk, false});
+        spans_.assign(1,
+                      ForwardSpan{s.seq.table(), s.tokens.data() + s.seq.n_tokens(), chunk, false});
         run_forward(spans_);
         tokens_prefilled_ += chunk;
         kv_->publish_sealed(s.seq, s.tokens);
@@ -149,7 +157,8 @@ void Engine::prefill_now(Session &s) {
 }
 
 Prefix *Engine::session_to_prefix(Session *s) {
-    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; a prefix needs a settled context");
+    if (s->generate_requested)
+        fail(LLMKV_ERR_STATE, "session is generating; a prefix needs a settled context");
     if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens");
     require_handle_room();
     scheduler_->bring_back(sessions_, s);
@@ -180,7 +189,9 @@ void Engine::release_prefix(Prefix *p) {
 // What a snapshot of this engine must agree on. The kernel variant is part of the codec
 // string: kernels that round differently (AVX2 and portable, CPU and CUDA) seal different
 // bytes, and a loaded prefix must be bitwise what this engine would compute.
-SnapshotMeta Engine::snapshot_meta() const { return kv_->snapshot_meta(model_->fingerprint(), backend_->kernel_id()); }
+SnapshotMeta Engine::snapshot_meta() const {
+    return kv_->snapshot_meta(model_->fingerprint(), backend_->kernel_id());
+}
 
 void Engine::save_prefix(const Prefix *p, const std::string &path) const {
     SnapshotMeta m = snapshot_meta();
@@ -196,13 +207,16 @@ Prefix *Engine::load_prefix(const std::string &path, bool share, bool any_kernel
     if (m.codec != expected.codec) {
         // Another kernel variant computed these bytes: never offered to the prefix cache,
         // which must hold only what this engine computes.
-        LLMKV_LOG_INFO_F("snapshot %s: written by another kernel variant (\"%s\", this engine \"%s\"); loaded, "
-                         "not bitwise, not shared", path.c_str(), m.codec.c_str(), expected.codec.c_str());
+        LLMKV_LOG_INFO_F(
+            "snapshot %s: written by another kernel variant (\"%s\", this engine \"%s\"); loaded, "
+            "not bitwise, not shared",
+            path.c_str(), m.codec.c_str(), expected.codec.c_str());
         share = false;
     }
     if (m.tokens.empty()) fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: no tokens", path.c_str());
     if (m.n_cached >= m.tokens.size()) {
-        fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: %u cached tokens of %zu: the last token must not be cached",
+        fail(LLMKV_ERR_SNAPSHOT_FORMAT,
+             "snapshot %s: %u cached tokens of %zu: the last token must not be cached",
              path.c_str(), m.n_cached, m.tokens.size());
     }
     try {
@@ -211,8 +225,8 @@ Prefix *Engine::load_prefix(const std::string &path, bool share, bool any_kernel
         fail(LLMKV_ERR_SNAPSHOT_FORMAT, "snapshot %s: %s", path.c_str(), e.what());
     }
     if (m.tokens.size() > max_context_) {
-        fail(LLMKV_ERR_KV_CAPACITY, "snapshot %s: %zu tokens exceed max_context %u", path.c_str(), m.tokens.size(),
-             max_context_);
+        fail(LLMKV_ERR_KV_CAPACITY, "snapshot %s: %zu tokens exceed max_context %u", path.c_str(),
+             m.tokens.size(), max_context_);
     }
     require_handle_room();
     auto p = std::make_unique<Prefix>();
@@ -233,7 +247,8 @@ Prefix *Engine::load_prefix(const std::string &path, bool share, bool any_kernel
 }
 
 Session *Engine::fork(Session *src) {
-    if (src->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
+    if (src->generate_requested)
+        fail(LLMKV_ERR_STATE, "session is generating; fork it before generate or after DONE");
     require_handle_room();
     scheduler_->bring_back(sessions_, src);
     auto s = std::make_unique<Session>();
@@ -255,21 +270,29 @@ Session *Engine::fork(Session *src) {
 Session *Engine::create_session(const llmkv_session_params &p) {
     const Prefix *from = reinterpret_cast<const Prefix *>(p.prefix);
     if (from && std::find(prefixes_.begin(), prefixes_.end(), from) == prefixes_.end()) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.prefix is not a live prefix of this engine");
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "session_params.prefix is not a live prefix of this engine");
     }
-    if (const char *why = validate_sampling(p.sampling)) fail(LLMKV_ERR_INVALID_ARGUMENT, "%s", why);
-    if (p.n_stop_tokens > 0 && !p.stop_tokens) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_tokens is NULL with n_stop_tokens = %u", p.n_stop_tokens);
-    if (p.n_stop_tokens > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_tokens = %u exceeds 1024", p.n_stop_tokens);
+    if (const char *why = validate_sampling(p.sampling))
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%s", why);
+    if (p.n_stop_tokens > 0 && !p.stop_tokens)
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "session_params.stop_tokens is NULL with n_stop_tokens = %u", p.n_stop_tokens);
+    if (p.n_stop_tokens > 1024)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.n_stop_tokens = %u exceeds 1024",
+             p.n_stop_tokens);
     const uint32_t n_vocab = model_->config().n_vocab;
     for (uint32_t i = 0; i < p.n_stop_tokens; ++i) {
         if (p.stop_tokens[i] < 0 || uint32_t(p.stop_tokens[i]) >= n_vocab) {
-            fail(LLMKV_ERR_INVALID_ARGUMENT, "session_params.stop_tokens[%u] = %d is outside the vocabulary (%u)", i,
+            fail(LLMKV_ERR_INVALID_ARGUMENT,
+                 "session_params.stop_tokens[%u] = %d is outside the vocabulary (%u)", i,
                  p.stop_tokens[i], n_vocab);
         }
     }
     std::vector<std::string> stop_strings = copy_stop_strings(p);
     std::vector<std::pair<int32_t, float>> bias = copy_logit_bias(p, n_vocab);
-    std::shared_ptr<TokenMasker> masker = grammar_masker(p.grammar_kind, p.grammar, p.grammar_len, p.grammar_root);
+    std::shared_ptr<TokenMasker> masker =
+        grammar_masker(p.grammar_kind, p.grammar, p.grammar_len, p.grammar_root);
     require_handle_room();
     auto s = std::make_unique<Session>();
     s->engine = this;
@@ -277,7 +300,8 @@ Session *Engine::create_session(const llmkv_session_params &p) {
     s->priority = p.priority;
     s->default_max_new_tokens = p.max_new_tokens;
     s->sampler = std::make_unique<Sampler>(p.sampling, n_vocab);
-    s->constraints.set_stop_tokens(std::vector<int32_t>(p.stop_tokens, p.stop_tokens + p.n_stop_tokens), eog_ids_);
+    s->constraints.set_stop_tokens(
+        std::vector<int32_t>(p.stop_tokens, p.stop_tokens + p.n_stop_tokens), eog_ids_);
     s->constraints.bias = std::move(bias);
     s->constraints.min_new_tokens = p.min_new_tokens;
     s->constraints.grammar.masker = std::move(masker);
@@ -311,11 +335,12 @@ void Engine::destroy_session(Session *s) {
 }
 
 void Engine::append(Session *s, const int32_t *tokens, size_t n) {
-    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
+    if (s->generate_requested)
+        fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
     check_tokens(tokens, n);
     if (s->tokens.size() + n > max_context_) {
-        fail(LLMKV_ERR_KV_CAPACITY, "appending %zu tokens to %zu would exceed max_context %u", n, s->tokens.size(),
-             max_context_);
+        fail(LLMKV_ERR_KV_CAPACITY, "appending %zu tokens to %zu would exceed max_context %u", n,
+             s->tokens.size(), max_context_);
     }
     if (n == 0) return;
     s->tokens.insert(s->tokens.end(), tokens, tokens + n);
@@ -328,17 +353,21 @@ void Engine::append(Session *s, const int32_t *tokens, size_t n) {
 
 void Engine::append_text(Session *s, const char *text, size_t len) {
     if (len > 0 && !text) fail(LLMKV_ERR_INVALID_ARGUMENT, "text is NULL with len = %zu", len);
-    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
+    if (s->generate_requested)
+        fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before appending");
     bool add_bos = s->tokens.empty() && tokenizer_->add_bos_default();
-    std::vector<int32_t> ids = tokenizer_->encode(std::string_view(text ? text : "", len), add_bos, true);
+    std::vector<int32_t> ids =
+        tokenizer_->encode(std::string_view(text ? text : "", len), add_bos, true);
     append(s, ids.data(), ids.size());
 }
 
 void Engine::generate(Session *s, uint32_t max_new_tokens) {
     if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is already generating");
-    if (s->tokens.empty()) fail(LLMKV_ERR_STATE, "session has no tokens to continue from; append a prompt first");
+    if (s->tokens.empty())
+        fail(LLMKV_ERR_STATE, "session has no tokens to continue from; append a prompt first");
     if (s->tokens.size() >= max_context_) {
-        fail(LLMKV_ERR_KV_CAPACITY, "session holds %zu tokens, the max_context (%u): no room to generate",
+        fail(LLMKV_ERR_KV_CAPACITY,
+             "session holds %zu tokens, the max_context (%u): no room to generate",
              s->tokens.size(), max_context_);
     }
     s->stops.flush(s->text);  // bytes an earlier generation ended holding (after an error)
@@ -354,12 +383,14 @@ void Engine::generate(Session *s, uint32_t max_new_tokens) {
     s->refresh_state();
 }
 
-std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *text, size_t len, const char *root) {
+std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *text, size_t len,
+                                                    const char *root) {
     if (kind == LLMKV_GRAMMAR_NONE) return nullptr;
     if (kind != LLMKV_GRAMMAR_GBNF && kind != LLMKV_GRAMMAR_JSON_SCHEMA) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar kind %u is not a llmkv_grammar_kind", kind);
     }
-    if (!text && len > 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar text is NULL with length %zu", len);
+    if (!text && len > 0)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar text is NULL with length %zu", len);
     std::string_view body(text ? text : "", len);
     std::string_view start = root ? std::string_view(root) : std::string_view("root");
     std::string key = std::to_string(kind) + ':' + std::string(start) + '\n' + std::string(body);
@@ -367,8 +398,8 @@ std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *t
     if (it != maskers_.end()) {
         if (std::shared_ptr<TokenMasker> m = it->second.lock()) return m;
     }
-    std::shared_ptr<const Grammar> g =
-        kind == LLMKV_GRAMMAR_GBNF ? Grammar::from_gbnf(body, start) : Grammar::from_json_schema(body);
+    std::shared_ptr<const Grammar> g = kind == LLMKV_GRAMMAR_GBNF ? Grammar::from_gbnf(body, start)
+                                                                  : Grammar::from_json_schema(body);
     if (!grammar_vocab_) {
         const size_t n = tokenizer_->n_vocab();
         std::vector<std::string> bytes(n);
@@ -378,7 +409,8 @@ std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *t
             // Markup (control, unknown) and byteless tokens are never grammar text.
             eligible[i] = !tokenizer_->is_special(int32_t(i)) && !bytes[i].empty();
         }
-        grammar_vocab_ = std::make_shared<const GrammarVocab>(std::move(bytes), std::move(eligible));
+        grammar_vocab_ =
+            std::make_shared<const GrammarVocab>(std::move(bytes), std::move(eligible));
     }
     auto m = std::make_shared<TokenMasker>(std::move(g), grammar_vocab_);
     for (auto e = maskers_.begin(); e != maskers_.end();) {  // forget grammars no session uses
@@ -388,8 +420,11 @@ std::shared_ptr<TokenMasker> Engine::grammar_masker(uint32_t kind, const char *t
     return m;
 }
 
-void Engine::set_grammar(Session *s, uint32_t kind, const char *text, size_t len, const char *root) {
-    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; set its grammar before generate or after DONE");
+void Engine::set_grammar(Session *s, uint32_t kind, const char *text, size_t len,
+                         const char *root) {
+    if (s->generate_requested)
+        fail(LLMKV_ERR_STATE,
+             "session is generating; set its grammar before generate or after DONE");
     std::shared_ptr<TokenMasker> m = grammar_masker(kind, text, len, root);
     s->constraints.grammar.masker = std::move(m);
     s->constraints.grammar.restart();
@@ -408,8 +443,8 @@ bool Engine::has_work() const {
     return false;
 }
 
-void Engine::push_event(Session *s, llmkv_event_kind kind, int32_t token, llmkv_finish_reason reason,
-                        llmkv_status status) {
+void Engine::push_event(Session *s, llmkv_event_kind kind, int32_t token,
+                        llmkv_finish_reason reason, llmkv_status status) {
     llmkv_event ev{};
     ev.session = s->handle;
     ev.user_data = s->user_data;
@@ -425,17 +460,21 @@ void Engine::finish(Session *s, llmkv_finish_reason reason) {
     s->finish_reason = reason;
     s->stops.flush(s->text);  // nothing when a stop string matched
     // A complete sentence (or one no token can continue) ends the grammar's turn.
-    if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT) s->constraints.grammar.restart();
+    if (reason == LLMKV_FINISH_STOP || reason == LLMKV_FINISH_CONSTRAINT)
+        s->constraints.grammar.restart();
     push_event(s, LLMKV_EVENT_DONE, -1, reason, LLMKV_OK);
     s->refresh_state();
 }
 
-void Engine::run_forward(const std::vector<ForwardSpan> &spans) { forward_->run(spans, logits_); }
+void Engine::run_forward(const std::vector<ForwardSpan> &spans) {
+    forward_->run(spans, logits_);
+}
 
 void Engine::ensure_sink(Request &r) {
     if (!r.seq.needs_sink()) return;
     if (!r.seq.has_tail() && !kv_->reserve(r.seq, r.seq.n_tokens())) {
-        fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot for the KV sink (max_sessions = %u counts sessions and prefixes)",
+        fail(LLMKV_ERR_KV_CAPACITY,
+             "no free tail slot for the KV sink (max_sessions = %u counts sessions and prefixes)",
              params_.max_sessions);
     }
     sink_requests_.assign(1, &r);
@@ -451,7 +490,8 @@ void Engine::compute_sinks(const std::vector<Request *> &requests) {
     sink_spans_.clear();
     for (Request *r : requests) {
         if (!r->seq.needs_sink()) continue;
-        if (!r->seq.has_tail() || r->tokens.empty()) fail(LLMKV_ERR_INTERNAL, "KV sink: a request without a tail slot or tokens");
+        if (!r->seq.has_tail() || r->tokens.empty())
+            fail(LLMKV_ERR_INTERNAL, "KV sink: a request without a tail slot or tokens");
         sink_kv_.push_back(r->seq.tail_only());
         sink_spans_.push_back(ForwardSpan{&sink_kv_.back(), r->tokens.data(), 1, false});
     }
@@ -467,7 +507,8 @@ void Engine::step() {
     // planning throws afterwards.
     auto report_failed = [this] {
         for (Request *r : plan_.failed) {
-            push_event(static_cast<Session *>(r), LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE, LLMKV_ERR_KV_CAPACITY);
+            push_event(static_cast<Session *>(r), LLMKV_EVENT_ERROR, -1, LLMKV_FINISH_NONE,
+                       LLMKV_ERR_KV_CAPACITY);
         }
         plan_.failed.clear();
     };
@@ -491,7 +532,8 @@ void Engine::step() {
         spans_.clear();
         for (const StepPlan::Span &p : plan_.spans) {
             Request *r = p.request;
-            spans_.push_back({r->seq.table(), r->tokens.data() + r->seq.n_tokens(), p.n_tokens, p.want_logits, false, p.block_data});
+            spans_.push_back({r->seq.table(), r->tokens.data() + r->seq.n_tokens(), p.n_tokens,
+                              p.want_logits, false, p.block_data});
         }
         mark_step();
         run_forward(spans_);
@@ -534,11 +576,14 @@ void Engine::step() {
         auto t0 = std::chrono::steady_clock::now();
         bool any = s->constraints.apply(row, n_vocab, s->n_generated, constraint_counters_);
         int32_t token = any ? s->sampler->sample(row, s->tokens) : -1;
-        sample_ns_ += uint64_t(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        sample_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count());
         bool is_stop = any && s->constraints.is_stop_token(token);
-        if (any && !is_stop && !s->constraints.advance(*tokenizer_, token)) {  // a mask never allows this
-            LLMKV_LOG_ERROR_F("sampled token %d is outside the session's grammar; generation ends", token);
+        if (any && !is_stop &&
+            !s->constraints.advance(*tokenizer_, token)) {  // a mask never allows this
+            LLMKV_LOG_ERROR_F("sampled token %d is outside the session's grammar; generation ends",
+                              token);
             any = false;
         }
         if (!any) {
@@ -577,9 +622,10 @@ void Engine::mark_step() {
     step_marks_.resize(plan_.spans.size());
     for (size_t i = 0; i < plan_.spans.size(); ++i) {
         const Session *s = static_cast<const Session *>(plan_.spans[i].request);
-        step_marks_[i] = StepMark{s->tokens.size(), s->n_generated, s->n_committed, s->generate_requested,
-                                  s->finish_reason, s->text.mark(), s->stops.mark(),
-                                  s->constraints.grammar.state, s->sampler->rng()};
+        step_marks_[i] = StepMark{
+            s->tokens.size(), s->n_generated, s->n_committed,  s->generate_requested,
+            s->finish_reason, s->text.mark(), s->stops.mark(), s->constraints.grammar.state,
+            s->sampler->rng()};
     }
     marked_prefilled_ = tokens_prefilled_;
     marked_generated_ = tokens_generated_;
@@ -612,21 +658,24 @@ void Engine::undo_step(size_t events_mark) noexcept {
         tokens_prefilled_ = marked_prefilled_;
         tokens_generated_ = marked_generated_;
     } catch (...) {
-        LLMKV_LOG_ERROR_F("step: undoing a failed step failed; llmkv_engine_validate will tell%s", "");
+        LLMKV_LOG_ERROR_F("step: undoing a failed step failed; llmkv_engine_validate will tell%s",
+                          "");
     }
 }
 
 void Engine::park(Session *s) {
-    if (!kv_->has_host_tier()) fail(LLMKV_ERR_UNSUPPORTED, "no host tier: engine_params.kv_host_bytes is 0");
-    if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is generating; park it after DONE or cancel");
+    if (!kv_->has_host_tier())
+        fail(LLMKV_ERR_UNSUPPORTED, "no host tier: engine_params.kv_host_bytes is 0");
+    if (s->generate_requested)
+        fail(LLMKV_ERR_STATE, "session is generating; park it after DONE or cancel");
     if (s->seq.resuming()) {
         kv_->reap(s->seq, /*wait=*/true);
         s->refresh_state();
     }
     if (!s->seq.on_device() || !s->seq.holds_kv()) return;
     if (!kv_->park_out(s->seq, /*wait=*/false)) {
-        fail(LLMKV_ERR_KV_CAPACITY, "host tier full: %.1f of %.1f MiB used", kv_->host_region_used() / 1048576.0,
-             kv_->host_bytes_total() / 1048576.0);
+        fail(LLMKV_ERR_KV_CAPACITY, "host tier full: %.1f of %.1f MiB used",
+             kv_->host_region_used() / 1048576.0, kv_->host_bytes_total() / 1048576.0);
     }
     s->refresh_state();
     ++parks_;

@@ -46,7 +46,8 @@ void Engine::get_info(llmkv_engine_info &out) const {
     out.kv_window = window_;
     out.kv_layer_groups = g.n_groups;
     out.kv_bytes_per_token_global = g.sealed_block_bytes() / g.block_tokens;
-    out.kv_bytes_per_token_tail = g.tail_block_bytes() / (g.tail_capacity() + (g.sink ? 1 : 0));  // a row
+    out.kv_bytes_per_token_tail =
+        g.tail_block_bytes() / (g.tail_capacity() + (g.sink ? 1 : 0));  // a row
     const KvGeometry &rg = tp_ ? tp_->rank_kv_geometry() : g;
     out.kv_bytes_per_token_rank = rg.sealed_block_bytes() * rg.n_groups / rg.block_tokens;
     out.weight_bytes_rank = tp_ ? tp_->shard().weight_bytes() : out.weight_bytes;
@@ -76,19 +77,33 @@ void Engine::get_stats(llmkv_stats &out) const {
     out.sessions_total = uint32_t(sessions_.size());
     for (const Request *s : sessions_) {
         switch (s->state) {
-            case LLMKV_SESSION_IDLE: ++out.sessions_idle; break;
-            case LLMKV_SESSION_QUEUED: ++out.sessions_queued; break;
-            case LLMKV_SESSION_PREFILLING: ++out.sessions_prefilling; break;
-            case LLMKV_SESSION_GENERATING: ++out.sessions_generating; break;
-            case LLMKV_SESSION_PARKED: ++out.sessions_parked; break;
-            case LLMKV_SESSION_FINISHED: ++out.sessions_finished; break;
+            case LLMKV_SESSION_IDLE:
+                ++out.sessions_idle;
+                break;
+            case LLMKV_SESSION_QUEUED:
+                ++out.sessions_queued;
+                break;
+            case LLMKV_SESSION_PREFILLING:
+                ++out.sessions_prefilling;
+                break;
+            case LLMKV_SESSION_GENERATING:
+                ++out.sessions_generating;
+                break;
+            case LLMKV_SESSION_PARKED:
+                ++out.sessions_parked;
+                break;
+            case LLMKV_SESSION_FINISHED:
+                ++out.sessions_finished;
+                break;
         }
         out.tokens_stored += s->seq.n_tokens();
     }
-    out.kv_bytes_used = uint64_t(out.blocks_used) * sealed.block_bytes() + uint64_t(tails.n_used()) * tails.block_bytes();
+    out.kv_bytes_used = uint64_t(out.blocks_used) * sealed.block_bytes() +
+                        uint64_t(tails.n_used()) * tails.block_bytes();
     if (tp_) {
         const KvGeometry &rg = tp_->rank_kv_geometry();
-        out.kv_bytes_used_rank = uint64_t(out.blocks_used) * rg.sealed_block_bytes() + uint64_t(tails.n_used()) * rg.tail_block_bytes();
+        out.kv_bytes_used_rank = uint64_t(out.blocks_used) * rg.sealed_block_bytes() +
+                                 uint64_t(tails.n_used()) * rg.tail_block_bytes();
         out.tp_reduce_ns = tp_comm_->reduce_ns();
         out.tp_reduces = tp_comm_->reduces();
     } else {

@@ -16,7 +16,9 @@ uint64_t splitmix64(uint64_t &x) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 }  // namespace
 
 Rng::Rng(uint64_t seed) {
@@ -36,14 +38,18 @@ uint64_t Rng::next() {
     return result;
 }
 
-double Rng::uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+double Rng::uniform() {
+    return double(next() >> 11) * (1.0 / 9007199254740992.0);
+}
 
 const char *validate_sampling(const llmkv_sampling &p) {
-    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return "sampling.temperature must be >= 0";
+    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+        return "sampling.temperature must be >= 0";
     if (p.top_k < 0) return "sampling.top_k must be >= 0";
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return "sampling.top_p must be in (0, 1]";
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return "sampling.min_p must be in [0, 1]";
-    if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) return "sampling.repeat_penalty must be > 0";
+    if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
+        return "sampling.repeat_penalty must be > 0";
     if (p.repeat_last_n < -1) return "sampling.repeat_last_n must be >= -1";
     return nullptr;
 }
@@ -54,8 +60,9 @@ Sampler::Sampler(const llmkv_sampling &params, uint32_t n_vocab)
 int32_t Sampler::sample(float *logits, const std::vector<int32_t> &context) {
     const llmkv_sampling &p = params_;
     if (p.repeat_penalty != 1.0f && !context.empty()) {
-        size_t window = p.repeat_last_n < 0 ? context.size()
-                        : p.repeat_last_n == 0 ? 64 : size_t(p.repeat_last_n);
+        size_t window = p.repeat_last_n < 0    ? context.size()
+                        : p.repeat_last_n == 0 ? 64
+                                               : size_t(p.repeat_last_n);
         size_t start = context.size() > window ? context.size() - window : 0;
         seen_.assign(n_vocab_, 0);
         for (size_t i = start; i < context.size(); ++i) {
@@ -84,7 +91,8 @@ int32_t Sampler::sample(float *logits, const std::vector<int32_t> &context) {
     size_t n = candidates_.size();
     bool sorted = false;
     if (p.top_k > 0 && size_t(p.top_k) < n) {
-        std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(), by_logit);
+        std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(),
+                          by_logit);
         n = size_t(p.top_k);
         sorted = true;
     }
@@ -111,8 +119,8 @@ int32_t Sampler::sample(float *logits, const std::vector<int32_t> &context) {
         size_t head = std::min<size_t>(n, 64);
         for (;;) {
             if (!sorted) {
-                std::partial_sort(candidates_.begin(), candidates_.begin() + long(head), candidates_.begin() + long(n),
-                                  by_logit);
+                std::partial_sort(candidates_.begin(), candidates_.begin() + long(head),
+                                  candidates_.begin() + long(n), by_logit);
             }
             double cum = 0.0;
             size_t keep = 0;

@@ -45,7 +45,9 @@ void Engine::run_submissions() {
             std::vector<int32_t> ids;
             if (r.is_text) {
                 if (s->generate_requested) {
-                    fail(LLMKV_ERR_STATE, "session is generating; cancel it or wait for DONE before submitting input");
+                    fail(LLMKV_ERR_STATE,
+                         "session is generating; cancel it or wait for DONE before submitting "
+                         "input");
                 }
                 const bool add_bos = s->tokens.empty() && tokenizer_->add_bos_default();
                 ids = tokenizer_->encode(r.text, add_bos, true);
@@ -57,10 +59,13 @@ void Engine::run_submissions() {
                 // appends nothing either.
                 if (s->generate_requested) fail(LLMKV_ERR_STATE, "session is already generating");
                 const size_t n = s->tokens.size() + ids.size();
-                if (n == 0) fail(LLMKV_ERR_STATE, "session has no tokens to continue from; submit a prompt first");
+                if (n == 0)
+                    fail(LLMKV_ERR_STATE,
+                         "session has no tokens to continue from; submit a prompt first");
                 if (n >= max_context_) {
-                    fail(LLMKV_ERR_KV_CAPACITY, "session would hold %zu tokens, max_context is %u: no room to generate",
-                         n, max_context_);
+                    fail(LLMKV_ERR_KV_CAPACITY,
+                         "session would hold %zu tokens, max_context is %u: no room to generate", n,
+                         max_context_);
                 }
             }
             append(s, ids.data(), ids.size());

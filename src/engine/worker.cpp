@@ -11,7 +11,8 @@
 
 namespace llmkv {
 
-Worker::Worker(FairMutex &engine_lock, std::mutex &io, std::deque<llmkv_event> &engine_events, Hooks hooks)
+Worker::Worker(FairMutex &engine_lock, std::mutex &io, std::deque<llmkv_event> &engine_events,
+               Hooks hooks)
     : engine_lock_(engine_lock), io_(io), engine_events_(engine_events), hooks_(std::move(hooks)) {}
 
 Worker::~Worker() {
@@ -111,7 +112,8 @@ void Worker::main(int32_t thread_priority) {
             }
             try {
                 hooks_.hand_over();
-            } catch (...) {  // no memory for the queue: the events stay with the engine for the next try
+            } catch (
+                ...) {  // no memory for the queue: the events stay with the engine for the next try
             }
             bool failed;
             {

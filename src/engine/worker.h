@@ -29,12 +29,14 @@ public:
     // What the worker does to the engine it steps; each is called with the engine lock held.
     struct Hooks {
         std::function<bool()> has_work;
-        std::function<void()> step;       // throws Error (or bad_alloc) when a step fails
-        std::function<void()> hand_over;  // the engine's queued events (and their text) to accept_locked
+        std::function<void()> step;  // throws Error (or bad_alloc) when a step fails
+        std::function<void()>
+            hand_over;  // the engine's queued events (and their text) to accept_locked
     };
     // engine_events: the engine's own event queue (guarded by the engine lock), where events
     // go back when the worker stops and where they are taken while it does not run.
-    Worker(FairMutex &engine_lock, std::mutex &io, std::deque<llmkv_event> &engine_events, Hooks hooks);
+    Worker(FairMutex &engine_lock, std::mutex &io, std::deque<llmkv_event> &engine_events,
+           Hooks hooks);
     ~Worker();
     Worker(const Worker &) = delete;
     Worker &operator=(const Worker &) = delete;
@@ -68,9 +70,9 @@ private:
     std::mutex &io_;
     std::deque<llmkv_event> &engine_events_;
     Hooks hooks_;
-    std::deque<llmkv_event> events_;       // guarded by io_
-    std::condition_variable events_cv_;    // events queued (or the worker stopped); with io_
-    llmkv_status error_ = LLMKV_OK;        // a failed step, reported once by poll; guarded by io_
+    std::deque<llmkv_event> events_;     // guarded by io_
+    std::condition_variable events_cv_;  // events queued (or the worker stopped); with io_
+    llmkv_status error_ = LLMKV_OK;      // a failed step, reported once by poll; guarded by io_
     std::string error_message_;
     std::mutex control_;
     std::thread thread_;

@@ -55,7 +55,9 @@ void encode_utf8(uint32_t cp, std::string &out) {
     }
 }
 
-int utf8_len_of(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+int utf8_len_of(uint32_t cp) {
+    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
 
 using Range = std::pair<uint32_t, uint32_t>;
 using ByteRanges = std::vector<std::pair<uint8_t, uint8_t>>;  // one per byte of a sequence
@@ -159,7 +161,8 @@ private:
     // ---- lexing / parsing ----
     bool at_end() const { return p_ >= t_.size(); }
     static bool name_char(char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '-';
     }
     void skip_ws() {
         while (!at_end()) {
@@ -235,10 +238,14 @@ uint32_t Compiler::parse_hex(int digits) {
         if (at_end()) error(start - 2, "expected %d hex digits", digits);
         char c = t_[p_];
         uint32_t d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else error(start - 2, "expected %d hex digits", digits);
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            error(start - 2, "expected %d hex digits", digits);
         v = v * 16 + d;
         ++p_;
     }
@@ -255,18 +262,30 @@ uint32_t Compiler::parse_char(bool in_class) {
         if (at_end()) error(start, "escape at the end of the text");
         char e = t_[p_++];
         switch (e) {
-            case 'n': return '\n';
-            case 'r': return '\r';
-            case 't': return '\t';
-            case '\\': return '\\';
-            case '"': return '"';
-            case '[': return '[';
-            case ']': return ']';
-            case '-': return '-';
-            case '^': return '^';
-            case 'x': return parse_hex(2);
-            case 'u': return parse_hex(4);
-            case 'U': return parse_hex(8);
+            case 'n':
+                return '\n';
+            case 'r':
+                return '\r';
+            case 't':
+                return '\t';
+            case '\\':
+                return '\\';
+            case '"':
+                return '"';
+            case '[':
+                return '[';
+            case ']':
+                return ']';
+            case '-':
+                return '-';
+            case '^':
+                return '^';
+            case 'x':
+                return parse_hex(2);
+            case 'u':
+                return parse_hex(4);
+            case 'U':
+                return parse_hex(8);
             default:
                 error(start, "unknown escape '\\%c'", e);
         }
@@ -274,7 +293,11 @@ uint32_t Compiler::parse_char(bool in_class) {
     if (c == '\n' || c == '\r') {
         error(start, in_class ? "unterminated character class" : "unterminated string literal");
     }
-    int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    int len = c < 0x80             ? 1
+              : (c & 0xE0) == 0xC0 ? 2
+              : (c & 0xF0) == 0xE0 ? 3
+              : (c & 0xF8) == 0xF0 ? 4
+                                   : 0;
     if (len == 0 || p_ + len > t_.size()) error(start, "invalid UTF-8");
     uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
     for (int i = 1; i < len; ++i) {
@@ -356,13 +379,16 @@ Seq Compiler::apply_postfix(Seq unit, size_t op_off) {
     if (!at_end() && t_[p_] == ',') {
         ++p_;
         skip_ws();
-        if (!at_end() && t_[p_] == '}') unbounded = true;
-        else n = parse_count();
+        if (!at_end() && t_[p_] == '}')
+            unbounded = true;
+        else
+            n = parse_count();
         skip_ws();
     }
     if (at_end() || t_[p_] != '}') error(p_, "expected '}' to close the repetition bounds");
     ++p_;
-    if (!unbounded && n < m) error(op_off, "repetition bounds {%u,%u}: the maximum is below the minimum", m, n);
+    if (!unbounded && n < m)
+        error(op_off, "repetition bounds {%u,%u}: the maximum is below the minimum", m, n);
     Elem x = single(std::move(unit));
     Seq out;
     for (uint32_t i = 0; i < m; ++i) {
@@ -533,8 +559,9 @@ std::vector<Seq> Compiler::parse_alternates(bool nested) {
 
 GrammarProgram Compiler::compile(std::string_view root_name) {
     if (t_.size() > Grammar::kMaxTextBytes)
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar: line 1, column 1: the text is %zu bytes; the limit is %zu",
-             t_.size(), Grammar::kMaxTextBytes);
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "grammar: line 1, column 1: the text is %zu bytes; the limit is %zu", t_.size(),
+             Grammar::kMaxTextBytes);
     skip_ws();
     while (!at_end()) {
         size_t name_off = p_;
@@ -545,7 +572,8 @@ GrammarProgram Compiler::compile(std::string_view root_name) {
         }
         std::string name = parse_name();
         skip_ws();
-        if (t_.substr(p_, 3) != "::=") error(p_, "expected '::=' after the rule name '%s'", name.c_str());
+        if (t_.substr(p_, 3) != "::=")
+            error(p_, "expected '::=' after the rule name '%s'", name.c_str());
         p_ += 3;
         uint32_t id = named_rule(name);
         if (rules_[id].defined) error(name_off, "rule '%s' is defined twice", name.c_str());
@@ -566,16 +594,20 @@ GrammarProgram Compiler::compile(std::string_view root_name) {
             bad_rule = r;
         }
     }
-    if (bad != kNoOffset) error(bad, "rule '%s' is used but never defined", rules_[bad_rule].name.c_str());
+    if (bad != kNoOffset)
+        error(bad, "rule '%s' is used but never defined", rules_[bad_rule].name.c_str());
     auto root_it = by_name_.find(std::string(root_name));
     if (root_it == by_name_.end() || !rules_[root_it->second].defined)
-        error(0, "the root rule '%.*s' is not defined", static_cast<int>(root_name.size()), root_name.data());
+        error(0, "the root rule '%.*s' is not defined", static_cast<int>(root_name.size()),
+              root_name.data());
     const uint32_t root = root_it->second;
     const size_t n = rules_.size();
 
     // Nullable rules (fixpoint).
     std::vector<uint8_t> nullable(n, 0);
-    auto elem_nullable = [&](const Elem &e) { return e.kind == GrammarProgram::kRule && nullable[e.arg]; };
+    auto elem_nullable = [&](const Elem &e) {
+        return e.kind == GrammarProgram::kRule && nullable[e.arg];
+    };
     for (bool changed = true; changed;) {
         changed = false;
         for (uint32_t r = 0; r < n; ++r) {
@@ -626,13 +658,17 @@ GrammarProgram Compiler::compile(std::string_view root_name) {
             int64_t best = -1;
             for (size_t j = k; j < path.size(); ++j) {
                 uint32_t q = path[j].first;
-                if (rules_[q].named && (best < 0 || rules_[q].def_off < rules_[best].def_off)) best = q;
+                if (rules_[q].named && (best < 0 || rules_[q].def_off < rules_[best].def_off))
+                    best = q;
             }
             if (best >= 0)
-                error(rules_[best].def_off, "rule '%s' is left-recursive", rules_[best].name.c_str());
+                error(rules_[best].def_off, "rule '%s' is left-recursive",
+                      rules_[best].name.c_str());
             const RuleDef &o = rules_[rules_[next].owner];
-            error(o.def_off, "rule '%s' is left-recursive (it repeats an item that can match the empty string)",
-                  o.name.c_str());
+            error(
+                o.def_off,
+                "rule '%s' is left-recursive (it repeats an item that can match the empty string)",
+                o.name.c_str());
         }
     }
 
@@ -655,7 +691,8 @@ GrammarProgram Compiler::compile(std::string_view root_name) {
         }
     }
     if (!productive[root])
-        error(rules_[root].def_off, "the language of rule '%s' is empty (it matches no finite string)",
+        error(rules_[root].def_off,
+              "the language of rule '%s' is empty (it matches no finite string)",
               rules_[root].name.c_str());
 
     GrammarProgram prog;

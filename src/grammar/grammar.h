@@ -47,11 +47,11 @@ struct GrammarProgram {
 class Grammar {  // immutable, compiled, byte-level; shareable across threads
 public:
     // Limits for hostile input (docs/GRAMMAR.md).
-    static constexpr size_t kMaxTextBytes = 1u << 20;     // grammar / schema text
-    static constexpr uint32_t kMaxRepetition = 4096;      // m and n of {m,n}
-    static constexpr size_t kMaxRules = 1u << 16;         // named + generated rules
-    static constexpr size_t kMaxElements = 1u << 21;      // byte-level elements after expansion
-    static constexpr int kMaxNesting = 256;               // parentheses / schema nesting
+    static constexpr size_t kMaxTextBytes = 1u << 20;  // grammar / schema text
+    static constexpr uint32_t kMaxRepetition = 4096;   // m and n of {m,n}
+    static constexpr size_t kMaxRules = 1u << 16;      // named + generated rules
+    static constexpr size_t kMaxElements = 1u << 21;   // byte-level elements after expansion
+    static constexpr int kMaxNesting = 256;            // parentheses / schema nesting
 
     // Parses GBNF. root: the start rule name. Throws INVALID_ARGUMENT
     // "grammar: line L, column C: <what>".
@@ -144,17 +144,17 @@ public:
 
     struct Stats {
         uint64_t states, mask_hits, mask_misses, transitions;
-        size_t cache_bytes;     // mask cache + transition tables + stack nodes
-        uint64_t nodes;         // stack nodes interned
-        uint64_t limit_hits;    // transitions made kDead by a run-time limit
+        size_t cache_bytes;   // mask cache + transition tables + stack nodes
+        uint64_t nodes;       // stack nodes interned
+        uint64_t limit_hits;  // transitions made kDead by a run-time limit
         uint64_t mask_evictions;
     };
     Stats stats() const;
 
 private:
     struct StateInfo {
-        std::vector<uint32_t> nodes;  // sorted; node 0 (the empty stack) = accepting
-        GrammarProgram::ByteSet first{};  // bytes some stack can take
+        std::vector<uint32_t> nodes;       // sorted; node 0 (the empty stack) = accepting
+        GrammarProgram::ByteSet first{};   // bytes some stack can take
         std::unique_ptr<uint32_t[]> next;  // 256 transitions, kUnknown until computed
     };
     struct MaskEntry {
@@ -186,7 +186,7 @@ private:
     std::list<State> lru_;  // front = most recently used
     size_t mask_bytes_ = 0;
     static constexpr size_t kMaskEntryOverhead = 64;  // map node + list node, roughly
-    std::vector<uint64_t> zero_;  // the mask of kDead
+    std::vector<uint64_t> zero_;                      // the mask of kDead
 
     // Scratch for close().
     std::vector<uint32_t> seen_;  // epoch per node
@@ -194,8 +194,7 @@ private:
     std::vector<uint32_t> stack_scratch_, out_scratch_;
     std::vector<State> walk_;
 
-    uint64_t mask_hits_ = 0, mask_misses_ = 0, transitions_ = 0, limit_hits_ = 0,
-             evictions_ = 0;
+    uint64_t mask_hits_ = 0, mask_misses_ = 0, transitions_ = 0, limit_hits_ = 0, evictions_ = 0;
 };
 
 }  // namespace llmkv

@@ -3,11 +3,10 @@
 // Output is compact JSON: no whitespace except at most one space after ':' and ','; object
 // keys in schema order, optional ones omittable; strings as JSON strings (escapes, no raw
 // control characters); numbers as JSON numbers with bounded digit counts.
-#include <nlohmann/json.hpp>
-
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/error.h"
@@ -26,8 +25,9 @@ const char *const kPrimitives[][2] = {
     {"string", "\"\\\"\" char* \"\\\"\""},
     // \uXXXX: not a lone surrogate (JSON parsers refuse one); a high surrogate only with
     // the \uXXXX low surrogate after it.
-    {"char", R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | )"
-             R"([dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2} ) ))"},
+    {"char",
+     R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | )"
+     R"([dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2} ) ))"},
     {"number", "integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?"},
     {"integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )"},
     {"boolean", "\"true\" | \"false\""},
@@ -44,19 +44,23 @@ const std::map<std::string, std::vector<std::string>> kPrimitiveDeps = {
     {"number", {"integer"}},
 };
 
-const std::set<std::string> kAnnotations = {"title", "description", "$schema", "$id", "examples",
-                                             "default", "$comment"};
+const std::set<std::string> kAnnotations = {"title",    "description", "$schema", "$id",
+                                            "examples", "default",     "$comment"};
 const std::set<std::string> kKeywords = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "items",
-    "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref", "$defs",
-    "definitions"};
+    "type",     "properties", "required",  "additionalProperties",
+    "enum",     "const",      "items",     "minItems",
+    "maxItems", "minLength",  "maxLength", "anyOf",
+    "oneOf",    "$ref",       "$defs",     "definitions"};
 
 std::string pointer_token(const std::string &key) {
     std::string out;
     for (char c : key) {
-        if (c == '~') out += "~0";
-        else if (c == '/') out += "~1";
-        else out += c;
+        if (c == '~')
+            out += "~0";
+        else if (c == '/')
+            out += "~1";
+        else
+            out += c;
     }
     return out;
 }
@@ -78,13 +82,20 @@ std::string unescape_pointer_token(const std::string &tok) {
 std::string literal(const std::string &bytes) {
     std::string out = "\"";
     for (unsigned char c : bytes) {
-        if (c == '"') out += "\\\"";
-        else if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c == 0x7F) out += strprintf("\\x%02X", c);
-        else out += static_cast<char>(c);
+        if (c == '"')
+            out += "\\\"";
+        else if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else if (c == '\r')
+            out += "\\r";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20 || c == 0x7F)
+            out += strprintf("\\x%02X", c);
+        else
+            out += static_cast<char>(c);
     }
     return out + "\"";
 }
@@ -127,7 +138,8 @@ public:
         char buf[512];
         vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: at %s: %s", ptr.empty() ? "(root)" : ptr.c_str(), buf);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: at %s: %s",
+             ptr.empty() ? "(root)" : ptr.c_str(), buf);
     }
 
 private:
@@ -140,8 +152,10 @@ private:
         std::string base;
         for (char c : hint) {
             bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-            if (ok) base += c;
-            else if (!base.empty() && base.back() != '-') base += '-';
+            if (ok)
+                base += c;
+            else if (!base.empty() && base.back() != '-')
+                base += '-';
         }
         while (!base.empty() && base.back() == '-') base.pop_back();
         if (base.size() > 48) base.resize(48);
@@ -156,7 +170,9 @@ private:
         slot_[name] = rules_.size();
         rules_.push_back({name, ""});
     }
-    void set_rule(const std::string &name, const std::string &body) { rules_[slot_[name]].second = body; }
+    void set_rule(const std::string &name, const std::string &body) {
+        rules_[slot_[name]].second = body;
+    }
     std::string new_rule(const std::string &hint, const std::string &body, const std::string &ptr) {
         std::string name = unique(hint);
         reserve(name);
@@ -167,8 +183,7 @@ private:
 
     static uint64_t count_kw(const Json &s, const char *kw, const std::string &ptr) {
         const Json &v = s[kw];
-        if (!v.is_number_unsigned())
-            error(ptr + "/" + kw, "%s must be a non-negative integer", kw);
+        if (!v.is_number_unsigned()) error(ptr + "/" + kw, "%s must be a non-negative integer", kw);
         uint64_t n = v.get<uint64_t>();
         if (n > Grammar::kMaxRepetition)
             error(ptr + "/" + kw, "%s %llu is above the supported %u", kw,
@@ -179,7 +194,8 @@ private:
     static void check_keywords(const Json &s, const std::string &ptr) {
         for (auto it = s.begin(); it != s.end(); ++it) {
             if (kAnnotations.count(it.key()) || kKeywords.count(it.key())) continue;
-            error(ptr + "/" + pointer_token(it.key()), "unsupported keyword '%s'", it.key().c_str());
+            error(ptr + "/" + pointer_token(it.key()), "unsupported keyword '%s'",
+                  it.key().c_str());
         }
     }
 
@@ -202,13 +218,15 @@ private:
         std::string section, key;
         for (const char *prefix : {"#/$defs/", "#/definitions/"}) {
             std::string p = prefix;
-            if (target.compare(0, p.size(), p) == 0 && target.find('/', p.size()) == std::string::npos) {
+            if (target.compare(0, p.size(), p) == 0 &&
+                target.find('/', p.size()) == std::string::npos) {
                 section = p.substr(2, p.size() - 3);
                 key = unescape_pointer_token(target.substr(p.size()));
             }
         }
         if (section.empty())
-            error(ptr + "/$ref", "$ref '%s' is not supported (only #/$defs/NAME and #/definitions/NAME)",
+            error(ptr + "/$ref",
+                  "$ref '%s' is not supported (only #/$defs/NAME and #/definitions/NAME)",
                   target.c_str());
         if (!root_.is_object() || !root_.contains(section) || !root_[section].is_object() ||
             !root_[section].contains(key))
@@ -226,8 +244,10 @@ private:
         if (t == "string") return v.is_string();
         if (t == "number") return v.is_number();
         if (t == "integer")
-            return v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(
-                                                                          static_cast<long long>(v.get<double>())));
+            return v.is_number_integer() ||
+                   (v.is_number_float() &&
+                    v.get<double>() ==
+                        static_cast<double>(static_cast<long long>(v.get<double>())));
         if (t == "boolean") return v.is_boolean();
         if (t == "null") return v.is_null();
         if (t == "object") return v.is_object();
@@ -236,14 +256,15 @@ private:
     }
 
     std::vector<std::string> types(const Json &s, const std::string &ptr) {
-        static const std::set<std::string> known = {"object", "string", "number", "integer",
-                                                     "boolean", "null", "array"};
+        static const std::set<std::string> known = {"object",  "string", "number", "integer",
+                                                    "boolean", "null",   "array"};
         std::vector<std::string> out;
         if (!s.contains("type")) return out;
         const Json &t = s["type"];
         auto add = [&](const Json &v, const std::string &p) {
             if (!v.is_string() || !known.count(v.get<std::string>()))
-                error(p, "type must be one of object, string, number, integer, boolean, null, array");
+                error(p,
+                      "type must be one of object, string, number, integer, boolean, null, array");
             out.push_back(v.get<std::string>());
         };
         if (t.is_array()) {
@@ -257,7 +278,8 @@ private:
 
     // A GBNF expression (parenthesized when it has alternatives) for schema `s`.
     std::string expr(const Json &s, const std::string &ptr, const std::string &hint, int depth) {
-        if (depth > Grammar::kMaxNesting) error(ptr, "schemas nested deeper than %d", Grammar::kMaxNesting);
+        if (depth > Grammar::kMaxNesting)
+            error(ptr, "schemas nested deeper than %d", Grammar::kMaxNesting);
         if (s.is_boolean()) {
             if (!s.get<bool>()) error(ptr, "the schema false matches nothing");
             return prim("value");
@@ -269,7 +291,8 @@ private:
             error(ptr + "/" + k, "%s is supported only at the root", k);
         }
         for (const char *k : {"$defs", "definitions"}) {
-            if (depth == 0 && s.contains(k) && !s[k].is_object()) error(ptr + "/" + k, "%s must be an object", k);
+            if (depth == 0 && s.contains(k) && !s[k].is_object())
+                error(ptr + "/" + k, "%s must be an object", k);
         }
         std::vector<std::string> cons = constraints(s);
         if (s.contains("$ref")) {
@@ -280,7 +303,8 @@ private:
             if (!s.contains(k)) continue;
             if (cons.size() > 1) error(ptr, "%s next to other keywords is not supported", k);
             const Json &list = s[k];
-            if (!list.is_array() || list.empty()) error(ptr + "/" + k, "%s must be a non-empty array", k);
+            if (!list.is_array() || list.empty())
+                error(ptr + "/" + k, "%s must be a non-empty array", k);
             std::string body;
             for (size_t i = 0; i < list.size(); ++i) {
                 std::string p = ptr + "/" + k + "/" + std::to_string(i);
@@ -296,7 +320,8 @@ private:
                 values.push_back(&s["const"]);
             } else {
                 const Json &e = s["enum"];
-                if (!e.is_array() || e.empty()) error(ptr + "/enum", "enum must be a non-empty array");
+                if (!e.is_array() || e.empty())
+                    error(ptr + "/enum", "enum must be a non-empty array");
                 for (const Json &v : e) values.push_back(&v);
             }
             std::string body;
@@ -311,7 +336,8 @@ private:
             return "( " + body + " )";
         }
         if (ts.empty()) {
-            if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+            if (s.contains("properties") || s.contains("required") ||
+                s.contains("additionalProperties"))
                 ts.push_back("object");
             else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
                 ts.push_back("array");
@@ -350,9 +376,10 @@ private:
             uint64_t hi = bounded ? count_kw(s, "maxLength", ptr) : 0;
             if (bounded && hi < lo) error(ptr + "/maxLength", "maxLength is below minLength");
             prim("char");
-            std::string rep = bounded ? strprintf("{%llu,%llu}", static_cast<unsigned long long>(lo),
-                                                  static_cast<unsigned long long>(hi))
-                                      : strprintf("{%llu,}", static_cast<unsigned long long>(lo));
+            std::string rep = bounded
+                                  ? strprintf("{%llu,%llu}", static_cast<unsigned long long>(lo),
+                                              static_cast<unsigned long long>(hi))
+                                  : strprintf("{%llu,}", static_cast<unsigned long long>(lo));
             return "\"\\\"\" char" + rep + " \"\\\"\"";
         }
         if (t == "array") {
@@ -360,7 +387,8 @@ private:
             if (!s.contains("items")) {
                 item = prim("value");
             } else {
-                if (s["items"].is_array()) error(ptr + "/items", "items as an array (tuple form) is not supported");
+                if (s["items"].is_array())
+                    error(ptr + "/items", "items as an array (tuple form) is not supported");
                 item = sub(s["items"], ptr + "/items", hint + "-item", depth);
             }
             uint64_t lo = s.contains("minItems") ? count_kw(s, "minItems", ptr) : 0;
@@ -371,10 +399,13 @@ private:
             prim("sp");
             std::string more = "( \",\" sp " + item + " )";
             uint64_t rlo = lo > 0 ? lo - 1 : 0;
-            if (bounded) more += strprintf("{%llu,%llu}", static_cast<unsigned long long>(rlo),
-                                           static_cast<unsigned long long>(hi - 1));
-            else if (rlo == 0) more += "*";
-            else more += strprintf("{%llu,}", static_cast<unsigned long long>(rlo));
+            if (bounded)
+                more += strprintf("{%llu,%llu}", static_cast<unsigned long long>(rlo),
+                                  static_cast<unsigned long long>(hi - 1));
+            else if (rlo == 0)
+                more += "*";
+            else
+                more += strprintf("{%llu,}", static_cast<unsigned long long>(rlo));
             if (lo == 0) return "\"[\" ( " + item + " " + more + " )? \"]\"";
             return "\"[\" " + item + " " + more + " \"]\"";
         }
@@ -383,7 +414,8 @@ private:
             const Json &a = s["additionalProperties"];
             if (!(a.is_boolean() && !a.get<bool>()))
                 error(ptr + "/additionalProperties",
-                      "additionalProperties other than false is not supported (objects have exactly the "
+                      "additionalProperties other than false is not supported (objects have "
+                      "exactly the "
                       "listed properties)");
         }
         std::vector<std::pair<std::string, const Json *>> props;
@@ -395,7 +427,8 @@ private:
         std::set<std::string> required;
         if (s.contains("required")) {
             const Json &r = s["required"];
-            if (!r.is_array()) error(ptr + "/required", "required must be an array of property names");
+            if (!r.is_array())
+                error(ptr + "/required", "required must be an array of property names");
             for (size_t i = 0; i < r.size(); ++i) {
                 const std::string p = ptr + "/required/" + std::to_string(i);
                 if (!r[i].is_string()) error(p, "required must be an array of property names");
@@ -456,14 +489,16 @@ void check_depth(std::string_view text) {
     for (size_t i = 0; i < text.size(); ++i) {
         char c = text[i];
         if (in_string) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_string = false;
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                in_string = false;
         } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {
             if (++depth > 2 * Grammar::kMaxNesting)
-                fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: nested deeper than %d", i + 1,
-                     2 * Grammar::kMaxNesting);
+                fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: nested deeper than %d",
+                     i + 1, 2 * Grammar::kMaxNesting);
         } else if (c == ']' || c == '}') {
             --depth;
         }
@@ -477,7 +512,8 @@ struct Converted {
 
 Converted convert(std::string_view schema_json) {
     if (schema_json.size() > Grammar::kMaxTextBytes)
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: the text is longer than the limit of %zu bytes",
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "json schema: byte %zu: the text is longer than the limit of %zu bytes",
              Grammar::kMaxTextBytes + 1, Grammar::kMaxTextBytes);
     check_depth(schema_json);
     Json root;
@@ -486,12 +522,15 @@ Converted convert(std::string_view schema_json) {
     } catch (const nlohmann::json::parse_error &e) {
         std::string msg = e.what();
         size_t close = msg.find("] ");
-        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: %s", static_cast<size_t>(e.byte), msg.c_str());
+        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos)
+            msg = msg.substr(close + 2);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: byte %zu: %s", static_cast<size_t>(e.byte),
+             msg.c_str());
     } catch (const nlohmann::json::exception &e) {  // a number out of range (out_of_range.406)
         std::string msg = e.what();
         size_t close = msg.find("] ");
-        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
+        if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos)
+            msg = msg.substr(close + 2);
         fail(LLMKV_ERR_INVALID_ARGUMENT, "json schema: %s", msg.c_str());
     }
     Converter c(root);
@@ -519,7 +558,9 @@ Converted convert(std::string_view schema_json) {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) { return convert(schema_json).gbnf; }
+std::string json_schema_to_gbnf(std::string_view schema_json) {
+    return convert(schema_json).gbnf;
+}
 
 std::shared_ptr<const Grammar> Grammar::from_json_schema(std::string_view schema_json) {
     return convert(schema_json).grammar;

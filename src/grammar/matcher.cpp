@@ -29,7 +29,8 @@ GrammarVocab::GrammarVocab(std::vector<std::string> token_bytes, std::vector<uin
     if (eligible_.size() != tokens_.size())
         fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar vocab: %zu tokens but %zu eligibility flags",
              tokens_.size(), eligible_.size());
-    if (tokens_.size() >= 0xffffffffu) fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar vocab: too many tokens");
+    if (tokens_.size() >= 0xffffffffu)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "grammar vocab: too many tokens");
     std::vector<uint32_t> order;
     for (size_t i = 0; i < tokens_.size(); ++i) {
         if (tokens_[i].empty()) eligible_[i] = 0;
@@ -40,7 +41,7 @@ GrammarVocab::GrammarVocab(std::vector<std::string> token_bytes, std::vector<uin
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t b) { return tokens_[a] < tokens_[b]; });
     Trie &t = trie_;
-    std::vector<uint32_t> path;  // node index per depth - 1
+    std::vector<uint32_t> path;                       // node index per depth - 1
     std::vector<std::pair<uint32_t, uint32_t>> ends;  // (node, token), nodes non-decreasing
     const std::string *prev = nullptr;
     for (uint32_t id : order) {
@@ -135,7 +136,8 @@ bool TokenMasker::close(std::vector<uint32_t> &work, std::vector<uint32_t> &out)
         } else {
             const uint32_t parent = node_parent_[x];
             // Tail call: a reference closing its alternative continues where the caller does.
-            uint32_t cont = prog_.elems[p + 1].kind == GrammarProgram::kEnd ? parent : node(p + 1, parent);
+            uint32_t cont =
+                prog_.elems[p + 1].kind == GrammarProgram::kEnd ? parent : node(p + 1, parent);
             if (cont == kNoNode) return false;
             for (uint32_t a : prog_.rule_alts[e.arg]) {
                 uint32_t child = prog_.elems[a].kind == GrammarProgram::kEnd ? cont : node(a, cont);
@@ -241,7 +243,8 @@ TokenMasker::State TokenMasker::advance(State s, std::string_view bytes) {
 }
 
 bool TokenMasker::accepting(State s) {
-    return s != kDead && s < states_.size() && !states_[s].nodes.empty() && states_[s].nodes[0] == 0;
+    return s != kDead && s < states_.size() && !states_[s].nodes.empty() &&
+           states_[s].nodes[0] == 0;
 }
 
 bool TokenMasker::can_continue(State s) {

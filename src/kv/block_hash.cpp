@@ -19,7 +19,9 @@ void put_le64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
 }
 
-BlockHashKey from_xxh(const XXH128_hash_t &h) { return BlockHashKey{h.low64, h.high64}; }
+BlockHashKey from_xxh(const XXH128_hash_t &h) {
+    return BlockHashKey{h.low64, h.high64};
+}
 
 XXH128_hash_t hash_tokens(const int32_t *tokens, uint32_t n_tokens) {
     const size_t bytes = size_t(n_tokens) * sizeof(int32_t);

@@ -75,13 +75,16 @@ void BlockPool::release(uint32_t id) {
 void BlockPool::check_invariants() const {
     std::vector<uint8_t> on_free(n_total_, 0);
     for (uint32_t id : free_list_) {
-        if (id >= n_total_) fail(LLMKV_ERR_INTERNAL, "%s pool: free list holds bad id %u", name_, id);
-        if (on_free[id]) fail(LLMKV_ERR_INTERNAL, "%s pool: block %u twice on the free list", name_, id);
+        if (id >= n_total_)
+            fail(LLMKV_ERR_INTERNAL, "%s pool: free list holds bad id %u", name_, id);
+        if (on_free[id])
+            fail(LLMKV_ERR_INTERNAL, "%s pool: block %u twice on the free list", name_, id);
         on_free[id] = 1;
     }
     for (uint32_t id = 0; id < n_total_; ++id) {
         if (on_free[id] && refcount_[id] != 0) {
-            fail(LLMKV_ERR_INTERNAL, "%s pool: free block %u has refcount %u", name_, id, refcount_[id]);
+            fail(LLMKV_ERR_INTERNAL, "%s pool: free block %u has refcount %u", name_, id,
+                 refcount_[id]);
         }
         if (!on_free[id] && refcount_[id] == 0) {
             fail(LLMKV_ERR_INTERNAL, "%s pool: block %u is neither free nor referenced", name_, id);

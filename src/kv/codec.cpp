@@ -25,7 +25,8 @@ bool known_dtype(llmkv_kv_dtype dtype) {
         case LLMKV_KV_FP8_E4M3:
         case LLMKV_KV_INT8:
         case LLMKV_KV_INT4:
-        case LLMKV_KV_INT4_COMPACT: return true;
+        case LLMKV_KV_INT4_COMPACT:
+            return true;
     }
     return false;
 }
@@ -52,7 +53,9 @@ inline float sanitize(float x) {
     return std::clamp(x, -kFp16Max, kFp16Max);
 }
 
-inline void store_fp16(uint8_t *p, uint16_t h) { std::memcpy(p, &h, 2); }  // p: one fp16, any alignment
+inline void store_fp16(uint8_t *p, uint16_t h) {
+    std::memcpy(p, &h, 2);
+}  // p: one fp16, any alignment
 
 // The smallest fp16 >= x, for 0 <= x <= 65504.
 uint16_t fp16_round_up(float x) {
@@ -229,9 +232,9 @@ float group_sse(const float *x, size_t stride, uint32_t m, float z, float s) {
 // (the largest min index at or below the group's smallest value, then the smallest scale
 // index whose range reaches its largest) and its neighbours one min step up and / or one
 // scale step down; indices clamp at kmax / jmax.
-void int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std::vector<float> &hi, const float *x,
-                   const std::vector<size_t> &first, size_t stride, uint32_t m, uint32_t kmax, uint32_t jmax,
-                   std::vector<uint8_t> &k, std::vector<uint8_t> &j) {
+void int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std::vector<float> &hi,
+                  const float *x, const std::vector<size_t> &first, size_t stride, uint32_t m,
+                  uint32_t kmax, uint32_t jmax, std::vector<uint8_t> &k, std::vector<uint8_t> &j) {
     const size_t ng = lo.size();
     k.resize(ng);
     j.resize(ng);
@@ -248,7 +251,8 @@ void int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std:
             const float z = st.min(kk);
             uint32_t jc = 0;
             if (st.sstep > 0.0f && hi[g] > z) {
-                jc = uint32_t(std::clamp(std::ceil((hi[g] - z) / 15.0f / st.sstep), 0.0f, float(jmax)));
+                jc = uint32_t(
+                    std::clamp(std::ceil((hi[g] - z) / 15.0f / st.sstep), 0.0f, float(jmax)));
                 while (jc < jmax && z + 15.0f * st.scale(jc) < hi[g]) ++jc;
             }
             for (uint32_t dj = 0; dj <= 1; ++dj) {
@@ -273,7 +277,8 @@ void int4c_assign(const Int4cSteps &st, const std::vector<float> &lo, const std:
 // header.
 Int4cSteps int4c_choose(const std::vector<float> &lo, const std::vector<float> &hi, const float *x,
                         const std::vector<size_t> &first, size_t stride, uint32_t m, uint32_t kmax,
-                        uint32_t jmax, std::vector<uint8_t> &k, std::vector<uint8_t> &j, uint8_t *header) {
+                        uint32_t jmax, std::vector<uint8_t> &k, std::vector<uint8_t> &j,
+                        uint8_t *header) {
     const size_t ng = lo.size();
     float zlo = lo[0], zhi = lo[0];
     for (size_t g = 1; g < ng; ++g) {
@@ -293,7 +298,8 @@ Int4cSteps int4c_choose(const std::vector<float> &lo, const std::vector<float> &
         }
         smax = std::max(smax, (hi[g] - (z0 + float(kb) * zstep_cover)) / 15.0f);
     }
-    const uint16_t ssh = smax > 0.0f ? fp16_round_up(std::min(smax / float(jmax), kFp16Max)) : uint16_t(0);
+    const uint16_t ssh =
+        smax > 0.0f ? fp16_round_up(std::min(smax / float(jmax), kFp16Max)) : uint16_t(0);
     const Int4cSteps st{z0, zstep_cover, fp16_to_fp32(ssh)};
     int4c_assign(st, lo, hi, x, first, stride, m, kmax, jmax, k, j);
     store_fp16(header, z0h);
@@ -323,7 +329,8 @@ void encode_int4c_k(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
         low[d] = uint8_t((k[d] & 15u) | ((j[d] & 15u) << 4));
         high[d / 2] |= uint8_t(((k[d] >> 4) | ((j[d] >> 4) << 2)) << (4 * (d & 1u)));
         const Int4Params p{0, 0, st.scale(j[d]), st.min(k[d])};
-        for (uint32_t t = 0; t < n; ++t) put_nibble(dst + size_t(t) * D / 2, d, int4_quantize(x[size_t(t) * D + d], p));
+        for (uint32_t t = 0; t < n; ++t)
+            put_nibble(dst + size_t(t) * D / 2, d, int4_quantize(x[size_t(t) * D + d], p));
     }
 }
 
@@ -360,13 +367,15 @@ void encode_int4c_v(const float *x, uint32_t n, uint32_t D, uint8_t *dst) {
 }
 
 // Shared decode: value = z + s * nibble with the params of int4_k_params / int4_v_params.
-void decode_int4_any(llmkv_kv_dtype dtype, KvRole role, const uint8_t *src, uint32_t n, uint32_t D, float *dst) {
+void decode_int4_any(llmkv_kv_dtype dtype, KvRole role, const uint8_t *src, uint32_t n, uint32_t D,
+                     float *dst) {
     if (role == KvRole::K) {
         std::vector<float> s(D), z(D);
         int4_k_params(dtype, src, n, D, s.data(), z.data());
         for (uint32_t t = 0; t < n; ++t)
             for (uint32_t d = 0; d < D; ++d)
-                dst[size_t(t) * D + d] = z[d] + s[d] * float(get_nibble(src + size_t(t) * D / 2, d));
+                dst[size_t(t) * D + d] =
+                    z[d] + s[d] * float(get_nibble(src + size_t(t) * D / 2, d));
     } else {
         const uint32_t G = int4_group(dtype, D), ng = D / G;
         std::vector<float> s(size_t(n) * ng), z(size_t(n) * ng);
@@ -374,7 +383,8 @@ void decode_int4_any(llmkv_kv_dtype dtype, KvRole role, const uint8_t *src, uint
         for (uint32_t t = 0; t < n; ++t)
             for (uint32_t d = 0; d < D; ++d) {
                 const size_t gi = size_t(t) * ng + d / G;
-                dst[size_t(t) * D + d] = z[gi] + s[gi] * float(get_nibble(src + size_t(t) * D / 2, d));
+                dst[size_t(t) * D + d] =
+                    z[gi] + s[gi] * float(get_nibble(src + size_t(t) * D / 2, d));
             }
     }
 }
@@ -388,7 +398,7 @@ uint8_t fp32_to_fp8_e4m3(float f) {
     std::memcpy(&x, &f, 4);
     const uint8_t sign = uint8_t((x >> 24) & 0x80u);
     const uint32_t a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) return 0;                  // NaN
+    if (a > 0x7f800000u) return 0;                       // NaN
     if (a >= 0x43e00000u) return uint8_t(sign | 0x7Eu);  // >= 448 (or inf): saturate
     if (a < 0x3c800000u) {  // below 2^-6: subnormal, in units of 2^-9 (8 = the smallest normal)
         float af;
@@ -419,16 +429,19 @@ uint32_t int4_group(llmkv_kv_dtype dtype, uint32_t head_dim) {
     return dtype == LLMKV_KV_INT4_COMPACT ? int4c_v_group(head_dim) : int4_v_group(head_dim);
 }
 
-void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t D, float *s, float *z) {
+void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t D, float *s,
+                   float *z) {
     if (dtype == LLMKV_KV_INT4) {
-        const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, D), *mins = head + int4_k_mins_offset(n, D);
+        const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, D),
+                      *mins = head + int4_k_mins_offset(n, D);
         for (uint32_t d = 0; d < D; ++d) {
             s[d] = load_fp16(scales + size_t(d) * 2);
             z[d] = load_fp16(mins + size_t(d) * 2);
         }
         return;
     }
-    const uint8_t *header = head + size_t(n) * D / 2, *low = header + kInt4cHeaderBytes, *high = low + D;
+    const uint8_t *header = head + size_t(n) * D / 2, *low = header + kInt4cHeaderBytes,
+                  *high = low + D;
     const Int4cSteps st = load_steps(header);
     for (uint32_t d = 0; d < D; ++d) {
         const uint32_t hb = uint32_t(high[d / 2] >> (4 * (d & 1u))) & 15u;
@@ -437,10 +450,12 @@ void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32
     }
 }
 
-void int4_v_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t D, float *s, float *z) {
+void int4_v_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t D, float *s,
+                   float *z) {
     const size_t m = size_t(n) * (D / int4_group(dtype, D));
     if (dtype == LLMKV_KV_INT4) {
-        const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, D), *mins = head + int4_v_mins_offset(n, D);
+        const uint8_t *scales = head + codec_scales_offset(LLMKV_KV_INT4, n, D),
+                      *mins = head + int4_v_mins_offset(n, D);
         for (size_t i = 0; i < m; ++i) {
             s[i] = load_fp16(scales + i * 2);
             z[i] = load_fp16(mins + i * 2);
@@ -471,17 +486,24 @@ bool codec_supported(llmkv_kv_dtype dtype, uint32_t head_dim) {
 
 const char *codec_name(llmkv_kv_dtype dtype) {
     switch (dtype) {
-        case LLMKV_KV_F16: return "f16";
-        case LLMKV_KV_BF16: return "bf16";
-        case LLMKV_KV_FP8_E4M3: return "fp8_e4m3";
-        case LLMKV_KV_INT8: return "int8";
-        case LLMKV_KV_INT4: return "int4";
-        case LLMKV_KV_INT4_COMPACT: return "int4c";
+        case LLMKV_KV_F16:
+            return "f16";
+        case LLMKV_KV_BF16:
+            return "bf16";
+        case LLMKV_KV_FP8_E4M3:
+            return "fp8_e4m3";
+        case LLMKV_KV_INT8:
+            return "int8";
+        case LLMKV_KV_INT4:
+            return "int4";
+        case LLMKV_KV_INT4_COMPACT:
+            return "int4c";
     }
     return "unknown";
 }
 
-size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens, uint32_t head_dim) {
+size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens,
+                        uint32_t head_dim) {
     const size_t bytes = kv_head_bytes(dtype, role == KvRole::V, block_tokens, head_dim);
     if (bytes == 0) fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %d is not supported", int(dtype));
     return bytes;
@@ -497,19 +519,26 @@ void codec_encode_head(CodecSpec spec, KvRole role, const uint16_t *src, uint32_
     if (!codec_supported(spec, role, n_tokens, head_dim)) unsupported(spec, role, head_dim);
     const size_t n = size_t(n_tokens) * head_dim;
     switch (spec.dtype) {
-        case LLMKV_KV_F16: std::memcpy(dst, src, n * 2); return;
+        case LLMKV_KV_F16:
+            std::memcpy(dst, src, n * 2);
+            return;
         case LLMKV_KV_BF16: {
             uint16_t *out = reinterpret_cast<uint16_t *>(dst);  // bf16 [n_tokens][head_dim]
             for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(fp16_to_fp32(src[i]));
             return;
         }
-        default: break;
+        default:
+            break;
     }
     float *x = workspace(n);  // f32 [n_tokens][head_dim], rotated and sanitized
     prepare_rows(src, n_tokens, head_dim, spec.rotate, x);
     switch (spec.dtype) {
-        case LLMKV_KV_FP8_E4M3: encode_scaled<true>(x, n_tokens, head_dim, dst); return;
-        case LLMKV_KV_INT8: encode_scaled<false>(x, n_tokens, head_dim, dst); return;
+        case LLMKV_KV_FP8_E4M3:
+            encode_scaled<true>(x, n_tokens, head_dim, dst);
+            return;
+        case LLMKV_KV_INT8:
+            encode_scaled<false>(x, n_tokens, head_dim, dst);
+            return;
         case LLMKV_KV_INT4:
             role == KvRole::K ? encode_int4_k(x, n_tokens, head_dim, dst)
                               : encode_int4_v(x, n_tokens, head_dim, dst);
@@ -518,7 +547,8 @@ void codec_encode_head(CodecSpec spec, KvRole role, const uint16_t *src, uint32_
             role == KvRole::K ? encode_int4c_k(x, n_tokens, head_dim, dst)
                               : encode_int4c_v(x, n_tokens, head_dim, dst);
             return;
-        default: unsupported(spec, role, head_dim);
+        default:
+            unsupported(spec, role, head_dim);
     }
 }
 
@@ -526,7 +556,8 @@ void codec_decode_head(CodecSpec spec, KvRole role, const uint8_t *src, uint32_t
                        uint32_t head_dim, float *dst) {
     if (!codec_supported(spec, role, n_tokens, head_dim)) unsupported(spec, role, head_dim);
     const size_t n = size_t(n_tokens) * head_dim;
-    const uint16_t *in = reinterpret_cast<const uint16_t *>(src);  // f16 / bf16 [n_tokens][head_dim]
+    const uint16_t *in =
+        reinterpret_cast<const uint16_t *>(src);  // f16 / bf16 [n_tokens][head_dim]
     switch (spec.dtype) {
         case LLMKV_KV_F16:
             for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(in[i]);
@@ -534,20 +565,28 @@ void codec_decode_head(CodecSpec spec, KvRole role, const uint8_t *src, uint32_t
         case LLMKV_KV_BF16:
             for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(in[i]);
             return;
-        case LLMKV_KV_FP8_E4M3: decode_scaled<true>(src, n_tokens, head_dim, dst); break;
-        case LLMKV_KV_INT8: decode_scaled<false>(src, n_tokens, head_dim, dst); break;
+        case LLMKV_KV_FP8_E4M3:
+            decode_scaled<true>(src, n_tokens, head_dim, dst);
+            break;
+        case LLMKV_KV_INT8:
+            decode_scaled<false>(src, n_tokens, head_dim, dst);
+            break;
         case LLMKV_KV_INT4:
-        case LLMKV_KV_INT4_COMPACT: decode_int4_any(spec.dtype, role, src, n_tokens, head_dim, dst); break;
+        case LLMKV_KV_INT4_COMPACT:
+            decode_int4_any(spec.dtype, role, src, n_tokens, head_dim, dst);
+            break;
     }
     if (spec.rotate) {
-        for (uint32_t t = 0; t < n_tokens; ++t) hadamard_transform(dst + size_t(t) * head_dim, head_dim);
+        for (uint32_t t = 0; t < n_tokens; ++t)
+            hadamard_transform(dst + size_t(t) * head_dim, head_dim);
     }
 }
 
 void codec_encode_head(llmkv_kv_dtype dtype, const uint16_t *src, uint32_t n_tokens,
                        uint32_t head_dim, uint8_t *dst) {
     if (is_int4(dtype)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s needs the K/V role (codec_encode_head with KvRole)", codec_name(dtype));
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "KV dtype %s needs the K/V role (codec_encode_head with KvRole)", codec_name(dtype));
     }
     codec_encode_head(CodecSpec{dtype, false}, KvRole::K, src, n_tokens, head_dim, dst);
 }
@@ -555,7 +594,8 @@ void codec_encode_head(llmkv_kv_dtype dtype, const uint16_t *src, uint32_t n_tok
 void codec_decode_head(llmkv_kv_dtype dtype, const uint8_t *src, uint32_t n_tokens,
                        uint32_t head_dim, float *dst) {
     if (is_int4(dtype)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "KV dtype %s needs the K/V role (codec_decode_head with KvRole)", codec_name(dtype));
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "KV dtype %s needs the K/V role (codec_decode_head with KvRole)", codec_name(dtype));
     }
     codec_decode_head(CodecSpec{dtype, false}, KvRole::K, src, n_tokens, head_dim, dst);
 }

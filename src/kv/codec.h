@@ -119,7 +119,8 @@ CodecSpec codec_spec_v(const Geometry &g) {
 bool codec_supported(CodecSpec spec, KvRole role, uint32_t block_tokens, uint32_t head_dim);
 const char *codec_name(llmkv_kv_dtype dtype);
 // Bytes of one head of one sealed block, scales included.
-size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens, uint32_t head_dim);
+size_t codec_head_bytes(llmkv_kv_dtype dtype, KvRole role, uint32_t block_tokens,
+                        uint32_t head_dim);
 // Encodes n_tokens fp16 rows (src: [n_tokens][head_dim], row stride head_dim) into dst,
 // which holds one head of n_tokens tokens (= block_tokens) in the codec's layout.
 void codec_encode_head(CodecSpec spec, KvRole role, const uint16_t *src, uint32_t n_tokens,
@@ -161,11 +162,13 @@ inline size_t int4_v_mins_offset(uint32_t block_tokens, uint32_t head_dim) {
 // f32, what the attention kernels multiply with: K per channel (s, z: [D]); V per token and
 // group (s, z: [n][D / int4_group(dtype, D)]).
 uint32_t int4_group(llmkv_kv_dtype dtype, uint32_t head_dim);
-void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim, float *s,
-                   float *z);
-void int4_v_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim, float *s,
-                   float *z);
-inline bool is_int4(llmkv_kv_dtype dtype) { return dtype == LLMKV_KV_INT4 || dtype == LLMKV_KV_INT4_COMPACT; }
+void int4_k_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim,
+                   float *s, float *z);
+void int4_v_params(llmkv_kv_dtype dtype, const uint8_t *head, uint32_t n, uint32_t head_dim,
+                   float *s, float *z);
+inline bool is_int4(llmkv_kv_dtype dtype) {
+    return dtype == LLMKV_KV_INT4 || dtype == LLMKV_KV_INT4_COMPACT;
+}
 
 // fp16 at any byte address.
 inline float load_fp16(const uint8_t *p) {

@@ -6,7 +6,9 @@
 
 namespace llmkv {
 
-bool hadamard_supported(uint32_t n) { return n >= 1 && (n & (n - 1)) == 0; }
+bool hadamard_supported(uint32_t n) {
+    return n >= 1 && (n & (n - 1)) == 0;
+}
 
 void hadamard_transform(float *x, uint32_t n) {  // x: float [n]
     for (uint32_t len = 1; len < n; len <<= 1) {

@@ -1,5 +1,5 @@
-// HostTier: the region (anonymous memory, locked, by default), mimalloc loaded privately at run time,
-// and the heap thread that owns the arena-bound mimalloc heap.
+// HostTier: the region (anonymous memory, locked, by default), mimalloc loaded privately at run
+// time, and the heap thread that owns the arena-bound mimalloc heap.
 //
 // Why dlopen and not a link against libmimalloc: Debian's libmimalloc.so.2 is an override
 // build; it exports malloc, free, operator new and friends. Linked into libllmkv.so (or
@@ -144,9 +144,9 @@ const Mimalloc &mimalloc() {
         if (m.error.empty()) {
             const int v = m.version();
             if (v < 207 || v >= 300) {
-                m.error = strprintf(
-                    "%s is version %d.%d.%d; the host tier needs 2.0.7 or a later 2.x",
-                    file.c_str(), v / 100, (v / 10) % 10, v % 10);
+                m.error =
+                    strprintf("%s is version %d.%d.%d; the host tier needs 2.0.7 or a later 2.x",
+                              file.c_str(), v / 100, (v / 10) % 10, v % 10);
             }
         }
         return m;
@@ -154,7 +154,9 @@ const Mimalloc &mimalloc() {
     return api;
 }
 
-int default_lock(const void *p, size_t n) { return os::lock_memory(p, n); }
+int default_lock(const void *p, size_t n) {
+    return os::lock_memory(p, n);
+}
 
 }  // namespace
 

@@ -48,7 +48,8 @@ uint32_t KvCache::blocks_needed(const SessionKv &kv, uint32_t new_n_tokens) cons
 uint32_t KvCache::release_outside_window(SessionKv &kv) {
     if (!geometry_.grouped()) return 0;
     const size_t per = geometry_.n_groups - 1;
-    const size_t end = std::min<size_t>(geometry_.local_live_from(kv.n_tokens), kv.blocks.size()) * per;
+    const size_t end =
+        std::min<size_t>(geometry_.local_live_from(kv.n_tokens), kv.blocks.size()) * per;
     uint32_t n = 0;
     for (size_t i = kv.local_released; i < end && i < kv.local.size(); ++i) {
         if (kv.local[i] == SessionKv::kReleased) continue;
@@ -109,7 +110,8 @@ bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
     bool need_tail = kv.tail < 0;
     if (need > sealed_available() || (need_tail && tails_.n_free() == 0)) return false;
     if (!geometry_.grouped()) {
-        bool ok = prefix_ ? prefix_->allocate_with_eviction(need, kv.blocks) : sealed_.allocate_many(need, kv.blocks);
+        bool ok = prefix_ ? prefix_->allocate_with_eviction(need, kv.blocks)
+                          : sealed_.allocate_many(need, kv.blocks);
         if (!ok) return false;  // unreachable: availability was checked; nothing changed
     } else if (need > 0) {
         // Group 0's block of each new token block, then its local blocks, in table order.
@@ -117,11 +119,13 @@ bool KvCache::reserve(SessionKv &kv, uint32_t new_n_tokens) {
         ids.reserve(need);
         kv.blocks.reserve(kv.blocks.size() + need / geometry_.n_groups);
         kv.local.reserve(kv.local.size() + need);
-        bool ok = prefix_ ? prefix_->allocate_with_eviction(need, ids) : sealed_.allocate_many(need, ids);
+        bool ok =
+            prefix_ ? prefix_->allocate_with_eviction(need, ids) : sealed_.allocate_many(need, ids);
         if (!ok) return false;
         for (size_t i = 0; i < ids.size(); i += geometry_.n_groups) {
             kv.blocks.push_back(ids[i]);
-            kv.local.insert(kv.local.end(), ids.begin() + i + 1, ids.begin() + i + geometry_.n_groups);
+            kv.local.insert(kv.local.end(), ids.begin() + i + 1,
+                            ids.begin() + i + geometry_.n_groups);
         }
     }
     if (need_tail) {

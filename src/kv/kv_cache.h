@@ -47,8 +47,8 @@ struct SessionKv {
     // kReleased before local_live_from(n_tokens). Empty without groups.
     std::vector<uint32_t> local;
     size_t local_released = 0;  // local entries before this index are all kReleased
-    int64_t tail = -1;             // tail slot id, -1 before the first token
-    uint32_t n_tokens = 0;         // positions [0, n_tokens) hold computed KV
+    int64_t tail = -1;          // tail slot id, -1 before the first token
+    uint32_t n_tokens = 0;      // positions [0, n_tokens) hold computed KV
 };
 
 class PrefixCache;
@@ -102,7 +102,9 @@ public:
     // Where the pools' bytes live when not in this object's host slabs (a device backend):
     // share() copies a tail slot through this (from, to) instead of memcpy. The host slabs
     // are then never touched (they are reserved, not committed, memory).
-    void set_tail_copier(std::function<void(int64_t from, int64_t to)> copier) { tail_copier_ = std::move(copier); }
+    void set_tail_copier(std::function<void(int64_t from, int64_t to)> copier) {
+        tail_copier_ = std::move(copier);
+    }
 
     uint8_t *sealed_data(uint32_t id) { return sealed_.data(id); }
     const uint8_t *sealed_data(uint32_t id) const { return sealed_.data(id); }

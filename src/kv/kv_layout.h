@@ -27,7 +27,9 @@
 namespace llmkv {
 
 // Values of the int4 V layout: scales per group of this many dims.
-LLMKV_HD uint32_t int4_v_group(uint32_t head_dim) { return head_dim % 32 == 0 ? 32u : 16u; }
+LLMKV_HD uint32_t int4_v_group(uint32_t head_dim) {
+    return head_dim % 32 == 0 ? 32u : 16u;
+}
 
 // ---- LLMKV_KV_INT4_COMPACT (layout in kv/codec.h) -------------------------------------
 // V: one (scale, min) index pair per token and group of this many dims.
@@ -38,20 +40,24 @@ LLMKV_HD uint32_t int4c_v_group(uint32_t head_dim) {
 constexpr uint32_t kInt4cHeaderBytes = 6;
 
 // Bytes of one head of one sealed block in a codec, scales included (0 for an unknown
-// dtype). K and V differ only for the int4 codecs (K per channel over the block, V per token in groups).
+// dtype). K and V differ only for the int4 codecs (K per channel over the block, V per token in
+// groups).
 LLMKV_HD size_t kv_head_bytes(uint32_t dtype, bool is_v, uint32_t block_tokens, uint32_t head_dim) {
     const size_t B = block_tokens, D = head_dim;
     switch (dtype) {
         case LLMKV_KV_F16:
-        case LLMKV_KV_BF16: return B * D * 2;
+        case LLMKV_KV_BF16:
+            return B * D * 2;
         case LLMKV_KV_FP8_E4M3:
-        case LLMKV_KV_INT8: return B * D + B * 2;
+        case LLMKV_KV_INT8:
+            return B * D + B * 2;
         case LLMKV_KV_INT4:
             return is_v ? B * D / 2 + B * (D / int4_v_group(head_dim)) * 4 : B * D / 2 + D * 4;
         case LLMKV_KV_INT4_COMPACT:
             return is_v ? B * D / 2 + kInt4cHeaderBytes + B * (D / int4c_v_group(head_dim))
                         : B * D / 2 + kInt4cHeaderBytes + D + D / 2;
-        default: return 0;
+        default:
+            return 0;
     }
 }
 
@@ -83,9 +89,9 @@ struct KvGeometry {
     // released once the block leaves every local layer's window.
     // With n_groups == 1 (the default) every layer is in group 0 and nothing is released:
     // the layout is the plain one above.
-    uint32_t window = 0;        // tokens a local layer's query sees, itself included
+    uint32_t window = 0;  // tokens a local layer's query sees, itself included
     uint32_t n_groups = 1;
-    uint32_t group_layers = 0;  // layers per group block (0: n_layers)
+    uint32_t group_layers = 0;        // layers per group block (0: n_layers)
     uint64_t local_mask[2] = {0, 0};  // bit l: layer l is a local (sliding-window) layer
 
     LLMKV_HD bool grouped() const { return n_groups > 1; }
@@ -100,7 +106,8 @@ struct KvGeometry {
             const uint32_t lo = w * 64;
             if (l <= lo) break;
             const uint32_t bits = l - lo >= 64 ? 64 : l - lo;
-            const uint64_t m = bits == 64 ? local_mask[w] : (local_mask[w] & ((uint64_t(1) << bits) - 1));
+            const uint64_t m =
+                bits == 64 ? local_mask[w] : (local_mask[w] & ((uint64_t(1) << bits) - 1));
 #if defined(__CUDA_ARCH__)
             n += uint32_t(__popcll(m));
 #else
@@ -131,13 +138,17 @@ struct KvGeometry {
         return n_groups > 1 && sealed > from ? (sealed - from) * (n_groups - 1) : 0;
     }
     // Pool blocks a session with n_tokens computed holds (group 0 and live local blocks).
-    LLMKV_HD uint32_t held_blocks(uint32_t n_tokens) const { return sealed_blocks(n_tokens) + live_local_blocks(n_tokens); }
+    LLMKV_HD uint32_t held_blocks(uint32_t n_tokens) const {
+        return sealed_blocks(n_tokens) + live_local_blocks(n_tokens);
+    }
 
     // Sealed blocks of a session whose first n_tokens positions hold KV.
     LLMKV_HD uint32_t sealed_blocks(uint32_t n_tokens) const {
         return n_tokens > residual_tokens ? (n_tokens - residual_tokens) / block_tokens : 0;
     }
-    LLMKV_HD uint32_t tail_capacity() const { return block_tokens + residual_tokens; }
+    LLMKV_HD uint32_t tail_capacity() const {
+        return block_tokens + residual_tokens;
+    }
 
     // ---- the fp16 window of a span (one batch, one layer at a time) -----------------------
     // (Not the sliding `window` above.) A span appending n tokens to a session with pos0
@@ -158,22 +169,36 @@ struct KvGeometry {
         return size_t(max_spans) * (tail_capacity() - 1) + max_tokens;
     }
 
-    LLMKV_HD size_t head_bytes_k() const { return kv_head_bytes(dtype_k, false, block_tokens, head_dim); }
-    LLMKV_HD size_t head_bytes_v() const { return kv_head_bytes(dtype_v, true, block_tokens, head_dim); }
-    LLMKV_HD size_t sealed_layer_bytes() const { return size_t(n_kv_heads) * (head_bytes_k() + head_bytes_v()); }
+    LLMKV_HD size_t head_bytes_k() const {
+        return kv_head_bytes(dtype_k, false, block_tokens, head_dim);
+    }
+    LLMKV_HD size_t head_bytes_v() const {
+        return kv_head_bytes(dtype_v, true, block_tokens, head_dim);
+    }
+    LLMKV_HD size_t sealed_layer_bytes() const {
+        return size_t(n_kv_heads) * (head_bytes_k() + head_bytes_v());
+    }
     // One pool block: block_layers() layers (all of them without groups).
-    LLMKV_HD size_t sealed_block_bytes() const { return size_t(block_layers()) * sealed_layer_bytes(); }
+    LLMKV_HD size_t sealed_block_bytes() const {
+        return size_t(block_layers()) * sealed_layer_bytes();
+    }
     // Offsets of layer `layer`'s heads inside the block of the layer's group.
     LLMKV_HD size_t sealed_k_offset(uint32_t layer, uint32_t head) const {
         return size_t(layer_slot(layer)) * sealed_layer_bytes() + size_t(head) * head_bytes_k();
     }
     LLMKV_HD size_t sealed_v_offset(uint32_t layer, uint32_t head) const {
-        return size_t(layer_slot(layer)) * sealed_layer_bytes() + size_t(n_kv_heads) * head_bytes_k() +
-               size_t(head) * head_bytes_v();
+        return size_t(layer_slot(layer)) * sealed_layer_bytes() +
+               size_t(n_kv_heads) * head_bytes_k() + size_t(head) * head_bytes_v();
     }
-    LLMKV_HD size_t tail_head_bytes() const { return size_t(tail_capacity() + (sink ? 1 : 0)) * head_dim * 2; }
-    LLMKV_HD size_t tail_layer_bytes() const { return 2 * size_t(n_kv_heads) * tail_head_bytes(); }
-    LLMKV_HD size_t tail_block_bytes() const { return size_t(n_layers) * tail_layer_bytes(); }
+    LLMKV_HD size_t tail_head_bytes() const {
+        return size_t(tail_capacity() + (sink ? 1 : 0)) * head_dim * 2;
+    }
+    LLMKV_HD size_t tail_layer_bytes() const {
+        return 2 * size_t(n_kv_heads) * tail_head_bytes();
+    }
+    LLMKV_HD size_t tail_block_bytes() const {
+        return size_t(n_layers) * tail_layer_bytes();
+    }
     LLMKV_HD size_t tail_k_offset(uint32_t layer, uint32_t head) const {
         return size_t(layer) * tail_layer_bytes() + size_t(head) * tail_head_bytes();
     }

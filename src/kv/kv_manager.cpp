@@ -13,7 +13,8 @@ KvManager::KvManager(const KvManagerConfig &c) : config_(c) {
     cache_ = std::make_unique<KvCache>(c.geometry, c.n_sealed_blocks, c.n_tail_slots);
     if (c.geometry.grouped()) offload_allowed_ = false;  // host block addresses cover group 0 only
     if (c.prefix_cache) {
-        prefix_ = std::make_unique<PrefixCache>(cache_->sealed_pool(), c.geometry.block_tokens, block_salt(c.prefix_salt));
+        prefix_ = std::make_unique<PrefixCache>(cache_->sealed_pool(), c.geometry.block_tokens,
+                                                block_salt(c.prefix_salt));
         cache_->set_prefix_cache(prefix_.get());
     }
 }
@@ -30,9 +31,8 @@ void KvManager::attach(std::unique_ptr<KvTransferQueue> queue, const HostAllocat
     // would lack its local blocks, so it is off there.
     if (prefix_ && !geometry().grouped()) {
         host_prefix_ = std::make_unique<HostPrefixStore>();
-        prefix_->set_evict_hook([this](uint32_t block, const BlockHashKey &key, const int32_t *tokens) {
-            demote(block, key, tokens);
-        });
+        prefix_->set_evict_hook([this](uint32_t block, const BlockHashKey &key,
+                                       const int32_t *tokens) { demote(block, key, tokens); });
     }
 }
 
@@ -109,15 +109,18 @@ bool KvManager::could_hold_alone(const KvSeq &s, uint32_t n_tokens) const {
     return peak_blocks(n_tokens) <= total - n_pinned;
 }
 
-bool KvManager::could_hold_with_host(const KvSeq &s, uint32_t n_tokens, uint32_t max_step_tokens) const {
+bool KvManager::could_hold_with_host(const KvSeq &s, uint32_t n_tokens,
+                                     uint32_t max_step_tokens) const {
     if (!host_ || !offload_allowed_) return false;
     const KvGeometry &g = geometry();
     const uint64_t block_bytes = cache_->sealed_pool().block_bytes();
     const uint64_t host_room = (config_.host_bytes - host_bytes_held_) / block_bytes;
     // The device keeps at least one step's worth of new blocks; the rest may go to the host.
-    const uint32_t on_device = std::min(g.sealed_blocks(n_tokens), max_step_tokens / g.block_tokens + 2);
+    const uint32_t on_device =
+        std::min(g.sealed_blocks(n_tokens), max_step_tokens / g.block_tokens + 2);
     const uint32_t total = g.sealed_blocks(n_tokens);
-    return could_hold_alone(s, on_device * g.block_tokens) && total - on_device <= host_room + s.n_offloaded;
+    return could_hold_alone(s, on_device * g.block_tokens) &&
+           total - on_device <= host_room + s.n_offloaded;
 }
 
 // ---- prefixes -----------------------------------------------------------------------------
@@ -242,9 +245,11 @@ void KvManager::publish_blocks(KvSeq &s, const std::vector<int32_t> &tokens) {
     const uint32_t B = geometry().block_tokens, per = geometry().n_groups - 1;
     for (size_t i = s.block_keys.size(); i < s.kv.blocks.size(); ++i) {
         const BlockHashKey &parent = i ? s.block_keys[i - 1] : kRootBlockKey;
-        uint32_t parent_block =
-            i && s.kv.blocks[i - 1] != SessionKv::kHostBlock ? s.kv.blocks[i - 1] : PrefixCache::kNoBlock;
-        PrefixCache::PublishResult r = prefix_->publish(parent, tokens.data() + i * B, s.kv.blocks[i], parent_block);
+        uint32_t parent_block = i && s.kv.blocks[i - 1] != SessionKv::kHostBlock
+                                    ? s.kv.blocks[i - 1]
+                                    : PrefixCache::kNoBlock;
+        PrefixCache::PublishResult r =
+            prefix_->publish(parent, tokens.data() + i * B, s.kv.blocks[i], parent_block);
         s.block_keys.push_back(r.key);
         if (r.status == PrefixCache::PublishStatus::kDuplicate && r.block_id != s.kv.blocks[i]) {
             prefix_->acquire(r.block_id);
@@ -254,7 +259,8 @@ void KvManager::publish_blocks(KvSeq &s, const std::vector<int32_t> &tokens) {
         for (uint32_t gr = 1; gr <= per; ++gr) {
             uint32_t &id = s.kv.local[i * per + gr - 1];
             if (id == SessionKv::kReleased || id == SessionKv::kHostBlock) continue;
-            PrefixCache::PublishResult lr = prefix_->publish_local(gr, r.key, tokens.data() + i * B, id, s.kv.blocks[i]);
+            PrefixCache::PublishResult lr =
+                prefix_->publish_local(gr, r.key, tokens.data() + i * B, id, s.kv.blocks[i]);
             if (lr.status == PrefixCache::PublishStatus::kDuplicate && lr.block_id != id) {
                 prefix_->acquire(lr.block_id);
                 prefix_->release(id);
@@ -266,12 +272,15 @@ void KvManager::publish_blocks(KvSeq &s, const std::vector<int32_t> &tokens) {
 
 void KvManager::share(const KvSeq &from, KvSeq &to, uint32_t max_sessions) {
     if (from.n_offloaded > 0) {
-        fail(LLMKV_ERR_UNSUPPORTED, "the session's context exceeds the device pool (%u blocks in the host tier); "
-             "it cannot be forked or made a prefix", from.n_offloaded);
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "the session's context exceeds the device pool (%u blocks in the host tier); "
+             "it cannot be forked or made a prefix",
+             from.n_offloaded);
     }
     std::vector<BlockHashKey> keys = from.block_keys;  // may throw: nothing shared yet
     if (!cache_->share(from.kv, to.kv)) {
-        fail(LLMKV_ERR_KV_CAPACITY, "no free tail slot (max_sessions = %u counts sessions and prefixes)", max_sessions);
+        fail(LLMKV_ERR_KV_CAPACITY,
+             "no free tail slot (max_sessions = %u counts sessions and prefixes)", max_sessions);
     }
     to.block_keys = std::move(keys);
     to.unshared = from.unshared;
@@ -323,15 +332,18 @@ void KvManager::demote(uint32_t block, const BlockHashKey &key, const int32_t *t
 }
 
 bool KvManager::park_out(KvSeq &s, bool wait) {
-    if (!host_ || s.host.phase != HostKv::Phase::kNone || (s.kv.tail < 0 && s.kv.blocks.empty())) return false;
-    const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
+    if (!host_ || s.host.phase != HostKv::Phase::kNone || (s.kv.tail < 0 && s.kv.blocks.empty()))
+        return false;
+    const size_t block_bytes = cache_->sealed_pool().block_bytes(),
+                 tail_bytes = cache_->tail_pool().block_bytes();
     // Block-table entries only this sequence holds: group-0 entries i, then local entries
     // as blocks.size() + i.
     std::vector<size_t> moved;
     const size_t nb = s.kv.blocks.size();
     for (size_t i = 0; i < nb + s.kv.local.size(); ++i) {
         const uint32_t id = i < nb ? s.kv.blocks[i] : s.kv.local[i - nb];
-        if (id != SessionKv::kHostBlock && id != SessionKv::kReleased && holders(id) == 1) moved.push_back(i);
+        if (id != SessionKv::kHostBlock && id != SessionKv::kReleased && holders(id) == 1)
+            moved.push_back(i);
     }
     // The budget is host_bytes; the region itself is rounded up to the arena granularity.
     const uint64_t bytes = moved.size() * block_bytes + (s.kv.tail >= 0 ? tail_bytes : 0);
@@ -356,7 +368,8 @@ bool KvManager::park_out(KvSeq &s, bool wait) {
         for (size_t k = 0; k < moved.size(); ++k) {
             const size_t i = moved[k];
             (i < nb ? host_blocks[i] : host_local[i - nb]) = copies[k];
-            ops.push_back({KvTransfer::kBlockOut, i < nb ? s.kv.blocks[i] : s.kv.local[i - nb], copies[k]});
+            ops.push_back(
+                {KvTransfer::kBlockOut, i < nb ? s.kv.blocks[i] : s.kv.local[i - nb], copies[k]});
         }
         if (tail) ops.push_back({KvTransfer::kTailOut, s.kv.tail, tail});
         ticket = transfers_->submit(ops, false);
@@ -415,7 +428,8 @@ bool KvManager::start_resume(KvSeq &s) {
         for (uint32_t id : ids) cache_->release_sealed(id);
         return false;
     }
-    const size_t block_bytes = cache_->sealed_pool().block_bytes(), tail_bytes = cache_->tail_pool().block_bytes();
+    const size_t block_bytes = cache_->sealed_pool().block_bytes(),
+                 tail_bytes = cache_->tail_pool().block_bytes();
     // The copies are queued before the block table changes; a throw gives the blocks back.
     Ticket ticket = 0;
     try {
@@ -477,7 +491,8 @@ void KvManager::drop(KvSeq &s) {
     s.unshared = false;  // what it vouched nothing for is gone; recomputed KV is the engine's own
     s.sink_missing = false;
     s.block_keys.clear();
-    if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn) transfers_->wait(s.host.ticket);
+    if (s.host.phase == HostKv::Phase::kOut || s.host.phase == HostKv::Phase::kIn)
+        transfers_->wait(s.host.ticket);
     if (host_) {
         for (void *p : s.host.blocks) host_->free_block(p);
         for (void *p : s.host.local) host_->free_block(p);
@@ -502,7 +517,8 @@ uint32_t KvManager::offload_blocks(KvSeq &s, uint32_t n) {
     // idle cached blocks ending in a leaf, which eviction reclaims (an idle cached block with
     // a cached child still held would not be). The choice does not change any result.
     for (size_t i = s.kv.blocks.size(); i-- > 0 && picked.size() < n;) {
-        if (s.kv.blocks[i] != SessionKv::kHostBlock && holders(s.kv.blocks[i]) == 1) picked.push_back(i);
+        if (s.kv.blocks[i] != SessionKv::kHostBlock && holders(s.kv.blocks[i]) == 1)
+            picked.push_back(i);
     }
     while (!picked.empty() && !host_reserve(picked.size() * block_bytes)) picked.pop_back();
     std::vector<void *> copies;
@@ -512,7 +528,8 @@ uint32_t KvManager::offload_blocks(KvSeq &s, uint32_t n) {
     s.offloaded.resize(s.kv.blocks.size(), nullptr);  // more null entries change nothing
     if (!host_->allocate_blocks(block_bytes, picked.size(), copies)) return 0;
     try {
-        for (size_t k = 0; k < picked.size(); ++k) ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[picked[k]], copies[k]});
+        for (size_t k = 0; k < picked.size(); ++k)
+            ops.push_back({KvTransfer::kBlockOut, s.kv.blocks[picked[k]], copies[k]});
         transfers_->submit(ops, true);
     } catch (...) {
         for (void *p : copies) host_->free_block(p);
@@ -533,20 +550,22 @@ const uint8_t *const *KvManager::block_addresses(KvSeq &s) {
     if (s.n_offloaded == 0) return nullptr;
     s.block_ptrs.resize(s.kv.blocks.size());
     for (size_t j = 0; j < s.kv.blocks.size(); ++j) {
-        s.block_ptrs[j] = s.kv.blocks[j] == SessionKv::kHostBlock ? static_cast<const uint8_t *>(s.offloaded[j])
-                                                                  : cache_->sealed_data(s.kv.blocks[j]);
+        s.block_ptrs[j] = s.kv.blocks[j] == SessionKv::kHostBlock
+                              ? static_cast<const uint8_t *>(s.offloaded[j])
+                              : cache_->sealed_data(s.kv.blocks[j]);
     }
     return s.block_ptrs.data();
 }
 
 // ---- snapshots ----------------------------------------------------------------------------
 
-SnapshotMeta KvManager::snapshot_meta(const std::string &model_fingerprint, const std::string &kernel_id) const {
+SnapshotMeta KvManager::snapshot_meta(const std::string &model_fingerprint,
+                                      const std::string &kernel_id) const {
     const KvGeometry &g = geometry();
     SnapshotMeta m = snapshot_meta_for(g);
     m.model_fingerprint = model_fingerprint;
-    m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) + (g.sink ? " sink=1" : "") +
-              " kernels=" + kernel_id;
+    m.codec = snapshot_codec_string(g.dtype_k, g.dtype_v, g.rotate_k, g.rotate_v) +
+              (g.sink ? " sink=1" : "") + " kernels=" + kernel_id;
     return m;
 }
 
@@ -579,11 +598,13 @@ void KvManager::save_snapshot(const KvSeq &s, SnapshotMeta m, const std::string 
     write_snapshot(path, m, blocks, tail);
 }
 
-void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path, bool shared) {
+void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::string &path,
+                              bool shared) {
     const SnapshotMeta &m = snap.meta();
     s.unshared = !shared;
     if (!cache_->reserve(s.kv, m.n_cached)) {
-        fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s", m.n_cached, path.c_str());
+        fail(LLMKV_ERR_KV_CAPACITY, "KV pool cannot hold the %u cached tokens of snapshot %s",
+             m.n_cached, path.c_str());
     }
     s.kv.n_tokens = m.n_cached;
     cache_->release_outside_window(s.kv);  // the snapshot holds only the live local blocks
@@ -600,9 +621,15 @@ void KvManager::load_snapshot(KvSeq &s, const LoadedSnapshot &snap, const std::s
 
 // ---- stats and checks ---------------------------------------------------------------------
 
-uint64_t KvManager::host_bytes_total() const { return host_ ? host_->bytes_total() : 0; }
-uint64_t KvManager::host_region_used() const { return host_ ? host_->bytes_used() : 0; }
-size_t KvManager::host_blocks() const { return host_ ? host_->blocks_used() : 0; }
+uint64_t KvManager::host_bytes_total() const {
+    return host_ ? host_->bytes_total() : 0;
+}
+uint64_t KvManager::host_region_used() const {
+    return host_ ? host_->bytes_used() : 0;
+}
+size_t KvManager::host_blocks() const {
+    return host_ ? host_->blocks_used() : 0;
+}
 
 void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
     cache_->sealed_pool().check_invariants();
@@ -612,15 +639,18 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
     std::vector<uint32_t> tail_refs(cache_->tail_pool().n_total(), 0);
     for (const KvSeq *s : seqs) {
         if (s->kv.blocks.size() != geometry().sealed_blocks(s->kv.n_tokens)) {
-            fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(), s->kv.n_tokens);
+            fail(LLMKV_ERR_INTERNAL, "session holds %zu blocks for %u tokens", s->kv.blocks.size(),
+                 s->kv.n_tokens);
         }
         const bool parked = s->host.phase == HostKv::Phase::kParked;
         for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
             uint32_t id = s->kv.blocks[i];
-            const bool on_host = (parked && i < s->host.blocks.size() && s->host.blocks[i] != nullptr) ||
-                                 (i < s->offloaded.size() && s->offloaded[i] != nullptr);
+            const bool on_host =
+                (parked && i < s->host.blocks.size() && s->host.blocks[i] != nullptr) ||
+                (i < s->offloaded.size() && s->offloaded[i] != nullptr);
             if ((id == SessionKv::kHostBlock) != on_host) {
-                fail(LLMKV_ERR_INTERNAL, "block-table entry %zu: host marker does not match the parked copies", i);
+                fail(LLMKV_ERR_INTERNAL,
+                     "block-table entry %zu: host marker does not match the parked copies", i);
             }
             if (id != SessionKv::kHostBlock) ++refs[id];
         }
@@ -628,10 +658,11 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
         const KvGeometry &g = geometry();
         const size_t per = g.n_groups - 1;
         if (s->kv.local.size() != s->kv.blocks.size() * per) {
-            fail(LLMKV_ERR_INTERNAL, "session holds %zu local entries for %zu token blocks", s->kv.local.size(),
-                 s->kv.blocks.size());
+            fail(LLMKV_ERR_INTERNAL, "session holds %zu local entries for %zu token blocks",
+                 s->kv.local.size(), s->kv.blocks.size());
         }
-        const size_t live_from = std::min<size_t>(g.local_live_from(s->kv.n_tokens), s->kv.blocks.size()) * per;
+        const size_t live_from =
+            std::min<size_t>(g.local_live_from(s->kv.n_tokens), s->kv.blocks.size()) * per;
         for (size_t i = 0; i < s->kv.local.size(); ++i) {
             const uint32_t id = s->kv.local[i];
             if ((id == SessionKv::kReleased) != (i < live_from)) {
@@ -640,7 +671,8 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
             }
             const bool on_host = parked && i < s->host.local.size() && s->host.local[i] != nullptr;
             if ((id == SessionKv::kHostBlock) != on_host) {
-                fail(LLMKV_ERR_INTERNAL, "local entry %zu: host marker does not match the parked copies", i);
+                fail(LLMKV_ERR_INTERNAL,
+                     "local entry %zu: host marker does not match the parked copies", i);
             }
             if (id != SessionKv::kHostBlock && id != SessionKv::kReleased) ++refs[id];
         }
@@ -652,7 +684,8 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
     }
     for (uint32_t id = 0; id < refs.size(); ++id) {
         if (refs[id] != cache_->sealed_pool().refcount(id)) {
-            fail(LLMKV_ERR_INTERNAL, "block %u: refcount %u but %u holders", id, cache_->sealed_pool().refcount(id), refs[id]);
+            fail(LLMKV_ERR_INTERNAL, "block %u: refcount %u but %u holders", id,
+                 cache_->sealed_pool().refcount(id), refs[id]);
         }
     }
     if (host_) {
@@ -665,12 +698,14 @@ void KvManager::check_invariants(const std::vector<const KvSeq *> &seqs) const {
         }
         if (host_prefix_) host_blocks += host_prefix_->size();
         if (host_blocks != host_->blocks_used()) {
-            fail(LLMKV_ERR_INTERNAL, "host tier holds %zu blocks but sessions own %zu", host_->blocks_used(), host_blocks);
+            fail(LLMKV_ERR_INTERNAL, "host tier holds %zu blocks but sessions own %zu",
+                 host_->blocks_used(), host_blocks);
         }
     }
     for (uint32_t id = 0; id < tail_refs.size(); ++id) {
         if (tail_refs[id] != cache_->tail_pool().refcount(id)) {
-            fail(LLMKV_ERR_INTERNAL, "tail slot %u: refcount %u but %u holders", id, cache_->tail_pool().refcount(id), tail_refs[id]);
+            fail(LLMKV_ERR_INTERNAL, "tail slot %u: refcount %u but %u holders", id,
+                 cache_->tail_pool().refcount(id), tail_refs[id]);
         }
     }
 }

@@ -33,11 +33,12 @@ namespace llmkv {
 struct HostKv {
     enum class Phase : uint8_t { kNone, kOut, kParked, kIn };
     Phase phase = Phase::kNone;
-    std::vector<void *> blocks;  // per block-table entry: its host copy, or nullptr (kept on the device)
-    std::vector<void *> local;   // the same per local block-table entry (layer groups)
-    void *tail = nullptr;        // host copy of the tail slot
-    Ticket ticket = 0;           // the copy in flight (kOut, kIn)
-    uint64_t bytes = 0;          // host bytes held (block and tail sizes)
+    std::vector<void *>
+        blocks;  // per block-table entry: its host copy, or nullptr (kept on the device)
+    std::vector<void *> local;  // the same per local block-table entry (layer groups)
+    void *tail = nullptr;       // host copy of the tail slot
+    Ticket ticket = 0;          // the copy in flight (kOut, kIn)
+    uint64_t bytes = 0;         // host bytes held (block and tail sizes)
 };
 
 // One sequence's KV as the KV manager keeps it (a session, or a prefix handle's state).
@@ -134,7 +135,9 @@ public:
     // ---- blocks ---------------------------------------------------------------------
     // Reserves blocks and a tail slot for positions [0, n_tokens); all or nothing.
     bool reserve(KvSeq &s, uint32_t n_tokens) { return cache_->reserve(s.kv, n_tokens); }
-    uint32_t blocks_needed(const KvSeq &s, uint32_t n_tokens) const { return cache_->blocks_needed(s.kv, n_tokens); }
+    uint32_t blocks_needed(const KvSeq &s, uint32_t n_tokens) const {
+        return cache_->blocks_needed(s.kv, n_tokens);
+    }
     // Sealed blocks an allocation can obtain now: free plus reclaimable cached blocks.
     uint32_t available() const { return cache_->sealed_available(); }
     uint32_t total_blocks() const { return cache_->sealed_pool().n_total(); }
@@ -205,7 +208,8 @@ public:
 
     // ---- snapshots -----------------------------------------------------------------------
     // The layout part of what a snapshot of these pools must agree on.
-    SnapshotMeta snapshot_meta(const std::string &model_fingerprint, const std::string &kernel_id) const;
+    SnapshotMeta snapshot_meta(const std::string &model_fingerprint,
+                               const std::string &kernel_id) const;
     void save_snapshot(const KvSeq &s, SnapshotMeta meta, const std::string &path);
     // Fills s (empty) with the snapshot's cached blocks and tail. KV_CAPACITY when the pool
     // cannot hold them (nothing changed).
@@ -233,10 +237,12 @@ private:
     std::unique_ptr<KvCache> cache_;
     std::unique_ptr<PrefixCache> prefix_;  // after cache_: destroyed first; null when disabled
     std::unique_ptr<HostTier> host_;       // null without a host tier
-    std::unique_ptr<KvTransferQueue> transfers_;    // after host_: drained and destroyed first
-    std::unique_ptr<HostPrefixStore> host_prefix_;  // demoted prefix-cache blocks (host tier + prefix cache)
+    std::unique_ptr<KvTransferQueue> transfers_;  // after host_: drained and destroyed first
+    std::unique_ptr<HostPrefixStore>
+        host_prefix_;  // demoted prefix-cache blocks (host tier + prefix cache)
     std::vector<const KvSeq *> handles_;
-    uint64_t host_bytes_held_ = 0;  // host-tier bytes held by sequences and demoted blocks, within host_bytes
+    uint64_t host_bytes_held_ =
+        0;  // host-tier bytes held by sequences and demoted blocks, within host_bytes
     bool offload_allowed_ = true;
     uint32_t max_step_tokens_ = 512;
     KvCounters counters_;

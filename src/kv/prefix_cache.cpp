@@ -15,14 +15,17 @@ PrefixCache::PrefixCache(BlockPool &pool, uint32_t block_tokens, const BlockHash
     if (block_tokens == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "prefix cache: block_tokens is 0");
     if (!key_fn) fail(LLMKV_ERR_INVALID_ARGUMENT, "prefix cache: no key function");
     const uint32_t n = pool.n_total();
-    if (n >= kUnlinkable) fail(LLMKV_ERR_INVALID_ARGUMENT, "prefix cache: %u blocks is too many", n);
+    if (n >= kUnlinkable)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "prefix cache: %u blocks is too many", n);
     nodes_.resize(n);
     tokens_.resize(size_t(n) * block_tokens);
     heap_.reserve(n);
     map_.reserve(n);
 }
 
-PrefixCache::~PrefixCache() { clear(); }
+PrefixCache::~PrefixCache() {
+    clear();
+}
 
 void PrefixCache::check_id(uint32_t id, const char *what) const {
     if (id >= nodes_.size()) {
@@ -41,7 +44,8 @@ BlockHashKey PrefixCache::parent_key(uint32_t id) const {
 }
 
 const BlockHashKey &PrefixCache::key_of(uint32_t block_id) const {
-    if (!contains(block_id)) fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u is not cached", block_id);
+    if (!contains(block_id))
+        fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u is not cached", block_id);
     return nodes_[block_id].key;
 }
 
@@ -216,7 +220,8 @@ PrefixCache::PublishResult PrefixCache::publish(const BlockHashKey &parent, cons
 PrefixCache::PublishResult PrefixCache::publish_local(uint32_t group, const BlockHashKey &chain_key,
                                                       const int32_t *tokens, uint32_t block_id,
                                                       uint32_t chain_block) {
-    if (group == 0 || group > 255) fail(LLMKV_ERR_INTERNAL, "prefix cache: local block of group %u", group);
+    if (group == 0 || group > 255)
+        fail(LLMKV_ERR_INTERNAL, "prefix cache: local block of group %u", group);
     return publish_in_group(group, chain_key, tokens, block_id, chain_block);
 }
 
@@ -227,7 +232,8 @@ uint32_t PrefixCache::match_local(uint32_t group, uint32_t chain_block, const in
     auto it = map_.find(key);
     if (it == map_.end()) return kNoBlock;
     const uint32_t id = it->second;
-    if (nodes_[id].parent != chain_block || nodes_[id].group != group || !tokens_equal(id, tokens)) return kNoBlock;
+    if (nodes_[id].parent != chain_block || nodes_[id].group != group || !tokens_equal(id, tokens))
+        return kNoBlock;
     pool_.retain(id);
     if (!nodes_[id].busy) mark_busy(id);
     return id;
@@ -275,7 +281,7 @@ PrefixCache::PublishResult PrefixCache::publish_in_group(uint32_t group, const B
     nd.group = uint8_t(group);
     nd.busy = true;  // the publisher holds it
     ++n_cached_;
-    ++n_cold_;       // counted cold until update_hot makes it hot
+    ++n_cold_;  // counted cold until update_hot makes it hot
     if (parent_id != kNoBlock) {
         Node &pn = nodes_[parent_id];
         if (pn.n_children++ == 0 && pn.heap_pos != kNoBlock) heap_remove(parent_id);
@@ -305,12 +311,14 @@ void PrefixCache::on_release(uint32_t block_id) {
         return;
     }
     if (rc == 0) {
-        fail(LLMKV_ERR_INTERNAL, "prefix cache: cached block %u lost the cache's reference", block_id);
+        fail(LLMKV_ERR_INTERNAL, "prefix cache: cached block %u lost the cache's reference",
+             block_id);
     }
     if (!nd.busy) {
         if (rc > 1) {
             fail(LLMKV_ERR_INTERNAL,
-                 "prefix cache: idle block %u has refcount %u (retained without acquire)", block_id, rc);
+                 "prefix cache: idle block %u has refcount %u (retained without acquire)", block_id,
+                 rc);
         }
         return;
     }
@@ -324,7 +332,8 @@ uint32_t PrefixCache::evict(uint32_t n_blocks, std::vector<uint32_t> *evicted) {
         const uint32_t rc = pool_.refcount(id);
         if (rc != 1) {
             fail(LLMKV_ERR_INTERNAL,
-                 "prefix cache: evictable block %u has refcount %u (retained without acquire)", id, rc);
+                 "prefix cache: evictable block %u has refcount %u (retained without acquire)", id,
+                 rc);
         }
         if (evict_hook_) evict_hook_(id, nodes_[id].key, stored_tokens(id));
         unindex_leaf(id);
@@ -381,17 +390,19 @@ void PrefixCache::check_invariants() const {
     for (uint32_t id = 0; id < n_total; ++id) {
         const Node &nd = nodes_[id];
         if (!nd.indexed) {
-            if (nd.heap_pos != kNoBlock || nd.n_children || nd.n_hot_children || nd.busy || nd.hot ||
-                nd.serial) {
+            if (nd.heap_pos != kNoBlock || nd.n_children || nd.n_hot_children || nd.busy ||
+                nd.hot || nd.serial) {
                 fail(LLMKV_ERR_INTERNAL, "prefix cache: uncached block %u has cache state", id);
             }
             if (pool_.refcount(id) == 0 && nd.dup_of != kNoBlock) {
-                fail(LLMKV_ERR_INTERNAL, "prefix cache: free block %u keeps a duplicate record", id);
+                fail(LLMKV_ERR_INTERNAL, "prefix cache: free block %u keeps a duplicate record",
+                     id);
             }
             continue;
         }
         if (nd.dup_of != kNoBlock || nd.serial == 0) {
-            fail(LLMKV_ERR_INTERNAL, "prefix cache: cached block %u has a bad serial or record", id);
+            fail(LLMKV_ERR_INTERNAL, "prefix cache: cached block %u has a bad serial or record",
+                 id);
         }
         ++n_cached;
         auto it = map_.find(nd.key);
@@ -400,16 +411,19 @@ void PrefixCache::check_invariants() const {
         }
         if (nd.parent != kNoBlock) {
             if (nd.parent >= n_total || !nodes_[nd.parent].indexed) {
-                fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u has uncached parent %u", id, nd.parent);
+                fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u has uncached parent %u", id,
+                     nd.parent);
             }
             ++children[nd.parent];
         }
-        const BlockHashKey pk = nd.group ? local_parent_key(parent_key(id), nd.group) : parent_key(id);
+        const BlockHashKey pk =
+            nd.group ? local_parent_key(parent_key(id), nd.group) : parent_key(id);
         if (nd.group && nd.parent == kNoBlock) {
             fail(LLMKV_ERR_INTERNAL, "prefix cache: local block %u has no chain block", id);
         }
         if (key_for(pk, stored_tokens(id)) != nd.key) {
-            fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u key does not match its parent and tokens", id);
+            fail(LLMKV_ERR_INTERNAL,
+                 "prefix cache: block %u key does not match its parent and tokens", id);
         }
         const uint32_t rc = pool_.refcount(id);
         if (rc == 0) fail(LLMKV_ERR_INTERNAL, "prefix cache: cached block %u has refcount 0", id);
@@ -425,8 +439,9 @@ void PrefixCache::check_invariants() const {
         const Node &nd = nodes_[id];
         if (!nd.indexed) continue;
         if (nd.n_children != children[id] || nd.n_hot_children != hot_children[id]) {
-            fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u counts %u children (%u hot), has %u (%u)",
-                 id, nd.n_children, nd.n_hot_children, children[id], hot_children[id]);
+            fail(LLMKV_ERR_INTERNAL,
+                 "prefix cache: block %u counts %u children (%u hot), has %u (%u)", id,
+                 nd.n_children, nd.n_hot_children, children[id], hot_children[id]);
         }
         if (nd.hot != (nd.busy || hot_children[id] > 0)) {
             fail(LLMKV_ERR_INTERNAL, "prefix cache: block %u hot flag is stale", id);
@@ -438,7 +453,8 @@ void PrefixCache::check_invariants() const {
                  should_be_on_heap ? "missing from" : "wrongly on");
         }
     }
-    if (map_.size() != n_cached || n_cached != n_cached_ || n_idle != n_idle_ || n_cold != n_cold_) {
+    if (map_.size() != n_cached || n_cached != n_cached_ || n_idle != n_idle_ ||
+        n_cold != n_cold_) {
         fail(LLMKV_ERR_INTERNAL,
              "prefix cache: counters (map %zu, cached %u, evictable %u, reclaimable %u) != "
              "recount (%u, %u, %u)",

@@ -62,8 +62,8 @@ public:
                          // could never be matched or could not be linked safely
     };
     struct PublishResult {
-        uint32_t block_id;   // the canonical block for this content (the argument unless kDuplicate)
-        BlockHashKey key;    // the block's key: the parent key of the session's next block
+        uint32_t block_id;  // the canonical block for this content (the argument unless kDuplicate)
+        BlockHashKey key;   // the block's key: the parent key of the session's next block
         PublishStatus status;
     };
 
@@ -82,7 +82,8 @@ public:
 
     // Called for every block eviction frees, before it leaves the index (its bytes are
     // still intact): the tiered cache copies it to the host tier here.
-    using EvictHook = std::function<void(uint32_t block_id, const BlockHashKey &key, const int32_t *tokens)>;
+    using EvictHook =
+        std::function<void(uint32_t block_id, const BlockHashKey &key, const int32_t *tokens)>;
     void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
 
     // Key of the block of block_tokens tokens that follows the block keyed parent
@@ -114,17 +115,20 @@ public:
     // leaves: eviction takes them before the chain block they hang from, and a chain match
     // (match) never returns them.
     static BlockHashKey local_parent_key(const BlockHashKey &chain_key, uint32_t group) {
-        return {chain_key.lo ^ (0x9E3779B97F4A7C15ull * group), chain_key.hi ^ (0xC2B2AE3D27D4EB4Full * group) ^ 1u};
+        return {chain_key.lo ^ (0x9E3779B97F4A7C15ull * group),
+                chain_key.hi ^ (0xC2B2AE3D27D4EB4Full * group) ^ 1u};
     }
     // Offers the local block of `group` (>= 1) of the token block whose chain block the
     // caller holds (chain_block, cached under chain_key). Statuses as publish.
-    PublishResult publish_local(uint32_t group, const BlockHashKey &chain_key, const int32_t *tokens,
-                                uint32_t block_id, uint32_t chain_block);
+    PublishResult publish_local(uint32_t group, const BlockHashKey &chain_key,
+                                const int32_t *tokens, uint32_t block_id, uint32_t chain_block);
     // The cached local block of `group` hanging from cached chain block chain_block (whose
     // tokens are `tokens`), retained for the caller; kNoBlock when there is none.
     uint32_t match_local(uint32_t group, uint32_t chain_block, const int32_t *tokens);
     // Layer group of a cached block (0 for chain blocks).
-    uint32_t group_of(uint32_t block_id) const { return contains(block_id) ? nodes_[block_id].group : 0; }
+    uint32_t group_of(uint32_t block_id) const {
+        return contains(block_id) ? nodes_[block_id].group : 0;
+    }
 
     // Takes a holder's reference on a block (a session switching to a canonical block, a
     // fork, a prefix handle); a cached block stops being evictable.
@@ -154,9 +158,9 @@ public:
     // Key of a cached block (fails with LLMKV_ERR_INTERNAL otherwise).
     const BlockHashKey &key_of(uint32_t block_id) const;
 
-    uint32_t n_cached() const { return n_cached_; }            // indexed blocks
-    uint32_t n_evictable() const { return n_idle_; }           // indexed, refcount 1
-    uint32_t n_reclaimable() const { return n_cold_; }         // what eviction can free now
+    uint32_t n_cached() const { return n_cached_; }     // indexed blocks
+    uint32_t n_evictable() const { return n_idle_; }    // indexed, refcount 1
+    uint32_t n_reclaimable() const { return n_cold_; }  // what eviction can free now
     uint64_t hit_tokens() const { return hit_tokens_; }
     uint64_t miss_tokens() const { return miss_tokens_; }
 
@@ -176,18 +180,18 @@ public:
 private:
     struct Node {
         BlockHashKey key;
-        uint64_t idle_since = 0;     // clock value when it last became idle
-        uint32_t parent = kNoBlock;  // cached parent block, kNoBlock for a first block
-        uint32_t n_children = 0;     // cached blocks whose parent this is
-        uint32_t n_hot_children = 0; // of those, the hot ones
+        uint64_t idle_since = 0;      // clock value when it last became idle
+        uint32_t parent = kNoBlock;   // cached parent block, kNoBlock for a first block
+        uint32_t n_children = 0;      // cached blocks whose parent this is
+        uint32_t n_hot_children = 0;  // of those, the hot ones
         uint32_t heap_pos = kNoBlock;
         uint64_t serial = 0;         // cached: unique per indexing
         uint32_t dup_of = kNoBlock;  // uncached: the block its last publish duplicated
         uint64_t dup_serial = 0;     // ... and that block's serial then
         bool indexed = false;
-        bool busy = false;           // refcount > 1 (as last told)
-        bool hot = false;            // busy, or a hot child: its subtree cannot be reclaimed
-        uint8_t group = 0;           // layer group (0: a chain block; >= 1: a local block)
+        bool busy = false;  // refcount > 1 (as last told)
+        bool hot = false;   // busy, or a hot child: its subtree cannot be reclaimed
+        uint8_t group = 0;  // layer group (0: a chain block; >= 1: a local block)
     };
 
     const int32_t *stored_tokens(uint32_t id) const {
@@ -195,8 +199,8 @@ private:
     }
     bool tokens_equal(uint32_t id, const int32_t *tokens) const;
     BlockHashKey parent_key(uint32_t id) const;
-    PublishResult publish_in_group(uint32_t group, const BlockHashKey &parent, const int32_t *tokens,
-                                   uint32_t block_id, uint32_t parent_block);
+    PublishResult publish_in_group(uint32_t group, const BlockHashKey &parent,
+                                   const int32_t *tokens, uint32_t block_id, uint32_t parent_block);
     void check_id(uint32_t id, const char *what) const;
     // The cached block to link a child under, kNoBlock for a first block, or kUnlinkable.
     uint32_t resolve_parent(const BlockHashKey &parent, uint32_t parent_block) const;
@@ -225,15 +229,15 @@ private:
     const BlockHashKey salt_;
     const KeyFn key_fn_;
     EvictHook evict_hook_;
-    std::vector<Node> nodes_;       // by block id
-    std::vector<int32_t> tokens_;   // block_tokens per block id
-    std::vector<uint32_t> heap_;    // idle blocks without cached children, min idle_since on top
+    std::vector<Node> nodes_;      // by block id
+    std::vector<int32_t> tokens_;  // block_tokens per block id
+    std::vector<uint32_t> heap_;   // idle blocks without cached children, min idle_since on top
     std::unordered_map<BlockHashKey, uint32_t, BlockHashKeyHasher> map_;
     uint64_t clock_ = 0;
     uint64_t next_serial_ = 1;
     uint32_t n_cached_ = 0;
     uint32_t n_idle_ = 0;
-    uint32_t n_cold_ = 0;           // cached blocks that are not hot
+    uint32_t n_cold_ = 0;  // cached blocks that are not hot
     uint64_t hit_tokens_ = 0;
     uint64_t miss_tokens_ = 0;
 };

@@ -3,14 +3,13 @@
 
 #include "kv/snapshot.h"
 
+#include <flatbuffers/flatbuffers.h>
 #include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
-
-#include <flatbuffers/flatbuffers.h>
 
 #include "common/error.h"
 #include "common/fault.h"
@@ -30,7 +29,9 @@ constexpr uint32_t kMaxResidual = 1u << 20;
 constexpr uint32_t kMaxStringBytes = 4096;
 constexpr uint64_t kMaxMetaBytes = uint64_t(1) << 30;
 
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t align_up(uint64_t v, uint64_t a) {
+    return (v + a - 1) / a * a;
+}
 
 uint64_t hash_bytes(const uint8_t *p, uint64_t n) {
     static const uint8_t empty = 0;
@@ -60,7 +61,9 @@ const char *dtype_name(uint32_t d) {
 }
 
 // Offset of the metadata checksum and the first byte after it, for a flatbuffer of len bytes.
-uint64_t meta_checksum_offset(uint64_t fb_len) { return kSnapshotPreambleBytes + align_up(fb_len, 8); }
+uint64_t meta_checksum_offset(uint64_t fb_len) {
+    return kSnapshotPreambleBytes + align_up(fb_len, 8);
+}
 
 // Builds the whole header region [0, payload_offset): preamble, flatbuffer, checksum, padding.
 std::vector<uint8_t> build_header(const SnapshotMeta &meta, const std::vector<uint64_t> &block_sums,
@@ -170,12 +173,14 @@ void write_all(int fd, const uint8_t *p, uint64_t n, const std::string &path, ui
         if (w < 0) {
             if (errno == EINTR) continue;
             const int err = errno;
-            fail(LLMKV_ERR_IO, "snapshot %s: write failed at byte %llu: %s%s; nothing was saved", path.c_str(),
-                 (unsigned long long)offset, std::strerror(err), err == ENOSPC ? " (disk full)" : "");
+            fail(LLMKV_ERR_IO, "snapshot %s: write failed at byte %llu: %s%s; nothing was saved",
+                 path.c_str(), (unsigned long long)offset, std::strerror(err),
+                 err == ENOSPC ? " (disk full)" : "");
         }
         if (w == 0) {
-            fail(LLMKV_ERR_IO, "snapshot %s: write made no progress at byte %llu; nothing was saved", path.c_str(),
-                 (unsigned long long)offset);
+            fail(LLMKV_ERR_IO,
+                 "snapshot %s: write made no progress at byte %llu; nothing was saved",
+                 path.c_str(), (unsigned long long)offset);
         }
         p += w;
         n -= uint64_t(w);
@@ -218,7 +223,8 @@ SnapshotMeta snapshot_meta_for(const KvGeometry &g) {
     return m;
 }
 
-std::string snapshot_codec_string(uint32_t dtype_k, uint32_t dtype_v, bool rotate_k, bool rotate_v) {
+std::string snapshot_codec_string(uint32_t dtype_k, uint32_t dtype_v, bool rotate_k,
+                                  bool rotate_v) {
     return strprintf("k=%s v=%s rot_k=%d rot_v=%d", dtype_name(dtype_k), dtype_name(dtype_v),
                      rotate_k ? 1 : 0, rotate_v ? 1 : 0);
 }
@@ -257,8 +263,8 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
     if (tmp.fd < 0) {
         const int err = errno;
         tmp.path.clear();  // nothing to unlink
-        fail(LLMKV_ERR_IO, "snapshot %s: cannot create temp file: %s; nothing was saved", path.c_str(),
-             std::strerror(err));
+        fail(LLMKV_ERR_IO, "snapshot %s: cannot create temp file: %s; nothing was saved",
+             path.c_str(), std::strerror(err));
     }
     // Every failure below unlinks the temp file (TempFile) and leaves `path` as it was.
     uint64_t offset = 0;
@@ -267,25 +273,29 @@ void write_snapshot(const std::string &path, const SnapshotMeta &meta,
     if (meta.tail_bytes > 0) write_all(tmp.fd, tail, meta.tail_bytes, path, offset);
     if (sys_fsync(tmp.fd) != 0) {
         const int err = errno;
-        fail(LLMKV_ERR_IO, "snapshot %s: fsync failed: %s; nothing was saved", path.c_str(), std::strerror(err));
+        fail(LLMKV_ERR_IO, "snapshot %s: fsync failed: %s; nothing was saved", path.c_str(),
+             std::strerror(err));
     }
     const int fd = tmp.fd;
     tmp.fd = -1;
     if (sys_close(fd) != 0) {
         const int err = errno;
-        fail(LLMKV_ERR_IO, "snapshot %s: close failed: %s; nothing was saved", path.c_str(), std::strerror(err));
+        fail(LLMKV_ERR_IO, "snapshot %s: close failed: %s; nothing was saved", path.c_str(),
+             std::strerror(err));
     }
     if (sys_rename(tmp.path.c_str(), path.c_str()) != 0) {
         const int err = errno;
-        fail(LLMKV_ERR_IO, "snapshot %s: rename from %s failed: %s; nothing was saved", path.c_str(),
-             tmp.path.c_str(), std::strerror(err));
+        fail(LLMKV_ERR_IO, "snapshot %s: rename from %s failed: %s; nothing was saved",
+             path.c_str(), tmp.path.c_str(), std::strerror(err));
     }
     tmp.keep = true;
     // Make the rename durable; a failure here leaves a complete file, so it is not fatal.
     os::sync_parent_directory(path);
 }
 
-LoadedSnapshot::LoadedSnapshot(LoadedSnapshot &&other) noexcept { *this = std::move(other); }
+LoadedSnapshot::LoadedSnapshot(LoadedSnapshot &&other) noexcept {
+    *this = std::move(other);
+}
 
 LoadedSnapshot &LoadedSnapshot::operator=(LoadedSnapshot &&other) noexcept {
     if (this != &other) {
@@ -300,7 +310,9 @@ LoadedSnapshot &LoadedSnapshot::operator=(LoadedSnapshot &&other) noexcept {
     return *this;
 }
 
-LoadedSnapshot::~LoadedSnapshot() { reset(); }
+LoadedSnapshot::~LoadedSnapshot() {
+    reset();
+}
 
 void LoadedSnapshot::reset() noexcept {
     if (map_ != nullptr) {
@@ -316,7 +328,8 @@ void LoadedSnapshot::reset() noexcept {
 
 const uint8_t *LoadedSnapshot::block(size_t i) const {
     if (i >= n_blocks_)
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot block %zu out of range (%zu blocks)", i, n_blocks_);
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "snapshot block %zu out of range (%zu blocks)", i,
+             n_blocks_);
     return static_cast<const uint8_t *>(map_) + payload_offset_ + i * meta_.block_bytes;
 }
 
@@ -328,11 +341,16 @@ const uint8_t *LoadedSnapshot::tail() const {
 LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expected) {
     os::FileMap fm;
     switch (os::map_file(path, fm)) {
-        case os::MapError::kNone: break;
-        case os::MapError::kOpen: fail(LLMKV_ERR_IO, "snapshot %s: cannot open: %s", path.c_str(), std::strerror(errno));
-        case os::MapError::kStat: fail(LLMKV_ERR_IO, "snapshot %s: cannot stat: %s", path.c_str(), std::strerror(errno));
-        case os::MapError::kNotRegular: fail(LLMKV_ERR_IO, "snapshot %s: not a regular file", path.c_str());
-        case os::MapError::kMap: fail(LLMKV_ERR_IO, "snapshot %s: mmap failed: %s", path.c_str(), std::strerror(errno));
+        case os::MapError::kNone:
+            break;
+        case os::MapError::kOpen:
+            fail(LLMKV_ERR_IO, "snapshot %s: cannot open: %s", path.c_str(), std::strerror(errno));
+        case os::MapError::kStat:
+            fail(LLMKV_ERR_IO, "snapshot %s: cannot stat: %s", path.c_str(), std::strerror(errno));
+        case os::MapError::kNotRegular:
+            fail(LLMKV_ERR_IO, "snapshot %s: not a regular file", path.c_str());
+        case os::MapError::kMap:
+            fail(LLMKV_ERR_IO, "snapshot %s: mmap failed: %s", path.c_str(), std::strerror(errno));
     }
     LoadedSnapshot out;
     out.map_ = const_cast<uint8_t *>(fm.data);
@@ -350,7 +368,8 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
     if (std::memcmp(base, kMagic, 8) != 0) bad(path, "bad magic (not an llmkv snapshot)");
     const uint32_t version = get_u32(base + 8);
     if (version != kSnapshotFormatVersion)
-        bad(path, strprintf("unsupported format version %u (expected %u)", version, kSnapshotFormatVersion));
+        bad(path, strprintf("unsupported format version %u (expected %u)", version,
+                            kSnapshotFormatVersion));
     const uint64_t fb_len = get_u32(base + 12);
     if (fb_len < 8 || fb_len > kMaxMetaBytes)
         bad(path, strprintf("metadata length %llu out of range", (unsigned long long)fb_len));
@@ -414,17 +433,20 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
 
     // ---- against the engine ----
     if (m.model_fingerprint != expected.model_fingerprint)
-        bad(path, strprintf("model fingerprint differs (file %s, engine %s)", m.model_fingerprint.c_str(),
-                            expected.model_fingerprint.c_str()));
+        bad(path, strprintf("model fingerprint differs (file %s, engine %s)",
+                            m.model_fingerprint.c_str(), expected.model_fingerprint.c_str()));
     // The codec string ends with " kernels=<variant>" (KvManager::snapshot_meta).
-    auto without_kernel = [](const std::string &codec) { return codec.substr(0, codec.find(" kernels=")); };
-    if (expected.any_kernel ? without_kernel(m.codec) != without_kernel(expected.codec) : m.codec != expected.codec)
+    auto without_kernel = [](const std::string &codec) {
+        return codec.substr(0, codec.find(" kernels="));
+    };
+    if (expected.any_kernel ? without_kernel(m.codec) != without_kernel(expected.codec)
+                            : m.codec != expected.codec)
         bad(path, strprintf("codec differs (file \"%s\", engine \"%s\")", m.codec.c_str(),
                             expected.codec.c_str()));
     auto same = [&](const char *name, uint64_t file_v, uint64_t engine_v) {
         if (file_v != engine_v)
-            bad(path, strprintf("%s differs (file %llu, engine %llu)", name, (unsigned long long)file_v,
-                                (unsigned long long)engine_v));
+            bad(path, strprintf("%s differs (file %llu, engine %llu)", name,
+                                (unsigned long long)file_v, (unsigned long long)engine_v));
     };
     same("block_tokens", m.block_tokens, expected.block_tokens);
     same("n_layers", m.n_layers, expected.n_layers);
@@ -458,10 +480,12 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
     // ---- payload placement ----
     const uint64_t payload_offset = s->payload_offset();
     if (payload_offset % kSnapshotPayloadAlign != 0)
-        bad(path, strprintf("payload offset %llu not %llu-aligned", (unsigned long long)payload_offset,
-                            (unsigned long long)kSnapshotPayloadAlign));
+        bad(path,
+            strprintf("payload offset %llu not %llu-aligned", (unsigned long long)payload_offset,
+                      (unsigned long long)kSnapshotPayloadAlign));
     if (payload_offset < sum_at + 8)
-        bad(path, strprintf("payload offset %llu overlaps the metadata", (unsigned long long)payload_offset));
+        bad(path, strprintf("payload offset %llu overlaps the metadata",
+                            (unsigned long long)payload_offset));
     if (payload_offset > size)
         bad(path, strprintf("truncated: payload offset %llu beyond file size %llu",
                             (unsigned long long)payload_offset, (unsigned long long)size));
@@ -474,7 +498,8 @@ LoadedSnapshot read_snapshot(const std::string &path, const SnapshotMeta &expect
         bad(path, strprintf("truncated: payload needs %llu bytes, file has %llu",
                             (unsigned long long)payload_end, (unsigned long long)size));
     if (payload_end < size)
-        bad(path, strprintf("%llu unexpected trailing bytes", (unsigned long long)(size - payload_end)));
+        bad(path,
+            strprintf("%llu unexpected trailing bytes", (unsigned long long)(size - payload_end)));
     for (uint64_t i = sum_at + 8; i < payload_offset; ++i)
         if (base[i] != 0) bad(path, "nonzero padding before the payload");
 

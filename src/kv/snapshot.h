@@ -58,7 +58,8 @@ struct SnapshotMeta {
     uint64_t stored_blocks() const {
         const uint64_t sealed = sealed_blocks();
         if (n_groups <= 1) return sealed;
-        const uint64_t from = uint64_t(n_cached) + 1 > window ? (uint64_t(n_cached) + 1 - window) / block_tokens : 0;
+        const uint64_t from =
+            uint64_t(n_cached) + 1 > window ? (uint64_t(n_cached) + 1 - window) / block_tokens : 0;
         return sealed + (sealed > from ? (sealed - from) * (n_groups - 1) : 0);
     }
 };

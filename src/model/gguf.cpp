@@ -303,7 +303,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path) {
     f->path_ = path;
     os::FileMap m;
     switch (os::map_file(path, m, fault::should_fail(fault::Site::kModelMmap))) {
-        case os::MapError::kNone: break;
+        case os::MapError::kNone:
+            break;
         case os::MapError::kOpen: {
             const int e = errno;
             fail(LLMKV_ERR_IO, "cannot open model file %s: %s", path.c_str(), std::strerror(e));

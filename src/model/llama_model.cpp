@@ -62,8 +62,9 @@ const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool re
         return nullptr;
     }
     if (t->dims.size() != 1 || t->dims[0] != int64_t(n)) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "tensor %s: expected shape [%u], got %zu dims (dims[0] = %lld)",
-             name.c_str(), n, t->dims.size(), (long long)t->dims[0]);
+        fail(LLMKV_ERR_MODEL_FORMAT,
+             "tensor %s: expected shape [%u], got %zu dims (dims[0] = %lld)", name.c_str(), n,
+             t->dims.size(), (long long)t->dims[0]);
     }
     n_params_ += t->n_elements;
     weight_bytes_ += t->n_bytes;
@@ -135,8 +136,9 @@ void LlamaModel::read_config() {
     c.n_kv_heads = optional_u32(f, p + "attention.head_count_kv", c.n_heads, 1, c.n_heads);
     c.n_ctx_train = optional_u32(f, p + "context_length", 2048, 1, 1u << 24);
     if (c.n_heads % c.n_kv_heads != 0) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "attention.head_count %u is not a multiple of head_count_kv %u",
-             c.n_heads, c.n_kv_heads);
+        fail(LLMKV_ERR_MODEL_FORMAT,
+             "attention.head_count %u is not a multiple of head_count_kv %u", c.n_heads,
+             c.n_kv_heads);
     }
     // The head width: attention.key_length when the file has it (Gemma, Qwen3: it may differ
     // from n_embd / n_heads), else n_embd / n_heads.
@@ -152,10 +154,12 @@ void LlamaModel::read_config() {
     }
     if (c.head_dim % 2 != 0) fail(LLMKV_ERR_MODEL_FORMAT, "head_dim %u is odd", c.head_dim);
     c.rope_dim = optional_u32(f, p + "rope.dimension_count", c.head_dim, 2, c.head_dim);
-    if (c.rope_dim % 2 != 0) fail(LLMKV_ERR_MODEL_FORMAT, "rope.dimension_count %u is odd", c.rope_dim);
+    if (c.rope_dim % 2 != 0)
+        fail(LLMKV_ERR_MODEL_FORMAT, "rope.dimension_count %u is odd", c.rope_dim);
     if (auto base = f.get_float(p + "rope.freq_base")) {
         if (!(*base > 1.0 && *base < 1e12)) {
-            fail(LLMKV_ERR_MODEL_FORMAT, "metadata %srope.freq_base = %g out of range", p.c_str(), *base);
+            fail(LLMKV_ERR_MODEL_FORMAT, "metadata %srope.freq_base = %g out of range", p.c_str(),
+                 *base);
         }
         c.rope_freq_base = float(*base);
     }
@@ -169,7 +173,8 @@ void LlamaModel::read_config() {
     }
     if (auto eps = f.get_float(p + "attention.layer_norm_rms_epsilon")) {
         if (!(*eps > 0 && *eps < 1)) {
-            fail(LLMKV_ERR_MODEL_FORMAT, "attention.layer_norm_rms_epsilon = %g out of range", *eps);
+            fail(LLMKV_ERR_MODEL_FORMAT, "attention.layer_norm_rms_epsilon = %g out of range",
+                 *eps);
         }
         c.rms_eps = float(*eps);
     }
@@ -189,7 +194,8 @@ void LlamaModel::read_config() {
         c.qk_norm = true;
     }
     if (auto s = f.get_float(p + "attention.scale")) {
-        if (!(*s > 0 && *s < 1e3)) fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.scale = %g out of range", p.c_str(), *s);
+        if (!(*s > 0 && *s < 1e3))
+            fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.scale = %g out of range", p.c_str(), *s);
         c.attn_scale = float(*s);
     }
 
@@ -207,7 +213,8 @@ void LlamaModel::read_config() {
             float base_swa = 10000.0f;
             if (auto b = f.get_float(p + "rope.freq_base_swa")) {
                 if (!(*b > 1.0 && *b < 1e12)) {
-                    fail(LLMKV_ERR_MODEL_FORMAT, "%srope.freq_base_swa = %g out of range", p.c_str(), *b);
+                    fail(LLMKV_ERR_MODEL_FORMAT, "%srope.freq_base_swa = %g out of range",
+                         p.c_str(), *b);
                 }
                 base_swa = float(*b);
             }
@@ -215,14 +222,17 @@ void LlamaModel::read_config() {
             std::vector<bool> local(c.n_layers);
             const GgufValue *pattern = f.find(p + "attention.sliding_window_pattern");
             if (pattern && pattern->type == GgufValueType::ARRAY) {
-                const std::vector<int64_t> *flags = f.get_int_array(p + "attention.sliding_window_pattern");
+                const std::vector<int64_t> *flags =
+                    f.get_int_array(p + "attention.sliding_window_pattern");
                 if (!flags || flags->size() != c.n_layers) {
-                    fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.sliding_window_pattern has %zu entries for %u layers",
+                    fail(LLMKV_ERR_MODEL_FORMAT,
+                         "%sattention.sliding_window_pattern has %zu entries for %u layers",
                          p.c_str(), pattern->array_size(), c.n_layers);
                 }
                 for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (*flags)[l] != 0;
             } else {
-                const uint32_t period = optional_u32(f, p + "attention.sliding_window_pattern", 6, 1, 1u << 16);
+                const uint32_t period =
+                    optional_u32(f, p + "attention.sliding_window_pattern", 6, 1, 1u << 16);
                 for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (l + 1) % period != 0;
             }
             for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -242,7 +252,8 @@ void LlamaModel::bind_weights() {
     LlamaConfig &c = config_;
     const std::string p = c.architecture + ".";
     const GgufTensor *embd = f.find_tensor("token_embd.weight");
-    if (!embd || embd->dims.size() != 2) fail(LLMKV_ERR_MODEL_FORMAT, "missing or malformed tensor token_embd.weight");
+    if (!embd || embd->dims.size() != 2)
+        fail(LLMKV_ERR_MODEL_FORMAT, "missing or malformed tensor token_embd.weight");
     if (embd->dims[1] < 1 || embd->dims[1] > (1 << 22)) {
         fail(LLMKV_ERR_MODEL_FORMAT, "tensor token_embd.weight: vocabulary size %lld out of range",
              (long long)embd->dims[1]);
@@ -250,8 +261,8 @@ void LlamaModel::bind_weights() {
     c.n_vocab = uint32_t(embd->dims[1]);
     if (auto vocab = f.get_uint(p + "vocab_size")) {
         if (*vocab != c.n_vocab) {
-            fail(LLMKV_ERR_MODEL_FORMAT, "%svocab_size %llu differs from token_embd rows %u", p.c_str(),
-                 (unsigned long long)*vocab, c.n_vocab);
+            fail(LLMKV_ERR_MODEL_FORMAT, "%svocab_size %llu differs from token_embd rows %u",
+                 p.c_str(), (unsigned long long)*vocab, c.n_vocab);
         }
     }
     token_embd_ = matrix("token_embd.weight", c.n_vocab, c.n_embd);

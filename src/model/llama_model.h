@@ -20,7 +20,7 @@ namespace llmkv {
 // the file's frequency factors (if any), positions multiplied by freq_scale.
 struct LayerRope {
     float freq_base = 10000.0f;
-    float freq_scale = 1.0f;  // linear scaling: positions are multiplied by this
+    float freq_scale = 1.0f;       // linear scaling: positions are multiplied by this
     bool use_freq_factors = true;  // rope_freqs / rope_factors_* apply to these layers
 };
 
@@ -40,21 +40,21 @@ struct LlamaConfig {
     uint32_t n_heads = 0;
     uint32_t n_kv_heads = 0;
     uint32_t head_dim = 0;
-    uint32_t rope_dim = 0;          // rotated dimensions (== head_dim for Llama)
+    uint32_t rope_dim = 0;  // rotated dimensions (== head_dim for Llama)
     float rope_freq_base = 10000.0f;
-    float rope_freq_scale = 1.0f;   // linear scaling: positions are multiplied by this
+    float rope_freq_scale = 1.0f;  // linear scaling: positions are multiplied by this
     float rms_eps = 1e-5f;
     bool tied_output = false;
 
     // ---- what differs between architectures --------------------------------------------
-    bool rope_neox = false;          // RoPE pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
-    float embd_scale = 1.0f;         // embeddings are multiplied by this (Gemma: sqrt(n_embd))
-    float attn_scale = 0.0f;         // softmax scale of q.k (1/sqrt(head_dim) unless a key says)
+    bool rope_neox = false;   // RoPE pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
+    float embd_scale = 1.0f;  // embeddings are multiplied by this (Gemma: sqrt(n_embd))
+    float attn_scale = 0.0f;  // softmax scale of q.k (1/sqrt(head_dim) unless a key says)
     FfnActivation activation = FfnActivation::kSilu;
-    bool qk_norm = false;            // per-head RMSNorm of q and k before RoPE (Gemma 3, Qwen3)
-    bool qkv_bias = false;           // q/k/v projections have biases (Qwen2)
-    bool post_norms = false;         // RMSNorm of the attention and FFN outputs before the
-                                     // residual adds (Gemma 2/3: post_attention_norm, post_ffw_norm)
+    bool qk_norm = false;     // per-head RMSNorm of q and k before RoPE (Gemma 3, Qwen3)
+    bool qkv_bias = false;    // q/k/v projections have biases (Qwen2)
+    bool post_norms = false;  // RMSNorm of the attention and FFN outputs before the
+                              // residual adds (Gemma 2/3: post_attention_norm, post_ffw_norm)
 
     // ---- per layer ------------------------------------------------------------------------
     // Sliding-window size of each layer: the query at position p attends to positions j with
@@ -70,8 +70,12 @@ struct LlamaConfig {
 
     uint32_t q_dim() const { return n_heads * head_dim; }
     uint32_t kv_dim() const { return n_kv_heads * head_dim; }
-    bool is_local(uint32_t layer) const { return layer < layer_window.size() && layer_window[layer] != 0; }
-    uint32_t window(uint32_t layer) const { return layer < layer_window.size() ? layer_window[layer] : 0; }
+    bool is_local(uint32_t layer) const {
+        return layer < layer_window.size() && layer_window[layer] != 0;
+    }
+    uint32_t window(uint32_t layer) const {
+        return layer < layer_window.size() ? layer_window[layer] : 0;
+    }
     const LayerRope &rope(uint32_t layer) const { return ropes[layer_rope[layer]]; }
 };
 using ModelConfig = LlamaConfig;
@@ -82,13 +86,13 @@ struct LlamaLayer {
     // as three row ranges of one tensor.
     WeightMatrix wq, wk, wv, wo;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // (q_dim) (kv_dim) x2, or null
-    const float *q_norm = nullptr, *k_norm = nullptr;          // (head_dim), or null
-    const float *post_attn_norm = nullptr;                     // (n_embd), or null
-    const float *ffn_norm = nullptr;   // (n_embd)
+    const float *q_norm = nullptr, *k_norm = nullptr;         // (head_dim), or null
+    const float *post_attn_norm = nullptr;                    // (n_embd), or null
+    const float *ffn_norm = nullptr;                          // (n_embd)
     // (n_ff, n_embd). Phi-3's fused ffn_up (gate rows, then up rows) is bound as two ranges.
     WeightMatrix w_gate, w_up;
-    WeightMatrix w_down;          // (n_embd, n_ff)
-    const float *post_ffn_norm = nullptr;                      // (n_embd), or null
+    WeightMatrix w_down;                   // (n_embd, n_ff)
+    const float *post_ffn_norm = nullptr;  // (n_embd), or null
 };
 
 class LlamaModel {

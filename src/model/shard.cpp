@@ -10,7 +10,9 @@ namespace llmkv {
 
 namespace {
 
-int64_t block_elements(const WeightMatrix &w) { return tensor_type_block_elements(w.type); }
+int64_t block_elements(const WeightMatrix &w) {
+    return tensor_type_block_elements(w.type);
+}
 
 }  // namespace
 
@@ -18,22 +20,28 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
     const LlamaConfig &c = model.config();
     if (size == 0) return "0 ranks";
     if (size == 1) return "";
-    if (c.n_heads % size != 0) return strprintf("%u query heads do not split over %u ranks", c.n_heads, size);
+    if (c.n_heads % size != 0)
+        return strprintf("%u query heads do not split over %u ranks", c.n_heads, size);
     if (c.n_kv_heads % size != 0 && size % c.n_kv_heads != 0) {
-        return strprintf("%u KV heads neither split over %u ranks nor replicate evenly on them", c.n_kv_heads, size);
+        return strprintf("%u KV heads neither split over %u ranks nor replicate evenly on them",
+                         c.n_kv_heads, size);
     }
-    if (c.n_ff % size != 0) return strprintf("%u feed-forward columns do not split over %u ranks", c.n_ff, size);
-    if (c.n_vocab < size) return strprintf("a vocabulary of %u tokens does not split over %u ranks", c.n_vocab, size);
+    if (c.n_ff % size != 0)
+        return strprintf("%u feed-forward columns do not split over %u ranks", c.n_ff, size);
+    if (c.n_vocab < size)
+        return strprintf("a vocabulary of %u tokens does not split over %u ranks", c.n_vocab, size);
     const uint32_t q_cols = c.n_heads / size * c.head_dim, ff_cols = c.n_ff / size;
     for (size_t l = 0; l < model.layers().size(); ++l) {
         const LlamaLayer &L = model.layers()[l];
         if (q_cols % block_elements(L.wo) != 0) {
-            return strprintf("layer %zu: attn_output is %s, whose %lld-value blocks do not split at %u columns", l,
-                             tensor_type_name(L.wo.type), (long long)block_elements(L.wo), q_cols);
+            return strprintf(
+                "layer %zu: attn_output is %s, whose %lld-value blocks do not split at %u columns",
+                l, tensor_type_name(L.wo.type), (long long)block_elements(L.wo), q_cols);
         }
         if (ff_cols % block_elements(L.w_down) != 0) {
-            return strprintf("layer %zu: ffn_down is %s, whose %lld-value blocks do not split at %u columns", l,
-                             tensor_type_name(L.w_down.type), (long long)block_elements(L.w_down), ff_cols);
+            return strprintf(
+                "layer %zu: ffn_down is %s, whose %lld-value blocks do not split at %u columns", l,
+                tensor_type_name(L.w_down.type), (long long)block_elements(L.w_down), ff_cols);
         }
     }
     return "";
@@ -73,9 +81,12 @@ WeightMatrix ModelShard::columns(const WeightMatrix &w, int64_t col0, int64_t n)
     const size_t bb = tensor_type_block_bytes(w.type);
     const size_t off = size_t(col0 / be) * bb, row_bytes = size_t(n / be) * bb;
     std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[size_t(w.rows) * row_bytes]);
-    if (!buf) fail(LLMKV_ERR_OUT_OF_MEMORY, "tensor parallelism: no memory for a %zu-byte weight slice", size_t(w.rows) * row_bytes);
+    if (!buf)
+        fail(LLMKV_ERR_OUT_OF_MEMORY, "tensor parallelism: no memory for a %zu-byte weight slice",
+             size_t(w.rows) * row_bytes);
     for (int64_t i = 0; i < w.rows; ++i) {
-        std::memcpy(buf.get() + size_t(i) * row_bytes, static_cast<const uint8_t *>(w.data) + size_t(i) * w.row_bytes + off,
+        std::memcpy(buf.get() + size_t(i) * row_bytes,
+                    static_cast<const uint8_t *>(w.data) + size_t(i) * w.row_bytes + off,
                     row_bytes);
     }
     WeightMatrix s = w;
@@ -90,12 +101,16 @@ WeightMatrix ModelShard::columns(const WeightMatrix &w, int64_t col0, int64_t n)
 uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
     const LlamaConfig &c = model.config();
     auto row_part = [](const WeightMatrix &w, uint64_t rows) { return rows * w.row_bytes; };
-    auto col_part = [](const WeightMatrix &w, uint64_t cols) { return w.cols ? uint64_t(w.rows) * w.row_bytes * cols / w.cols : 0; };
+    auto col_part = [](const WeightMatrix &w, uint64_t cols) {
+        return w.cols ? uint64_t(w.rows) * w.row_bytes * cols / w.cols : 0;
+    };
     uint64_t n = 0;
     for (const LlamaLayer &L : model.layers()) {
-        n += row_part(L.wq, uint64_t(r.n_q_heads) * c.head_dim) + row_part(L.wk, uint64_t(r.n_kv_heads) * c.head_dim) +
-             row_part(L.wv, uint64_t(r.n_kv_heads) * c.head_dim) + col_part(L.wo, uint64_t(r.n_q_heads) * c.head_dim) +
-             row_part(L.w_gate, r.n_ff) + row_part(L.w_up, r.n_ff) + col_part(L.w_down, r.n_ff);
+        n += row_part(L.wq, uint64_t(r.n_q_heads) * c.head_dim) +
+             row_part(L.wk, uint64_t(r.n_kv_heads) * c.head_dim) +
+             row_part(L.wv, uint64_t(r.n_kv_heads) * c.head_dim) +
+             col_part(L.wo, uint64_t(r.n_q_heads) * c.head_dim) + row_part(L.w_gate, r.n_ff) +
+             row_part(L.w_up, r.n_ff) + col_part(L.w_down, r.n_ff);
     }
     // The embedding whole on every rank; a separate output head's vocabulary rows (a tied
     // head is a view of the embedding).
@@ -107,16 +122,20 @@ uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
 
 uint64_t shard_weight_elements(const LlamaConfig &c, const ShardRanges &r, bool tied_output) {
     const uint64_t E = c.n_embd, D = c.head_dim;
-    const uint64_t per_layer = 2 * uint64_t(r.n_q_heads) * D * E  // wq rows, wo columns
+    const uint64_t per_layer = 2 * uint64_t(r.n_q_heads) * D * E     // wq rows, wo columns
                                + 2 * uint64_t(r.n_kv_heads) * D * E  // wk, wv rows
                                + 3 * uint64_t(r.n_ff) * E;           // gate, up rows; down columns
-    return per_layer * c.n_layers + uint64_t(c.n_vocab) * E + (tied_output ? 0 : uint64_t(r.n_vocab) * E);
+    return per_layer * c.n_layers + uint64_t(c.n_vocab) * E +
+           (tied_output ? 0 : uint64_t(r.n_vocab) * E);
 }
 
-std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank, uint32_t size) {
+std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank,
+                                             uint32_t size) {
     const std::string why = shard_unsupported_reason(model, size);
-    if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", size, why.c_str());
-    if (rank >= size) fail(LLMKV_ERR_INVALID_ARGUMENT, "tensor parallelism: rank %u of %u", rank, size);
+    if (!why.empty())
+        fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", size, why.c_str());
+    if (rank >= size)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "tensor parallelism: rank %u of %u", rank, size);
     std::unique_ptr<ModelShard> s(new ModelShard());
     const LlamaConfig &c = model.config();
     s->rank_ = rank;

@@ -393,7 +393,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     return out;
 }
 
-void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const {
+void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out,
+                                DroppedBytes *dropped) const {
     if (kind_ == Kind::kSpm) {
         // The space prefix goes in front of every text fragment (at the start of the text
         // and after each special token), as llama.cpp does.
@@ -421,7 +422,8 @@ void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t> &out
     for (std::string_view w : words) encode_bpe_word(w, out, dropped);
 }
 
-void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out, DroppedBytes *dropped) const {
+void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out,
+                                DroppedBytes *dropped) const {
     const size_t n = word.size();
     if (n == 0) return;
     const auto *bytes = reinterpret_cast<const unsigned char *>(word.data());
@@ -500,7 +502,8 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
     for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(ids[size_t(i)]);
 }
 
-void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out, DroppedBytes *dropped) const {
+void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out,
+                               DroppedBytes *dropped) const {
     for (char ch : bytes) {
         int32_t id = byte_tokens_[uint8_t(ch)];
         if (id < 0) id = unk_;
@@ -512,7 +515,8 @@ void Tokenizer::push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out
     }
 }
 
-void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const {
+void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out,
+                           DroppedBytes *dropped) const {
     if (text.empty()) return;
     // A token SentencePiece may produce from text (not control, byte or unknown tokens).
     auto text_token = [this](std::string_view s) -> int32_t {

@@ -96,9 +96,10 @@ public:
     // longest match first); otherwise control-token text is ordinary text. (A "llama"
     // vocabulary's user-defined tokens made only of spaces are the exception: they are
     // spelled with U+2581 and reached by merging, ranked above every other merge, shortest
-    // first, as HuggingFace's conversion of such a vocabulary does.) A byte the vocabulary cannot represent (a "gpt2" vocabulary without its byte-level
-    // symbol; a "llama" vocabulary without its <0xNN> token and without an unknown token) is
-    // dropped, as the reference tokenizers do; `dropped`, when given, counts them.
+    // first, as HuggingFace's conversion of such a vocabulary does.) A byte the vocabulary cannot
+    // represent (a "gpt2" vocabulary without its byte-level symbol; a "llama" vocabulary without
+    // its <0xNN> token and without an unknown token) is dropped, as the reference tokenizers do;
+    // `dropped`, when given, counts them.
     std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special,
                                 DroppedBytes *dropped = nullptr) const;
     // Byte values (0..255) the vocabulary cannot represent at all.
@@ -143,10 +144,13 @@ private:
     enum class Kind { kByteBpe, kSpm };
 
     void check_id(int32_t id) const;
-    void encode_fragment(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const;
-    void encode_bpe_word(std::string_view word, std::vector<int32_t> &out, DroppedBytes *dropped) const;
+    void encode_fragment(std::string_view text, std::vector<int32_t> &out,
+                         DroppedBytes *dropped) const;
+    void encode_bpe_word(std::string_view word, std::vector<int32_t> &out,
+                         DroppedBytes *dropped) const;
     void encode_spm(std::string_view text, std::vector<int32_t> &out, DroppedBytes *dropped) const;
-    void push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out, DroppedBytes *dropped) const;
+    void push_bytes_spm(std::string_view bytes, std::vector<int32_t> &out,
+                        DroppedBytes *dropped) const;
     int32_t lookup_text(std::string_view text) const;
 
     struct StringHash {

@@ -52,12 +52,29 @@ public:
     void skip_string() { skip(u64()); }
     void skip_value(uint32_t type, int depth) {
         switch (type) {
-            case 0: case 1: case 7: skip(1); return;            // U8, I8, BOOL
-            case 2: case 3: skip(2); return;                    // U16, I16
-            case 4: case 5: case 6: skip(4); return;            // U32, I32, F32
-            case 10: case 11: case 12: skip(8); return;         // U64, I64, F64
-            case 8: skip_string(); return;                      // STRING
-            case 9: {                                           // ARRAY
+            case 0:
+            case 1:
+            case 7:
+                skip(1);
+                return;  // U8, I8, BOOL
+            case 2:
+            case 3:
+                skip(2);
+                return;  // U16, I16
+            case 4:
+            case 5:
+            case 6:
+                skip(4);
+                return;  // U32, I32, F32
+            case 10:
+            case 11:
+            case 12:
+                skip(8);
+                return;  // U64, I64, F64
+            case 8:
+                skip_string();
+                return;  // STRING
+            case 9: {    // ARRAY
                 if (depth > 2) break;
                 uint32_t et = u32();
                 uint64_t count = u64();
@@ -65,14 +82,17 @@ public:
                 for (uint64_t i = 0; i < count; ++i) skip_value(et, depth + 1);
                 return;
             }
-            default: break;
+            default:
+                break;
         }
-        fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata value of type %u at byte %zu is malformed", type, pos_);
+        fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata value of type %u at byte %zu is malformed",
+             type, pos_);
     }
 
 private:
     void need(uint64_t k) const {
-        if (k > n_ - pos_) fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata runs past the end of the file");
+        if (k > n_ - pos_)
+            fail(LLMKV_ERR_MODEL_FORMAT, "GGUF metadata runs past the end of the file");
     }
     const uint8_t *p_;
     size_t n_;
@@ -84,8 +104,10 @@ private:
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const std::string &path) {
     os::FileMap map;
     switch (os::map_file(path, map)) {
-        case os::MapError::kNone: break;
-        case os::MapError::kNotRegular: fail(LLMKV_ERR_IO, "%s: not a regular file", path.c_str());
+        case os::MapError::kNone:
+            break;
+        case os::MapError::kNotRegular:
+            fail(LLMKV_ERR_IO, "%s: not a regular file", path.c_str());
         case os::MapError::kMap: {
             const int err = errno;
             fail(LLMKV_ERR_IO, "%s: mmap: %s", path.c_str(), std::strerror(err));
@@ -110,7 +132,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const std::string &path
     w.skip(8);  // magic and version: GgufFile checks them
     w.u64();    // tensor count
     uint64_t n_kv = w.u64();
-    if (n_kv > GgufLimits::kMaxKv) fail(LLMKV_ERR_MODEL_FORMAT, "%s: %llu metadata entries", path.c_str(), static_cast<unsigned long long>(n_kv));
+    if (n_kv > GgufLimits::kMaxKv)
+        fail(LLMKV_ERR_MODEL_FORMAT, "%s: %llu metadata entries", path.c_str(),
+             static_cast<unsigned long long>(n_kv));
     for (uint64_t i = 0; i < n_kv; ++i) {
         w.skip_string();
         uint32_t type = w.u32();

@@ -35,7 +35,8 @@ public:
         group_->ptrs_[rank_] = send;
         group_->barrier();
         for (uint32_t r = 0; r < size_; ++r) {
-            if (bytes) std::memcpy(static_cast<uint8_t *>(recv) + r * bytes, group_->ptrs_[r], bytes);
+            if (bytes)
+                std::memcpy(static_cast<uint8_t *>(recv) + r * bytes, group_->ptrs_[r], bytes);
         }
         group_->barrier();
     }
@@ -50,14 +51,17 @@ private:
 std::vector<std::unique_ptr<Communicator>> InProcessGroup::make(uint32_t n, long spin_us) {
     auto group = std::make_shared<InProcessGroup>(n, spin_us);
     std::vector<std::unique_ptr<Communicator>> out;
-    for (uint32_t r = 0; r < n; ++r) out.push_back(std::make_unique<InProcessCommunicator>(group, r, n));
+    for (uint32_t r = 0; r < n; ++r)
+        out.push_back(std::make_unique<InProcessCommunicator>(group, r, n));
     return out;
 }
 
 InProcessGroup::InProcessGroup(uint32_t n, long spin_us)
     : ptrs_(n, nullptr),
       n_(n),
-      spin_ns_((spin_us < 0 ? ThreadPool::default_spin_us() : std::min(spin_us, ThreadPool::kMaxSpinUs)) * 1000) {}
+      spin_ns_((spin_us < 0 ? ThreadPool::default_spin_us()
+                            : std::min(spin_us, ThreadPool::kMaxSpinUs)) *
+               1000) {}
 
 void InProcessGroup::barrier() {
     const uint32_t gen = generation_.load(std::memory_order_acquire);
@@ -71,9 +75,11 @@ void InProcessGroup::barrier() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     while (generation_.load(std::memory_order_acquire) == gen) {
-        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() >=
-            spin_ns_) {
-            while (generation_.load(std::memory_order_acquire) == gen) os::wait_while_equal(generation_, gen);
+        if (std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 t0)
+                .count() >= spin_ns_) {
+            while (generation_.load(std::memory_order_acquire) == gen)
+                os::wait_while_equal(generation_, gen);
             return;
         }
         std::this_thread::yield();  // ranks may outnumber the cores
@@ -83,7 +89,8 @@ void InProcessGroup::barrier() {
 // ---- the application's transport -------------------------------------------------------
 
 TransportCommunicator::TransportCommunicator(const llmkv_tp_transport &t) : t_(t) {
-    if (!t.broadcast || !t.all_gather) fail(LLMKV_ERR_INVALID_ARGUMENT, "tp_transport: broadcast and all_gather must be set");
+    if (!t.broadcast || !t.all_gather)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "tp_transport: broadcast and all_gather must be set");
     if (t.size < 1 || t.rank < 0 || t.rank >= t.size) {
         fail(LLMKV_ERR_INVALID_ARGUMENT, "tp_transport: rank %d of size %d", t.rank, t.size);
     }
@@ -91,13 +98,15 @@ TransportCommunicator::TransportCommunicator(const llmkv_tp_transport &t) : t_(t
 
 void TransportCommunicator::broadcast(void *buf, size_t bytes, uint32_t root) {
     if (t_.broadcast(t_.ctx, buf, bytes, int32_t(root)) != 0) {
-        fail(LLMKV_ERR_BACKEND, "tp_transport: broadcast of %zu bytes failed on rank %d", bytes, t_.rank);
+        fail(LLMKV_ERR_BACKEND, "tp_transport: broadcast of %zu bytes failed on rank %d", bytes,
+             t_.rank);
     }
 }
 
 void TransportCommunicator::all_gather(const void *send, void *recv, size_t bytes) {
     if (t_.all_gather(t_.ctx, send, recv, bytes) != 0) {
-        fail(LLMKV_ERR_BACKEND, "tp_transport: all_gather of %zu bytes failed on rank %d", bytes, t_.rank);
+        fail(LLMKV_ERR_BACKEND, "tp_transport: all_gather of %zu bytes failed on rank %d", bytes,
+             t_.rank);
     }
 }
 

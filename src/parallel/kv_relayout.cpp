@@ -21,7 +21,8 @@ template <typename Copy>
 void for_block_runs(const KvGeometry &full, const KvGeometry &local, uint32_t h0, Copy copy) {
     const size_t hk = full.head_bytes_k(), hv = full.head_bytes_v(), n = local.n_kv_heads;
     for (uint32_t s = 0; s < full.block_layers(); ++s) {
-        const size_t f = size_t(s) * full.sealed_layer_bytes(), l = size_t(s) * local.sealed_layer_bytes();
+        const size_t f = size_t(s) * full.sealed_layer_bytes(),
+                     l = size_t(s) * local.sealed_layer_bytes();
         copy(f + h0 * hk, l, n * hk);
         copy(f + full.n_kv_heads * hk + h0 * hv, l + n * hk, n * hv);
     }
@@ -38,17 +39,25 @@ void for_tail_runs(const KvGeometry &full, const KvGeometry &local, uint32_t h0,
 
 }  // namespace
 
-void kv_block_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0, const uint8_t *src, uint8_t *dst) {
-    for_block_runs(full, local, h0, [&](size_t f, size_t l, size_t n) { std::memcpy(dst + l, src + f, n); });
+void kv_block_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0,
+                      const uint8_t *src, uint8_t *dst) {
+    for_block_runs(full, local, h0,
+                   [&](size_t f, size_t l, size_t n) { std::memcpy(dst + l, src + f, n); });
 }
-void kv_block_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0, const uint8_t *src, uint8_t *dst) {
-    for_block_runs(full, local, h0, [&](size_t f, size_t l, size_t n) { std::memcpy(dst + f, src + l, n); });
+void kv_block_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0,
+                        const uint8_t *src, uint8_t *dst) {
+    for_block_runs(full, local, h0,
+                   [&](size_t f, size_t l, size_t n) { std::memcpy(dst + f, src + l, n); });
 }
-void kv_tail_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0, const uint8_t *src, uint8_t *dst) {
-    for_tail_runs(full, local, h0, [&](size_t f, size_t l, size_t n) { std::memcpy(dst + l, src + f, n); });
+void kv_tail_to_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0,
+                     const uint8_t *src, uint8_t *dst) {
+    for_tail_runs(full, local, h0,
+                  [&](size_t f, size_t l, size_t n) { std::memcpy(dst + l, src + f, n); });
 }
-void kv_tail_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0, const uint8_t *src, uint8_t *dst) {
-    for_tail_runs(full, local, h0, [&](size_t f, size_t l, size_t n) { std::memcpy(dst + f, src + l, n); });
+void kv_tail_from_rank(const KvGeometry &full, const KvGeometry &local, uint32_t h0,
+                       const uint8_t *src, uint8_t *dst) {
+    for_tail_runs(full, local, h0,
+                  [&](size_t f, size_t l, size_t n) { std::memcpy(dst + f, src + l, n); });
 }
 
 }  // namespace llmkv

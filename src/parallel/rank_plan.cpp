@@ -8,12 +8,14 @@
 
 namespace llmkv {
 
-void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t> &devices, bool in_process,
-                    Collectives collectives) {
+void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t> &devices,
+                    bool in_process, Collectives collectives) {
     setup.backend = LLMKV_BACKEND_CUDA;
     std::string why;
     const int n_visible = gpu_device_count(&why);
-    if (n_visible <= 0) fail(LLMKV_ERR_UNSUPPORTED, "GPU tensor-parallel ranks: the CUDA backend is not available: %s", why.c_str());
+    if (n_visible <= 0)
+        fail(LLMKV_ERR_UNSUPPORTED,
+             "GPU tensor-parallel ranks: the CUDA backend is not available: %s", why.c_str());
     // devices: one each; one: every rank on that device; none: rank r on device r (modulo
     // the devices the rank's process sees).
     const size_t n_devices = devices.size();
@@ -24,14 +26,16 @@ void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t>
         for (uint32_t r = 0; r < tp_size; ++r) {
             if (setup.devices[r] < 0) setup.devices[r] = int32_t(r % uint32_t(n_visible));
             if (setup.devices[r] >= n_visible) {
-                fail(LLMKV_ERR_INVALID_ARGUMENT, "GPU tensor-parallel rank %u: device %d does not exist (%d devices)", r,
+                fail(LLMKV_ERR_INVALID_ARGUMENT,
+                     "GPU tensor-parallel rank %u: device %d does not exist (%d devices)", r,
                      setup.devices[r], n_visible);
             }
         }
     }
     bool distinct = true;
     for (uint32_t r = 0; in_process && r < tp_size; ++r) {
-        for (uint32_t q = 0; q < r; ++q) distinct = distinct && setup.devices[q] != setup.devices[r];
+        for (uint32_t q = 0; q < r; ++q)
+            distinct = distinct && setup.devices[q] != setup.devices[r];
     }
     if (collectives == Collectives::kHost) return;
     std::string no_nccl;
@@ -41,8 +45,10 @@ void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t>
         setup.device_collectives = 1;
         return;
     }
-    if (collectives == Collectives::kNccl) fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_TP_COLLECTIVES=nccl: %s", no_nccl.c_str());
-    LLMKV_LOG_INFO_F("GPU tensor-parallel ranks: all-reduces through host memory (%s)", no_nccl.c_str());
+    if (collectives == Collectives::kNccl)
+        fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_TP_COLLECTIVES=nccl: %s", no_nccl.c_str());
+    LLMKV_LOG_INFO_F("GPU tensor-parallel ranks: all-reduces through host memory (%s)",
+                     no_nccl.c_str());
 }
 
 BackendCapabilities rank_capabilities(llmkv_backend rank_backend) {

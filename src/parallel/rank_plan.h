@@ -21,8 +21,8 @@ enum class Collectives : uint8_t { kAuto, kNccl, kHost };
 // rank, one for all, or none: rank r on device r); in_process: the ranks are threads of
 // this process (else each process resolves its own -1 entries). UNSUPPORTED without a
 // usable CUDA device, or with nccl asked for and unavailable.
-void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t> &devices, bool in_process,
-                    Collectives collectives);
+void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t> &devices,
+                    bool in_process, Collectives collectives);
 
 // What tensor-parallel ranks of rank_backend can do: a rank backend never reads host-tier
 // blocks in place (the ranks' tables carry pool blocks only).

@@ -28,9 +28,12 @@ int rank_device(const TpSetup &setup, uint32_t rank) {
 
 }  // namespace
 
-std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &setup, Communicator &comm,
-                                     const RankThreads &threads, bool own_forward) {
-    if (comm.size() > kMaxTpRanks) fail(LLMKV_ERR_INVALID_ARGUMENT, "%u tensor-parallel ranks (at most %u)", comm.size(), kMaxTpRanks);
+std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &setup,
+                                     Communicator &comm, const RankThreads &threads,
+                                     bool own_forward) {
+    if (comm.size() > kMaxTpRanks)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "%u tensor-parallel ranks (at most %u)", comm.size(),
+             kMaxTpRanks);
     const bool cuda = setup.backend == LLMKV_BACKEND_CUDA;
     auto rs = std::make_unique<RankState>();
     rs->shard = ModelShard::make(model, comm.rank(), comm.size());
@@ -38,7 +41,8 @@ std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &set
     // A device rank's pools live on its device: this cache only gives their sizes (its
     // anonymous memory is never touched).
     rs->cache = std::make_unique<KvCache>(rs->local, setup.n_sealed_blocks, setup.n_tail_slots);
-    rs->pool = std::make_unique<ThreadPool>(cuda ? 1 : threads.n_threads, threads.spin_us, threads.priority);
+    rs->pool = std::make_unique<ThreadPool>(cuda ? 1 : threads.n_threads, threads.spin_us,
+                                            threads.priority);
     BackendRequest br;
     br.kind = cuda ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
     if (cuda) br.device = rank_device(setup, comm.rank());
@@ -52,17 +56,22 @@ std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &set
     rs->backend->set_communicator(&comm);
     rs->queue = rs->backend->make_transfer_queue(false);
     rs->staging.resize(std::max(rs->local.sealed_block_bytes(), rs->local.tail_block_bytes()));
-    if (own_forward) rs->forward = Forward::create(model, *rs->backend, setup.max_tokens, rs->shard.get());
+    if (own_forward)
+        rs->forward = Forward::create(model, *rs->backend, setup.max_tokens, rs->shard.get());
     return rs;
 }
 
 void connect_devices(RankState &rs, Communicator &comm, const TpSetup &setup, uint32_t n_embd) {
     if (!setup.device_collectives) return;
-    wire::agree(comm, [&] { rs.backend->prepare_device_ranks(comm.size(), uint64_t(setup.max_tokens) * n_embd); });
-    wire::agree(comm, [&] { rs.backend->connect_device_ranks(setup.comm_id, comm.size(), comm.rank()); });
+    wire::agree(comm, [&] {
+        rs.backend->prepare_device_ranks(comm.size(), uint64_t(setup.max_tokens) * n_embd);
+    });
+    wire::agree(comm,
+                [&] { rs.backend->connect_device_ranks(setup.comm_id, comm.size(), comm.rank()); });
 }
 
-void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const wire::TransferItem &t, void *host) {
+void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup,
+                  const wire::TransferItem &t, void *host) {
     const bool tail = t.kind == KvTransfer::kTailIn || t.kind == KvTransfer::kTailOut;
     const bool in = t.kind == KvTransfer::kBlockIn || t.kind == KvTransfer::kTailIn;
     const KvGeometry &full = setup.geometry;
@@ -85,7 +94,8 @@ void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const
         return;
     }
     // Pools in host memory are read in place.
-    const uint8_t *mine = tail ? rs.queue->host_view_tail(t.id) : rs.queue->host_view_block(uint32_t(t.id));
+    const uint8_t *mine =
+        tail ? rs.queue->host_view_tail(t.id) : rs.queue->host_view_block(uint32_t(t.id));
     if (!mine) {
         rs.queue->submit({KvTransfer{KvTransfer::Kind(t.kind), t.id, staging}}, true);
         mine = staging;
@@ -96,8 +106,9 @@ void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const
     for (uint32_t r = 0; r < comm.size(); ++r) {
         const ShardRanges rr = shard_ranges(*rs.model_config, r, comm.size());
         if (!rr.kv_primary) continue;
-        (tail ? kv_tail_from_rank : kv_block_from_rank)(full, rs.local, rr.kv_head0, all.data() + r * local_bytes,
-                                                      static_cast<uint8_t *>(host));
+        (tail ? kv_tail_from_rank : kv_block_from_rank)(full, rs.local, rr.kv_head0,
+                                                        all.data() + r * local_bytes,
+                                                        static_cast<uint8_t *>(host));
     }
 }
 

@@ -26,9 +26,11 @@ struct RankState {
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<Backend> backend;
-    std::unique_ptr<KvTransferQueue> queue;  // the backend's, synchronous: KV to and from host memory
-    std::vector<uint8_t> staging;            // one block or tail slot in the rank's layout
-    std::unique_ptr<Forward> forward;  // ranks 1..: their own forward pass (rank 0's is the engine's)
+    std::unique_ptr<KvTransferQueue>
+        queue;                     // the backend's, synchronous: KV to and from host memory
+    std::vector<uint8_t> staging;  // one block or tail slot in the rank's layout
+    std::unique_ptr<Forward>
+        forward;  // ranks 1..: their own forward pass (rank 0's is the engine's)
 
     ~RankState();
 };
@@ -36,8 +38,9 @@ struct RankState {
 // This rank of `comm`: its shard, pools (setup's sizes in the rank's layout), thread pool
 // and backend (the CPU, or CUDA on the rank's device); own_forward: a forward pass of its own
 // (ranks 1..). Throws what failed.
-std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &setup, Communicator &comm,
-                                     const RankThreads &threads, bool own_forward);
+std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &setup,
+                                     Communicator &comm, const RankThreads &threads,
+                                     bool own_forward);
 
 // CUDA ranks on distinct devices: every rank prepares (NCCL loaded, buffers allocated) and
 // all agree before any joins the NCCL communicator rank 0 made, where each waits for all.
@@ -46,6 +49,7 @@ void connect_devices(RankState &rs, Communicator &comm, const TpSetup &setup, ui
 // One transfer on every rank: in = rank 0's host bytes to each rank's heads; out = each
 // rank's heads to rank 0's host bytes (from the lowest rank holding each head). host: rank
 // 0's bytes in the whole model's layout (null on ranks 1..).
-void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup, const wire::TransferItem &t, void *host);
+void run_transfer(RankState &rs, Communicator &comm, const TpSetup &setup,
+                  const wire::TransferItem &t, void *host);
 
 }  // namespace llmkv

@@ -2,9 +2,9 @@
 // loop every other rank runs.
 //
 // Every rank holds its ModelShard (model/shard.h), a backend of its own (the CPU, or CUDA on
-// the rank's device) with KV pools laid out for its KV heads, and the same block ids: rank 0's engine (scheduler, KV manager,
-// prefix cache, host tier, snapshots) allocates ids once for all ranks. Rank 0 drives the
-// others with commands over a Communicator (broadcast from rank 0):
+// the rank's device) with KV pools laid out for its KV heads, and the same block ids: rank 0's
+// engine (scheduler, KV manager, prefix cache, host tier, snapshots) allocates ids once for all
+// ranks. Rank 0 drives the others with commands over a Communicator (broadcast from rank 0):
 //   setup      geometry, pool sizes and the model's fingerprint; every rank answers with
 //              its status (all_gather) before anything else runs;
 //   forward    a batch (its spans' tokens, block tables, tail slots and positions); every
@@ -80,8 +80,9 @@ public:
     // in_process > 0: starts that many ranks 1.. as threads of this process (comm is rank 0
     // of their InProcessGroup, whose other communicators `workers` holds), each with
     // worker_threads.
-    TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator &comm, const RankThreads &threads,
-              std::vector<std::unique_ptr<Communicator>> workers = {}, const RankThreads &worker_threads = {});
+    TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator &comm,
+              const RankThreads &threads, std::vector<std::unique_ptr<Communicator>> workers = {},
+              const RankThreads &worker_threads = {});
     ~TpBackend() override;
 
     const ModelShard &shard() const;
@@ -104,7 +105,8 @@ public:
     void matmul(const WeightMatrix &w, Tensor x, Tensor y) override;
     void rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) override;
     void write_kv(uint32_t layer, Tensor k, Tensor v) override;
-    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window, Tensor out) override;
+    void attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                   Tensor out) override;
     void add(Tensor x, Tensor y) override;
     void add_bias(Tensor x, const float *bias) override;
     void scale(Tensor x, float s) override;
@@ -114,8 +116,8 @@ public:
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override;
     void all_reduce(Tensor x) override;
-    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride, uint32_t n_vocab,
-                       float *host) override;
+    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                       uint32_t n_vocab, float *host) override;
     void set_communicator(Communicator *) override {}
 
     std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override;
@@ -151,7 +153,8 @@ private:
 // the model (the same file: the setup checks its fingerprint); load_error, when not
 // empty, is this rank's failure to load it, reported to rank 0 at setup. Throws what
 // ended it early (a transport failure, a setup refused).
-void serve_rank(const LlamaModel *model, const std::string &load_error, Communicator &comm, const RankThreads &threads);
+void serve_rank(const LlamaModel *model, const std::string &load_error, Communicator &comm,
+                const RankThreads &threads);
 
 // Rank 0 could not set up (its own model failed to load, bad parameters): tells ranks
 // waiting in serve_rank to stop.

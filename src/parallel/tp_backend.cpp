@@ -1,13 +1,12 @@
 // TpBackend: rank 0's Backend. Its ops run on rank 0's own rank; each batch, KV transfer and
 // tail copy is first sent to ranks 1.. as a command (wire.h), one command at a time.
-#include "parallel/tensor_parallel.h"
-
 #include <chrono>
 #include <cstdio>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "parallel/rank_state.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/wire.h"
 
 namespace llmkv {
@@ -18,7 +17,9 @@ public:
     Ticket submit(const std::vector<KvTransfer> &transfers, bool) override {
         const auto t0 = std::chrono::steady_clock::now();
         be_.transfer(transfers);
-        ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+        ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count());
         return 0;  // done: the ranks copy while rank 0 waits
     }
     bool done(Ticket) override { return true; }
@@ -31,8 +32,9 @@ private:
     uint64_t ns_ = 0;
 };
 
-TpBackend::TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator &comm, const RankThreads &threads,
-                     std::vector<std::unique_ptr<Communicator>> workers, const RankThreads &worker_threads)
+TpBackend::TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator &comm,
+                     const RankThreads &threads, std::vector<std::unique_ptr<Communicator>> workers,
+                     const RankThreads &worker_threads)
     : model_(model), setup_(setup), comm_(comm), worker_comms_(std::move(workers)) {
     if (comm.rank() != 0) fail(LLMKV_ERR_INTERNAL, "TpBackend on rank %u", comm.rank());
     for (auto &wc : worker_comms_) {
@@ -67,26 +69,31 @@ TpBackend::TpBackend(const LlamaModel &model, const TpSetup &setup, Communicator
         for (std::thread &t : workers_) t.join();
         throw;
     }
-    LLMKV_LOG_INFO_F("tensor parallelism: %u ranks, rank 0 holds query heads %u-%u, KV heads %u-%u, "
-                     "feed-forward columns %u-%u, vocabulary rows %u-%u; %.1f MiB of weights per rank",
-                     comm_.size(), rank0_->shard->ranges().q_head0,
-                     rank0_->shard->ranges().q_head0 + rank0_->shard->ranges().n_q_heads - 1,
-                     rank0_->shard->ranges().kv_head0,
-                     rank0_->shard->ranges().kv_head0 + rank0_->shard->ranges().n_kv_heads - 1,
-                     rank0_->shard->ranges().ff0, rank0_->shard->ranges().ff0 + rank0_->shard->ranges().n_ff - 1,
-                     rank0_->shard->ranges().vocab0,
-                     rank0_->shard->ranges().vocab0 + rank0_->shard->ranges().n_vocab - 1,
-                     rank0_->shard->weight_bytes() / 1048576.0);
+    LLMKV_LOG_INFO_F(
+        "tensor parallelism: %u ranks, rank 0 holds query heads %u-%u, KV heads %u-%u, "
+        "feed-forward columns %u-%u, vocabulary rows %u-%u; %.1f MiB of weights per rank",
+        comm_.size(), rank0_->shard->ranges().q_head0,
+        rank0_->shard->ranges().q_head0 + rank0_->shard->ranges().n_q_heads - 1,
+        rank0_->shard->ranges().kv_head0,
+        rank0_->shard->ranges().kv_head0 + rank0_->shard->ranges().n_kv_heads - 1,
+        rank0_->shard->ranges().ff0, rank0_->shard->ranges().ff0 + rank0_->shard->ranges().n_ff - 1,
+        rank0_->shard->ranges().vocab0,
+        rank0_->shard->ranges().vocab0 + rank0_->shard->ranges().n_vocab - 1,
+        rank0_->shard->weight_bytes() / 1048576.0);
 }
 
-TpBackend::~TpBackend() { stop(); }
+TpBackend::~TpBackend() {
+    stop();
+}
 
 void TpBackend::stop() {
     if (stopped_) return;
     stopped_ = true;
     if (batch_lock_.owns_lock()) {
         // The ranks wait inside a step's collectives: a shutdown would be read as its data.
-        LLMKV_LOG_ERROR_F("tensor parallelism: destroyed in the middle of a step; the other ranks cannot be stopped");
+        LLMKV_LOG_ERROR_F(
+            "tensor parallelism: destroyed in the middle of a step; the other ranks cannot be "
+            "stopped");
         batch_lock_.unlock();
         // Thread ranks stay blocked in that collective for good: leave them their
         // communicators (leaked on purpose) rather than free what they wait on.
@@ -98,31 +105,50 @@ void TpBackend::stop() {
         std::lock_guard<std::mutex> l(command_mu_);
         wire::send_command(comm_, wire::kShutdown, nullptr, 0);
     } catch (const std::exception &e) {
-        LLMKV_LOG_ERROR_F("tensor parallelism: the shutdown did not reach every rank: %s", e.what());
+        LLMKV_LOG_ERROR_F("tensor parallelism: the shutdown did not reach every rank: %s",
+                          e.what());
     }
     for (std::thread &t : workers_) t.join();
 }
 
-const ModelShard &TpBackend::shard() const { return *rank0_->shard; }
-const KvGeometry &TpBackend::rank_kv_geometry() const { return rank0_->local; }
-Backend &TpBackend::local() { return *rank0_->backend; }
-
-const char *TpBackend::name() const { return rank0_->backend->name(); }
-llmkv_backend TpBackend::kind() const { return rank0_->backend->kind(); }
-std::string TpBackend::device_name() const {
-    return strprintf("%s, %u tensor-parallel ranks", rank0_->backend->device_name().c_str(), comm_.size());
+const ModelShard &TpBackend::shard() const {
+    return *rank0_->shard;
 }
-std::string TpBackend::kernel_id() const { return strprintf("%s+tp%u", rank0_->backend->kernel_id().c_str(), comm_.size()); }
+const KvGeometry &TpBackend::rank_kv_geometry() const {
+    return rank0_->local;
+}
+Backend &TpBackend::local() {
+    return *rank0_->backend;
+}
 
-void TpBackend::load_weights(const WeightSet &weights) { local().load_weights(weights); }
-Tensor TpBackend::alloc(uint32_t rows, uint32_t cols) { return local().alloc(rows, cols); }
+const char *TpBackend::name() const {
+    return rank0_->backend->name();
+}
+llmkv_backend TpBackend::kind() const {
+    return rank0_->backend->kind();
+}
+std::string TpBackend::device_name() const {
+    return strprintf("%s, %u tensor-parallel ranks", rank0_->backend->device_name().c_str(),
+                     comm_.size());
+}
+std::string TpBackend::kernel_id() const {
+    return strprintf("%s+tp%u", rank0_->backend->kernel_id().c_str(), comm_.size());
+}
+
+void TpBackend::load_weights(const WeightSet &weights) {
+    local().load_weights(weights);
+}
+Tensor TpBackend::alloc(uint32_t rows, uint32_t cols) {
+    return local().alloc(rows, cols);
+}
 
 void TpBackend::check_in_step() const {
     // A batch that began and never ended (an exception between the two) left the other
     // ranks inside its collectives: nothing rank 0 sends can be understood any more.
     if (batch_lock_.owns_lock()) {
-        fail(LLMKV_ERR_BACKEND, "tensor parallelism: a step failed midway and the ranks are out of step; "
-                                "destroy the engine");
+        fail(LLMKV_ERR_BACKEND,
+             "tensor parallelism: a step failed midway and the ranks are out of step; "
+             "destroy the engine");
     }
 }
 
@@ -133,26 +159,51 @@ void TpBackend::begin_batch(const std::vector<ForwardSpan> &spans, const BatchSh
     wire::send_command(comm_, wire::kForward, message_.data(), message_.size());
     local().begin_batch(spans, shape);
 }
-void TpBackend::embed(const WeightMatrix &table, Tensor out) { local().embed(table, out); }
-void TpBackend::rms_norm(Tensor x, const float *w, float eps, Tensor out) { local().rms_norm(x, w, eps, out); }
-void TpBackend::matmul(const WeightMatrix &w, Tensor x, Tensor y) { local().matmul(w, x, y); }
+void TpBackend::embed(const WeightMatrix &table, Tensor out) {
+    local().embed(table, out);
+}
+void TpBackend::rms_norm(Tensor x, const float *w, float eps, Tensor out) {
+    local().rms_norm(x, w, eps, out);
+}
+void TpBackend::matmul(const WeightMatrix &w, Tensor x, Tensor y) {
+    local().matmul(w, x, y);
+}
 void TpBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeParams &rope) {
     local().rope(x, n_heads, head_dim, rope);
 }
-void TpBackend::write_kv(uint32_t layer, Tensor k, Tensor v) { local().write_kv(layer, k, v); }
-void TpBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window, Tensor out) {
+void TpBackend::write_kv(uint32_t layer, Tensor k, Tensor v) {
+    local().write_kv(layer, k, v);
+}
+void TpBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                          Tensor out) {
     local().attention(layer, q, n_heads, scale, window, out);
 }
-void TpBackend::add(Tensor x, Tensor y) { local().add(x, y); }
-void TpBackend::add_bias(Tensor x, const float *bias) { local().add_bias(x, bias); }
-void TpBackend::scale(Tensor x, float s) { local().scale(x, s); }
-void TpBackend::swiglu(Tensor gate, Tensor up) { local().swiglu(gate, up); }
-void TpBackend::geglu(Tensor gate, Tensor up) { local().geglu(gate, up); }
-void TpBackend::gather_logit_rows(Tensor x, Tensor out) { local().gather_logit_rows(x, out); }
-void TpBackend::logits(const WeightMatrix &w, Tensor x, float *host) { local().logits(w, x, host); }
-void TpBackend::all_reduce(Tensor x) { local().all_reduce(x); }
-void TpBackend::gather_logits(const float *l, uint32_t rows, uint32_t local_cols, uint32_t stride, uint32_t n_vocab,
-                              float *host) {
+void TpBackend::add(Tensor x, Tensor y) {
+    local().add(x, y);
+}
+void TpBackend::add_bias(Tensor x, const float *bias) {
+    local().add_bias(x, bias);
+}
+void TpBackend::scale(Tensor x, float s) {
+    local().scale(x, s);
+}
+void TpBackend::swiglu(Tensor gate, Tensor up) {
+    local().swiglu(gate, up);
+}
+void TpBackend::geglu(Tensor gate, Tensor up) {
+    local().geglu(gate, up);
+}
+void TpBackend::gather_logit_rows(Tensor x, Tensor out) {
+    local().gather_logit_rows(x, out);
+}
+void TpBackend::logits(const WeightMatrix &w, Tensor x, float *host) {
+    local().logits(w, x, host);
+}
+void TpBackend::all_reduce(Tensor x) {
+    local().all_reduce(x);
+}
+void TpBackend::gather_logits(const float *l, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                              uint32_t n_vocab, float *host) {
     local().gather_logits(l, rows, local_cols, stride, n_vocab, host);
 }
 void TpBackend::end_batch() {
@@ -160,8 +211,12 @@ void TpBackend::end_batch() {
     if (batch_lock_.owns_lock()) batch_lock_.unlock();
 }
 
-std::unique_ptr<KvTransferQueue> TpBackend::make_transfer_queue(bool) { return std::make_unique<TpTransferQueue>(*this); }
-HostAllocator TpBackend::host_allocator() { return local().host_allocator(); }
+std::unique_ptr<KvTransferQueue> TpBackend::make_transfer_queue(bool) {
+    return std::make_unique<TpTransferQueue>(*this);
+}
+HostAllocator TpBackend::host_allocator() {
+    return local().host_allocator();
+}
 
 void TpBackend::copy_tail(int64_t from, int64_t to) {
     check_in_step();
@@ -179,7 +234,8 @@ void TpBackend::transfer(const std::vector<KvTransfer> &transfers) {
     w.put(uint32_t(transfers.size()));
     for (const KvTransfer &t : transfers) w.put(wire::TransferItem{uint32_t(t.kind), t.id});
     wire::send_command(comm_, wire::kTransfer, message_.data(), message_.size());
-    for (const KvTransfer &t : transfers) run_transfer(*rank0_, comm_, setup_, {uint32_t(t.kind), t.id}, t.host);
+    for (const KvTransfer &t : transfers)
+        run_transfer(*rank0_, comm_, setup_, {uint32_t(t.kind), t.id}, t.host);
 }
 
 Backend::MemoryUsage TpBackend::memory_usage() const {

@@ -19,7 +19,8 @@ void exchange_status(Communicator &comm, const Status &mine) {
     for (uint32_t r = 0; r < comm.size(); ++r) {
         if (all[r].status != LLMKV_OK) {
             all[r].message[sizeof(all[r].message) - 1] = 0;
-            fail(llmkv_status(all[r].status), "tensor-parallel rank %u of %u: %s", r, comm.size(), all[r].message);
+            fail(llmkv_status(all[r].status), "tensor-parallel rank %u of %u: %s", r, comm.size(),
+                 all[r].message);
         }
     }
 }

@@ -46,8 +46,10 @@ struct TransferItem {
 
 // Every struct below is sent as its raw bytes (broadcast, all_gather, Writer/Reader): a member
 // with a pointer, a virtual or a non-trivial copy would cross the wire as garbage.
-static_assert(std::is_trivially_copyable_v<KvGeometry>, "KvGeometry crosses the wire as bytes (in TpSetup)");
-static_assert(std::is_trivially_copyable_v<DeviceCommId>, "DeviceCommId crosses the wire as bytes (in TpSetup)");
+static_assert(std::is_trivially_copyable_v<KvGeometry>,
+              "KvGeometry crosses the wire as bytes (in TpSetup)");
+static_assert(std::is_trivially_copyable_v<DeviceCommId>,
+              "DeviceCommId crosses the wire as bytes (in TpSetup)");
 static_assert(std::is_trivially_copyable_v<TpSetup>, "TpSetup crosses the wire as bytes");
 static_assert(std::is_trivially_copyable_v<SetupMessage>, "SetupMessage crosses the wire as bytes");
 static_assert(std::is_trivially_copyable_v<Header>, "Header crosses the wire as bytes");
@@ -82,14 +84,16 @@ struct Writer {
     std::vector<uint8_t> &out;
     template <typename T>
     void put(const T &v) {
-        static_assert(std::is_trivially_copyable_v<T>, "only trivially copyable values go on the wire");
+        static_assert(std::is_trivially_copyable_v<T>,
+                      "only trivially copyable values go on the wire");
         const size_t n = out.size();
         out.resize(n + sizeof(T));
         std::memcpy(out.data() + n, &v, sizeof(T));
     }
     template <typename T>
     void put_array(const T *p, size_t n) {
-        static_assert(std::is_trivially_copyable_v<T>, "only trivially copyable values go on the wire");
+        static_assert(std::is_trivially_copyable_v<T>,
+                      "only trivially copyable values go on the wire");
         const size_t at = out.size();
         out.resize(at + n * sizeof(T));
         if (n) std::memcpy(out.data() + at, p, n * sizeof(T));
@@ -100,13 +104,15 @@ struct Reader {
     const uint8_t *p, *end;
     template <typename T>
     T get() {
-        static_assert(std::is_trivially_copyable_v<T>, "only trivially copyable values come off the wire");
+        static_assert(std::is_trivially_copyable_v<T>,
+                      "only trivially copyable values come off the wire");
         T v;
         take(&v, sizeof(T));
         return v;
     }
     void take(void *dst, size_t n) {
-        if (size_t(end - p) < n) fail(LLMKV_ERR_INTERNAL, "tensor parallelism: a command is shorter than its contents");
+        if (size_t(end - p) < n)
+            fail(LLMKV_ERR_INTERNAL, "tensor parallelism: a command is shorter than its contents");
         if (n) std::memcpy(dst, p, n);
         p += n;
     }

@@ -1,8 +1,5 @@
 // The platform layer on POSIX systems (Linux first; the calls are POSIX apart from the
 // madvise flags and the thread id, which are guarded below).
-#include "platform/os.h"
-#include "platform/format.h"
-
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,6 +7,9 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+
+#include "platform/format.h"
+#include "platform/os.h"
 #if defined(__linux__)
 #include <sys/syscall.h>
 #endif
@@ -17,7 +17,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
 
 namespace llmkv::os {
 
@@ -124,7 +123,9 @@ void exclude_from_children(void *p, size_t bytes) noexcept {
 #endif
 }
 
-int lock_memory(const void *p, size_t bytes) noexcept { return ::mlock(p, bytes); }
+int lock_memory(const void *p, size_t bytes) noexcept {
+    return ::mlock(p, bytes);
+}
 
 std::string lock_limit_text() {
     struct rlimit lim {};
@@ -134,9 +135,13 @@ std::string lock_limit_text() {
                : format("RLIMIT_MEMLOCK soft limit %llu bytes", (unsigned long long)lim.rlim_cur);
 }
 
-const char *lock_function_name() noexcept { return "mlock"; }
+const char *lock_function_name() noexcept {
+    return "mlock";
+}
 
-const char *lock_advice() noexcept { return "Raise `ulimit -l` or grant CAP_IPC_LOCK to lock it"; }
+const char *lock_advice() noexcept {
+    return "Raise `ulimit -l` or grant CAP_IPC_LOCK to lock it";
+}
 
 std::string shared_library_file(const std::string &stem) {
 #if defined(__APPLE__)
@@ -146,7 +151,9 @@ std::string shared_library_file(const std::string &stem) {
 #endif
 }
 
-const char *mimalloc_library_file() noexcept { return "libmimalloc.so.2"; }
+const char *mimalloc_library_file() noexcept {
+    return "libmimalloc.so.2";
+}
 
 void *load_library(const std::string &path, std::string &error) {
     dlerror();
@@ -158,7 +165,9 @@ void *load_library(const std::string &path, std::string &error) {
     return h;
 }
 
-void *library_symbol(void *library, const char *name) noexcept { return ::dlsym(library, name); }
+void *library_symbol(void *library, const char *name) noexcept {
+    return ::dlsym(library, name);
+}
 
 void unload_library(void *library) noexcept {
     if (library != nullptr) ::dlclose(library);
@@ -176,17 +185,25 @@ int create_exclusive(const std::string &path) {
     return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 }
 
-int64_t write_some(int fd, const void *p, size_t n) { return int64_t(::write(fd, p, n)); }
+int64_t write_some(int fd, const void *p, size_t n) {
+    return int64_t(::write(fd, p, n));
+}
 
-int sync_file(int fd) { return ::fsync(fd); }
+int sync_file(int fd) {
+    return ::fsync(fd);
+}
 
-int close_file(int fd) { return ::close(fd); }
+int close_file(int fd) {
+    return ::close(fd);
+}
 
 int replace_file(const std::string &from, const std::string &to) {
     return ::rename(from.c_str(), to.c_str());
 }
 
-int remove_file(const std::string &path) { return ::unlink(path.c_str()); }
+int remove_file(const std::string &path) {
+    return ::unlink(path.c_str());
+}
 
 void sync_parent_directory(const std::string &path) noexcept {
     const size_t slash = path.rfind('/');
@@ -199,13 +216,19 @@ void sync_parent_directory(const std::string &path) noexcept {
     }
 }
 
-long process_id() noexcept { return long(::getpid()); }
+long process_id() noexcept {
+    return long(::getpid());
+}
 
 void wait_while_equal(const std::atomic<uint32_t> &word, uint32_t expected) noexcept {
     word.wait(expected, std::memory_order_acquire);
 }
-void wake_one(std::atomic<uint32_t> &word) noexcept { word.notify_one(); }
-void wake_all(std::atomic<uint32_t> &word) noexcept { word.notify_all(); }
+void wake_one(std::atomic<uint32_t> &word) noexcept {
+    word.notify_one();
+}
+void wake_all(std::atomic<uint32_t> &word) noexcept {
+    word.notify_all();
+}
 
 bool lower_thread_priority(int levels, std::string &error) {
 #if defined(__linux__)
@@ -246,6 +269,8 @@ uint64_t peak_resident_bytes() noexcept {
 #endif
 }
 
-bool utc_calendar(std::time_t t, std::tm &out) noexcept { return ::gmtime_r(&t, &out) != nullptr; }
+bool utc_calendar(std::time_t t, std::tm &out) noexcept {
+    return ::gmtime_r(&t, &out) != nullptr;
+}
 
 }  // namespace llmkv::os

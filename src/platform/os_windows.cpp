@@ -1,7 +1,7 @@
 // The platform layer on Windows (built with MinGW-w64 here; written to compile with MSVC too:
 // the compiler-specific lines are the CPUID ones, guarded by _MSC_VER).
-#include "platform/os.h"
 #include "platform/format.h"
+#include "platform/os.h"
 
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
@@ -9,8 +9,11 @@
 #ifndef NOMINMAX
 #define NOMINMAX
 #endif
+// <windows.h> before the headers that need its types.
+// clang-format off
 #include <windows.h>
 #include <psapi.h>
+// clang-format on
 
 #include <fcntl.h>
 #include <io.h>
@@ -18,10 +21,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <climits>
+#include <cstdio>
 #include <cstring>
-
 
 namespace llmkv::os {
 
@@ -31,7 +33,8 @@ namespace {
 // that uses it then fails with ENOENT).
 std::wstring wide(const std::string &s) {
     if (s.empty()) return {};
-    const int n = MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, s.data(), int(s.size()), nullptr, 0);
+    const int n =
+        MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, s.data(), int(s.size()), nullptr, 0);
     if (n <= 0) return {};
     std::wstring w(size_t(n), L'\0');
     MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, s.data(), int(s.size()), w.data(), n);
@@ -52,29 +55,38 @@ int errno_of(DWORD e) {
         case ERROR_FILE_NOT_FOUND:
         case ERROR_PATH_NOT_FOUND:
         case ERROR_INVALID_NAME:
-        case ERROR_BAD_NETPATH: return ENOENT;
+        case ERROR_BAD_NETPATH:
+            return ENOENT;
         case ERROR_ACCESS_DENIED:
         case ERROR_SHARING_VIOLATION:
-        case ERROR_LOCK_VIOLATION: return EACCES;
+        case ERROR_LOCK_VIOLATION:
+            return EACCES;
         case ERROR_FILE_EXISTS:
-        case ERROR_ALREADY_EXISTS: return EEXIST;
+        case ERROR_ALREADY_EXISTS:
+            return EEXIST;
         case ERROR_NOT_ENOUGH_MEMORY:
         case ERROR_OUTOFMEMORY:
         case ERROR_COMMITMENT_LIMIT:
-        case ERROR_WORKING_SET_QUOTA: return ENOMEM;
+        case ERROR_WORKING_SET_QUOTA:
+            return ENOMEM;
         case ERROR_DISK_FULL:
-        case ERROR_HANDLE_DISK_FULL: return ENOSPC;
-        case ERROR_INVALID_PARAMETER: return EINVAL;
-        default: return EIO;
+        case ERROR_HANDLE_DISK_FULL:
+            return ENOSPC;
+        case ERROR_INVALID_PARAMETER:
+            return EINVAL;
+        default:
+            return EIO;
     }
 }
-void set_errno_from_last_error() { errno = errno_of(GetLastError()); }
+void set_errno_from_last_error() {
+    errno = errno_of(GetLastError());
+}
 
 std::string system_message(DWORD e) {
     wchar_t *buf = nullptr;
-    const DWORD n = FormatMessageW(FORMAT_MESSAGE_ALLOCATE_BUFFER | FORMAT_MESSAGE_FROM_SYSTEM |
-                                       FORMAT_MESSAGE_IGNORE_INSERTS,
-                                   nullptr, e, 0, reinterpret_cast<wchar_t *>(&buf), 0, nullptr);
+    const DWORD n = FormatMessageW(
+        FORMAT_MESSAGE_ALLOCATE_BUFFER | FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS,
+        nullptr, e, 0, reinterpret_cast<wchar_t *>(&buf), 0, nullptr);
     std::string s = n && buf ? narrow(buf) : std::string();
     if (buf) LocalFree(buf);
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -92,12 +104,15 @@ MapError map_file(const std::string &path, FileMap &out, bool fail_map) {
         if (attrs != INVALID_FILE_ATTRIBUTES && (attrs & FILE_ATTRIBUTE_DIRECTORY))
             return MapError::kNotRegular;  // CreateFileW would say "access denied"
     }
-    HANDLE file = w.empty() ? INVALID_HANDLE_VALUE
-                            : CreateFileW(w.c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE,
-                                          nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+    HANDLE file = w.empty()
+                      ? INVALID_HANDLE_VALUE
+                      : CreateFileW(w.c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE,
+                                    nullptr, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
     if (file == INVALID_HANDLE_VALUE) {
-        if (w.empty()) errno = ENOENT;
-        else set_errno_from_last_error();
+        if (w.empty())
+            errno = ENOENT;
+        else
+            set_errno_from_last_error();
         return MapError::kOpen;
     }
     if (GetFileType(file) != FILE_TYPE_DISK) {
@@ -116,11 +131,14 @@ MapError map_file(const std::string &path, FileMap &out, bool fail_map) {
         return MapError::kMap;
     }
     if (size.QuadPart > 0) {
-        HANDLE mapping = fail_map ? nullptr : CreateFileMappingW(file, nullptr, PAGE_READONLY, 0, 0, nullptr);
+        HANDLE mapping =
+            fail_map ? nullptr : CreateFileMappingW(file, nullptr, PAGE_READONLY, 0, 0, nullptr);
         void *view = mapping ? MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0) : nullptr;
         if (view == nullptr) {
-            if (fail_map) errno = ENOMEM;
-            else set_errno_from_last_error();
+            if (fail_map)
+                errno = ENOMEM;
+            else
+                set_errno_from_last_error();
             if (mapping) CloseHandle(mapping);
             CloseHandle(file);
             return MapError::kMap;
@@ -233,15 +251,21 @@ std::string lock_limit_text() {
     return format("minimum working set %llu bytes", (unsigned long long)lo);
 }
 
-const char *lock_function_name() noexcept { return "VirtualLock"; }
+const char *lock_function_name() noexcept {
+    return "VirtualLock";
+}
 
 const char *lock_advice() noexcept {
     return "Run with a larger working-set quota (SetProcessWorkingSetSize) to lock it";
 }
 
-std::string shared_library_file(const std::string &stem) { return stem + ".dll"; }
+std::string shared_library_file(const std::string &stem) {
+    return stem + ".dll";
+}
 
-const char *mimalloc_library_file() noexcept { return "mimalloc.dll"; }
+const char *mimalloc_library_file() noexcept {
+    return "mimalloc.dll";
+}
 
 void *load_library(const std::string &path, std::string &error) {
     // LoadLibrary takes only backslashes as separators (a path with '/' is not found).
@@ -249,7 +273,8 @@ void *load_library(const std::string &path, std::string &error) {
     for (wchar_t &c : w)
         if (c == L'/') c = L'\\';
     HMODULE h = w.empty() ? nullptr : LoadLibraryW(w.c_str());
-    if (h == nullptr) error = path + ": " + system_message(w.empty() ? ERROR_INVALID_NAME : GetLastError());
+    if (h == nullptr)
+        error = path + ": " + system_message(w.empty() ? ERROR_INVALID_NAME : GetLastError());
     return reinterpret_cast<void *>(h);
 }
 
@@ -263,9 +288,9 @@ void unload_library(void *library) noexcept {
 
 std::string directory_of_binary_containing(const void *address) {
     HMODULE m = nullptr;
-    if (!GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS |
-                                GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
-                            static_cast<LPCWSTR>(address), &m))
+    if (!GetModuleHandleExW(
+            GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+            static_cast<LPCWSTR>(address), &m))
         return {};
     std::wstring buf(32768, L'\0');
     const DWORD n = GetModuleFileNameW(m, buf.data(), DWORD(buf.size()));
@@ -290,9 +315,13 @@ int64_t write_some(int fd, const void *p, size_t n) {
     return int64_t(_write(fd, p, chunk));
 }
 
-int sync_file(int fd) { return _commit(fd); }
+int sync_file(int fd) {
+    return _commit(fd);
+}
 
-int close_file(int fd) { return _close(fd); }
+int close_file(int fd) {
+    return _close(fd);
+}
 
 int replace_file(const std::string &from, const std::string &to) {
     const std::wstring wf = wide(from), wt = wide(to);
@@ -317,17 +346,24 @@ int remove_file(const std::string &path) {
 
 void sync_parent_directory(const std::string &) noexcept {}  // MOVEFILE_WRITE_THROUGH did it
 
-long process_id() noexcept { return long(GetCurrentProcessId()); }
+long process_id() noexcept {
+    return long(GetCurrentProcessId());
+}
 
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
               "WaitOnAddress needs the atomic to be the plain 32-bit word");
 
 void wait_while_equal(const std::atomic<uint32_t> &word, uint32_t expected) noexcept {
     // Compares the word with `expected` itself and sleeps only while they are equal.
     WaitOnAddress(const_cast<std::atomic<uint32_t> *>(&word), &expected, sizeof expected, INFINITE);
 }
-void wake_one(std::atomic<uint32_t> &word) noexcept { WakeByAddressSingle(&word); }
-void wake_all(std::atomic<uint32_t> &word) noexcept { WakeByAddressAll(&word); }
+void wake_one(std::atomic<uint32_t> &word) noexcept {
+    WakeByAddressSingle(&word);
+}
+void wake_all(std::atomic<uint32_t> &word) noexcept {
+    WakeByAddressAll(&word);
+}
 
 bool lower_thread_priority(int levels, std::string &error) {
     // Windows has a few thread priorities around NORMAL instead of 40 nice values: 1-9 nice
@@ -363,10 +399,10 @@ std::string system_name() {
     GetNativeSystemInfo(&si);
     const char *arch = si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_AMD64   ? "x86_64"
                        : si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_ARM64 ? "arm64"
-                                                                                    : "unknown";
+                                                                                   : "unknown";
     if (!get || get(&v) != 0) return format("Windows %s", arch);
     return format("Windows %lu.%lu.%lu %s", (unsigned long)v.dwMajorVersion,
-                     (unsigned long)v.dwMinorVersion, (unsigned long)v.dwBuildNumber, arch);
+                  (unsigned long)v.dwMinorVersion, (unsigned long)v.dwBuildNumber, arch);
 }
 
 uint64_t peak_resident_bytes() noexcept {
@@ -375,6 +411,8 @@ uint64_t peak_resident_bytes() noexcept {
     return uint64_t(c.PeakWorkingSetSize);
 }
 
-bool utc_calendar(std::time_t t, std::tm &out) noexcept { return gmtime_s(&out, &t) == 0; }
+bool utc_calendar(std::time_t t, std::tm &out) noexcept {
+    return gmtime_s(&out, &t) == 0;
+}
 
 }  // namespace llmkv::os

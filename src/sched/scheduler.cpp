@@ -8,7 +8,8 @@
 
 namespace llmkv {
 
-void Scheduler::plan_step(std::vector<SchedCandidate> &candidates, std::vector<SchedItem> &plan) const {
+void Scheduler::plan_step(std::vector<SchedCandidate> &candidates,
+                          std::vector<SchedItem> &plan) const {
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const SchedCandidate &a, const SchedCandidate &b) {
                          if (a.decoding != b.decoding) return a.decoding;
@@ -52,12 +53,14 @@ void Scheduler::preempt(Request *v) {
     preempted_.push_back(v);
     if (plan_) {
         auto &spans = plan_->spans;
-        auto it = std::find_if(spans.begin(), spans.end(), [&](const StepPlan::Span &s) { return s.request == v; });
+        auto it = std::find_if(spans.begin(), spans.end(),
+                               [&](const StepPlan::Span &s) { return s.request == v; });
         if (it != spans.end()) spans.erase(it);
     }
 }
 
-bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, uint32_t need, bool fresh) {
+bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, uint32_t need,
+                          bool fresh) {
     uint32_t available = kv_.available();
     if (need <= available) return true;
     if (kv_.has_host_tier()) {
@@ -87,13 +90,16 @@ bool Scheduler::make_room(const std::vector<Request *> &requests, Request *r, ui
             active.push_back(v);
         }
     }
-    std::sort(idle.begin(), idle.end(), [](const Request *a, const Request *b) { return a->last_active < b->last_active; });
-    std::sort(active.begin(), active.end(), [](const Request *a, const Request *b) { return ranks_below(*a, *b); });
+    std::sort(idle.begin(), idle.end(),
+              [](const Request *a, const Request *b) { return a->last_active < b->last_active; });
+    std::sort(active.begin(), active.end(),
+              [](const Request *a, const Request *b) { return ranks_below(*a, *b); });
     idle.insert(idle.end(), active.begin(), active.end());
     // Count first, so that nobody is preempted for nothing.
     size_t n_victims = 0;
     uint32_t gain = 0;
-    while (n_victims < idle.size() && available + gain < need) gain += kv_.freeable_blocks(idle[n_victims++]->seq);
+    while (n_victims < idle.size() && available + gain < need)
+        gain += kv_.freeable_blocks(idle[n_victims++]->seq);
     if (available + gain < need) return false;
     for (size_t i = 0; i < n_victims; ++i) preempt(idle[i]);
     return true;
@@ -115,15 +121,19 @@ void Scheduler::bring_back(const std::vector<Request *> &requests, Request *r) {
 }
 
 void Scheduler::fail_capacity(Request *r) {
-    LLMKV_LOG_WARN_F("KV pool exhausted: a session of %zu tokens cannot get the blocks it needs (%u of %u available)",
-                     r->tokens.size(), kv_.available(), kv_.total_blocks());
+    LLMKV_LOG_WARN_F(
+        "KV pool exhausted: a session of %zu tokens cannot get the blocks it needs (%u of %u "
+        "available)",
+        r->tokens.size(), kv_.available(), kv_.total_blocks());
     // Drop its unprocessed input (nothing computed is lost) and report the error.
     if (!(r->generate_requested && r->n_generated > 0)) {
-        r->tokens.resize(std::max<size_t>(std::min(r->tokens.size(), size_t(r->n_committed)), r->seq.n_tokens()));
+        r->tokens.resize(std::max<size_t>(std::min(r->tokens.size(), size_t(r->n_committed)),
+                                          r->seq.n_tokens()));
     }
     r->generate_requested = false;
     r->finish_reason = LLMKV_FINISH_NONE;
-    if (r->seq.n_tokens() + 1 < r->tokens.size()) r->kv_dropped = true;  // recomputed on the next request
+    if (r->seq.n_tokens() + 1 < r->tokens.size())
+        r->kv_dropped = true;  // recomputed on the next request
     plan_->failed.push_back(r);
     r->refresh_state();
 }
@@ -156,10 +166,12 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         waiting.clear();
         for (Request *r : requests) {
             if (r->pending_runnable() == 0) continue;
-            if (r->seq.parking()) kv_.reap(r->seq, /*wait=*/true);  // parked, then given work at once
+            if (r->seq.parking())
+                kv_.reap(r->seq, /*wait=*/true);  // parked, then given work at once
             if (r->seq.parked()) waiting.push_back(r);
         }
-        std::sort(waiting.begin(), waiting.end(), [](const Request *a, const Request *b) { return ranks_below(*b, *a); });
+        std::sort(waiting.begin(), waiting.end(),
+                  [](const Request *a, const Request *b) { return ranks_below(*b, *a); });
         for (Request *r : waiting) start_resume(requests, r);
         bool ready = false, incoming = false;
         for (const Request *r : requests) {
@@ -221,8 +233,10 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         const uint32_t target = r->seq.n_tokens() + item.n_tokens;
         const uint32_t need = kv_.blocks_needed(r->seq, target);
         // A request whose input could not be held even alone fails before more is computed.
-        const uint32_t full = std::max<uint32_t>(target, uint32_t(r->tokens.size()) - (r->generate_requested ? 0 : 1));
-        const uint32_t more = kv_.geometry().grouped() ? kv_.peak_blocks(full) : kv_.blocks_needed(r->seq, full);
+        const uint32_t full = std::max<uint32_t>(
+            target, uint32_t(r->tokens.size()) - (r->generate_requested ? 0 : 1));
+        const uint32_t more =
+            kv_.geometry().grouped() ? kv_.peak_blocks(full) : kv_.blocks_needed(r->seq, full);
         if (more > kv_.available() && !kv_.could_hold_alone(r->seq, full) &&
             !kv_.could_hold_with_host(r->seq, full, max_batch_tokens_)) {
             fail_capacity(r);
@@ -233,7 +247,8 @@ void Scheduler::schedule_impl(const std::vector<Request *> &requests, StepPlan &
         if (!room && kv_.has_host_tier() && (!fresh || n_running == 0)) {
             // Longer than the device pool can hold: its oldest blocks move to the host tier.
             const uint32_t available = kv_.available();
-            if (need + watermark > available) kv_.offload_blocks(r->seq, need + watermark - available);
+            if (need + watermark > available)
+                kv_.offload_blocks(r->seq, need + watermark - available);
             room = make_room(requests, r, need + watermark, fresh);
         }
         if (!room || !kv_.reserve(r->seq, target)) {

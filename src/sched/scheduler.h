@@ -20,16 +20,16 @@ namespace llmkv {
 
 // What the scheduler needs to know about a request to order a step.
 struct SchedCandidate {
-    uint32_t index;         // caller's index of the request
+    uint32_t index;  // caller's index of the request
     int32_t priority;
-    uint64_t admit_seq;     // order in which the request asked for work
-    uint32_t n_pending;     // tokens that may be run this step (after the budget check)
-    bool decoding;          // generating, with exactly its last token pending
+    uint64_t admit_seq;  // order in which the request asked for work
+    uint32_t n_pending;  // tokens that may be run this step (after the budget check)
+    bool decoding;       // generating, with exactly its last token pending
 };
 
 struct SchedItem {
     uint32_t index;
-    uint32_t n_tokens;      // tokens of the request to run this step
+    uint32_t n_tokens;  // tokens of the request to run this step
 };
 
 // One step's plan: the spans to run (their KV reserved) and the requests that failed with
@@ -38,7 +38,7 @@ struct SchedItem {
 struct StepPlan {
     struct Span {
         Request *request;
-        uint32_t n_tokens;   // run tokens [n_tokens(), n_tokens() + n_tokens) of the request's KV
+        uint32_t n_tokens;  // run tokens [n_tokens(), n_tokens() + n_tokens) of the request's KV
         bool want_logits;
         const uint8_t *const *block_data;  // host-tier blocks read in place, or nullptr
     };
@@ -93,7 +93,8 @@ private:
 
     KvManager &kv_;
     uint32_t max_batch_tokens_;
-    uint32_t admission_watermark_;  // blocks kept free when admitting new work beside running requests
+    uint32_t
+        admission_watermark_;  // blocks kept free when admitting new work beside running requests
     SchedCounters counters_;
     // Per-step state and scratch (kept to avoid allocating every step).
     StepPlan *plan_ = nullptr;

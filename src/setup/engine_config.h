@@ -32,22 +32,22 @@ struct EngineConfig {
     llmkv_backend rank_backend = LLMKV_BACKEND_CPU;
     const llmkv_tp_transport *transport = nullptr;  // borrowed for set-up only
     Collectives collectives = Collectives::kAuto;   // LLMKV_TP_COLLECTIVES
-    unsigned n_threads = 1;                          // compute threads asked for (0 resolved)
+    unsigned n_threads = 1;                         // compute threads asked for (0 resolved)
     uint32_t max_sessions = kDefaultMaxSessions;
     uint32_t max_batch_tokens = kDefaultMaxBatchTokens;
-    uint32_t max_context = 0;                        // the model's trained context at most
-    std::vector<uint32_t> layer_windows;             // per layer: its sliding window, 0 = full
-    uint32_t window = 0;                             // the widest of them
+    uint32_t max_context = 0;             // the model's trained context at most
+    std::vector<uint32_t> layer_windows;  // per layer: its sliding window, 0 = full
+    uint32_t window = 0;                  // the widest of them
     // The KV geometry as asked, before a backend's capabilities: shape, codecs, rotation,
     // block size, residual window, the sink wished for (kv_geometry.sink) and no layer groups yet.
     KvGeometry kv_geometry;
-    bool sink_required = false;        // LLMKV_ENGINE_KV_SINK (refused where it cannot be read)
-    bool keep_window_blocks = false;   // LLMKV_ENGINE_KEEP_WINDOW_BLOCKS
-    bool prefix_cache = false;         // LLMKV_ENGINE_PREFIX_CACHE (and residual_tokens = 0)
-    uint64_t kv_device_bytes = 0;      // 0: sized automatically (kv_plan.h)
-    uint64_t kv_host_bytes = 0;        // 0: no host tier
-    bool cuda_fp16_weights = false;    // LLMKV_CUDA_WEIGHTS=fp16
-    bool cuda_batch_invariant = false; // LLMKV_CUDA_BATCH_INVARIANT=1
+    bool sink_required = false;         // LLMKV_ENGINE_KV_SINK (refused where it cannot be read)
+    bool keep_window_blocks = false;    // LLMKV_ENGINE_KEEP_WINDOW_BLOCKS
+    bool prefix_cache = false;          // LLMKV_ENGINE_PREFIX_CACHE (and residual_tokens = 0)
+    uint64_t kv_device_bytes = 0;       // 0: sized automatically (kv_plan.h)
+    uint64_t kv_host_bytes = 0;         // 0: no host tier
+    bool cuda_fp16_weights = false;     // LLMKV_CUDA_WEIGHTS=fp16
+    bool cuda_batch_invariant = false;  // LLMKV_CUDA_BATCH_INVARIANT=1
 };
 
 // The checks that need no model (LLMKV_ERR_INVALID_ARGUMENT naming the field and value),

@@ -10,9 +10,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
+#include "kv/codec.h"
 #include "parallel/communicator.h"
 #include "parallel/rank_plan.h"
-#include "kv/codec.h"
 #include "setup/kv_plan.h"
 
 namespace llmkv {
@@ -26,7 +26,8 @@ void build_kv_and_backend(EngineParts &e, const KvGeometry &g, llmkv_backend kin
     const EngineConfig &cfg = e.config;
     e.backend.reset();
     e.kv_manager.reset();  // before a new backend: its host tier may be the old backend's memory
-    e.kv_manager = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
+    e.kv_manager = std::make_unique<KvManager>(
+        plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
     BackendRequest br;
     br.kind = kind;
     br.device = cfg.device;
@@ -42,7 +43,7 @@ void build_kv_and_backend(EngineParts &e, const KvGeometry &g, llmkv_backend kin
 void attach_kv(EngineParts &e, bool reads_host_blocks) {
     Backend *be = e.backend.get();
     e.kv_manager->attach(be->make_transfer_queue(e.config.kv_host_bytes != 0), be->host_allocator(),
-                 [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
+                         [be](int64_t from, int64_t to) { be->copy_tail(from, to); });
     e.kv_manager->set_offload_allowed(reads_host_blocks);
 }
 
@@ -50,10 +51,12 @@ void attach_kv(EngineParts &e, bool reads_host_blocks) {
 void set_up_single(EngineParts &e) {
     const EngineConfig &cfg = e.config;
     BackendCapabilities caps = backend_capabilities(cfg.backend, cfg.device);
-    if (!caps.available) fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", caps.why.c_str());
+    if (!caps.available)
+        fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", caps.why.c_str());
     const bool auto_backend = cfg.backend == LLMKV_BACKEND_AUTO;
     KvGeometry g = plan_kv_geometry(cfg, caps, auto_backend);
-    e.pool = std::make_unique<ThreadPool>(cfg.n_threads, cfg.params.spin_us, cfg.params.thread_priority);
+    e.pool =
+        std::make_unique<ThreadPool>(cfg.n_threads, cfg.params.spin_us, cfg.params.thread_priority);
     build_kv_and_backend(e, g, auto_backend ? caps.kind : cfg.backend);
     if (e.backend->kind() != caps.kind) {
         // AUTO, and the CUDA module refused this configuration: the CPU runs it, with the
@@ -70,10 +73,13 @@ void set_up_single(EngineParts &e) {
 void set_up_ranks(EngineParts &e, bool &ranks_told) {
     const EngineConfig &cfg = e.config;
     const std::string why = shard_unsupported_reason(*e.model, cfg.tp_size);
-    if (!why.empty()) fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", cfg.tp_size, why.c_str());
+    if (!why.empty())
+        fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", cfg.tp_size,
+             why.c_str());
     BackendCapabilities caps = rank_capabilities(cfg.rank_backend);
     const KvGeometry g = plan_kv_geometry(cfg, caps, false);
-    e.kv_manager = std::make_unique<KvManager>(plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
+    e.kv_manager = std::make_unique<KvManager>(
+        plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
     e.pool = std::make_unique<ThreadPool>(1);  // the ranks have their own
     TpSetup setup;
     setup.geometry = g;
@@ -95,11 +101,13 @@ void set_up_ranks(EngineParts &e, bool &ranks_told) {
         ranks_told = true;  // from here on the TpBackend tells the ranks how the setup went
         tp = std::make_unique<TpBackend>(*e.model, setup, *e.tp_comm, rank_threads);
     } else {
-        std::vector<std::unique_ptr<Communicator>> comms = InProcessGroup::make(cfg.tp_size, cfg.params.spin_us);
+        std::vector<std::unique_ptr<Communicator>> comms =
+            InProcessGroup::make(cfg.tp_size, cfg.params.spin_us);
         e.tp_comm = std::move(comms[0]);
         comms.erase(comms.begin());
         rank_threads.n_threads = std::max(1u, cfg.n_threads / cfg.tp_size);
-        tp = std::make_unique<TpBackend>(*e.model, setup, *e.tp_comm, rank_threads, std::move(comms), rank_threads);
+        tp = std::make_unique<TpBackend>(*e.model, setup, *e.tp_comm, rank_threads,
+                                         std::move(comms), rank_threads);
     }
     e.tp = tp.get();
     e.rank_threads = rank_threads.n_threads;
@@ -128,18 +136,21 @@ EngineParts set_up(const llmkv_engine_params &p, bool &ranks_told) {
         set_up_single(e);
     }
     EngineConfig &cfg = e.config;
-    e.forward = Forward::create(*e.model, *e.backend, cfg.max_batch_tokens, e.tp ? &e.tp->shard() : nullptr);
+    e.forward = Forward::create(*e.model, *e.backend, cfg.max_batch_tokens,
+                                e.tp ? &e.tp->shard() : nullptr);
     // Compute threads of this process (with in-process ranks: all ranks' together).
-    cfg.params.n_threads = e.tp ? e.rank_threads * (cfg.transport ? 1 : cfg.tp_size) : e.pool->size();
+    cfg.params.n_threads =
+        e.tp ? e.rank_threads * (cfg.transport ? 1 : cfg.tp_size) : e.pool->size();
     cfg.transport = nullptr;  // borrowed for set-up only
     const KvGeometry &kg = e.kv_manager->geometry();
     Backend *be = e.backend.get();
-    LLMKV_LOG_INFO_F("engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
-                     "(%s), %u threads, KV %s/%s%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
-                     c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
-                     be->device_name().c_str(), unsigned(cfg.params.n_threads), codec_name(kg.dtype_k),
-                     codec_name(kg.dtype_v), kg.sink ? " with the KV sink" : "", e.kv_manager->total_blocks(),
-                     kg.block_tokens, kg.sealed_block_bytes(), kg.n_groups, kg.n_groups == 1 ? "" : "s");
+    LLMKV_LOG_INFO_F(
+        "engine: model '%s' (%u layers, %u heads / %u kv heads, head_dim %u), backend %s "
+        "(%s), %u threads, KV %s/%s%s, %u blocks of %u tokens (%zu bytes, %u layer group%s)",
+        c.name.c_str(), c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, be->name(),
+        be->device_name().c_str(), unsigned(cfg.params.n_threads), codec_name(kg.dtype_k),
+        codec_name(kg.dtype_v), kg.sink ? " with the KV sink" : "", e.kv_manager->total_blocks(),
+        kg.block_tokens, kg.sealed_block_bytes(), kg.n_groups, kg.n_groups == 1 ? "" : "s");
     return e;
 }
 
@@ -163,16 +174,21 @@ EngineParts set_up_engine(const llmkv_engine_params &p) {
 }
 
 void serve_engine_rank(const llmkv_engine_params &p) {
-    if (!p.tp_transport) fail(LLMKV_ERR_INVALID_ARGUMENT, "llmkv_tp_serve: engine_params.tp_transport is NULL");
+    if (!p.tp_transport)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "llmkv_tp_serve: engine_params.tp_transport is NULL");
     TransportCommunicator comm(*p.tp_transport);
-    if (comm.rank() == 0) fail(LLMKV_ERR_INVALID_ARGUMENT, "llmkv_tp_serve: rank 0 runs the engine (llmkv_engine_create)");
-    if (p.n_threads > 1024) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
+    if (comm.rank() == 0)
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "llmkv_tp_serve: rank 0 runs the engine (llmkv_engine_create)");
+    if (p.n_threads > 1024)
+        fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.n_threads = %u exceeds 1024", p.n_threads);
     // A rank whose model does not load still takes part in the setup, to tell rank 0.
     std::string load_error;
     std::shared_ptr<GgufFile> file;
     std::unique_ptr<LlamaModel> model;
     try {
-        if (!p.model_path || !*p.model_path) fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
+        if (!p.model_path || !*p.model_path)
+            fail(LLMKV_ERR_INVALID_ARGUMENT, "engine_params.model_path is NULL or empty");
         file = std::shared_ptr<GgufFile>(GgufFile::open(p.model_path));
         model = LlamaModel::load(file);
     } catch (const std::exception &e) {

@@ -34,11 +34,11 @@ struct EngineParts {
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<Communicator> tp_comm;  // tensor parallelism: rank 0's communicator
     std::unique_ptr<Backend> backend;
-    TpBackend *tp = nullptr;                // backend as a TpBackend (null with one rank)
-    unsigned rank_threads = 0;              // threads of each rank (tensor parallelism)
+    TpBackend *tp = nullptr;    // backend as a TpBackend (null with one rank)
+    unsigned rank_threads = 0;  // threads of each rank (tensor parallelism)
     std::unique_ptr<KvManager> kv_manager;
     std::unique_ptr<Forward> forward;
-    uint64_t kv_device_bytes = 0;           // the device pool's bytes
+    uint64_t kv_device_bytes = 0;  // the device pool's bytes
 };
 
 // Sets an engine up from its parameters. With tensor parallelism over a transport, ranks

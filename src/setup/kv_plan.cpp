@@ -14,17 +14,22 @@ namespace {
 
 constexpr uint64_t kMaxAutomaticKvBytes = 1ull << 30;
 
-const char *backend_label(llmkv_backend kind) { return kind == LLMKV_BACKEND_CUDA ? "cuda" : "cpu"; }
+const char *backend_label(llmkv_backend kind) {
+    return kind == LLMKV_BACKEND_CUDA ? "cuda" : "cpu";
+}
 
 }  // namespace
 
-KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &caps, bool auto_backend) {
+KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &caps,
+                            bool auto_backend) {
     KvGeometry g = config.kv_geometry;
     if (g.sink && !caps.kv_sink) {
         if (config.sink_required) {
             if (!auto_backend) {
-                fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink yet (CPU only)",
-                     caps.kind == LLMKV_BACKEND_CUDA ? "CUDA" : backend_label(caps.kind));
+                fail(
+                    LLMKV_ERR_UNSUPPORTED,
+                    "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink yet (CPU only)",
+                    caps.kind == LLMKV_BACKEND_CUDA ? "CUDA" : backend_label(caps.kind));
             }
             caps = backend_capabilities(LLMKV_BACKEND_CPU, 0);  // AUTO: the backend that reads it
         } else {
@@ -35,7 +40,8 @@ KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &cap
     if (g.sink && g.block_tokens == 1) {
         // Position 0 would be sealed as soon as it is computed: the one-token pass that fills a
         // matched sequence's sink rows needs an unsealed position 0.
-        if (config.sink_required) fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK needs kv_block_tokens >= 2 (got 1)");
+        if (config.sink_required)
+            fail(LLMKV_ERR_UNSUPPORTED, "LLMKV_ENGINE_KV_SINK needs kv_block_tokens >= 2 (got 1)");
         g.sink = false;
     }
     // Sliding-window layers: their blocks are released once outside the window (layer
@@ -45,7 +51,8 @@ KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &cap
         KvGeometry grouped = g;
         set_layer_groups(grouped, config.layer_windows);
         if (grouped.grouped() && !caps.layer_groups) {
-            LLMKV_LOG_INFO_F("%s backend: sliding-window blocks are kept (no layer groups)", backend_label(caps.kind));
+            LLMKV_LOG_INFO_F("%s backend: sliding-window blocks are kept (no layer groups)",
+                             backend_label(caps.kind));
         } else {
             g = grouped;
         }
@@ -53,8 +60,8 @@ KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &cap
     return g;
 }
 
-KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g, const std::string &model_fingerprint,
-                              uint64_t *device_bytes) {
+KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g,
+                              const std::string &model_fingerprint, uint64_t *device_bytes) {
     const size_t block_bytes = g.sealed_block_bytes();
     uint64_t budget = config.kv_device_bytes;
     if (budget == 0) {
@@ -67,7 +74,8 @@ KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g, c
     }
     uint64_t n_blocks = budget / block_bytes;
     if (n_blocks == 0) {
-        fail(LLMKV_ERR_INVALID_ARGUMENT, "kv_device_bytes = %llu is smaller than one block (%zu bytes)",
+        fail(LLMKV_ERR_INVALID_ARGUMENT,
+             "kv_device_bytes = %llu is smaller than one block (%zu bytes)",
              (unsigned long long)budget, block_bytes);
     }
     if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
@@ -80,9 +88,10 @@ KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g, c
     if (config.prefix_cache) {
         // The salt makes blocks of another model, codec, rotation or block size unmatchable.
         kc.prefix_cache = true;
-        kc.prefix_salt = strprintf("llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u%s", model_fingerprint.c_str(),
-                                   codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
-                                   g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens, g.sink ? "|sink" : "");
+        kc.prefix_salt = strprintf(
+            "llmkv-prefix-v1|%s|k=%s%s|v=%s%s|B=%u|R=%u%s", model_fingerprint.c_str(),
+            codec_name(g.dtype_k), g.rotate_k ? "+rot" : "", codec_name(g.dtype_v),
+            g.rotate_v ? "+rot" : "", g.block_tokens, g.residual_tokens, g.sink ? "|sink" : "");
     }
     return kc;
 }

@@ -16,12 +16,13 @@ namespace llmkv {
 // and read (LLMKV_ENGINE_KV_SINK where it cannot be: UNSUPPORTED, or, when auto_backend,
 // caps becomes the CPU's), layer groups for sliding-window layers where the backend reads
 // their tables, unless the blocks are to be kept.
-KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &caps, bool auto_backend);
+KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &caps,
+                            bool auto_backend);
 
 // The KV manager's configuration for geometry g: sealed blocks from the device budget
 // (automatic: room for four full-length sessions, capped at 1 GiB), a tail slot per session,
 // the host tier, the prefix cache with its salt. *device_bytes: the pool's bytes.
-KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g, const std::string &model_fingerprint,
-                              uint64_t *device_bytes);
+KvManagerConfig plan_kv_pools(const EngineConfig &config, const KvGeometry &g,
+                              const std::string &model_fingerprint, uint64_t *device_bytes);
 
 }  // namespace llmkv

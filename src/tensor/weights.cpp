@@ -27,7 +27,9 @@ uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
-float load_f16(const uint8_t *p) { return fp16_to_fp32(load_u16(p)); }
+float load_f16(const uint8_t *p) {
+    return fp16_to_fp32(load_u16(p));
+}
 
 // (scale * q) - min with two roundings, never fused: the k-quant definition in f32.
 inline float scaled_minus(float scale, int q, float min) {
@@ -57,8 +59,8 @@ void dequantize_super_block(TensorType type, const uint8_t *blk, float *o) {
                 const int h = e / 128, j = (e / 32) % 4, l = e % 32, s = e / 16;
                 const int sc = ((scales[s % 8] >> (4 * (s / 8))) & 15) |
                                (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
-                const int q = ((qs[32 * h + l] >> (2 * j)) & 3) |
-                              (((hmask[l] >> (4 * h + j)) & 1) << 2);
+                const int q =
+                    ((qs[32 * h + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * h + j)) & 1) << 2);
                 o[e] = (d * float(sc - 32)) * float(q - 4);
             }
             return;
@@ -205,6 +207,5 @@ void dequantize_row_reference(TensorType type, const void *src, float *dst, int6
     }
     fail(LLMKV_ERR_UNSUPPORTED, "dequantize_row: type %s is not supported", tensor_type_name(type));
 }
-
 
 }  // namespace llmkv

@@ -46,7 +46,8 @@ static void test_status_strings(void **state) {
         {LLMKV_ERR_CANCELLED, "LLMKV_ERR_CANCELLED"},
         {LLMKV_ERR_INTERNAL, "LLMKV_ERR_INTERNAL"},
     };
-    static const llmkv_status unknown[] = {1, 2, -11, -12, -98, -100, 99, 12345, INT32_MIN, INT32_MAX};
+    static const llmkv_status unknown[] = {1,    2,  -11,   -12,       -98,
+                                           -100, 99, 12345, INT32_MIN, INT32_MAX};
     size_t i;
     (void)state;
     /* the values are fixed forever */
@@ -204,7 +205,8 @@ static void test_engine_create_not_gguf(void **state) {
     (void)state;
     /* text */
     {
-        static const char text[] = "this is not a GGUF file, just some text that happens to be here\n";
+        static const char text[] =
+            "this is not a GGUF file, just some text that happens to be here\n";
         expect_model_format(text, sizeof(text) - 1);
     }
     /* pseudo-random bytes */
@@ -253,36 +255,43 @@ static void test_null_handles(void **state) {
     capi_assert_error(llmkv_engine_get_info(NULL, &info), LLMKV_ERR_INVALID_ARGUMENT, "engine");
     capi_assert_error(llmkv_engine_get_stats(NULL, &stats), LLMKV_ERR_INVALID_ARGUMENT, "engine");
     capi_assert_error(llmkv_engine_validate(NULL), LLMKV_ERR_INVALID_ARGUMENT, "engine");
-    capi_assert_error(llmkv_tokenize(NULL, "hi", 2, 0, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "engine");
-    capi_assert_error(llmkv_detokenize(NULL, toks, 2, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT,
+    capi_assert_error(llmkv_tokenize(NULL, "hi", 2, 0, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
                       "engine");
-    capi_assert_error(llmkv_chat_format(NULL, &msg, 1, 1, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT,
-                      "engine");
+    capi_assert_error(llmkv_detokenize(NULL, toks, 2, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "engine");
+    capi_assert_error(llmkv_chat_format(NULL, &msg, 1, 1, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "engine");
     n = 7;
     capi_assert_error(llmkv_step(NULL, ev, 2, &n), LLMKV_ERR_INVALID_ARGUMENT, "engine");
     capi_assert_error(llmkv_run(NULL, NULL, NULL), LLMKV_ERR_INVALID_ARGUMENT, "engine");
 
     capi_assert_error(llmkv_session_append(NULL, toks, 2), LLMKV_ERR_INVALID_ARGUMENT, "session");
-    capi_assert_error(llmkv_session_append_text(NULL, "hi", 2), LLMKV_ERR_INVALID_ARGUMENT, "session");
+    capi_assert_error(llmkv_session_append_text(NULL, "hi", 2), LLMKV_ERR_INVALID_ARGUMENT,
+                      "session");
     capi_assert_error(llmkv_session_generate(NULL, 4), LLMKV_ERR_INVALID_ARGUMENT, "session");
     capi_assert_error(llmkv_session_cancel(NULL), LLMKV_ERR_INVALID_ARGUMENT, "session");
-    capi_assert_error(llmkv_session_read_text(NULL, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT,
-                      "session");
+    capi_assert_error(llmkv_session_read_text(NULL, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "session");
     capi_assert_error(llmkv_session_get_info(NULL, &sinfo), LLMKV_ERR_INVALID_ARGUMENT, "session");
-    capi_assert_error(llmkv_session_get_tokens(NULL, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "session");
+    capi_assert_error(llmkv_session_get_tokens(NULL, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "session");
 
     /* NULL handle and NULL out pointer together */
     capi_assert_error(llmkv_engine_get_info(NULL, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
     capi_assert_error(llmkv_engine_get_stats(NULL, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
     capi_assert_error(llmkv_session_get_info(NULL, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
-    capi_assert_error(llmkv_tokenize(NULL, "hi", 2, 0, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
-    capi_assert_error(llmkv_detokenize(NULL, toks, 2, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
-    capi_assert_error(llmkv_chat_format(NULL, &msg, 1, 1, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT,
+    capi_assert_error(llmkv_tokenize(NULL, "hi", 2, 0, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT,
                       NULL);
+    capi_assert_error(llmkv_detokenize(NULL, toks, 2, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, NULL);
+    capi_assert_error(llmkv_chat_format(NULL, &msg, 1, 1, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, NULL);
     capi_assert_error(llmkv_step(NULL, ev, 2, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
     capi_assert_error(llmkv_session_create(NULL, NULL, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
-    capi_assert_error(llmkv_session_read_text(NULL, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
-    capi_assert_error(llmkv_session_get_tokens(NULL, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT, NULL);
+    capi_assert_error(llmkv_session_read_text(NULL, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, NULL);
+    capi_assert_error(llmkv_session_get_tokens(NULL, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT,
+                      NULL);
 }
 
 /* ---- with the model ----------------------------------------------------------------------- */
@@ -456,10 +465,14 @@ static void test_null_out_pointers(void **state) {
     capi_assert_error(llmkv_session_get_info(s, NULL), LLMKV_ERR_INVALID_ARGUMENT, "out");
 
     /* tokenize */
-    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT, "n_tokens");
-    capi_assert_error(llmkv_tokenize(e, NULL, 2, 0, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "text");
-    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "tokens");
-    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0x100u, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "flags");
+    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT,
+                      "n_tokens");
+    capi_assert_error(llmkv_tokenize(e, NULL, 2, 0, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "text");
+    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "tokens");
+    capi_assert_error(llmkv_tokenize(e, "hi", 2, 0x100u, toks, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "flags");
     /* NULL text with len 0 is an empty text */
     n = 99;
     capi_assert_ok(llmkv_tokenize(e, NULL, 0, 0, NULL, 0, &n));
@@ -467,33 +480,37 @@ static void test_null_out_pointers(void **state) {
 
     /* detokenize */
     toks[0] = 100;
-    capi_assert_error(llmkv_detokenize(e, toks, 1, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT,
-                      "n_bytes");
-    capi_assert_error(llmkv_detokenize(e, NULL, 1, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT, "tokens");
+    capi_assert_error(llmkv_detokenize(e, toks, 1, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, "n_bytes");
+    capi_assert_error(llmkv_detokenize(e, NULL, 1, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "tokens");
     capi_assert_error(llmkv_detokenize(e, toks, 1, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "buf");
     n = 99;
     capi_assert_ok(llmkv_detokenize(e, NULL, 0, NULL, 0, &n));
     assert_int_equal(n, 0);
 
     /* chat_format */
-    capi_assert_error(llmkv_chat_format(e, &msg, 1, 1, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT,
-                      "n_bytes");
-    capi_assert_error(llmkv_chat_format(e, NULL, 1, 1, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT,
-                      "msgs");
-    capi_assert_error(llmkv_chat_format(e, &msg, 1, 1, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "buf");
-    capi_assert_error(llmkv_chat_format(e, &bad_msg, 1, 1, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT,
-                      "role");
+    capi_assert_error(llmkv_chat_format(e, &msg, 1, 1, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, "n_bytes");
+    capi_assert_error(llmkv_chat_format(e, NULL, 1, 1, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "msgs");
+    capi_assert_error(llmkv_chat_format(e, &msg, 1, 1, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "buf");
+    capi_assert_error(llmkv_chat_format(e, &bad_msg, 1, 1, buf, sizeof(buf), &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "role");
 
     /* step */
     capi_assert_error(llmkv_step(e, ev, 2, NULL), LLMKV_ERR_INVALID_ARGUMENT, "n_events");
     capi_assert_error(llmkv_step(e, NULL, 2, &n), LLMKV_ERR_INVALID_ARGUMENT, "events");
 
     /* read_text / get_tokens */
-    capi_assert_error(llmkv_session_read_text(s, buf, sizeof(buf), NULL), LLMKV_ERR_INVALID_ARGUMENT,
-                      "n_bytes");
+    capi_assert_error(llmkv_session_read_text(s, buf, sizeof(buf), NULL),
+                      LLMKV_ERR_INVALID_ARGUMENT, "n_bytes");
     capi_assert_error(llmkv_session_read_text(s, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "buf");
-    capi_assert_error(llmkv_session_get_tokens(s, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT, "n_tokens");
-    capi_assert_error(llmkv_session_get_tokens(s, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT, "tokens");
+    capi_assert_error(llmkv_session_get_tokens(s, toks, 8, NULL), LLMKV_ERR_INVALID_ARGUMENT,
+                      "n_tokens");
+    capi_assert_error(llmkv_session_get_tokens(s, NULL, 8, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "tokens");
     n = 99;
     capi_assert_ok(llmkv_session_get_tokens(s, NULL, 0, &n));
     assert_int_equal(n, 0);
@@ -521,7 +538,8 @@ static void test_session_params_struct_size(void **state) {
         llmkv_session *s = NULL;
         llmkv_session_params_init(&sp);
         sp.struct_size = sizes[i];
-        capi_assert_error(llmkv_session_create(e, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT, "struct_size");
+        capi_assert_error(llmkv_session_create(e, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT,
+                          "struct_size");
         assert_null(s);
     }
     capi_assert_pool_clean(e);
@@ -532,8 +550,8 @@ static void test_session_params_struct_size(void **state) {
  * version of the struct can have (0, smaller than two fields, larger than the struct) are
  * INVALID_ARGUMENT, and the library never writes past the size the caller gave. */
 #define QUERY_BUF 512
-static void check_query_sizes(const char *what, size_t full, llmkv_status (*call)(const void *h, void *out),
-                              const void *handle) {
+static void check_query_sizes(const char *what, size_t full,
+                              llmkv_status (*call)(const void *h, void *out), const void *handle) {
     const uint32_t bad[] = {0, 4, (uint32_t)full + 4, (uint32_t)full + 8, UINT32_MAX};
     unsigned char buf[QUERY_BUF];
     uint32_t sz;
@@ -597,8 +615,9 @@ static void test_query_struct_size(void **state) {
  * (fields are only ever appended), so it is a size the library does not know. */
 static int expect_rejected_size(const char *what, uint32_t size, llmkv_status st) {
     if (st == LLMKV_ERR_INVALID_ARGUMENT && strstr(llmkv_last_error(), "struct_size")) return 0;
-    print_error("%s with struct_size %u (ends inside a field): %s, expected LLMKV_ERR_INVALID_ARGUMENT\n",
-                what, size, llmkv_status_string(st));
+    print_error(
+        "%s with struct_size %u (ends inside a field): %s, expected LLMKV_ERR_INVALID_ARGUMENT\n",
+        what, size, llmkv_status_string(st));
     return 1;
 }
 
@@ -617,15 +636,18 @@ static void test_query_struct_size_mid_field(void **state) {
     /* sizeof(llmkv_stats) - 4: half of `steps` */
     memset(&st, 0, sizeof(st));
     st.struct_size = (uint32_t)(offsetof(llmkv_stats, steps) + 4);
-    failures += expect_rejected_size("llmkv_engine_get_stats", st.struct_size, llmkv_engine_get_stats(e, &st));
+    failures += expect_rejected_size("llmkv_engine_get_stats", st.struct_size,
+                                     llmkv_engine_get_stats(e, &st));
 
     memset(&si, 0, sizeof(si));
     si.struct_size = (uint32_t)offsetof(llmkv_session_info, finish_reason) + 2;
-    failures += expect_rejected_size("llmkv_session_get_info", si.struct_size, llmkv_session_get_info(s, &si));
+    failures += expect_rejected_size("llmkv_session_get_info", si.struct_size,
+                                     llmkv_session_get_info(s, &si));
 
     memset(&ei, 0, sizeof(ei));
     ei.struct_size = (uint32_t)offsetof(llmkv_engine_info, model_name) + 5;
-    failures += expect_rejected_size("llmkv_engine_get_info", ei.struct_size, llmkv_engine_get_info(e, &ei));
+    failures += expect_rejected_size("llmkv_engine_get_info", ei.struct_size,
+                                     llmkv_engine_get_info(e, &ei));
 
     llmkv_session_destroy(s);
     llmkv_engine_destroy(e);
@@ -643,15 +665,15 @@ static void test_tokenize_capacity(void **state) {
     e = capi_engine_create();
 
     /* capacity 0 with NULL tokens: the required count */
-    capi_assert_error(llmkv_tokenize(e, text, strlen(text), 0, NULL, 0, &need), LLMKV_ERR_INVALID_ARGUMENT,
-                      "capacity");
+    capi_assert_error(llmkv_tokenize(e, text, strlen(text), 0, NULL, 0, &need),
+                      LLMKV_ERR_INVALID_ARGUMENT, "capacity");
     assert_true(need > 3 && need < 64);
 
     /* capacity one short: INVALID_ARGUMENT with the required count */
     memset(toks, 0x7f, sizeof(toks));
     n = 0;
-    capi_assert_error(llmkv_tokenize(e, text, strlen(text), 0, toks, need - 1, &n), LLMKV_ERR_INVALID_ARGUMENT,
-                      "capacity");
+    capi_assert_error(llmkv_tokenize(e, text, strlen(text), 0, toks, need - 1, &n),
+                      LLMKV_ERR_INVALID_ARGUMENT, "capacity");
     assert_int_equal(n, need);
 
     /* exactly the required capacity succeeds */
@@ -688,8 +710,8 @@ static void test_tokenize_detokenize_round_trip(void **state) {
         assert_memory_equal(buf, text, nb);
         if (nb > 0) {
             /* capacity too small: the required size */
-            capi_assert_error(llmkv_detokenize(e, toks, n, buf, nb - 1, &need), LLMKV_ERR_INVALID_ARGUMENT,
-                              "capacity");
+            capi_assert_error(llmkv_detokenize(e, toks, n, buf, nb - 1, &need),
+                              LLMKV_ERR_INVALID_ARGUMENT, "capacity");
             assert_int_equal(need, nb);
             capi_assert_ok(llmkv_detokenize(e, toks, n, buf, nb, &need));
             assert_int_equal(need, nb);
@@ -716,7 +738,8 @@ static void test_detokenize_out_of_range(void **state) {
         int32_t toks[3] = {100, 0, 200};
         toks[1] = bad[i];
         n = 0;
-        capi_assert_error(llmkv_detokenize(e, toks, 3, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT, NULL);
+        capi_assert_error(llmkv_detokenize(e, toks, 3, buf, sizeof(buf), &n),
+                          LLMKV_ERR_INVALID_ARGUMENT, NULL);
         snprintf(num, sizeof(num), "%d", (int)bad[i]);
         if (!strstr(llmkv_last_error(), num)) {
             print_error("last_error \"%s\" does not name the token %s\n", llmkv_last_error(), num);
@@ -760,10 +783,11 @@ static void test_chat_format(void **state) {
 
     /* capacity too small: the required size */
     capi_assert_ok(llmkv_chat_format(e, msgs, 1, 1, buf, sizeof(buf), &n));
-    capi_assert_error(llmkv_chat_format(e, msgs, 1, 1, small, sizeof(small), &need), LLMKV_ERR_INVALID_ARGUMENT,
-                      "capacity");
+    capi_assert_error(llmkv_chat_format(e, msgs, 1, 1, small, sizeof(small), &need),
+                      LLMKV_ERR_INVALID_ARGUMENT, "capacity");
     assert_int_equal(need, n);
-    capi_assert_error(llmkv_chat_format(e, msgs, 1, 1, NULL, 0, &need), LLMKV_ERR_INVALID_ARGUMENT, NULL);
+    capi_assert_error(llmkv_chat_format(e, msgs, 1, 1, NULL, 0, &need), LLMKV_ERR_INVALID_ARGUMENT,
+                      NULL);
     assert_int_equal(need, n);
 
     /* capacity exactly n: the text, no NUL written after it */
@@ -780,7 +804,8 @@ static void test_chat_format(void **state) {
         size_t k;
         char text[64];
         size_t nb = 0;
-        capi_assert_ok(llmkv_tokenize(e, "<|im_start|>", 12, LLMKV_TOKENIZE_PARSE_SPECIAL, toks, 256, &nt));
+        capi_assert_ok(
+            llmkv_tokenize(e, "<|im_start|>", 12, LLMKV_TOKENIZE_PARSE_SPECIAL, toks, 256, &nt));
         assert_int_equal(nt, 1);
         im_start = toks[0];
         /* special tokens detokenize to their text */

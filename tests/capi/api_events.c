@@ -235,7 +235,8 @@ static void test_drain_one_at_a_time(void **state) {
     n = llmkv_pending_events(e);
     {
         size_t expected = 0;
-        for (i = 0; i < N_SESSIONS; ++i) expected += capi_session_info(r[i].session).n_generated + 1;
+        for (i = 0; i < N_SESSIONS; ++i)
+            expected += capi_session_info(r[i].session).n_generated + 1;
         assert_int_equal(n, expected);
     }
     while (llmkv_pending_events(e) > 0) {
@@ -380,7 +381,8 @@ static void test_batching_does_not_change_greedy_output(void **state) {
     }
     check_received(r, N_SESSIONS, 8);
     for (i = 0; i < N_SESSIONS; ++i) {
-        if (r[i].n_tokens != n_ref[i] || memcmp(r[i].tokens, ref[i], n_ref[i] * sizeof(int32_t)) != 0) {
+        if (r[i].n_tokens != n_ref[i] ||
+            memcmp(r[i].tokens, ref[i], n_ref[i] * sizeof(int32_t)) != 0) {
             size_t k;
             print_error("session %zu: batched output differs from its output alone\n  alone:  ", i);
             for (k = 0; k < n_ref[i]; ++k) print_error("%d ", (int)ref[i][k]);
@@ -452,7 +454,8 @@ static void test_read_text_utf8_chunks(void **state) {
     info = capi_session_info(s);
     n_ctx = capi_session_tokens(s, ctx, MAX_TOKENS);
     assert_true(n_ctx >= n_prompt + info.n_generated);
-    capi_assert_ok(llmkv_detokenize(e, ctx + n_prompt, info.n_generated, expected, sizeof(expected), &n_expected));
+    capi_assert_ok(llmkv_detokenize(e, ctx + n_prompt, info.n_generated, expected, sizeof(expected),
+                                    &n_expected));
 
     /* the concatenation is the generated text, except an incomplete last character that
      * is still waiting for its next token */
@@ -460,8 +463,9 @@ static void test_read_text_utf8_chunks(void **state) {
     assert_memory_equal(text, expected, n_text);
     if (n_text < n_expected) {
         if (!capi_utf8_incomplete_char(expected + n_text, n_expected - n_text)) {
-            print_error("read_text returned %zu of %zu bytes; the rest is not one incomplete character\n", n_text,
-                        n_expected);
+            print_error(
+                "read_text returned %zu of %zu bytes; the rest is not one incomplete character\n",
+                n_text, n_expected);
             fail();
         }
     }
@@ -470,8 +474,9 @@ static void test_read_text_utf8_chunks(void **state) {
         if (((unsigned char)text[i] & 0xC0) == 0xC0) ++n_multibyte;
     }
     if (n_multibyte == 0) {
-        print_error("the generated text has no multi-byte character; the test exercises nothing: [%.*s]\n",
-                    (int)n_text, text);
+        print_error(
+            "the generated text has no multi-byte character; the test exercises nothing: [%.*s]\n",
+            (int)n_text, text);
         fail();
     }
     /* nothing more to read */
@@ -500,12 +505,13 @@ static void test_destroy_session_discards_its_events(void **state) {
     assert_true(victim.n_generated > 0);
     llmkv_session_destroy(r[1].session);
     pending_after = llmkv_pending_events(e);
-    assert_int_equal(pending_after,
-                     pending_before - victim.n_generated - (victim.state == LLMKV_SESSION_FINISHED ? 1 : 0));
+    assert_int_equal(pending_after, pending_before - victim.n_generated -
+                                        (victim.state == LLMKV_SESSION_FINISHED ? 1 : 0));
     capi_assert_ok(llmkv_engine_validate(e));
 
     /* drain: nothing more arrives for the destroyed session */
-    for (steps = 0; llmkv_pending_events(e) > 0 || capi_session_info(r[0].session).state != LLMKV_SESSION_FINISHED ||
+    for (steps = 0; llmkv_pending_events(e) > 0 ||
+                    capi_session_info(r[0].session).state != LLMKV_SESSION_FINISHED ||
                     capi_session_info(r[2].session).state != LLMKV_SESSION_FINISHED;
          ++steps) {
         assert_true(steps < 100);

@@ -144,7 +144,8 @@ static void test_append_while_generating(void **state) {
 static void test_multi_turn(void **state) {
     llmkv_engine *e;
     llmkv_session *s;
-    int32_t turn1[MAX_TOKENS], turn2[MAX_TOKENS], ctx1[MAX_TOKENS], ctx2[MAX_TOKENS], gen[MAX_TOKENS];
+    int32_t turn1[MAX_TOKENS], turn2[MAX_TOKENS], ctx1[MAX_TOKENS], ctx2[MAX_TOKENS],
+        gen[MAX_TOKENS];
     size_t n1, n2, appended;
     uint32_t reason = 0;
     size_t g;
@@ -307,15 +308,18 @@ static void test_append_past_max_context(void **state) {
     for (i = 0; i < sizeof(toks) / sizeof(toks[0]); ++i) toks[i] = (int32_t)(100 + i % 50);
     s = capi_session_create(e, NULL, 0);
 
-    capi_assert_error(llmkv_session_append(s, toks, CAPI_MAX_CONTEXT + 1), LLMKV_ERR_KV_CAPACITY, "max_context");
+    capi_assert_error(llmkv_session_append(s, toks, CAPI_MAX_CONTEXT + 1), LLMKV_ERR_KV_CAPACITY,
+                      "max_context");
     assert_int_equal(capi_session_info(s).n_tokens, 0);
     capi_assert_ok(llmkv_session_append(s, toks, CAPI_MAX_CONTEXT - 12));
     capi_assert_error(llmkv_session_append(s, toks, 13), LLMKV_ERR_KV_CAPACITY, NULL);
     assert_int_equal(capi_session_info(s).n_tokens, CAPI_MAX_CONTEXT - 12);
     {
         /* text that tokenizes to more than 12 tokens */
-        static const char text[] = " one two three four five six seven eight nine ten eleven twelve thirteen";
-        capi_assert_error(llmkv_session_append_text(s, text, strlen(text)), LLMKV_ERR_KV_CAPACITY, NULL);
+        static const char text[] =
+            " one two three four five six seven eight nine ten eleven twelve thirteen";
+        capi_assert_error(llmkv_session_append_text(s, text, strlen(text)), LLMKV_ERR_KV_CAPACITY,
+                          NULL);
         assert_int_equal(capi_session_info(s).n_tokens, CAPI_MAX_CONTEXT - 12);
     }
     /* exactly up to the limit is fine */
@@ -351,10 +355,11 @@ static void test_generate_to_max_context(void **state) {
     p.max_context = max_ctx;
     capi_assert_ok(llmkv_engine_create(&p, &e));
     assert_int_equal(capi_engine_info(e).max_context, max_ctx);
-    n = capi_tokenize(e,
-                      "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, "
-                      "24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40",
-                      toks, MAX_TOKENS);
+    n = capi_tokenize(
+        e,
+        "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, "
+        "24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40",
+        toks, MAX_TOKENS);
     assert_true(n >= max_ctx - 5);
     s = capi_session_create(e, NULL, 0);
     capi_assert_ok(llmkv_session_append(s, toks, max_ctx - 5));
@@ -371,7 +376,8 @@ static void test_generate_to_max_context(void **state) {
         assert_int_equal(n, 5);
         assert_int_equal(info.n_generated, 5);
     }
-    capi_assert_error(llmkv_session_append(s, toks, max_ctx - info.n_tokens + 1), LLMKV_ERR_KV_CAPACITY, NULL);
+    capi_assert_error(llmkv_session_append(s, toks, max_ctx - info.n_tokens + 1),
+                      LLMKV_ERR_KV_CAPACITY, NULL);
     capi_assert_ok(llmkv_engine_validate(e));
     llmkv_session_destroy(s);
     capi_assert_pool_clean(e);
@@ -434,7 +440,8 @@ static void test_state_transitions(void **state) {
         assert_int_equal(info.n_tokens, n_prompt + n_gen);
         assert_true(info.n_cached <= info.n_tokens);
         if (!done) {
-            assert_true(info.state == LLMKV_SESSION_PREFILLING || info.state == LLMKV_SESSION_GENERATING);
+            assert_true(info.state == LLMKV_SESSION_PREFILLING ||
+                        info.state == LLMKV_SESSION_GENERATING);
             st = capi_stats(e);
             assert_int_equal(st.sessions_prefilling + st.sessions_generating, 1);
             capi_assert_ok(llmkv_engine_validate(e));

@@ -25,19 +25,19 @@ typedef struct {
     char what[512];
 } wfail_t;
 
-#define WCHECK(f, cond, ...)                                                            \
-    do {                                                                                \
-        if (!(cond) && !(f)->failed) {                                                  \
-            (f)->failed = 1;                                                            \
-            snprintf((f)->what, sizeof((f)->what), __VA_ARGS__);                        \
-        }                                                                               \
+#define WCHECK(f, cond, ...)                                     \
+    do {                                                         \
+        if (!(cond) && !(f)->failed) {                           \
+            (f)->failed = 1;                                     \
+            snprintf((f)->what, sizeof((f)->what), __VA_ARGS__); \
+        }                                                        \
     } while (0)
 
-#define WCALL(f, call)                                                                  \
-    do {                                                                                \
-        llmkv_status st_ = (call);                                                      \
-        WCHECK(f, st_ == LLMKV_OK, "%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call,    \
-               llmkv_status_string(st_), llmkv_last_error());                           \
+#define WCALL(f, call)                                                               \
+    do {                                                                             \
+        llmkv_status st_ = (call);                                                   \
+        WCHECK(f, st_ == LLMKV_OK, "%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call, \
+               llmkv_status_string(st_), llmkv_last_error());                        \
     } while (0)
 
 static void assert_no_failure(const wfail_t *f, const char *who) {
@@ -88,7 +88,8 @@ static void *err_thread(void *arg) {
     for (i = 0; i < ERR_ITERATIONS && !a->f.failed; ++i) {
         const char *msg;
         llmkv_status st = trigger(a->which);
-        WCHECK(&a->f, st == expect, "thread %d iteration %d: %s", a->which, i, llmkv_status_string(st));
+        WCHECK(&a->f, st == expect, "thread %d iteration %d: %s", a->which, i,
+               llmkv_status_string(st));
         msg = llmkv_last_error();
         WCHECK(&a->f, strstr(msg, needle) != NULL && strstr(msg, other) == NULL,
                "thread %d iteration %d: last_error \"%s\" is not its own", a->which, i, msg);
@@ -172,10 +173,10 @@ typedef struct {
 typedef struct {
     int index;
     llmkv_engine *e;
-    llmkv_session *s;   /* set by main, or created by the thread when NULL */
-    int own_session;    /* the thread creates and destroys it */
+    llmkv_session *s; /* set by main, or created by the thread when NULL */
+    int own_session;  /* the thread creates and destroys it */
     shared_t *shared;
-    int *shared_tags;   /* user_data of session i is &shared_tags[i] */
+    int *shared_tags; /* user_data of session i is &shared_tags[i] */
     result_t result;
     wfail_t f;
 } worker_t;
@@ -184,7 +185,9 @@ static void dispatch(worker_t *w, const llmkv_event *ev, size_t n) {
     size_t i;
     pthread_mutex_lock(&w->shared->mu);
     for (i = 0; i < n; ++i) {
-        int k = ev[i].user_data == &w->shared_tags[0] ? 0 : ev[i].user_data == &w->shared_tags[1] ? 1 : -1;
+        int k = ev[i].user_data == &w->shared_tags[0]   ? 0
+                : ev[i].user_data == &w->shared_tags[1] ? 1
+                                                        : -1;
         if (k < 0) {
             ++w->shared->bad_events;
         } else if (ev[i].kind == LLMKV_EVENT_TOKEN) {
@@ -249,10 +252,11 @@ static void *session_worker(void *arg) {
         w->result.n_text += got;
     }
     WCALL(&w->f, llmkv_session_get_info(w->s, &info));
-    WCHECK(&w->f, info.state == LLMKV_SESSION_FINISHED, "thread %d: state %u after DONE", w->index, info.state);
+    WCHECK(&w->f, info.state == LLMKV_SESSION_FINISHED, "thread %d: state %u after DONE", w->index,
+           info.state);
     WCALL(&w->f, llmkv_session_get_tokens(w->s, ctx, MAX_TOKENS, &n_ctx));
-    WCHECK(&w->f, n_ctx >= n_prompt + info.n_generated && n_ctx <= MAX_TOKENS, "thread %d: %zu tokens", w->index,
-           n_ctx);
+    WCHECK(&w->f, n_ctx >= n_prompt + info.n_generated && n_ctx <= MAX_TOKENS,
+           "thread %d: %zu tokens", w->index, n_ctx);
     if (!w->f.failed) {
         w->result.n_tokens = info.n_generated;
         memcpy(w->result.tokens, ctx + n_prompt, info.n_generated * sizeof(int32_t));
@@ -288,8 +292,9 @@ static void *observer_thread(void *arg) {
         memset(&st, 0, sizeof(st));
         st.struct_size = sizeof(st);
         WCALL(&o->f, llmkv_engine_get_stats(o->e, &st));
-        WCHECK(&o->f, st.blocks_free <= st.blocks_total && st.sessions_total <= 2, "stats: free %u of %u, %u sessions",
-               st.blocks_free, st.blocks_total, st.sessions_total);
+        WCHECK(&o->f, st.blocks_free <= st.blocks_total && st.sessions_total <= 2,
+               "stats: free %u of %u, %u sessions", st.blocks_free, st.blocks_total,
+               st.sessions_total);
         (void)llmkv_pending_events(o->e);
         WCALL(&o->f, llmkv_engine_validate(o->e));
         ++o->iterations;
@@ -298,7 +303,8 @@ static void *observer_thread(void *arg) {
     return NULL;
 }
 
-static void run_workers(llmkv_engine *e, worker_t *w, shared_t *shared, int *tags, int own_sessions) {
+static void run_workers(llmkv_engine *e, worker_t *w, shared_t *shared, int *tags,
+                        int own_sessions) {
     pthread_t t[2], ot;
     observer_t obs;
     int i;
@@ -337,7 +343,8 @@ static void run_workers(llmkv_engine *e, worker_t *w, shared_t *shared, int *tag
 }
 
 static void assert_same_result(const result_t *got, const result_t *ref, int index) {
-    if (got->n_tokens != ref->n_tokens || memcmp(got->tokens, ref->tokens, ref->n_tokens * sizeof(int32_t)) != 0) {
+    if (got->n_tokens != ref->n_tokens ||
+        memcmp(got->tokens, ref->tokens, ref->n_tokens * sizeof(int32_t)) != 0) {
         size_t k;
         print_error("session %d: tokens differ from the single-threaded run\n  single: ", index);
         for (k = 0; k < ref->n_tokens; ++k) print_error("%d ", (int)ref->tokens[k]);
@@ -432,21 +439,23 @@ static void *engine_worker(void *arg) {
     WCALL(&w->f, llmkv_run(e, engine_cb, &cb));
     WCHECK(&w->f, !cb.wrong_thread, "engine %d: callback ran on another thread", w->index);
     WCALL(&w->f, llmkv_session_get_info(s, &info));
-    WCHECK(&w->f, cb.n_events == info.n_generated + 1, "engine %d: %zu events for %u tokens", w->index, cb.n_events,
-           info.n_generated);
+    WCHECK(&w->f, cb.n_events == info.n_generated + 1, "engine %d: %zu events for %u tokens",
+           w->index, cb.n_events, info.n_generated);
     WCALL(&w->f, llmkv_session_get_tokens(s, ctx, MAX_TOKENS, &n_ctx));
     if (!w->f.failed && n_ctx >= n_prompt + info.n_generated && n_ctx <= MAX_TOKENS) {
         w->result.n_tokens = info.n_generated;
         memcpy(w->result.tokens, ctx + n_prompt, info.n_generated * sizeof(int32_t));
     }
-    WCALL(&w->f, llmkv_session_read_text(s, w->result.text, sizeof(w->result.text), &w->result.n_text));
+    WCALL(&w->f,
+          llmkv_session_read_text(s, w->result.text, sizeof(w->result.text), &w->result.n_text));
     WCALL(&w->f, llmkv_engine_validate(e));
     llmkv_session_destroy(s);
     memset(&st, 0, sizeof(st));
     st.struct_size = sizeof(st);
     WCALL(&w->f, llmkv_engine_get_stats(e, &st));
-    WCHECK(&w->f, st.blocks_free + st.blocks_cached == st.blocks_total && st.blocks_used == 0 &&
-                      st.tail_blocks_used == 0 && st.sessions_total == 0,
+    WCHECK(&w->f,
+           st.blocks_free + st.blocks_cached == st.blocks_total && st.blocks_used == 0 &&
+               st.tail_blocks_used == 0 && st.sessions_total == 0,
            "engine %d: pool not clean after destroying the session", w->index);
     llmkv_engine_destroy(e);
     return NULL;

@@ -35,7 +35,8 @@ typedef struct {
 static void read_all_text(llmkv_session *s, output_t *o) {
     for (;;) {
         size_t n = 0;
-        capi_assert_ok(llmkv_session_read_text(s, o->text + o->n_text, sizeof(o->text) - 1 - o->n_text, &n));
+        capi_assert_ok(
+            llmkv_session_read_text(s, o->text + o->n_text, sizeof(o->text) - 1 - o->n_text, &n));
         if (n == 0) break;
         o->n_text += n;
     }
@@ -133,7 +134,8 @@ static void test_worker_matches_step(void **state) {
     for (i = 0; i < N_SESSIONS; ++i) s[i] = capi_session_create(e, NULL, N_NEW);
     capi_assert_ok(llmkv_worker_start(e));
     for (i = 0; i < N_SESSIONS; ++i) {
-        capi_assert_ok(llmkv_session_submit_text(s[i], k_prompts[i], strlen(k_prompts[i]), LLMKV_SUBMIT_GENERATE, 0));
+        capi_assert_ok(llmkv_session_submit_text(s[i], k_prompts[i], strlen(k_prompts[i]),
+                                                 LLMKV_SUBMIT_GENERATE, 0));
     }
     poll_until_done(e, s, got);
     assert_same_outputs(ref, got);
@@ -164,7 +166,8 @@ static void test_submit_without_worker(void **state) {
     memset(got, 0, sizeof(got));
     for (i = 0; i < N_SESSIONS; ++i) {
         s[i] = capi_session_create(e, NULL, N_NEW);
-        capi_assert_ok(llmkv_session_submit_text(s[i], k_prompts[i], strlen(k_prompts[i]), LLMKV_SUBMIT_GENERATE, 0));
+        capi_assert_ok(llmkv_session_submit_text(s[i], k_prompts[i], strlen(k_prompts[i]),
+                                                 LLMKV_SUBMIT_GENERATE, 0));
     }
     assert_int_equal(llmkv_engine_has_work(e), 1);
     while (llmkv_engine_has_work(e) || llmkv_pending_events(e) > 0) {
@@ -262,12 +265,17 @@ static void test_submit_errors(void **state) {
     s = capi_session_create(e, (void *)0x1234, 0);
 
     /* Refused at once. */
-    capi_assert_error(llmkv_session_submit_text(NULL, "x", 1, 0, 0), LLMKV_ERR_INVALID_ARGUMENT, "session");
-    capi_assert_error(llmkv_session_submit_text(s, NULL, 3, 0, 0), LLMKV_ERR_INVALID_ARGUMENT, "text");
-    capi_assert_error(llmkv_session_submit_text(s, "x", 1, 0x80, 0), LLMKV_ERR_INVALID_ARGUMENT, "unknown bits");
-    capi_assert_error(llmkv_session_submit_tokens(s, NULL, 2, 0, 0), LLMKV_ERR_INVALID_ARGUMENT, "tokens");
+    capi_assert_error(llmkv_session_submit_text(NULL, "x", 1, 0, 0), LLMKV_ERR_INVALID_ARGUMENT,
+                      "session");
+    capi_assert_error(llmkv_session_submit_text(s, NULL, 3, 0, 0), LLMKV_ERR_INVALID_ARGUMENT,
+                      "text");
+    capi_assert_error(llmkv_session_submit_text(s, "x", 1, 0x80, 0), LLMKV_ERR_INVALID_ARGUMENT,
+                      "unknown bits");
+    capi_assert_error(llmkv_session_submit_tokens(s, NULL, 2, 0, 0), LLMKV_ERR_INVALID_ARGUMENT,
+                      "tokens");
     capi_assert_error(llmkv_session_submit_cancel(NULL), LLMKV_ERR_INVALID_ARGUMENT, "session");
-    capi_assert_error(llmkv_session_submit_error(s, NULL, 4, &n), LLMKV_ERR_INVALID_ARGUMENT, "buf");
+    capi_assert_error(llmkv_session_submit_error(s, NULL, 4, &n), LLMKV_ERR_INVALID_ARGUMENT,
+                      "buf");
     capi_assert_ok(llmkv_session_submit_error(s, msg, sizeof msg, &n));
     assert_int_equal(n, 0);
     assert_string_equal(msg, "");
@@ -302,7 +310,8 @@ static void test_submit_errors(void **state) {
         static int32_t many[CAPI_MAX_CONTEXT];
         size_t k;
         for (k = 0; k < CAPI_MAX_CONTEXT; ++k) many[k] = 42;
-        capi_assert_ok(llmkv_session_submit_tokens(s, many, CAPI_MAX_CONTEXT - before.n_tokens, LLMKV_SUBMIT_GENERATE, 0));
+        capi_assert_ok(llmkv_session_submit_tokens(s, many, CAPI_MAX_CONTEXT - before.n_tokens,
+                                                   LLMKV_SUBMIT_GENERATE, 0));
         ev = wait_error(e, s);
         assert_int_equal(ev.status, LLMKV_ERR_KV_CAPACITY);
         after = capi_session_info(s);
@@ -327,7 +336,8 @@ static void test_submit_cancel(void **state) {
     e = capi_engine_create();
     s = capi_session_create(e, NULL, 0);
     capi_assert_ok(llmkv_worker_start(e));
-    capi_assert_ok(llmkv_session_submit_text(s, "Count from one to one hundred:", 30, LLMKV_SUBMIT_GENERATE, 200));
+    capi_assert_ok(llmkv_session_submit_text(s, "Count from one to one hundred:", 30,
+                                             LLMKV_SUBMIT_GENERATE, 200));
     while (!done) {
         size_t n = 0, k;
         capi_assert_ok(llmkv_worker_poll(e, ev, 8, 100000, &n));
@@ -409,7 +419,8 @@ static void test_params_init_sizes(void **state) {
 
     memset(buf, 0xAB, sizeof buf);
     llmkv_engine_params_init_sized((llmkv_engine_params *)(void *)buf, sizeof buf);
-    assert_int_equal(((llmkv_engine_params *)(void *)buf)->struct_size, sizeof(llmkv_engine_params));
+    assert_int_equal(((llmkv_engine_params *)(void *)buf)->struct_size,
+                     sizeof(llmkv_engine_params));
     assert_int_equal(((llmkv_engine_params *)(void *)buf)->spin_us, -1);
     for (i = sizeof(llmkv_engine_params); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
 
@@ -424,12 +435,16 @@ static void test_params_init_sizes(void **state) {
 
     memset(buf, 0xAB, sizeof buf);
     (llmkv_session_params_init)((llmkv_session_params *)(void *)buf);
-    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size, sizeof(llmkv_session_params));
+    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size,
+                     sizeof(llmkv_session_params));
     for (i = sizeof(llmkv_session_params); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
     memset(buf, 0xAB, sizeof buf);
-    llmkv_session_params_init_sized((llmkv_session_params *)(void *)buf, offsetof(llmkv_session_params, stop_strings));
-    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size, offsetof(llmkv_session_params, stop_strings));
-    for (i = offsetof(llmkv_session_params, stop_strings); i < sizeof buf; ++i) assert_int_equal(buf[i], 0xAB);
+    llmkv_session_params_init_sized((llmkv_session_params *)(void *)buf,
+                                    offsetof(llmkv_session_params, stop_strings));
+    assert_int_equal(((llmkv_session_params *)(void *)buf)->struct_size,
+                     offsetof(llmkv_session_params, stop_strings));
+    for (i = offsetof(llmkv_session_params, stop_strings); i < sizeof buf; ++i)
+        assert_int_equal(buf[i], 0xAB);
 }
 
 static void test_engine_params_04(void **state) {
@@ -502,12 +517,9 @@ static void test_engine_params_04(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_worker_matches_step),
-        cmocka_unit_test(test_submit_without_worker),
-        cmocka_unit_test(test_worker_state_rules),
-        cmocka_unit_test(test_submit_errors),
-        cmocka_unit_test(test_submit_cancel),
-        cmocka_unit_test(test_params_init_sizes),
+        cmocka_unit_test(test_worker_matches_step), cmocka_unit_test(test_submit_without_worker),
+        cmocka_unit_test(test_worker_state_rules),  cmocka_unit_test(test_submit_errors),
+        cmocka_unit_test(test_submit_cancel),       cmocka_unit_test(test_params_init_sizes),
         cmocka_unit_test(test_engine_params_04),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

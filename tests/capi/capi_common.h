@@ -5,6 +5,7 @@
 #ifndef LLMKV_CAPI_COMMON_H
 #define LLMKV_CAPI_COMMON_H
 
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cmocka.h>
 
 #include "llmkv.h"
 
@@ -42,13 +41,13 @@ static inline const char *capi_model_path(void) {
 }
 
 /* Skips the current test (with a printed reason) when no model is available. */
-#define CAPI_REQUIRE_MODEL()                                                                  \
-    do {                                                                                      \
-        if (!capi_model_path()) {                                                             \
-            print_message("SKIP: no model: set LLMKV_MODEL or put %s in place\n",            \
-                          CAPI_DEFAULT_MODEL);                                                \
-            skip();                                                                           \
-        }                                                                                     \
+#define CAPI_REQUIRE_MODEL()                                                      \
+    do {                                                                          \
+        if (!capi_model_path()) {                                                 \
+            print_message("SKIP: no model: set LLMKV_MODEL or put %s in place\n", \
+                          CAPI_DEFAULT_MODEL);                                    \
+            skip();                                                               \
+        }                                                                         \
     } while (0)
 
 /* Asserts an exact status and that llmkv_last_error() is non-empty and, when `needle` is
@@ -56,8 +55,8 @@ static inline const char *capi_model_path(void) {
 #define capi_assert_error(status, expected, needle) \
     capi_assert_error_(status, expected, needle, __FILE__, __LINE__)
 
-static inline void capi_assert_error_(llmkv_status status, llmkv_status expected, const char *needle,
-                                      const char *file, int line) {
+static inline void capi_assert_error_(llmkv_status status, llmkv_status expected,
+                                      const char *needle, const char *file, int line) {
     const char *msg = llmkv_last_error();
     if (status != expected) {
         print_error("%s:%d: status %s (%d), expected %s (%d); last_error: \"%s\"\n", file, line,
@@ -77,10 +76,11 @@ static inline void capi_assert_error_(llmkv_status status, llmkv_status expected
 
 #define capi_assert_ok(status) capi_assert_ok_(status, #status, __FILE__, __LINE__)
 
-static inline void capi_assert_ok_(llmkv_status status, const char *expr, const char *file, int line) {
+static inline void capi_assert_ok_(llmkv_status status, const char *expr, const char *file,
+                                   int line) {
     if (status != LLMKV_OK) {
-        print_error("%s:%d: %s returned %s (%d): %s\n", file, line, expr, llmkv_status_string(status),
-                    (int)status, llmkv_last_error());
+        print_error("%s:%d: %s returned %s (%d): %s\n", file, line, expr,
+                    llmkv_status_string(status), (int)status, llmkv_last_error());
     }
     _assert_int_equal((LargestIntegralType)(int64_t)status, 0, file, line);
 }
@@ -105,7 +105,8 @@ static inline llmkv_engine *capi_engine_create(void) {
 }
 
 /* A greedy session with max_new_tokens as its default limit. */
-static inline llmkv_session *capi_session_create(llmkv_engine *e, void *user_data, uint32_t max_new_tokens) {
+static inline llmkv_session *capi_session_create(llmkv_engine *e, void *user_data,
+                                                 uint32_t max_new_tokens) {
     llmkv_session_params sp;
     llmkv_session *s = NULL;
     llmkv_session_params_init(&sp);
@@ -117,9 +118,11 @@ static inline llmkv_session *capi_session_create(llmkv_engine *e, void *user_dat
 }
 
 /* Tokenizes a NUL-terminated string (special tokens parsed, no BOS); returns the count. */
-static inline size_t capi_tokenize(llmkv_engine *e, const char *text, int32_t *out, size_t capacity) {
+static inline size_t capi_tokenize(llmkv_engine *e, const char *text, int32_t *out,
+                                   size_t capacity) {
     size_t n = 0;
-    capi_assert_ok(llmkv_tokenize(e, text, strlen(text), LLMKV_TOKENIZE_PARSE_SPECIAL, out, capacity, &n));
+    capi_assert_ok(
+        llmkv_tokenize(e, text, strlen(text), LLMKV_TOKENIZE_PARSE_SPECIAL, out, capacity, &n));
     return n;
 }
 
@@ -228,10 +231,14 @@ static inline int capi_utf8_incomplete_char(const char *buf, size_t len) {
     const unsigned char *p = (const unsigned char *)buf;
     size_t need, k;
     if (len == 0 || len > 3) return 0;
-    if (p[0] >= 0xC2 && p[0] <= 0xDF) need = 2;
-    else if (p[0] >= 0xE0 && p[0] <= 0xEF) need = 3;
-    else if (p[0] >= 0xF0 && p[0] <= 0xF4) need = 4;
-    else return 0;
+    if (p[0] >= 0xC2 && p[0] <= 0xDF)
+        need = 2;
+    else if (p[0] >= 0xE0 && p[0] <= 0xEF)
+        need = 3;
+    else if (p[0] >= 0xF0 && p[0] <= 0xF4)
+        need = 4;
+    else
+        return 0;
     if (len >= need) return 0;
     for (k = 1; k < len; ++k) {
         if (p[k] < 0x80 || p[k] > 0xBF) return 0;

@@ -57,8 +57,12 @@ void *operator new[](size_t n) {
     if (void *p = counted_alloc(n)) return p;
     throw std::bad_alloc();
 }
-void *operator new(size_t n, const std::nothrow_t &) noexcept { return counted_alloc_nothrow(n); }
-void *operator new[](size_t n, const std::nothrow_t &) noexcept { return counted_alloc_nothrow(n); }
+void *operator new(size_t n, const std::nothrow_t &) noexcept {
+    return counted_alloc_nothrow(n);
+}
+void *operator new[](size_t n, const std::nothrow_t &) noexcept {
+    return counted_alloc_nothrow(n);
+}
 void *operator new(size_t n, std::align_val_t al) {
     if (void *p = counted_alloc_aligned(n, al)) return p;
     throw std::bad_alloc();
@@ -67,18 +71,39 @@ void *operator new[](size_t n, std::align_val_t al) {
     if (void *p = counted_alloc_aligned(n, al)) return p;
     throw std::bad_alloc();
 }
-void *operator new(size_t n, std::align_val_t al, const std::nothrow_t &) noexcept { return counted_alloc_aligned(n, al); }
+void *operator new(size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
+    return counted_alloc_aligned(n, al);
+}
 void *operator new[](size_t n, std::align_val_t al, const std::nothrow_t &) noexcept {
     return counted_alloc_aligned(n, al);
 }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete[](void *p) noexcept { std::free(p); }
-void operator delete(void *p, size_t) noexcept { std::free(p); }
-void operator delete[](void *p, size_t) noexcept { std::free(p); }
-void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void *p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
-void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
-
+void operator delete(void *p) noexcept {
+    std::free(p);
+}
+void operator delete[](void *p) noexcept {
+    std::free(p);
+}
+void operator delete(void *p, size_t) noexcept {
+    std::free(p);
+}
+void operator delete[](void *p, size_t) noexcept {
+    std::free(p);
+}
+void operator delete(void *p, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete[](void *p, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete(void *p, size_t, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete[](void *p, size_t, std::align_val_t) noexcept {
+    std::free(p);
+}
+void operator delete(void *p, const std::nothrow_t &) noexcept {
+    std::free(p);
+}
+void operator delete[](void *p, const std::nothrow_t &) noexcept {
+    std::free(p);
+}

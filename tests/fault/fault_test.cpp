@@ -56,20 +56,21 @@ namespace {
 
 int g_errors = 0;
 
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            ++g_errors;                                               \
+#define CHECK(cond, ...)                                                         \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            ++g_errors;                                                          \
             std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-        }                                                             \
+            std::fprintf(stderr, __VA_ARGS__);                                   \
+            std::fprintf(stderr, "\n");                                          \
+        }                                                                        \
     } while (0)
 
 std::string g_model;
 
 constexpr uint32_t kBlockTokens = 16;
-constexpr uint64_t kBlockBytes = 2 * 2 * 16 * kBlockTokens * 2 * 2;  // tiny model: layers x kv heads x dims x tokens x fp16 x K,V
+constexpr uint64_t kBlockBytes = 2 * 2 * 16 * kBlockTokens * 2 *
+                                 2;  // tiny model: layers x kv heads x dims x tokens x fp16 x K,V
 constexpr uint64_t kWorkloadBlocks = 12;  // the workload's device pool (the create sweep uses 23)
 
 llmkv_engine_params engine_params() {
@@ -115,7 +116,8 @@ size_t count_engine_maps() {
             for (unsigned long sz : sizes) {
                 if (hi - lo == sz && std::strchr(line, '/') == nullptr) {
                     ++n;
-                    if (std::getenv("LLMKV_FAULT_SHOW_MAPS")) std::fprintf(stderr, "  map: %s", line);
+                    if (std::getenv("LLMKV_FAULT_SHOW_MAPS"))
+                        std::fprintf(stderr, "  map: %s", line);
                 }
             }
         }
@@ -127,7 +129,9 @@ size_t count_engine_maps() {
 struct Resources {
     size_t fds, threads, maps;
 };
-Resources resources() { return {count_dir("/proc/self/fd"), count_dir("/proc/self/task"), count_engine_maps()}; }
+Resources resources() {
+    return {count_dir("/proc/self/fd"), count_dir("/proc/self/task"), count_engine_maps()};
+}
 
 // LLMKV_FAULT_FROM / LLMKV_FAULT_TO: sweep only n in [FROM, TO] (to look at one failure).
 uint64_t env_n(const char *name, uint64_t def) {
@@ -150,9 +154,11 @@ SiteHits site_hits() {
     return h;
 }
 
-void print_sites(const char *what, uint64_t runs, uint64_t injected, bool clean, const SiteHits &hits) {
-    std::printf("%s: %llu runs, %llu failures injected; allocation-site hits of one uninjected run:", what,
-                (unsigned long long)runs, (unsigned long long)injected);
+void print_sites(const char *what, uint64_t runs, uint64_t injected, bool clean,
+                 const SiteHits &hits) {
+    std::printf(
+        "%s: %llu runs, %llu failures injected; allocation-site hits of one uninjected run:", what,
+        (unsigned long long)runs, (unsigned long long)injected);
     for (uint32_t i = 0; i < fault::kAllocationSites && i < hits.size(); ++i) {
         std::printf(" [%s]=%llu", fault::site_name(Site(i)), (unsigned long long)hits[i]);
     }
@@ -193,8 +199,8 @@ int sweep_create() {
         const uint64_t fired = fault::failures();
         ++runs;
         if (fired == 0) {
-            CHECK(st == LLMKV_OK, "n=%llu: nothing injected but %s: %s", (unsigned long long)n, llmkv_status_string(st),
-                  llmkv_last_error());
+            CHECK(st == LLMKV_OK, "n=%llu: nothing injected but %s: %s", (unsigned long long)n,
+                  llmkv_status_string(st), llmkv_last_error());
             hits = site_hits();
             llmkv_engine_destroy(e);
             break;
@@ -211,24 +217,29 @@ int sweep_create() {
             if (fault::failures(Site(i))) site = Site(i);
         }
         const llmkv_status want = site == Site::kModelMmap ? LLMKV_ERR_IO : LLMKV_ERR_OUT_OF_MEMORY;
-        CHECK(st == want && e == nullptr, "n=%llu (%s): got %s (%s), want %s", (unsigned long long)n,
-              fault::site_name(site), llmkv_status_string(st), llmkv_last_error(), llmkv_status_string(want));
+        CHECK(st == want && e == nullptr, "n=%llu (%s): got %s (%s), want %s",
+              (unsigned long long)n, fault::site_name(site), llmkv_status_string(st),
+              llmkv_last_error(), llmkv_status_string(want));
         if (e) llmkv_engine_destroy(e);
         ++by_status[std::string(fault::site_name(site)) + " -> " + llmkv_status_string(st)];
         const Resources now = resources();
         // A mapping of a pool's size may be the sanitizer's own for a moment: one that is
         // still there after the next run counts as leaked.
-        CHECK(now.fds == base.fds && now.threads == base.threads && (now.maps == base.maps || !maps_differed),
-              "n=%llu (%s): leaked fds %zu->%zu, threads %zu->%zu, mappings %zu->%zu", (unsigned long long)n,
-              fault::site_name(site), base.fds, now.fds, base.threads, now.threads, base.maps, now.maps);
+        CHECK(now.fds == base.fds && now.threads == base.threads &&
+                  (now.maps == base.maps || !maps_differed),
+              "n=%llu (%s): leaked fds %zu->%zu, threads %zu->%zu, mappings %zu->%zu",
+              (unsigned long long)n, fault::site_name(site), base.fds, now.fds, base.threads,
+              now.threads, base.maps, now.maps);
         maps_differed = now.maps != base.maps;
-        CHECK(leak_check(), "n=%llu (%s): LeakSanitizer found leaks (above)", (unsigned long long)n, fault::site_name(site));
+        CHECK(leak_check(), "n=%llu (%s): LeakSanitizer found leaks (above)", (unsigned long long)n,
+              fault::site_name(site));
     }
     const Resources end = resources();
     CHECK(end.fds == base.fds && end.threads == base.threads && end.maps == base.maps,
-          "after the sweep: fds %zu->%zu, threads %zu->%zu, mappings %zu->%zu", base.fds, end.fds, base.threads,
-          end.threads, base.maps, end.maps);
-    for (const auto &kv : by_status) std::printf("  %-46s %llu\n", kv.first.c_str(), (unsigned long long)kv.second);
+          "after the sweep: fds %zu->%zu, threads %zu->%zu, mappings %zu->%zu", base.fds, end.fds,
+          base.threads, end.threads, base.maps, end.maps);
+    for (const auto &kv : by_status)
+        std::printf("  %-46s %llu\n", kv.first.c_str(), (unsigned long long)kv.second);
     print_sites("engine_create sweep", runs, injected, g_errors == 0, hits);
     return g_errors == 0 ? 0 : 1;
 }
@@ -246,11 +257,13 @@ std::vector<int32_t> byte_tokens(size_t n, uint32_t seed) {
 }
 
 struct Output {
-    std::vector<std::vector<int32_t>> tokens;  // per session: its final context
+    std::vector<std::vector<int32_t>> tokens;    // per session: its final context
     std::vector<std::vector<int32_t>> streamed;  // per session: TOKEN events
     std::vector<std::string> text;
     llmkv_stats stats{};  // not compared: a recomputation after a failure adds work
-    bool operator==(const Output &o) const { return tokens == o.tokens && streamed == o.streamed && text == o.text; }
+    bool operator==(const Output &o) const {
+        return tokens == o.tokens && streamed == o.streamed && text == o.text;
+    }
 };
 
 struct Run {
@@ -281,7 +294,8 @@ struct Run {
 
     // Runs one C API call under the countdown. A failing call must be a clean failure:
     // validate OK, tokens unchanged, and the call succeeds when repeated (disarmed).
-    void call(const char *name, const std::function<llmkv_status()> &fn, const std::function<bool()> &out_cleared = {}) {
+    void call(const char *name, const std::function<llmkv_status()> &fn,
+              const std::function<bool()> &out_cleared = {}) {
         ++calls;
         if (!armed) {
             llmkv_status st = fn();
@@ -295,8 +309,8 @@ struct Run {
         llmkv_status st = fn();
         fault::pause(true);
         if (fault::failures() == 0) {
-            CHECK(st == LLMKV_OK, "%s: %s without an injected failure (%s)", name, llmkv_status_string(st),
-                  llmkv_last_error());
+            CHECK(st == LLMKV_OK, "%s: %s without an injected failure (%s)", name,
+                  llmkv_status_string(st), llmkv_last_error());
             return;
         }
         // The injected failure happened in this call: from here on the run is unarmed.
@@ -311,11 +325,12 @@ struct Run {
             armed = false;
             fired = true;
             const char *what = g_nothrow_injected != nothrow_before ? "nothrow operator new"
-                               : fault::failures(Site::kHostBlock) ? "host-tier block"
+                               : fault::failures(Site::kHostBlock)  ? "host-tier block"
                                                                     : "operator new";
             ++failed_calls[std::string(name) + " -> LLMKV_OK (absorbed: " + what + ")"];
-            CHECK(llmkv_engine_validate(engine) == LLMKV_OK, "%s absorbed a failure (%s); validate then says %s", name,
-                  what, llmkv_last_error());
+            CHECK(llmkv_engine_validate(engine) == LLMKV_OK,
+                  "%s absorbed a failure (%s); validate then says %s", name, what,
+                  llmkv_last_error());
             return;
         }
         fault::pause(false);  // disarmed: nothing counts any more
@@ -324,16 +339,17 @@ struct Run {
         ++failed_calls[std::string(name) + " -> " + llmkv_status_string(st)];
         const std::string why = llmkv_last_error();
         CHECK(st != LLMKV_OK && st != LLMKV_ERR_INTERNAL && !why.empty(),
-              "%s: an injected allocation failure gave %s (%s)", name, llmkv_status_string(st), why.c_str());
+              "%s: an injected allocation failure gave %s (%s)", name, llmkv_status_string(st),
+              why.c_str());
         if (out_cleared) CHECK(out_cleared(), "%s failed but left an output handle set", name);
         llmkv_status v = llmkv_engine_validate(engine);
-        CHECK(v == LLMKV_OK, "%s failed with %s (%s); validate then says %s", name, llmkv_status_string(st),
-              why.c_str(), llmkv_last_error());
+        CHECK(v == LLMKV_OK, "%s failed with %s (%s); validate then says %s", name,
+              llmkv_status_string(st), why.c_str(), llmkv_last_error());
         CHECK(all_tokens() == before, "%s failed with %s (%s) and changed a session's tokens", name,
               llmkv_status_string(st), why.c_str());
         st = fn();
-        CHECK(st == LLMKV_OK, "%s: repeated after the failure: %s (%s)", name, llmkv_status_string(st),
-              llmkv_last_error());
+        CHECK(st == LLMKV_OK, "%s: repeated after the failure: %s (%s)", name,
+              llmkv_status_string(st), llmkv_last_error());
     }
 
     void collect(const llmkv_event *ev, size_t n) {
@@ -356,13 +372,15 @@ struct Run {
             collect(ev, n);
             fault::pause(true);  // the harness's own queries do not count
             bool busy = llmkv_pending_events(engine) > 0;
-            for (int w : awaiting_done) busy |= w > 0;  // a generating session may read PARKED (swapped out)
+            for (int w : awaiting_done)
+                busy |= w > 0;  // a generating session may read PARKED (swapped out)
             for (llmkv_session *s : sessions) {
                 if (!s) continue;
                 llmkv_session_info info;
                 info.struct_size = sizeof(info);
                 llmkv_session_get_info(s, &info);
-                busy |= info.state == LLMKV_SESSION_QUEUED || info.state == LLMKV_SESSION_PREFILLING ||
+                busy |= info.state == LLMKV_SESSION_QUEUED ||
+                        info.state == LLMKV_SESSION_PREFILLING ||
                         info.state == LLMKV_SESSION_GENERATING;
             }
             if (armed) {
@@ -385,13 +403,15 @@ struct Run {
         llmkv_session_params_init(&sp);
         sp.max_new_tokens = 8;
         sp.prefix = from;
-        call("llmkv_session_create", [&] { return llmkv_session_create(engine, &sp, &sessions[k]); },
-             [&] { return sessions[k] == nullptr; });
+        call(
+            "llmkv_session_create", [&] { return llmkv_session_create(engine, &sp, &sessions[k]); },
+            [&] { return sessions[k] == nullptr; });
         return k;
     }
     void append(size_t k, size_t n, uint32_t seed) {
         std::vector<int32_t> t = byte_tokens(n, seed);
-        call("llmkv_session_append", [&] { return llmkv_session_append(sessions[k], t.data(), t.size()); });
+        call("llmkv_session_append",
+             [&] { return llmkv_session_append(sessions[k], t.data(), t.size()); });
     }
     void generate(size_t k, uint32_t n) {
         call("llmkv_session_generate", [&] { return llmkv_session_generate(sessions[k], n); });
@@ -404,7 +424,8 @@ struct Run {
 // preempt, fork, park and resume, cancel.
 Output workload(uint64_t arm_at, Run &run, bool *fired) {
     llmkv_engine_params p = engine_params();
-    p.kv_device_bytes = kWorkloadBlocks * kBlockBytes;  // tight: idle sessions are preempted to the host tier
+    p.kv_device_bytes =
+        kWorkloadBlocks * kBlockBytes;  // tight: idle sessions are preempted to the host tier
     if (llmkv_engine_create(&p, &run.engine) != LLMKV_OK) {
         std::fprintf(stderr, "engine_create: %s\n", llmkv_last_error());
         std::exit(1);
@@ -419,17 +440,21 @@ Output workload(uint64_t arm_at, Run &run, bool *fired) {
     }
     const std::vector<int32_t> system = byte_tokens(40, 1);
     run.prefixes.push_back(nullptr);
-    run.call("llmkv_prefix_create",
-             [&] { return llmkv_prefix_create(run.engine, system.data(), system.size(), &run.prefixes[0]); },
-             [&] { return run.prefixes[0] == nullptr; });
+    run.call(
+        "llmkv_prefix_create",
+        [&] {
+            return llmkv_prefix_create(run.engine, system.data(), system.size(), &run.prefixes[0]);
+        },
+        [&] { return run.prefixes[0] == nullptr; });
     const size_t s0 = run.new_session(run.prefixes[0]);
     const size_t s1 = run.new_session(nullptr);
     const size_t s2 = run.new_session(nullptr);
     run.append(s0, 10, 2);
     run.append(s1, 70, 3);
     std::string hello = "hello, world: a fault-injection test";
-    run.call("llmkv_session_append_text",
-             [&] { return llmkv_session_append_text(run.sessions[s2], hello.data(), hello.size()); });
+    run.call("llmkv_session_append_text", [&] {
+        return llmkv_session_append_text(run.sessions[s2], hello.data(), hello.size());
+    });
     run.generate(s0, 8);
     run.generate(s1, 8);
     run.generate(s2, 8);
@@ -445,23 +470,30 @@ Output workload(uint64_t arm_at, Run &run, bool *fired) {
     run.text.emplace_back();
     run.awaiting_done.push_back(0);
     const size_t s4 = run.sessions.size() - 1;
-    run.call("llmkv_session_fork", [&] { return llmkv_session_fork(run.sessions[s1], &run.sessions[s4]); },
-             [&] { return run.sessions[s4] == nullptr; });
+    run.call(
+        "llmkv_session_fork",
+        [&] { return llmkv_session_fork(run.sessions[s1], &run.sessions[s4]); },
+        [&] { return run.sessions[s4] == nullptr; });
     run.append(s4, 5, 4);
     run.generate(s4, 6);
     run.call("llmkv_session_park", [&] { return llmkv_session_park(run.sessions[s0]); });
-    run.call("llmkv_prefix_save", [&] { return llmkv_prefix_save(run.prefixes[0], run.snap_path.c_str()); });
+    run.call("llmkv_prefix_save",
+             [&] { return llmkv_prefix_save(run.prefixes[0], run.snap_path.c_str()); });
     run.prefixes.push_back(nullptr);
-    run.call("llmkv_prefix_load", [&] { return llmkv_prefix_load(run.engine, run.snap_path.c_str(), &run.prefixes[1]); },
-             [&] { return run.prefixes[1] == nullptr; });
+    run.call(
+        "llmkv_prefix_load",
+        [&] { return llmkv_prefix_load(run.engine, run.snap_path.c_str(), &run.prefixes[1]); },
+        [&] { return run.prefixes[1] == nullptr; });
     const size_t s5 = run.new_session(run.prefixes[1]);
     run.append(s5, 5, 5);
     run.generate(s5, 6);
     run.drain();
 
     run.prefixes.push_back(nullptr);
-    run.call("llmkv_session_to_prefix", [&] { return llmkv_session_to_prefix(run.sessions[s2], &run.prefixes[2]); },
-             [&] { return run.prefixes[2] == nullptr; });
+    run.call(
+        "llmkv_session_to_prefix",
+        [&] { return llmkv_session_to_prefix(run.sessions[s2], &run.prefixes[2]); },
+        [&] { return run.prefixes[2] == nullptr; });
     const size_t s6 = run.new_session(run.prefixes[2]);
     run.append(s6, 4, 6);
     run.generate(s6, 5);
@@ -518,13 +550,15 @@ std::string describe_difference(const Output &o, const Output &ref) {
             return i;
         };
         if (o.tokens[k] != ref.tokens[k]) {
-            d += "session " + std::to_string(k) + ": context " + std::to_string(o.tokens[k].size()) + " tokens vs " +
+            d += "session " + std::to_string(k) + ": context " +
+                 std::to_string(o.tokens[k].size()) + " tokens vs " +
                  std::to_string(ref.tokens[k].size()) + ", first difference at " +
                  std::to_string(first_diff(o.tokens[k], ref.tokens[k])) + "; ";
         }
         if (o.streamed[k] != ref.streamed[k]) {
-            d += "session " + std::to_string(k) + ": " + std::to_string(o.streamed[k].size()) + " TOKEN events vs " +
-                 std::to_string(ref.streamed[k].size()) + ", first difference at " +
+            d += "session " + std::to_string(k) + ": " + std::to_string(o.streamed[k].size()) +
+                 " TOKEN events vs " + std::to_string(ref.streamed[k].size()) +
+                 ", first difference at " +
                  std::to_string(first_diff(o.streamed[k], ref.streamed[k])) + "; ";
         }
         if (o.text[k] != ref.text[k]) d += "session " + std::to_string(k) + ": text differs; ";
@@ -548,13 +582,16 @@ int sweep_workload() {
         hits = site_hits();
         for (uint64_t h : hits) total += h;
     }
-    std::printf("workload: %llu allocation-site hits in %llu C API calls per run; uninjected: %u sessions, %llu steps, "
-                "%llu preemptions (%llu swaps, %llu parks), %llu resumes, %llu prefix-hit tokens, %llu demotions\n",
-                (unsigned long long)total, (unsigned long long)ref_run.calls, unsigned(ref.tokens.size()),
-                (unsigned long long)ref.stats.steps, (unsigned long long)ref.stats.preemptions,
-                (unsigned long long)ref.stats.swaps, (unsigned long long)ref.stats.parks,
-                (unsigned long long)ref.stats.resumes, (unsigned long long)ref.stats.prefix_hit_tokens,
-                (unsigned long long)ref.stats.demotions);
+    std::printf(
+        "workload: %llu allocation-site hits in %llu C API calls per run; uninjected: %u sessions, "
+        "%llu steps, "
+        "%llu preemptions (%llu swaps, %llu parks), %llu resumes, %llu prefix-hit tokens, %llu "
+        "demotions\n",
+        (unsigned long long)total, (unsigned long long)ref_run.calls, unsigned(ref.tokens.size()),
+        (unsigned long long)ref.stats.steps, (unsigned long long)ref.stats.preemptions,
+        (unsigned long long)ref.stats.swaps, (unsigned long long)ref.stats.parks,
+        (unsigned long long)ref.stats.resumes, (unsigned long long)ref.stats.prefix_hit_tokens,
+        (unsigned long long)ref.stats.demotions);
     std::map<std::string, uint64_t> failed;
     uint64_t runs = 0, injected = 0, unfired = 0;
     const int errors_before = g_errors;
@@ -575,21 +612,29 @@ int sweep_workload() {
             continue;
         }
         ++injected;
-        CHECK(o == ref, "n=%llu: the completed workload differs from the uninjected run: %s", (unsigned long long)n,
-              describe_difference(o, ref).c_str());
-        if (g_errors != before) std::fprintf(stderr, "  (n=%llu: %s)\n", (unsigned long long)n, run.failed_calls.begin()->first.c_str());
-        if (n % 500 == 0) std::fprintf(stderr, "  ... n=%llu of ~%llu\n", (unsigned long long)n, (unsigned long long)total);
+        CHECK(o == ref, "n=%llu: the completed workload differs from the uninjected run: %s",
+              (unsigned long long)n, describe_difference(o, ref).c_str());
+        if (g_errors != before)
+            std::fprintf(stderr, "  (n=%llu: %s)\n", (unsigned long long)n,
+                         run.failed_calls.begin()->first.c_str());
+        if (n % 500 == 0)
+            std::fprintf(stderr, "  ... n=%llu of ~%llu\n", (unsigned long long)n,
+                         (unsigned long long)total);
     }
     CHECK(leak_check(), "LeakSanitizer found leaks (above)");
-    for (const auto &kv : failed) std::printf("  %-50s %llu\n", kv.first.c_str(), (unsigned long long)kv.second);
-    std::printf("workload sweep: %llu runs in which the countdown outlasted the workload\n", (unsigned long long)unfired);
+    for (const auto &kv : failed)
+        std::printf("  %-50s %llu\n", kv.first.c_str(), (unsigned long long)kv.second);
+    std::printf("workload sweep: %llu runs in which the countdown outlasted the workload\n",
+                (unsigned long long)unfired);
     print_sites("workload sweep", runs, injected, g_errors == errors_before, hits);
     return g_errors == 0 ? 0 : 1;
 }
 
 // ---- snapshot writer I/O failures ---------------------------------------------------------
 
-bool file_exists(const std::string &p) { return access(p.c_str(), F_OK) == 0; }
+bool file_exists(const std::string &p) {
+    return access(p.c_str(), F_OK) == 0;
+}
 
 std::vector<std::string> temp_leftovers(const std::string &dir, const std::string &base) {
     std::vector<std::string> out;
@@ -622,7 +667,8 @@ int snapshot_io() {
     if (llmkv_engine_create(&p, &e) != LLMKV_OK) return 1;
     const std::vector<int32_t> system = byte_tokens(70, 11);  // 4 sealed blocks and a tail
     llmkv_prefix *px = nullptr;
-    CHECK(llmkv_prefix_create(e, system.data(), system.size(), &px) == LLMKV_OK, "%s", llmkv_last_error());
+    CHECK(llmkv_prefix_create(e, system.data(), system.size(), &px) == LLMKV_OK, "%s",
+          llmkv_last_error());
     const std::string path = llmkv::testing::temp_path("fault_io.snap");
     const std::string dir = path.substr(0, path.rfind('/'));
     const std::string base = path.substr(path.rfind('/') + 1);
@@ -648,19 +694,25 @@ int snapshot_io() {
     };
     std::vector<Case> failing;
     for (uint64_t k = 1; k <= writes; ++k) {
-        failing.push_back({"ENOSPC at write " + std::to_string(k), [k] { fault::arm_site(Site::kSnapshotWrite, k); },
-                           "disk full"});
+        failing.push_back({"ENOSPC at write " + std::to_string(k),
+                           [k] { fault::arm_site(Site::kSnapshotWrite, k); }, "disk full"});
     }
-    failing.push_back({"short write, then ENOSPC", [] {
+    failing.push_back({"short write, then ENOSPC",
+                       [] {
                            fault::arm_site(Site::kSnapshotShortWrite, 2);
                            fault::arm_site(Site::kSnapshotWrite, 3);
                        },
                        "No space left"});
-    failing.push_back({"write makes no progress", [] { fault::arm_site(Site::kSnapshotZeroWrite, 2); }, "no progress"});
-    failing.push_back({"fsync fails", [] { fault::arm_site(Site::kSnapshotFsync, 1); }, "fsync failed"});
-    failing.push_back({"close fails", [] { fault::arm_site(Site::kSnapshotClose, 1); }, "close failed"});
-    failing.push_back({"rename fails", [] { fault::arm_site(Site::kSnapshotRename, 1); }, "rename"});
-    failing.push_back({"temp file cannot be created", [] { fault::arm_site(Site::kSnapshotCreate, 1); }, "temp file"});
+    failing.push_back({"write makes no progress",
+                       [] { fault::arm_site(Site::kSnapshotZeroWrite, 2); }, "no progress"});
+    failing.push_back(
+        {"fsync fails", [] { fault::arm_site(Site::kSnapshotFsync, 1); }, "fsync failed"});
+    failing.push_back(
+        {"close fails", [] { fault::arm_site(Site::kSnapshotClose, 1); }, "close failed"});
+    failing.push_back(
+        {"rename fails", [] { fault::arm_site(Site::kSnapshotRename, 1); }, "rename"});
+    failing.push_back({"temp file cannot be created",
+                       [] { fault::arm_site(Site::kSnapshotCreate, 1); }, "temp file"});
     const std::string older = "an older file that must survive";
     for (int with_old = 0; with_old < 2; ++with_old) {
         for (const Case &c : failing) {
@@ -675,18 +727,23 @@ int snapshot_io() {
             fault::disarm();
             const std::string msg = llmkv_last_error();
             ++cases;
-            CHECK(st == LLMKV_ERR_IO, "%s: got %s (%s)", c.name.c_str(), llmkv_status_string(st), msg.c_str());
+            CHECK(st == LLMKV_ERR_IO, "%s: got %s (%s)", c.name.c_str(), llmkv_status_string(st),
+                  msg.c_str());
             CHECK(msg.find(c.expect) != std::string::npos && msg.find(path) != std::string::npos,
-                  "%s: message \"%s\" should name the file and say \"%s\"", c.name.c_str(), msg.c_str(),
-                  c.expect.c_str());
-            CHECK(temp_leftovers(dir, base).empty(), "%s: a temporary file was left behind", c.name.c_str());
+                  "%s: message \"%s\" should name the file and say \"%s\"", c.name.c_str(),
+                  msg.c_str(), c.expect.c_str());
+            CHECK(temp_leftovers(dir, base).empty(), "%s: a temporary file was left behind",
+                  c.name.c_str());
             if (with_old) {
-                CHECK(read_file(path) == older, "%s: the existing file was changed", c.name.c_str());
+                CHECK(read_file(path) == older, "%s: the existing file was changed",
+                      c.name.c_str());
             } else {
-                CHECK(!file_exists(path), "%s: a partial file was left at the path", c.name.c_str());
+                CHECK(!file_exists(path), "%s: a partial file was left at the path",
+                      c.name.c_str());
             }
-            std::printf("  %-28s %s -> %s: %s\n", c.name.c_str(), with_old ? "(file existed)" : "(no file)   ",
-                        llmkv_status_string(st), msg.c_str());
+            std::printf("  %-28s %s -> %s: %s\n", c.name.c_str(),
+                        with_old ? "(file existed)" : "(no file)   ", llmkv_status_string(st),
+                        msg.c_str());
         }
     }
     // Partial writes that keep progressing: the file is complete and loads.
@@ -695,19 +752,20 @@ int snapshot_io() {
     llmkv_status st = llmkv_prefix_save(px, path.c_str());
     fault::disarm();
     ++cases;
-    CHECK(st == LLMKV_OK, "every write short: %s (%s)", llmkv_status_string(st), llmkv_last_error());
+    CHECK(st == LLMKV_OK, "every write short: %s (%s)", llmkv_status_string(st),
+          llmkv_last_error());
     CHECK(read_file(path) == good, "every write short: the file differs from a normal save");
     llmkv_prefix *loaded = nullptr;
     CHECK(llmkv_prefix_load(e, path.c_str(), &loaded) == LLMKV_OK, "%s", llmkv_last_error());
-    std::printf("  %-28s -> %s, file identical to a normal save, loads\n", "every write short (partial)",
-                llmkv_status_string(st));
+    std::printf("  %-28s -> %s, file identical to a normal save, loads\n",
+                "every write short (partial)", llmkv_status_string(st));
     llmkv_prefix_release(loaded);
     std::remove(path.c_str());
     CHECK(llmkv_engine_validate(e) == LLMKV_OK, "%s", llmkv_last_error());
     llmkv_prefix_release(px);
     llmkv_engine_destroy(e);
-    std::printf("snapshot I/O: %d cases (%llu writes per save), %s\n", cases, (unsigned long long)writes,
-                g_errors == 0 ? "all clean" : "DEFECTS FOUND");
+    std::printf("snapshot I/O: %d cases (%llu writes per save), %s\n", cases,
+                (unsigned long long)writes, g_errors == 0 ? "all clean" : "DEFECTS FOUND");
     return g_errors == 0 ? 0 : 1;
 }
 

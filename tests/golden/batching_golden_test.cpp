@@ -44,8 +44,9 @@ llmkv_engine *make_engine(uint64_t kv_bytes) {
 
 // Text of ordinary words, tokenized and cut to n tokens.
 std::vector<int32_t> text_tokens(llmkv_engine *e, size_t n, std::mt19937 &rng) {
-    static const char *words[] = {"the", "village", "river", "old", "miller", "walked", "to", "market",
-                                  "with", "bread", "and", "a", "story", "about", "winter", "stars"};
+    static const char *words[] = {"the",   "village", "river",  "old",   "miller", "walked",
+                                  "to",    "market",  "with",   "bread", "and",    "a",
+                                  "story", "about",   "winter", "stars"};
     std::string text = "Tell me";
     std::vector<int32_t> ids;
     size_t count = 0;
@@ -72,7 +73,8 @@ llmkv_session *start(llmkv_engine *e, const Request &r, uint64_t seed) {
     sp.sampling.seed = seed;
     llmkv_session *s = nullptr;
     EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
-    EXPECT_EQ(llmkv_session_append(s, r.prompt.data(), r.prompt.size()), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(llmkv_session_append(s, r.prompt.data(), r.prompt.size()), LLMKV_OK)
+        << llmkv_last_error();
     EXPECT_EQ(llmkv_session_generate(s, r.max_new), LLMKV_OK) << llmkv_last_error();
     return s;
 }
@@ -86,20 +88,21 @@ std::vector<int32_t> tokens_of(llmkv_session *s) {
 }
 
 // All requests at once; returns each session's context and counts DONE / ERROR events.
-std::vector<std::vector<int32_t>> run_together(llmkv_engine *e, const std::vector<Request> &reqs, uint32_t *done,
-                                               uint32_t *errors) {
+std::vector<std::vector<int32_t>> run_together(llmkv_engine *e, const std::vector<Request> &reqs,
+                                               uint32_t *done, uint32_t *errors) {
     std::vector<llmkv_session *> s;
     for (size_t i = 0; i < reqs.size(); ++i) s.push_back(start(e, reqs[i], 1000 + i));
     struct Counts {
         uint32_t done = 0, errors = 0;
     } counts;
-    EXPECT_EQ(llmkv_run(e,
-                        [](const llmkv_event *ev, void *u) {
-                            auto *c = static_cast<Counts *>(u);
-                            if (ev->kind == LLMKV_EVENT_DONE) ++c->done;
-                            if (ev->kind == LLMKV_EVENT_ERROR) ++c->errors;
-                        },
-                        &counts),
+    EXPECT_EQ(llmkv_run(
+                  e,
+                  [](const llmkv_event *ev, void *u) {
+                      auto *c = static_cast<Counts *>(u);
+                      if (ev->kind == LLMKV_EVENT_DONE) ++c->done;
+                      if (ev->kind == LLMKV_EVENT_ERROR) ++c->errors;
+                  },
+                  &counts),
               LLMKV_OK);
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     std::vector<std::vector<int32_t>> out;
@@ -114,7 +117,8 @@ std::vector<std::vector<int32_t>> run_together(llmkv_engine *e, const std::vecto
 
 TEST(SmolLM2Batching, SixtyFourMixedSessionsEqualTheirSoloRunsAlsoOnAQuarterPool) {
     if (!std::ifstream(model_path()).good()) {
-        GTEST_SKIP() << "model not found at " << model_path() << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
+        GTEST_SKIP() << "model not found at " << model_path()
+                     << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
     }
     llmkv_engine *e = make_engine(0);
     ASSERT_NE(e, nullptr);
@@ -123,10 +127,10 @@ TEST(SmolLM2Batching, SixtyFourMixedSessionsEqualTheirSoloRunsAlsoOnAQuarterPool
     uint64_t tokens_total = 0;
     for (uint32_t i = 0; i < 64; ++i) {
         Request r;
-        const size_t len = i == 0 ? 1500
+        const size_t len = i == 0   ? 1500
                            : i == 1 ? 10
-                                    : size_t(std::exp(std::uniform_real_distribution<double>(std::log(10.0),
-                                                                                             std::log(600.0))(rng)));
+                                    : size_t(std::exp(std::uniform_real_distribution<double>(
+                                          std::log(10.0), std::log(600.0))(rng)));
         r.prompt = text_tokens(e, len, rng);
         r.max_new = i == 0 ? 256 : i == 1 ? 16 : 16 + rng() % 113;
         r.sampled = i % 2 == 1;
@@ -145,8 +149,9 @@ TEST(SmolLM2Batching, SixtyFourMixedSessionsEqualTheirSoloRunsAlsoOnAQuarterPool
     EXPECT_EQ(done, 64u);
     EXPECT_EQ(errors, 0u);
     for (size_t i = 0; i < reqs.size(); ++i) {
-        EXPECT_EQ(together[i], solo[i]) << "session " << i << " (" << reqs[i].prompt.size() << "-token prompt, "
-                                        << (reqs[i].sampled ? "seeded" : "greedy") << ")";
+        EXPECT_EQ(together[i], solo[i])
+            << "session " << i << " (" << reqs[i].prompt.size() << "-token prompt, "
+            << (reqs[i].sampled ? "seeded" : "greedy") << ")";
     }
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
@@ -166,7 +171,8 @@ TEST(SmolLM2Batching, SixtyFourMixedSessionsEqualTheirSoloRunsAlsoOnAQuarterPool
     st.struct_size = sizeof(st);
     ASSERT_EQ(llmkv_engine_get_stats(small, &st), LLMKV_OK);
     EXPECT_GT(st.preemptions, 0u) << "a quarter-size pool must preempt";
-    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(squeezed[i], solo[i]) << "session " << i << " (quarter pool)";
+    for (size_t i = 0; i < reqs.size(); ++i)
+        EXPECT_EQ(squeezed[i], solo[i]) << "session " << i << " (quarter pool)";
     llmkv_engine_destroy(small);
 }
 

@@ -4,11 +4,10 @@
 // model: skipped with a reason when it is absent; a model the engine cannot load fails.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "golden_common.h"
 #include "llmkv.h"
@@ -51,16 +50,21 @@ protected:
     }
     void SetUp() override {
         if (!file_exists(model_path()))
-            GTEST_SKIP() << "Gemma 3 model not found at " << model_path() << " (set LLMKV_GEMMA3_MODEL)";
-        if (load_error_) FAIL() << "the engine cannot load " << model_path() << ": " << *load_error_;
+            GTEST_SKIP() << "Gemma 3 model not found at " << model_path()
+                         << " (set LLMKV_GEMMA3_MODEL)";
+        if (load_error_)
+            FAIL() << "the engine cannot load " << model_path() << ": " << *load_error_;
         ASSERT_NE(model_, nullptr);
     }
 
-    static double tol(const char *key) { return doc_->at("suggested_tolerances").at(key).get<double>(); }
+    static double tol(const char *key) {
+        return doc_->at("suggested_tolerances").at(key).get<double>();
+    }
 
     // Logits after each token from first_needed on (prefill, then decode); 80 blocks hold
     // 1280 tokens: the longest prompt + 32 is 964.
-    std::vector<std::vector<float>> logits_per_position(const std::vector<int32_t> &tokens, size_t first_needed) {
+    std::vector<std::vector<float>> logits_per_position(const std::vector<int32_t> &tokens,
+                                                        size_t first_needed) {
         return golden::logits_per_position(*model_, tokens, first_needed, 80);
     }
 
@@ -78,7 +82,8 @@ std::string *Gemma3Golden::load_error_ = nullptr;
 // 8-bit activations (per 256 for k-quant weights, per 32 otherwise) moved transformers'
 // logits over these prompts; see the README.
 TEST_F(Gemma3Golden, FinalPromptLogitsAgreeWithTransformers) {
-    const double max_tol = tol("final_top40_max_abs_diff"), mean_tol = tol("final_top40_mean_abs_diff");
+    const double max_tol = tol("final_top40_max_abs_diff"),
+                 mean_tol = tol("final_top40_mean_abs_diff");
     const double margin = tol("robust_margin");
     for (const auto &p : doc_->at("prompts")) {
         SCOPED_TRACE(p.at("name").get<std::string>());
@@ -96,9 +101,11 @@ TEST_F(Gemma3Golden, FinalPromptLogitsAgreeWithTransformers) {
         }
         int32_t argmax = int32_t(std::max_element(ours.begin(), ours.end()) - ours.begin());
         double mx = *std::max_element(ours.begin(), ours.end());
-        std::printf("[gemma3] %-22s (%4zu tokens) top-40 logits: max |diff| %.3f, mean %.3f; top-1 %d (ref %d)\n",
-                    p.at("name").get<std::string>().c_str(), prompt.size(), max_err, sum_err / top_ids.size(), argmax,
-                    top_ids[0]);
+        std::printf(
+            "[gemma3] %-22s (%4zu tokens) top-40 logits: max |diff| %.3f, mean %.3f; top-1 %d (ref "
+            "%d)\n",
+            p.at("name").get<std::string>().c_str(), prompt.size(), max_err,
+            sum_err / top_ids.size(), argmax, top_ids[0]);
         EXPECT_LE(max_err, max_tol);
         EXPECT_LE(sum_err / top_ids.size(), mean_tol);
         EXPECT_NEAR(mx, p.at("final_logits").at("max").get<double>(), tol("final_max_abs_diff"));
@@ -113,7 +120,8 @@ TEST_F(Gemma3Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) 
         SCOPED_TRACE(p.at("name").get<std::string>());
         size_t n_prompt = 0;
         std::vector<int32_t> tokens = golden::teacher_forced_tokens(p, n_prompt);
-        golden::expect_teacher_forced(p, logits_per_position(tokens, n_prompt), tol("robust_margin"), "gemma3");
+        golden::expect_teacher_forced(p, logits_per_position(tokens, n_prompt),
+                                      tol("robust_margin"), "gemma3");
     }
 }
 
@@ -159,8 +167,8 @@ TEST_F(Gemma3Golden, GreedyContinuationsEqualTransformers) {
         ASSERT_EQ(llmkv_session_get_tokens(s, all.data(), all.size(), &n), LLMKV_OK);
         std::vector<int32_t> got(all.begin() + long(prompt.size()), all.begin() + long(n));
         EXPECT_EQ(got, std::vector<int32_t>(expected.begin(), expected.begin() + long(n_expected)));
-        std::printf("[gemma3] %-22s greedy: %zu tokens compared\n", p.at("name").get<std::string>().c_str(),
-                    n_expected);
+        std::printf("[gemma3] %-22s greedy: %zu tokens compared\n",
+                    p.at("name").get<std::string>().c_str(), n_expected);
         llmkv_session_destroy(s);
     }
     llmkv_engine_destroy(e);
@@ -182,15 +190,18 @@ TEST_F(Gemma3Golden, TokenizerMatchesTransformers) {
     auto check = [&](const std::string &text, const std::vector<int32_t> &want) {
         std::vector<int32_t> got(text.size() + 8);
         size_t n = 0;
-        ASSERT_EQ(llmkv_tokenize(e, text.data(), text.size(), LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL,
-                                 got.data(), got.size(), &n),
+        ASSERT_EQ(llmkv_tokenize(e, text.data(), text.size(),
+                                 LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL, got.data(),
+                                 got.size(), &n),
                   LLMKV_OK)
             << llmkv_last_error();
         got.resize(n);
         EXPECT_EQ(got, want) << "text: " << text;
     };
-    for (const auto &c : doc_->at("tokenizer_cases")) check(c.at("text").get<std::string>(), ints(c.at("ids")));
-    for (const auto &p : doc_->at("prompts")) check(p.at("prompt").get<std::string>(), ints(p.at("prompt_ids")));
+    for (const auto &c : doc_->at("tokenizer_cases"))
+        check(c.at("text").get<std::string>(), ints(c.at("ids")));
+    for (const auto &p : doc_->at("prompts"))
+        check(p.at("prompt").get<std::string>(), ints(p.at("prompt_ids")));
     llmkv_engine_destroy(e);
 }
 

@@ -3,11 +3,10 @@
 // real model: skipped with a reason when it is absent.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "golden_common.h"
 #include "llmkv.h"
@@ -54,11 +53,14 @@ protected:
         file_.reset();
     }
     void SetUp() override {
-        if (!model_) GTEST_SKIP() << "model not found at " << model_path() << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
+        if (!model_)
+            GTEST_SKIP() << "model not found at " << model_path()
+                         << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
     }
 
     // Logits after each token from first_needed on (prefill, then decode).
-    std::vector<std::vector<float>> logits_per_position(const std::vector<int32_t> &tokens, size_t first_needed) {
+    std::vector<std::vector<float>> logits_per_position(const std::vector<int32_t> &tokens,
+                                                        size_t first_needed) {
         return golden::logits_per_position(*model_, tokens, first_needed, 64);
     }
 
@@ -87,7 +89,8 @@ TEST_F(Golden, FinalPromptLogitsAgreeWithTransformers) {
         }
         int32_t argmax = int32_t(std::max_element(ours.begin(), ours.end()) - ours.begin());
         std::printf("[golden] %-16s top-40 logits: max |diff| %.3f, mean %.3f; top-1 %d (ref %d)\n",
-                    p.at("name").get<std::string>().c_str(), max_err, sum_err / top_ids.size(), argmax, top_ids[0]);
+                    p.at("name").get<std::string>().c_str(), max_err, sum_err / top_ids.size(),
+                    argmax, top_ids[0]);
         EXPECT_LE(max_err, kTopLogitTolerance);
         EXPECT_LE(sum_err / top_ids.size(), kMeanLogitTolerance);
         if (numbers(p.at("steps").at("top1_top2_margin"))[0] >= kConfidentMargin) {
@@ -101,7 +104,8 @@ TEST_F(Golden, TeacherForcedGreedyStepsAgreeWhereTheReferenceIsConfident) {
         SCOPED_TRACE(p.at("name").get<std::string>());
         size_t n_prompt = 0;
         std::vector<int32_t> tokens = golden::teacher_forced_tokens(p, n_prompt);
-        golden::expect_teacher_forced(p, logits_per_position(tokens, n_prompt), kConfidentMargin, "golden");
+        golden::expect_teacher_forced(p, logits_per_position(tokens, n_prompt), kConfidentMargin,
+                                      "golden");
     }
 }
 
@@ -122,10 +126,12 @@ TEST_F(Golden, GreedyContinuationsEqualTransformers) {
         std::vector<int32_t> prompt = ints(p.at("prompt_ids"));
         std::vector<int32_t> expected = ints(p.at("generated_ids"));
         std::vector<double> margins = numbers(p.at("steps").at("top1_top2_margin"));
-        size_t n_expected = 0;  // confident prefix, cut at an end-of-generation token (the engine stops there)
+        size_t n_expected =
+            0;  // confident prefix, cut at an end-of-generation token (the engine stops there)
         while (n_expected < expected.size() && margins[n_expected] >= kConfidentMargin) {
             ++n_expected;
-            if (expected[n_expected - 1] == 2 || expected[n_expected - 1] == 0) break;  // <|im_end|>, <|endoftext|>
+            if (expected[n_expected - 1] == 2 || expected[n_expected - 1] == 0)
+                break;  // <|im_end|>, <|endoftext|>
         }
         if (n_expected == 0) continue;
         SCOPED_TRACE(p.at("name").get<std::string>());

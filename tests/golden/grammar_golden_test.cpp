@@ -8,11 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "llmkv.h"
 
@@ -64,9 +63,11 @@ std::string check(const std::string &text) {
     } catch (const std::exception &e) {
         return std::string("not JSON: ") + e.what();
     }
-    if (!j.is_object() || j.size() != 4) return "top level: not an object with exactly the four required keys";
+    if (!j.is_object() || j.size() != 4)
+        return "top level: not an object with exactly the four required keys";
     if (!j["say"].is_string() || code_points(j["say"]) > 80) return "say";
-    if (!j["action"].is_string() || !in(j["action"], {"wave", "trade", "attack", "flee"})) return "action";
+    if (!j["action"].is_string() || !in(j["action"], {"wave", "trade", "attack", "flee"}))
+        return "action";
     if (!j["mood"].is_string() || !in(j["mood"], {"friendly", "neutral", "hostile"})) return "mood";
     const nlohmann::json &st = j["stats"];
     if (!st.is_object()) return "stats";
@@ -95,7 +96,7 @@ struct Reply {
 
 // n sessions in one batch; session i uses seed 10 + i and temperatures cycling over `temps`.
 std::vector<Reply> run_batch(llmkv_engine *e, int n, llmkv_grammar_kind kind, const char *grammar,
-                           const std::vector<float> &temps, const char *question) {
+                             const std::vector<float> &temps, const char *question) {
     std::vector<llmkv_session *> s(n, nullptr);
     for (int i = 0; i < n; ++i) {
         llmkv_session_params sp;
@@ -136,7 +137,8 @@ std::vector<Reply> run_batch(llmkv_engine *e, int n, llmkv_grammar_kind kind, co
     for (int i = 0; i < n; ++i) {
         char buf[1024];
         size_t got = 0;
-        while (llmkv_session_read_text(s[i], buf, sizeof(buf), &got) == LLMKV_OK && got) out[i].text.append(buf, got);
+        while (llmkv_session_read_text(s[i], buf, sizeof(buf), &got) == LLMKV_OK && got)
+            out[i].text.append(buf, got);
         llmkv_session_destroy(s[i]);
     }
     return out;
@@ -146,7 +148,8 @@ class GrammarGoldenTest : public ::testing::Test {
 protected:
     void SetUp() override {
         if (!std::ifstream(model_path()).good()) {
-            GTEST_SKIP() << "model not found at " << model_path() << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
+            GTEST_SKIP() << "model not found at " << model_path()
+                         << " (set LLMKV_MODEL or run scripts/fetch_model.sh)";
         }
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
@@ -160,9 +163,10 @@ protected:
 };
 
 TEST_F(GrammarGoldenTest, EveryReplyUnderANestedSchemaIsCompleteValidJson) {
-    std::vector<Reply> runs = run_batch(e_, 12, LLMKV_GRAMMAR_JSON_SCHEMA, kSchema, {0.0f, 0.7f, 1.0f, 1.4f},
-                                      "You are a guard at the city gate. A traveler approaches. Describe your reaction "
-                                      "as JSON with say, action, mood and stats.");
+    std::vector<Reply> runs =
+        run_batch(e_, 12, LLMKV_GRAMMAR_JSON_SCHEMA, kSchema, {0.0f, 0.7f, 1.0f, 1.4f},
+                  "You are a guard at the city gate. A traveler approaches. Describe your reaction "
+                  "as JSON with say, action, mood and stats.");
     for (size_t i = 0; i < runs.size(); ++i) {
         EXPECT_EQ(runs[i].finish, LLMKV_FINISH_STOP) << "session " << i << ": " << runs[i].text;
         EXPECT_EQ(check(runs[i].text), "") << "session " << i << ": " << runs[i].text;
@@ -175,11 +179,13 @@ TEST_F(GrammarGoldenTest, EveryReplyUnderAGbnfGrammarMatchesItsLanguage) {
         "answer ::= (\"Yes\" | \"No\" | \"Maybe\") \", \" [a-z ]{1,40} \".\"\n"
         "number ::= [0-9] | \"10\"\n";
     const std::regex language("(Yes|No|Maybe), [a-z ]{1,40}\\. \\(([0-9]|10)/10\\)");
-    std::vector<Reply> runs = run_batch(e_, 8, LLMKV_GRAMMAR_GBNF, grammar, {0.0f, 0.8f, 1.3f},
-                                      "Is it safe to travel through the forest at night? Rate the danger.");
+    std::vector<Reply> runs =
+        run_batch(e_, 8, LLMKV_GRAMMAR_GBNF, grammar, {0.0f, 0.8f, 1.3f},
+                  "Is it safe to travel through the forest at night? Rate the danger.");
     for (size_t i = 0; i < runs.size(); ++i) {
         EXPECT_EQ(runs[i].finish, LLMKV_FINISH_STOP) << "session " << i << ": " << runs[i].text;
-        EXPECT_TRUE(std::regex_match(runs[i].text, language)) << "session " << i << ": " << runs[i].text;
+        EXPECT_TRUE(std::regex_match(runs[i].text, language))
+            << "session " << i << ": " << runs[i].text;
     }
 }
 

@@ -17,11 +17,11 @@
 #include "common/thread_pool.h"
 #include "elementwise.cuh"
 #include "gpu_test_util.h"
-#include "module_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
+#include "module_test_util.h"
 #include "swiglu.cuh"
 #include "tiny_model.h"
 
@@ -36,7 +36,8 @@ TEST(ArchKernelParity, AddBiasAndScaleAreExactGegluWithinAFewUlp) {
     LLMKV_REQUIRE_DEVICE();
     const uint32_t rows = 5, cols = 640;
     const size_t n = size_t(rows) * cols;
-    const std::vector<float> x = random_f32(n, 1, 3.0f), up = random_f32(n, 2), bias = random_f32(cols, 3);
+    const std::vector<float> x = random_f32(n, 1, 3.0f), up = random_f32(n, 2),
+                             bias = random_f32(cols, 3);
     DeviceBuffer<float> dx(n), du(n), db(cols);
     ASSERT_TRUE(dx.upload(x) && du.upload(up) && db.upload(bias));
     CUDA_OK(cuda::launch_add_bias(dx.get(), cols, rows, db.get(), nullptr));
@@ -120,7 +121,8 @@ struct ArchCase {
 };
 
 const ArchCase kCases[] = {
-    {"gemma3_window12", [](TinyModelSpec &s) {
+    {"gemma3_window12",
+     [](TinyModelSpec &s) {
          s.arch = "gemma3";
          s.head_dim = 32;
          s.n_kv_heads = 1;
@@ -129,18 +131,33 @@ const ArchCase kCases[] = {
          s.window_pattern = 3;
          s.rope_base = 1e6f;
          s.n_ctx = 512;
-     }, 16},
+     },
+     16},
     {"qwen2", [](TinyModelSpec &s) { s.arch = "qwen2"; }, 4},
-    {"qwen3", [](TinyModelSpec &s) { s.arch = "qwen3"; s.head_dim = 32; }, 4},
-    {"phi3", [](TinyModelSpec &s) { s.arch = "phi3"; s.n_kv_heads = 4; s.tied_output = false; }, 4},
+    {"qwen3",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen3";
+         s.head_dim = 32;
+     },
+     4},
+    {"phi3",
+     [](TinyModelSpec &s) {
+         s.arch = "phi3";
+         s.n_kv_heads = 4;
+         s.tied_output = false;
+     },
+     4},
     // head_dim 128 and 256 end to end, with weights kept encoded on the device (Q8_0 / Q4_0).
-    {"llama_hd128_q8_0", [](TinyModelSpec &s) {
+    {"llama_hd128_q8_0",
+     [](TinyModelSpec &s) {
          s.head_dim = 128;
          s.n_kv_heads = 2;
          s.weight_type = TensorType::Q8_0;
          s.embd_type = TensorType::Q8_0;
-     }, 16, 0.03},
-    {"gemma3_hd256_q4_0", [](TinyModelSpec &s) {
+     },
+     16, 0.03},
+    {"gemma3_hd256_q4_0",
+     [](TinyModelSpec &s) {
          s.arch = "gemma3";
          s.head_dim = 256;
          s.n_kv_heads = 1;
@@ -151,7 +168,8 @@ const ArchCase kCases[] = {
          s.n_ctx = 512;
          s.weight_type = TensorType::Q4_0;
          s.embd_type = TensorType::Q8_0;
-     }, 16, 0.03},
+     },
+     16, 0.03},
 };
 
 class ArchParity : public ::testing::TestWithParam<ArchCase> {};
@@ -189,7 +207,9 @@ TEST_P(ArchParity, LogitsMatchTheCpuForward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchParity, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<ArchCase> &i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<ArchCase> &i) {
+                             return std::string(i.param.name);
+                         });
 
 // Every layer local (window 20): after 100 tokens the device blocks wholly before position
 // 81 are overwritten with 0xFF (NaN in fp16); the next 20 tokens still match the CPU.

@@ -15,17 +15,17 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/error.h"
-#include "setup/engine_config.h"
 #include "common/half.h"
 #include "common/thread_pool.h"
+#include "gpu_test_util.h"
 #include "kv/codec.h"
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
-#include "gpu_test_util.h"
-#include "module_test_util.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
+#include "module_test_util.h"
+#include "setup/engine_config.h"
 #include "tiny_model.h"
 
 namespace llmkv {
@@ -79,7 +79,7 @@ struct Twin {
     std::unique_ptr<KvCache> cpu_cache, gpu_cache;
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<Backend> cpu_backend, gpu_backend;
-    std::unique_ptr<Forward> forward, gpu;  // forward: CPU, gpu: CUDA
+    std::unique_ptr<Forward> forward, gpu;    // forward: CPU, gpu: CUDA
     std::unique_ptr<KvTransferQueue> copies;  // the GPU pools' transfer queue
 
     Twin(std::shared_ptr<GgufFile> f, const KvConfig &kc, uint32_t n_blocks = 256,
@@ -110,11 +110,15 @@ struct Twin {
         return std::shared_ptr<GgufFile>(GgufFile::from_memory(storage.data(), storage.size()));
     }
     // Synchronous copies of whole blocks / tail slots between the device pools and host memory.
-    void read_block(uint32_t id, void *host) { copies->submit({{KvTransfer::kBlockOut, id, host}}, true); }
+    void read_block(uint32_t id, void *host) {
+        copies->submit({{KvTransfer::kBlockOut, id, host}}, true);
+    }
     void write_block(uint32_t id, const void *host) {
         copies->submit({{KvTransfer::kBlockIn, id, const_cast<void *>(host)}}, true);
     }
-    void read_tail(int64_t slot, void *host) { copies->submit({{KvTransfer::kTailOut, slot, host}}, true); }
+    void read_tail(int64_t slot, void *host) {
+        copies->submit({{KvTransfer::kTailOut, slot, host}}, true);
+    }
     void write_tail(int64_t slot, const void *host) {
         copies->submit({{KvTransfer::kTailIn, slot, const_cast<void *>(host)}}, true);
     }
@@ -327,7 +331,9 @@ TEST(CudaBackend, ChunkingAndBatchingAgreeAndRepeatsAreBitwise) {
     Twin tw(Twin::tiny(spec, storage), KvConfig{LLMKV_KV_INT8, LLMKV_KV_INT8}, 256, 128,
             /*fp16_weights=*/true);
     std::vector<int32_t> tokens = some_tokens(37);
-    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) { return gpu_in_chunks(tw, tokens, kv, chunk); };
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
+        return gpu_in_chunks(tw, tokens, kv, chunk);
+    };
     SessionKv a, b, c, e;
     std::vector<float> one = run_chunked(a, 37), tok = run_chunked(b, 1), five = run_chunked(c, 5),
                        again = run_chunked(e, 37);
@@ -358,7 +364,9 @@ TEST(CudaBackend, QuantizedWeightsMakeSmallChunksBitwiseEqual) {
     // take about 1.9 times the file.
     EXPECT_LT(mu.weights, tw.model->weight_bytes() * 5 / 4) << tw.model->weight_bytes();
     std::vector<int32_t> tokens = some_tokens(37);
-    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) { return gpu_in_chunks(tw, tokens, kv, chunk); };
+    auto run_chunked = [&](SessionKv &kv, uint32_t chunk) {
+        return gpu_in_chunks(tw, tokens, kv, chunk);
+    };
     SessionKv a, b, c, d;
     const std::vector<float> tok = run_chunked(a, 1), five = run_chunked(b, 5),
                              wide = run_chunked(c, 32), gemm = run_chunked(d, 37);
@@ -606,7 +614,8 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
     EXPECT_EQ(api->begin_batch(ctx, &bad_slot, 1, nullptr, nullptr), LLMKV_CUDA_ERR_INVALID);
     llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0, nullptr};
     uint32_t n = 0, n_logits = 0;
-    ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
+    ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK)
+        << api->last_error(ctx);
     EXPECT_EQ(n, 2u);
     EXPECT_EQ(n_logits, 1u);
     EXPECT_EQ(api->embed(ctx, h_table + 7, x), LLMKV_CUDA_ERR_INVALID);  // unknown handle
@@ -709,7 +718,8 @@ TEST(CudaModuleAbi, PoolsBeyondFourGiBAddressTheirLastBlock) {
         GTEST_SKIP() << "not enough device memory";
     }
     std::string err;
-    gputest::ContextPtr guard = gputest::create_context(api, g, uint32_t(n_blocks), 2, 8, nullptr, &err);
+    gputest::ContextPtr guard =
+        gputest::create_context(api, g, uint32_t(n_blocks), 2, 8, nullptr, &err);
     ASSERT_TRUE(guard) << err;
     llmkv_cuda_context *ctx = guard.get();
     const size_t bb = g.sealed_block_bytes();

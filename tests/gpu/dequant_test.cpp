@@ -11,6 +11,8 @@
 // (kernels/matvec_q.cu): bit for bit its host twin (matvec_q_math.cuh), and against a
 // double-precision dot product of the reference weights and the CPU matmul (q8 activations)
 // where it takes the type.
+#include "dequant.cuh"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,12 +22,11 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/thread_pool.h"
-#include "dequant.cuh"
 #include "dequant_test_util.h"
 #include "gpu_test_util.h"
-#include "module_test_util.h"
 #include "matvec_q.cuh"
 #include "matvec_q_math.cuh"
+#include "module_test_util.h"
 
 namespace llmkv {
 namespace {
@@ -182,7 +183,7 @@ TEST(CudaModuleAbi, PackedUploadErrorsKeepNothing) {
             for (int8_t &q : b.qs) q = 3;
         }
         blocks[2 * 3 + 1].d = fp32_to_fp16(1000.0f);  // row 3, columns 32..63: 3000
-        blocks[2 * 3 + 1].qs[7] = 100;               // row 3, column 39: 100000 > 65504
+        blocks[2 * 3 + 1].qs[7] = 100;                // row 3, column 39: 100000 > 65504
         uint64_t w0 = 0, o0 = 0, w1 = 0, o1 = 0;
         ASSERT_EQ(api->memory_usage(ctx.get(), &w0, nullptr, &o0), LLMKV_CUDA_OK);
         llmkv_cuda_weight h = 0;
@@ -241,8 +242,8 @@ TEST(CudaModuleAbi, QuantizedUploadKeepsTheFileBytesAndRoutesByRows) {
             << api->last_error(ctx.get());
         ASSERT_EQ(api->memory_usage(ctx.get(), &w1, nullptr, nullptr), LLMKV_CUDA_OK);
         EXPECT_EQ(w1 - w0, uint64_t(rows) * rb);
-        ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(c.type), data.data(), rows,
-                                            c.cols, rb, &f),
+        ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(c.type), data.data(), rows, c.cols,
+                                            rb, &f),
                   LLMKV_CUDA_OK)
             << api->last_error(ctx.get());
 
@@ -257,7 +258,8 @@ TEST(CudaModuleAbi, QuantizedUploadKeepsTheFileBytesAndRoutesByRows) {
             SCOPED_TRACE("rows " + std::to_string(n));
             llmkv_cuda_tensor xn = x, yn = y;
             xn.rows = yn.rows = n;
-            ASSERT_EQ(api->matmul(ctx.get(), q, xn, yn), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+            ASSERT_EQ(api->matmul(ctx.get(), q, xn, yn), LLMKV_CUDA_OK)
+                << api->last_error(ctx.get());
             std::vector<float> got(size_t(n) * rows);
             CUDA_OK(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost));
             for (uint32_t t = 0; t < n; ++t) {
@@ -297,9 +299,9 @@ TEST(CudaModuleAbi, QuantizedPrefillCoversEveryRowChunk) {
     const size_t rb = dqtest::row_bytes_of(type, cols);
     const std::vector<uint8_t> data = dqtest::random_rows(type, rows, cols, 63, true);
     llmkv_cuda_weight q = 0, f = 0;
-    ASSERT_EQ(api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb,
-                                           &q),
-              LLMKV_CUDA_OK)
+    ASSERT_EQ(
+        api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb, &q),
+        LLMKV_CUDA_OK)
         << api->last_error(ctx.get());
     ASSERT_EQ(api->upload_matrix_packed(ctx.get(), uint32_t(type), data.data(), rows, cols, rb, &f),
               LLMKV_CUDA_OK)
@@ -334,9 +336,9 @@ TEST(CudaModuleAbi, QuantizedEmbeddingIsTheReferenceRows) {
     const size_t rb = dqtest::row_bytes_of(type, cols);
     const std::vector<uint8_t> data = dqtest::random_rows(type, rows, cols, 65, true);
     llmkv_cuda_weight q = 0;
-    ASSERT_EQ(api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb,
-                                           &q),
-              LLMKV_CUDA_OK)
+    ASSERT_EQ(
+        api->upload_matrix_quantized(ctx.get(), uint32_t(type), data.data(), rows, cols, rb, &q),
+        LLMKV_CUDA_OK)
         << api->last_error(ctx.get());
     const int32_t tokens[3] = {49, 0, 17};
     llmkv_cuda_span span{};
@@ -400,7 +402,8 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
                     << ", host twin " << twin;
                 double dot = 0.0, mag = 0.0;
                 for (uint32_t k = 0; k < c.cols; ++k) {
-                    const double p = double(wref[size_t(r) * c.cols + k]) * x[size_t(t) * c.cols + k];
+                    const double p =
+                        double(wref[size_t(r) * c.cols + k]) * x[size_t(t) * c.cols + k];
                     dot += p;
                     mag += std::fabs(p);
                 }
@@ -427,8 +430,8 @@ TEST_P(MatvecParity, MatchesTheReferenceDotProductsAndTheCpuMatmul) {
     try {
         cpu::matmul(wm, x.data(), c.cols, T, ycpu.data(), rows, pool, scratch);
     } catch (const Error &e) {
-        std::printf("[ SKIP REASON ] CPU matmul comparison for %s: %s\n",
-                    tensor_type_name(c.type), e.what());
+        std::printf("[ SKIP REASON ] CPU matmul comparison for %s: %s\n", tensor_type_name(c.type),
+                    e.what());
         return;
     }
     const std::vector<float> y = d_y.download(size_t(T) * rows);

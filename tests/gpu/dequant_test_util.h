@@ -31,11 +31,11 @@ struct TypeCase {
 };
 
 inline std::vector<TypeCase> all_type_cases() {
-    return {{TensorType::F32, 37},     {TensorType::F16, 37},     {TensorType::BF16, 37},
-            {TensorType::Q4_0, 512},   {TensorType::Q4_1, 512},   {TensorType::Q5_0, 512},
-            {TensorType::Q5_1, 512},   {TensorType::Q8_0, 512},   {TensorType::IQ4_NL, 512},
-            {TensorType::Q2_K, 1024},  {TensorType::Q3_K, 1024},  {TensorType::Q4_K, 1024},
-            {TensorType::Q5_K, 1024},  {TensorType::Q6_K, 1024},  {TensorType::Q8_K, 1024}};
+    return {{TensorType::F32, 37},    {TensorType::F16, 37},    {TensorType::BF16, 37},
+            {TensorType::Q4_0, 512},  {TensorType::Q4_1, 512},  {TensorType::Q5_0, 512},
+            {TensorType::Q5_1, 512},  {TensorType::Q8_0, 512},  {TensorType::IQ4_NL, 512},
+            {TensorType::Q2_K, 1024}, {TensorType::Q3_K, 1024}, {TensorType::Q4_K, 1024},
+            {TensorType::Q5_K, 1024}, {TensorType::Q6_K, 1024}, {TensorType::Q8_K, 1024}};
 }
 
 // The test-name suffix of a TypeCase parameter: its type's name.
@@ -83,10 +83,10 @@ inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t co
     std::vector<uint8_t> data(size_t(rows) * rb);
     for (auto &b : data) b = uint8_t(rng() >> 24);
     std::normal_distribution<float> normal(0.0f, 0.02f);
-    static const uint16_t kExtreme16[] = {0x7bff, 0xfbff, 0x0001, 0x8001, 0x0000, 0x8000,
-                                          0x0400, 0x63d0 /* 1000 */, 0x7c00, 0xfc00, 0x7e00,
-                                          0x3c00, 0x5a40 /* 200 */, 0xd8b0 /* -150 */};
-    static const float kExtreme32[] = {3.4028235e38f, -3.4028235e38f, 1e-45f, 1e-38f, 0.0f,
+    static const uint16_t kExtreme16[] = {
+        0x7bff, 0xfbff, 0x0001, 0x8001, 0x0000,           0x8000, 0x0400, 0x63d0 /* 1000 */,
+        0x7c00, 0xfc00, 0x7e00, 0x3c00, 0x5a40 /* 200 */, 0xd8b0 /* -150 */};
+    static const float kExtreme32[] = {3.4028235e38f, -3.4028235e38f, 1e-45f, 1e-38f,   0.0f,
                                        -0.0f,         600.0f,         1.0f,   INFINITY, NAN};
     if (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16) {
         const size_t eb = tensor_type_block_bytes(t);
@@ -345,7 +345,8 @@ inline bool spec_decode_block(TensorType t, const uint8_t *x, float *y) {
 inline void spec_decode_row(TensorType t, const uint8_t *row, uint32_t cols, float *out) {
     const int64_t be = tensor_type_block_elements(t);
     const size_t bb = tensor_type_block_bytes(t);
-    for (int64_t b = 0; b < int64_t(cols) / be; ++b) spec_decode_block(t, row + size_t(b) * bb, out + b * be);
+    for (int64_t b = 0; b < int64_t(cols) / be; ++b)
+        spec_decode_block(t, row + size_t(b) * bb, out + b * be);
 }
 
 // The reference the device is held to: the CPU's when it decodes the type, else the loop-order

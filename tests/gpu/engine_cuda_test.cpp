@@ -141,7 +141,8 @@ TEST_P(EngineCuda, PrefixSnapshotRoundTripsThroughTheDevice) {
     std::vector<int32_t> prompt(200);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7) % 256);
     llmkv_prefix *p = nullptr;
-    ASSERT_EQ(llmkv_prefix_create(a, prompt.data(), prompt.size(), &p), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_create(a, prompt.data(), prompt.size(), &p), LLMKV_OK)
+        << llmkv_last_error();
     const std::string file = testing::temp_path("engine_cuda_prefix.snap");
     ASSERT_EQ(llmkv_prefix_save(p, file.c_str()), LLMKV_OK) << llmkv_last_error();
     llmkv_engine *b = make(LLMKV_BACKEND_CUDA, GetParam());
@@ -220,7 +221,8 @@ TEST_P(EngineCuda, SessionBeyondTheDevicePoolReadsHostBlocksInPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, EngineCuda,
-                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4));
+                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3,
+                                           LLMKV_KV_INT8, LLMKV_KV_INT4));
 
 TEST(EngineCudaAuto, AutoPicksCudaWhenADeviceExists) {
     LLMKV_REQUIRE_DEVICE();
@@ -255,7 +257,8 @@ TEST(EngineCudaAuto, KvSinkIsRefusedWhenAskedForAndLeftOutByDefault) {
     p.flags |= LLMKV_ENGINE_KV_SINK;
     llmkv_engine *e = nullptr;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(llmkv_last_error()).find("KV sink"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("KV sink"), std::string::npos)
+        << llmkv_last_error();
     p.flags &= ~LLMKV_ENGINE_KV_SINK;
     ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
     llmkv_engine_info info;

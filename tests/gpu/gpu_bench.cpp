@@ -23,8 +23,8 @@
 #include "dequant.cuh"
 #include "dequant_test_util.h"
 #include "gemm.cuh"
-#include "matvec_q.cuh"
 #include "kv/kv_cache.h"
+#include "matvec_q.cuh"
 #include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
@@ -120,7 +120,8 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     const size_t pool_bytes = size_t(batch) * n_sealed * g.sealed_block_bytes();
     uint8_t *pool = nullptr;
     if (host) {
-        BENCH_CUDA(cudaHostAlloc(reinterpret_cast<void **>(&pool), std::max<size_t>(pool_bytes, 256),
+        BENCH_CUDA(cudaHostAlloc(reinterpret_cast<void **>(&pool),
+                                 std::max<size_t>(pool_bytes, 256),
                                  cudaHostAllocPortable | cudaHostAllocMapped));
         std::memset(pool, 0x11, pool_bytes);
     } else {
@@ -133,8 +134,10 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     std::vector<const uint8_t *> host_ptrs;
     const uint8_t **d_host_ptrs = nullptr;
     if (host) {
-        for (size_t i = 0; i < ids.size(); ++i) host_ptrs.push_back(pool + i * g.sealed_block_bytes());
-        BENCH_CUDA(device_alloc(&d_host_ptrs, std::max<size_t>(host_ptrs.size(), 1) * sizeof(void *)));
+        for (size_t i = 0; i < ids.size(); ++i)
+            host_ptrs.push_back(pool + i * g.sealed_block_bytes());
+        BENCH_CUDA(
+            device_alloc(&d_host_ptrs, std::max<size_t>(host_ptrs.size(), 1) * sizeof(void *)));
         BENCH_CUDA(cudaMemcpy(d_host_ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void *),
                               cudaMemcpyHostToDevice));
     }
@@ -152,8 +155,8 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     cuda::StepSpan *d_spans = nullptr;
     uint16_t *window = nullptr;
     float *q = nullptr, *out = nullptr, *ws_buf = nullptr;
-    const size_t ws_bytes =
-        std::max<size_t>(cuda::attention_min_workspace(n_heads, g.head_dim, context) * batch, 1 << 20);
+    const size_t ws_bytes = std::max<size_t>(
+        cuda::attention_min_workspace(n_heads, g.head_dim, context) * batch, 1 << 20);
     BENCH_CUDA(device_alloc(&d_ids, std::max<size_t>(ids.size(), 1) * 4));
     BENCH_CUDA(device_alloc(&d_row_span, batch * 4));
     BENCH_CUDA(device_alloc(&d_parts, (batch + 1) * 4));
@@ -196,7 +199,8 @@ AttnResult decode_attention(uint32_t codec, bool rotate, uint32_t context, uint3
     a.workspace_bytes = ws_bytes;
     const double t =
         time_calls([&] { BENCH_CUDA(cuda::launch_paged_attention(a, nullptr)); }, g_quick ? 5 : 20);
-    const double bytes = double(pool_bytes) + double(batch) * cap * 2 * g.n_kv_heads * g.head_dim * 2;
+    const double bytes =
+        double(pool_bytes) + double(batch) * cap * 2 * g.n_kv_heads * g.head_dim * 2;
     if (host) {
         cudaFreeHost(pool);
         cudaFree(d_host_ptrs);
@@ -261,8 +265,8 @@ void attention_bench(double copy_bw) {
             const double bw = r.bytes / r.seconds;
             std::printf("  %-10s %7u %6u %10.1f %10.1f  (host blocks)\n", c.name, context, batch,
                         r.seconds * 1e6, bw / 1e9);
-            const std::string key = std::string("attn_host_") + c.name + "_" +
-                                    std::to_string(context / 1024) + "k";
+            const std::string key =
+                std::string("attn_host_") + c.name + "_" + std::to_string(context / 1024) + "k";
             result(key + "_us", r.seconds * 1e6);
             result(key + "_GBps", bw / 1e9);
         }
@@ -366,31 +370,37 @@ void synthetic_layer_bench() {
         api->destroy(ctx);
         return;
     }
-    auto rows = [](llmkv_cuda_tensor t, uint32_t n) { return llmkv_cuda_tensor{t.data, n, t.cols}; };
+    auto rows = [](llmkv_cuda_tensor t, uint32_t n) {
+        return llmkv_cuda_tensor{t.data, n, t.cols};
+    };
     // One layer over a batch, synchronized at the end (the module shares the process's
     // primary context, so cudaDeviceSynchronize waits for its streams).
     auto layer = [&](const std::vector<llmkv_cuda_span> &sp) {
         uint32_t n = 0;
         const float eps = 1e-5f;
-        bool good = api->begin_batch(ctx, sp.data(), uint32_t(sp.size()), &n, nullptr) == LLMKV_CUDA_OK &&
-                    api->embed(ctx, h_embd, rows(x, n)) == LLMKV_CUDA_OK &&
-                    api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wq, rows(xn, n), rows(q, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wk, rows(xn, n), rows(k, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wv, rows(xn, n), rows(v, n)) == LLMKV_CUDA_OK &&
-                    api->rope(ctx, rows(q, n), NH, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
-                    api->rope(ctx, rows(k, n), NKV, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) == LLMKV_CUDA_OK &&
-                    api->write_kv(ctx, 0, rows(k, n), rows(v, n)) == LLMKV_CUDA_OK &&
-                    api->attention(ctx, 0, rows(q, n), NH, 1.0f / std::sqrt(float(D)), 0, rows(attn, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wo, rows(attn, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
-                    api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
-                    api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wg, rows(xn, n), rows(gate, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wu, rows(xn, n), rows(up, n)) == LLMKV_CUDA_OK &&
-                    api->swiglu(ctx, rows(gate, n), rows(up, n)) == LLMKV_CUDA_OK &&
-                    api->matmul(ctx, h_wd, rows(gate, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
-                    api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
-                    api->end_batch(ctx) == LLMKV_CUDA_OK && cudaDeviceSynchronize() == cudaSuccess;
+        bool good =
+            api->begin_batch(ctx, sp.data(), uint32_t(sp.size()), &n, nullptr) == LLMKV_CUDA_OK &&
+            api->embed(ctx, h_embd, rows(x, n)) == LLMKV_CUDA_OK &&
+            api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wq, rows(xn, n), rows(q, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wk, rows(xn, n), rows(k, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wv, rows(xn, n), rows(v, n)) == LLMKV_CUDA_OK &&
+            api->rope(ctx, rows(q, n), NH, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) ==
+                LLMKV_CUDA_OK &&
+            api->rope(ctx, rows(k, n), NKV, D, D, LLMKV_CUDA_ROPE_ADJACENT, 1.0f, h_freq) ==
+                LLMKV_CUDA_OK &&
+            api->write_kv(ctx, 0, rows(k, n), rows(v, n)) == LLMKV_CUDA_OK &&
+            api->attention(ctx, 0, rows(q, n), NH, 1.0f / std::sqrt(float(D)), 0, rows(attn, n)) ==
+                LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wo, rows(attn, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+            api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+            api->rms_norm(ctx, rows(x, n), h_norm, eps, rows(xn, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wg, rows(xn, n), rows(gate, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wu, rows(xn, n), rows(up, n)) == LLMKV_CUDA_OK &&
+            api->swiglu(ctx, rows(gate, n), rows(up, n)) == LLMKV_CUDA_OK &&
+            api->matmul(ctx, h_wd, rows(gate, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+            api->add(ctx, rows(x, n), rows(tmp, n)) == LLMKV_CUDA_OK &&
+            api->end_batch(ctx) == LLMKV_CUDA_OK && cudaDeviceSynchronize() == cudaSuccess;
         if (!good) std::printf("  layer failed: %s\n", api->last_error(ctx));
         return good;
     };
@@ -426,7 +436,8 @@ void synthetic_layer_bench() {
             spans.assign(batch, llmkv_cuda_span{});
             for (uint32_t s = 0; s < batch; ++s)
                 spans[s] = llmkv_cuda_span{
-                    blocks[s].data(), blocks_per_session, s, pos[s], tokens.data(), 1, 0, 0, nullptr};
+                    blocks[s].data(), blocks_per_session, s, pos[s], tokens.data(), 1, 0, 0,
+                    nullptr};
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < steps; ++i) {
                 for (uint32_t s = 0; s < batch; ++s) spans[s].pos0 = pos[s] + uint32_t(i);
@@ -534,9 +545,9 @@ void smollm2_bench() {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                 steps;
             std::printf("  %6u %12.3f %12.0f\n", batch, sec * 1e3, batch / sec);
-            result("smollm2_" + wname + "_" + codec_name(dt) + "_b" + std::to_string(batch) +
-                       "_tok_s",
-                   batch / sec);
+            result(
+                "smollm2_" + wname + "_" + codec_name(dt) + "_b" + std::to_string(batch) + "_tok_s",
+                batch / sec);
             for (auto &kv : kvs) cache.release(kv);
         }
     }

@@ -38,7 +38,6 @@ private:
     bool had_ = false;
 };
 
-
 // True when the CUDA runtime sees a device; otherwise *why says why not.
 inline bool device_present(std::string *why) {
     int n = 0;

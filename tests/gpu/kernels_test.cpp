@@ -233,8 +233,8 @@ TEST(KernelParity, AddConvertAndGatherAreExact) {
     const uint32_t rows = 6, cols = 200;
     const size_t n = size_t(rows) * cols;
     std::vector<float> x = random_f32(n, 21, 3.0f), y = random_f32(n, 22, 3.0f);
-    x[0] = 70000.0f;   // beyond fp16: inf
-    x[1] = 1e-8f;      // fp16 subnormal range
+    x[0] = 70000.0f;  // beyond fp16: inf
+    x[1] = 1e-8f;     // fp16 subnormal range
     x[2] = -0.0f;
     DeviceBuffer<float> dx(n), dy(n), dout(n);
     DeviceBuffer<uint16_t> dh(n);
@@ -329,7 +329,8 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
     std::vector<uint8_t> tails(specs.size() * tb);
     for (auto &b : tails) b = uint8_t(rng() >> 24);
     for (size_t i = 1; i < tails.size(); i += 2) tails[i] &= 0x7b;  // finite fp16 everywhere
-    const std::vector<float> k = random_f32(size_t(n_rows) * KVD, 6), v = random_f32(size_t(n_rows) * KVD, 7);
+    const std::vector<float> k = random_f32(size_t(n_rows) * KVD, 6),
+                             v = random_f32(size_t(n_rows) * KVD, 7);
 
     DeviceBuffer<uint8_t> d_tails(tails.size());
     DeviceBuffer<cuda::StepSpan> d_steps(steps.size());
@@ -339,17 +340,21 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
     ASSERT_TRUE(d_tails.upload(tails) && d_steps.upload(steps) && d_row_span.upload(row_span) &&
                 d_k.upload(k) && d_v.upload(v));
     const uint32_t ns = uint32_t(steps.size());
-    CUDA_OK(cuda::launch_window_load_tail(g, layer, d_tails.get(), d_steps.get(), ns, d_window.get(), nullptr));
+    CUDA_OK(cuda::launch_window_load_tail(g, layer, d_tails.get(), d_steps.get(), ns,
+                                          d_window.get(), nullptr));
     CUDA_OK(cuda::launch_window_append(g, d_k.get(), KVD, d_v.get(), KVD, d_row_span.get(), n_rows,
                                        d_steps.get(), d_window.get(), nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint16_t> window = d_window.download(win);
-    CUDA_OK(cuda::launch_window_store_tail(g, layer, d_window.get(), d_steps.get(), ns, d_tails.get(), nullptr));
+    CUDA_OK(cuda::launch_window_store_tail(g, layer, d_window.get(), d_steps.get(), ns,
+                                           d_tails.get(), nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint8_t> tails_after = d_tails.download(tails.size());
 
-    auto tail_row = [&](const std::vector<uint8_t> &t, uint32_t slot, bool is_v, uint32_t h, uint32_t r) {
-        const size_t off = slot * tb + (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h)) +
+    auto tail_row = [&](const std::vector<uint8_t> &t, uint32_t slot, bool is_v, uint32_t h,
+                        uint32_t r) {
+        const size_t off = slot * tb +
+                           (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h)) +
                            size_t(r) * D * 2;
         return reinterpret_cast<const uint16_t *>(t.data() + off);
     };
@@ -360,7 +365,8 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
         const uint32_t from_tail = st.pos0 - st.win_start;
         for (int is_v = 0; is_v < 2; ++is_v) {
             for (uint32_t h = 0; h < H; ++h) {
-                const uint16_t *w = window.data() + st.win_offset + (size_t(is_v) * H + h) * st.win_cap * D;
+                const uint16_t *w =
+                    window.data() + st.win_offset + (size_t(is_v) * H + h) * st.win_cap * D;
                 for (uint32_t r = 0; r < st.win_cap; ++r) {
                     for (uint32_t d = 0; d < D; ++d) {
                         uint16_t want;
@@ -368,7 +374,8 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
                             want = tail_row(tails, i, is_v, h, r)[d];
                         } else {
                             const std::vector<float> &src = is_v ? v : k;
-                            want = fp32_to_fp16(src[size_t(st.row0 + r - from_tail) * KVD + h * D + d]);
+                            want = fp32_to_fp16(
+                                src[size_t(st.row0 + r - from_tail) * KVD + h * D + d]);
                         }
                         if (w[size_t(r) * D + d] != want && ++bad <= 8)
                             ADD_FAILURE() << "span " << i << (is_v ? " V" : " K") << " head " << h

@@ -2,8 +2,8 @@
 // kernels/matvec_q.cu runs for the CUDA backend's decode steps over weights kept in their
 // GGUF encoding) checked on the HOST, where no GPU is needed:
 //  - exactness of the indexing: with a one-hot activation row the result is bitwise the
-//    decoded weight of that column (-0 becomes +0), for every column of every type (a lane or group mapped to
-//    the wrong elements cannot pass);
+//    decoded weight of that column (-0 becomes +0), for every column of every type (a lane or group
+//    mapped to the wrong elements cannot pass);
 //  - the sums against a double-precision dot product of the CPU reference's weights;
 //  - against the CPU backend's matmul, within the 8-bit rounding of the activations it makes.
 // On a device, dequant_test.cpp (MatvecParity) holds the kernel to this twin bit for bit.
@@ -126,13 +126,14 @@ TEST_P(MatvecHost, AgreesWithTheCpuMatmulWithinItsActivationRounding) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecHost, ::testing::ValuesIn(matvec_cases()), dqtest::type_case_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecHost, ::testing::ValuesIn(matvec_cases()),
+                         dqtest::type_case_name);
 
 TEST(MatvecHostRows, WhatTheKernelReads) {
     EXPECT_TRUE(mv::row_supported(TensorType::Q4_0, 512));
     EXPECT_TRUE(mv::row_supported(TensorType::Q4_K, 768));
     EXPECT_TRUE(mv::row_supported(TensorType::F16, 40));
-    EXPECT_FALSE(mv::row_supported(TensorType::F16, 37));   // not whole 8-element groups
+    EXPECT_FALSE(mv::row_supported(TensorType::F16, 37));         // not whole 8-element groups
     EXPECT_FALSE(mv::row_supported(TensorType::Q4_K, 512 + 32));  // not whole super-blocks
     EXPECT_FALSE(mv::row_supported(TensorType::Q8_0, 0));
     EXPECT_FALSE(mv::row_supported(TensorType(9999), 512));

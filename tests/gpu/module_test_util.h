@@ -25,10 +25,10 @@ namespace llmkv::gputest {
 
 using ContextPtr = std::unique_ptr<llmkv_cuda_context, void (*)(llmkv_cuda_context *)>;
 
-// api->create for geometry g with the pool sizes and max_tokens per batch on `device`; *status and *err
-// (may be null) receive create's answer; the pointer is null when it failed.
-inline ContextPtr create_context(const llmkv_cuda_api *api, const KvGeometry &g,
-                                 uint32_t n_sealed, uint32_t n_tail, uint32_t max_tokens,
+// api->create for geometry g with the pool sizes and max_tokens per batch on `device`; *status and
+// *err (may be null) receive create's answer; the pointer is null when it failed.
+inline ContextPtr create_context(const llmkv_cuda_api *api, const KvGeometry &g, uint32_t n_sealed,
+                                 uint32_t n_tail, uint32_t max_tokens,
                                  llmkv_cuda_status *status = nullptr, std::string *err = nullptr,
                                  int device = 0) {
     const llmkv_cuda_kv_desc kd = cuda_kv_desc(g, n_sealed, n_tail);

@@ -31,9 +31,9 @@
 namespace llmkv {
 namespace {
 
+using gputest::ScopedEnv;
 using testing::byte_tokens;
 using testing::sampling;
-using gputest::ScopedEnv;
 using testing::solo;
 using testing::start;
 using testing::stats;
@@ -52,7 +52,7 @@ using testing::tokens_of;
 #define REQUIRE_NCCL_ID(id)                                                                    \
     do {                                                                                       \
         char why_[1024] = {0};                                                                 \
-        const llmkv_cuda_status st_ = api->comm_unique_id(id, why_, sizeof why_);             \
+        const llmkv_cuda_status st_ = api->comm_unique_id(id, why_, sizeof why_);              \
         if (st_ == LLMKV_CUDA_ERR_NO_DEVICE) {                                                 \
             std::printf("[ SKIP REASON ] %s (LLMKV_NCCL_LIBRARY names libnccl.so.2)\n", why_); \
             GTEST_SKIP() << "no NCCL: " << why_;                                               \
@@ -81,12 +81,14 @@ TEST(TpCudaModule, OneRankNcclCommunicatorGivesTheRowsBackBitForBit) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     const llmkv_cuda_api *api = CudaModule::get().api();
     std::string err;
-    gputest::ContextPtr ctx = gputest::create_context(api, small_geometry(), 4, 2, 16, nullptr, &err);
+    gputest::ContextPtr ctx =
+        gputest::create_context(api, small_geometry(), 4, 2, 16, nullptr, &err);
     ASSERT_TRUE(ctx) << err;
     llmkv_cuda_tensor x{};
     ASSERT_EQ(api->alloc_activation(ctx.get(), 16, 64, &x), LLMKV_CUDA_OK);
     const std::vector<float> v = random_rows(16 * 64, 1);
-    ASSERT_EQ(api->write_activation(ctx.get(), x, v.data()), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+    ASSERT_EQ(api->write_activation(ctx.get(), x, v.data()), LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
     // Not joined yet: refused, and the context stays usable.
     EXPECT_EQ(api->all_reduce_sum(ctx.get(), x), LLMKV_CUDA_ERR_INVALID);
     EXPECT_NE(std::string(api->last_error(ctx.get())).find("comm_init"), std::string::npos);
@@ -96,15 +98,19 @@ TEST(TpCudaModule, OneRankNcclCommunicatorGivesTheRowsBackBitForBit) {
     EXPECT_EQ(api->comm_init(ctx.get(), id, 1, 0), LLMKV_CUDA_ERR_INVALID) << "not prepared";
     // A chunk smaller than the rows: the all-reduce runs in 7 chunks (the last one short).
     ASSERT_EQ(api->comm_prepare(ctx.get(), 1, 150), LLMKV_CUDA_OK) << api->last_error(ctx.get());
-    EXPECT_EQ(api->comm_init(ctx.get(), id, 2, 0), LLMKV_CUDA_ERR_INVALID) << "prepared for one rank";
+    EXPECT_EQ(api->comm_init(ctx.get(), id, 2, 0), LLMKV_CUDA_ERR_INVALID)
+        << "prepared for one rank";
     ASSERT_EQ(api->comm_init(ctx.get(), id, 1, 0), LLMKV_CUDA_OK) << api->last_error(ctx.get());
-    EXPECT_EQ(api->comm_init(ctx.get(), id, 1, 0), LLMKV_CUDA_ERR_INVALID) << "a context joins once";
+    EXPECT_EQ(api->comm_init(ctx.get(), id, 1, 0), LLMKV_CUDA_ERR_INVALID)
+        << "a context joins once";
     ASSERT_EQ(api->all_reduce_sum(ctx.get(), x), LLMKV_CUDA_OK) << api->last_error(ctx.get());
     std::vector<float> got(v.size());
-    ASSERT_EQ(api->read_activation(ctx.get(), x, got.data()), LLMKV_CUDA_OK) << api->last_error(ctx.get());
+    ASSERT_EQ(api->read_activation(ctx.get(), x, got.data()), LLMKV_CUDA_OK)
+        << api->last_error(ctx.get());
     EXPECT_EQ(std::memcmp(got.data(), v.data(), v.size() * sizeof(float)), 0);
     // Host pointers are not activations: refused, not a device error.
-    EXPECT_EQ(api->all_reduce_sum(ctx.get(), llmkv_cuda_tensor{got.data(), 1, 64}), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_EQ(api->all_reduce_sum(ctx.get(), llmkv_cuda_tensor{got.data(), 1, 64}),
+              LLMKV_CUDA_ERR_INVALID);
     EXPECT_EQ(api->sticky_error(ctx.get()), LLMKV_CUDA_OK);
 }
 
@@ -127,18 +133,21 @@ TEST(TpCudaModule, EveryDeviceAsARankHoldsTheRankOrderedSum) {
     std::vector<llmkv_cuda_tensor> x(n);
     for (uint32_t r = 0; r < n; ++r) {
         std::string err;
-        ctx.push_back(gputest::create_context(api, small_geometry(), 4, 2, 32, nullptr, &err, int(r)));
+        ctx.push_back(
+            gputest::create_context(api, small_geometry(), 4, 2, 32, nullptr, &err, int(r)));
         ASSERT_TRUE(ctx[r]) << "device " << r << ": " << err;
         ASSERT_EQ(api->alloc_activation(ctx[r].get(), 32, 64, &x[r]), LLMKV_CUDA_OK);
         ASSERT_EQ(api->write_activation(ctx[r].get(), x[r], in[r].data()), LLMKV_CUDA_OK);
-        ASSERT_EQ(api->comm_prepare(ctx[r].get(), n, elems), LLMKV_CUDA_OK) << api->last_error(ctx[r].get());
+        ASSERT_EQ(api->comm_prepare(ctx[r].get(), n, elems), LLMKV_CUDA_OK)
+            << api->last_error(ctx[r].get());
     }
     std::vector<std::string> errors(n);
     std::vector<std::thread> ranks;
     for (uint32_t r = 0; r < n; ++r) {
         ranks.emplace_back([&, r] {
             llmkv_cuda_context *c = ctx[r].get();
-            if (api->comm_init(c, id, n, r) != LLMKV_CUDA_OK || api->all_reduce_sum(c, x[r]) != LLMKV_CUDA_OK ||
+            if (api->comm_init(c, id, n, r) != LLMKV_CUDA_OK ||
+                api->all_reduce_sum(c, x[r]) != LLMKV_CUDA_OK ||
                 api->read_activation(c, x[r], out[r].data()) != LLMKV_CUDA_OK) {
                 errors[r] = api->last_error(c);
             }
@@ -147,7 +156,8 @@ TEST(TpCudaModule, EveryDeviceAsARankHoldsTheRankOrderedSum) {
     for (std::thread &t : ranks) t.join();
     for (uint32_t r = 0; r < n; ++r) {
         EXPECT_EQ(errors[r], "") << "rank " << r;
-        EXPECT_EQ(std::memcmp(out[r].data(), want.data(), elems * sizeof(float)), 0) << "rank " << r;
+        EXPECT_EQ(std::memcmp(out[r].data(), want.data(), elems * sizeof(float)), 0)
+            << "rank " << r;
     }
 }
 
@@ -216,7 +226,8 @@ TEST_P(TpCudaEngine, InfoBatchedSessionsAndRepeatedRunsAreBitwiseEqual) {
         expected.push_back(solo(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts.back(), 10));
     }
     std::vector<llmkv_session *> s;
-    for (int i = 0; i < 4; ++i) s.push_back(start(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10));
+    for (int i = 0; i < 4; ++i)
+        s.push_back(start(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10));
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
     for (int i = 0; i < 4; ++i) EXPECT_EQ(tokens_of(s[i]), expected[i]) << "session " << i;
     for (auto *x : s) llmkv_session_destroy(x);
@@ -224,7 +235,8 @@ TEST_P(TpCudaEngine, InfoBatchedSessionsAndRepeatedRunsAreBitwiseEqual) {
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     llmkv_engine_destroy(e);
     llmkv_engine *again = make(params(2));
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(solo(again, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10), expected[i]);
+    for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(solo(again, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10), expected[i]);
     llmkv_engine_destroy(again);
 }
 
@@ -241,7 +253,8 @@ TEST_P(TpCudaEngine, PrefixCacheSnapshotsAndParkingKeepTheTokens) {
     EXPECT_EQ(solo(e, sampling(0.7f, 5), full, 9), expected);
     EXPECT_GE(stats(e).prefix_hit_tokens - hits, 40u);
     llmkv_prefix *prefix = nullptr;
-    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK)
+        << llmkv_last_error();
     ASSERT_EQ(llmkv_prefix_save(prefix, path.c_str()), LLMKV_OK) << llmkv_last_error();
     llmkv_prefix_release(prefix);
     // Parked between two turns (its KV to host memory through every rank) and resumed: the
@@ -276,7 +289,8 @@ TEST_P(TpCudaEngine, PrefixCacheSnapshotsAndParkingKeepTheTokens) {
     llmkv_session *s = start(fresh, sp, suffix, 9);
     ASSERT_EQ(llmkv_run(fresh, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
     EXPECT_EQ(tokens_of(s), expected);
-    EXPECT_EQ(stats(fresh).tokens_prefilled - before, suffix.size() + 1) << "only the suffix was computed";
+    EXPECT_EQ(stats(fresh).tokens_prefilled - before, suffix.size() + 1)
+        << "only the suffix was computed";
     llmkv_session_destroy(s);
     llmkv_prefix_release(loaded);
     llmkv_engine_destroy(fresh);
@@ -285,7 +299,8 @@ TEST_P(TpCudaEngine, PrefixCacheSnapshotsAndParkingKeepTheTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TpCudaEngine, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool> &i) {
-                             return std::string(i.param ? "OneDeviceEachOverNccl" : "SharingDeviceZero");
+                             return std::string(i.param ? "OneDeviceEachOverNccl"
+                                                        : "SharingDeviceZero");
                          });
 
 // Every KV codec on two ranks sharing device 0 (each rank's pool holds its KV head in the
@@ -339,7 +354,8 @@ TEST_P(TpCudaCodec, TwoRanksBatchAndParkBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, TpCudaCodec,
-                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4));
+                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3,
+                                           LLMKV_KV_INT8, LLMKV_KV_INT4));
 
 // Ranks sharing a device cannot use NCCL: asking for it is refused with the reason.
 TEST(TpCudaEngineErrors, NcclForRanksSharingADeviceIsRefused) {
@@ -360,7 +376,8 @@ TEST(TpCudaEngineErrors, NcclForRanksSharingADeviceIsRefused) {
     p.tp_size = 3;
     llmkv_engine *e = nullptr;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(llmkv_last_error()).find("share a device"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("share a device"), std::string::npos)
+        << llmkv_last_error();
     EXPECT_EQ(e, nullptr);
 }
 
@@ -393,8 +410,11 @@ TEST(TpCudaRealModel, SmolLM2OnThreeRanksGivesOneRanksGreedyTokens) {
         sp.sampling.temperature = 0.0f;
         llmkv_session *s = nullptr;
         EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
-        const char *prompt = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is";
-        EXPECT_EQ(llmkv_session_append_text(s, prompt, std::strlen(prompt)), LLMKV_OK) << llmkv_last_error();
+        const char *prompt =
+            "The capital of France is Paris. The capital of Germany is Berlin. The capital of "
+            "Italy is";
+        EXPECT_EQ(llmkv_session_append_text(s, prompt, std::strlen(prompt)), LLMKV_OK)
+            << llmkv_last_error();
         EXPECT_EQ(llmkv_session_generate(s, 8), LLMKV_OK);
         EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
         std::vector<int32_t> t = tokens_of(s);
@@ -406,8 +426,8 @@ TEST(TpCudaRealModel, SmolLM2OnThreeRanksGivesOneRanksGreedyTokens) {
         return std::string(text, len);
     };
     const std::string one = run(1), many = run(3), again = run(3);
-    std::printf("SmolLM2 tp=1: %s\nSmolLM2 tp=3 (%s): %s\n", one.c_str(), three ? "3 devices, NCCL" : "device 0",
-                many.c_str());
+    std::printf("SmolLM2 tp=1: %s\nSmolLM2 tp=3 (%s): %s\n", one.c_str(),
+                three ? "3 devices, NCCL" : "device 0", many.c_str());
     EXPECT_NE(one.find(" Rome"), std::string::npos) << one;
     EXPECT_EQ(many, one);
     EXPECT_EQ(again, many) << "runs repeat";

@@ -1,11 +1,11 @@
 // llmkv_loader.h from a C++ host (game engines): the table, the X-macro and the error path
 // compile as C++ against the loader compiled as C.
 //   loader_cxx_host LIB
-#include "llmkv_loader.h"
-
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "llmkv_loader.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) {

@@ -12,25 +12,26 @@
  *   loader_host model LIB MODEL
  *       An engine on the real model through the table: generate a few tokens with
  *       llmkv_step, detokenize them, the same through the worker thread (submit + poll);
- *       then unload, load again and get the same text. Exits 77 (skipped) when MODEL ($LLMKV_MODEL first) is absent.
+ *       then unload, load again and get the same text. Exits 77 (skipped) when MODEL ($LLMKV_MODEL
+ * first) is absent.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
-
-#include "llmkv_loader.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmkv_loader.h"
+
 static int failures = 0;
 
-#define CHECK(cond)                                                                              \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                      \
-            failures++;                                                                          \
-        }                                                                                        \
+#define CHECK(cond)                                                         \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                     \
+        }                                                                   \
     } while (0)
 
 static int api_is_clear(const llmkv_api *api) {
@@ -90,8 +91,7 @@ static void write_file(const char *path, const void *data, size_t n) {
         perror(path);
         exit(2);
     }
-    if (n)
-        fwrite(data, 1, n, f);
+    if (n) fwrite(data, 1, n, f);
     fclose(f);
 }
 
@@ -113,8 +113,9 @@ static int run_errors(char **argv) {
     char want[4096], why[1024], path[1024], path2[1024];
     llmkv_api a, b;
     char err[1024];
-    const char *text = "This is a text file, not a shared library: long enough (over 64 bytes) to be "
-                       "read as an ELF header and rejected as one.\n";
+    const char *text =
+        "This is a text file, not a shared library: long enough (over 64 bytes) to be "
+        "read as an ELF header and rejected as one.\n";
     int rc;
     llmkv_engine *engine = NULL;
 
@@ -138,7 +139,8 @@ static int run_errors(char **argv) {
     expect_error("empty file", path2, LLMKV_LOAD_ERR_OPEN, want);
 
     /* A shared library that is not llmkv. */
-    snprintf(want, sizeof want, "%s: not an llmkv library (no symbol llmkv_version)", noversion_lib);
+    snprintf(want, sizeof want, "%s: not an llmkv library (no symbol llmkv_version)",
+             noversion_lib);
     expect_error("not llmkv", noversion_lib, LLMKV_LOAD_ERR_NOT_LLMKV, want);
 
     /* Too old (0.3.0) and another major version (1.0.0). */
@@ -148,10 +150,11 @@ static int run_errors(char **argv) {
              LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR, LLMKV_VERSION_MAJOR);
     expect_error("too old", old_lib, LLMKV_LOAD_ERR_VERSION, want);
     if (LLMKV_VERSION_NUMBER == 400) /* the literal text of the issue, while the header is 0.4.0 */
-        CHECK(strstr(want, "too old: library 0.3.0, header 0.4.0 (this host needs 0.4 or a later 0.x)"));
+        CHECK(strstr(want,
+                     "too old: library 0.3.0, header 0.4.0 (this host needs 0.4 or a later 0.x)"));
     snprintf(want, sizeof want,
-             "%s: incompatible: library 1.0.0, header %d.%d.%d (the major versions differ)", major_lib,
-             LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR, LLMKV_VERSION_PATCH);
+             "%s: incompatible: library 1.0.0, header %d.%d.%d (the major versions differ)",
+             major_lib, LLMKV_VERSION_MAJOR, LLMKV_VERSION_MINOR, LLMKV_VERSION_PATCH);
     expect_error("other major", major_lib, LLMKV_LOAD_ERR_VERSION, want);
 
     /* The right version but only version, version_string, status_string and last_error. */
@@ -210,14 +213,14 @@ static int run_errors(char **argv) {
     rc = llmkv_load(lib, &a, err, sizeof err);
     printf("%-22s -> %d \"%s\"\n", "built library", rc, err);
     CHECK(rc == LLMKV_LOAD_OK);
-    if (rc != LLMKV_LOAD_OK)
-        return 1;
+    if (rc != LLMKV_LOAD_OK) return 1;
     CHECK(err[0] == '\0');
     check_loaded(&a);
     printf("loaded %s: version %s, %zu functions\n", lib, a.version_string(), n_functions());
     CHECK(a.engine_create(NULL, &engine) == LLMKV_ERR_INVALID_ARGUMENT);
     CHECK(a.last_error()[0] != '\0');
-    printf("engine_create(NULL): %s: %s\n", a.status_string(LLMKV_ERR_INVALID_ARGUMENT), a.last_error());
+    printf("engine_create(NULL): %s: %s\n", a.status_string(LLMKV_ERR_INVALID_ARGUMENT),
+           a.last_error());
 
     /* Twice: the system loader's reference count; one unload leaves the other table valid. */
     CHECK(llmkv_load(lib, &b, err, sizeof err) == LLMKV_LOAD_OK);
@@ -307,7 +310,8 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
                 done = 1;
             }
         }
-        if (a.session_read_text(s, streamed + total_read, sizeof streamed - 1 - total_read, &n_read) == LLMKV_OK)
+        if (a.session_read_text(s, streamed + total_read, sizeof streamed - 1 - total_read,
+                                &n_read) == LLMKV_OK)
             total_read += n_read;
     }
     streamed[total_read] = '\0';
@@ -316,7 +320,8 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
     CHECK(finish == LLMKV_FINISH_LENGTH ? n_tok == 8 : finish == LLMKV_FINISH_STOP);
     CHECK(a.detokenize(engine, tokens, n_tok, text, sizeof text - 1, &n_bytes) == LLMKV_OK);
     text[n_bytes < sizeof text ? n_bytes : sizeof text - 1] = '\0';
-    printf("prompt: \"%s\"\ngenerated %zu tokens (finish %u): \"%s\"\n", prompt, n_tok, finish, text);
+    printf("prompt: \"%s\"\ngenerated %zu tokens (finish %u): \"%s\"\n", prompt, n_tok, finish,
+           text);
     CHECK(n_bytes > 0);
     CHECK(strcmp(text, streamed) == 0); /* no stop strings: read_text delivers the same text */
     /* The same request the game-loop way (0.4): the engine's worker thread steps; this
@@ -329,7 +334,8 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
         CHECK(a.session_create(engine, &sp, &s2) == LLMKV_OK);
         CHECK(a.worker_start(engine) == LLMKV_OK);
         CHECK(a.step(engine, NULL, 0, &got) == LLMKV_ERR_STATE); /* the worker steps now */
-        CHECK(a.session_submit_text(s2, prompt, strlen(prompt), LLMKV_SUBMIT_GENERATE, 0) == LLMKV_OK);
+        CHECK(a.session_submit_text(s2, prompt, strlen(prompt), LLMKV_SUBMIT_GENERATE, 0) ==
+              LLMKV_OK);
         while (!wdone && polls++ < 3000) {
             llmkv_event ev[16];
             size_t n = 0, i;
@@ -352,7 +358,8 @@ static int generate_once(const char *lib, const char *model, char *out, size_t o
                 wlen += got;
         }
         CHECK(a.worker_stop(engine) == LLMKV_OK);
-        while (a.session_read_text(s2, wtext + wlen, sizeof wtext - 1 - wlen, &got) == LLMKV_OK && got > 0)
+        while (a.session_read_text(s2, wtext + wlen, sizeof wtext - 1 - wlen, &got) == LLMKV_OK &&
+               got > 0)
             wlen += got;
         wtext[wlen] = '\0';
         printf("worker thread, submit + poll: \"%s\"\n", wtext);
@@ -373,34 +380,31 @@ static int run_model(const char *lib, const char *model_arg) {
     char first[512], second[512];
     FILE *f;
 
-    if (!model || !model[0])
-        model = model_arg;
+    if (!model || !model[0]) model = model_arg;
     f = fopen(model, "rb");
     if (!f) {
-        printf("SKIP: model not found at %s (set LLMKV_MODEL or run scripts/fetch_model.sh)\n", model);
+        printf("SKIP: model not found at %s (set LLMKV_MODEL or run scripts/fetch_model.sh)\n",
+               model);
         return 77;
     }
     fclose(f);
 
-    if (generate_once(lib, model, first, sizeof first) != 0)
-        return 1;
+    if (generate_once(lib, model, first, sizeof first) != 0) return 1;
     /* A plugin host's reload: the library was closed; loaded again, it answers the same. */
-    if (generate_once(lib, model, second, sizeof second) != 0)
-        return 1;
+    if (generate_once(lib, model, second, sizeof second) != 0) return 1;
     CHECK(strcmp(first, second) == 0);
-    printf(failures ? "FAILED: %d checks\n" : "ok (the same text after unload and reload)\n", failures);
+    printf(failures ? "FAILED: %d checks\n" : "ok (the same text after unload and reload)\n",
+           failures);
     return failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8 && strcmp(argv[1], "errors") == 0)
-        return run_errors(argv);
-    if (argc == 2 && strcmp(argv[1], "default") == 0)
-        return run_default();
-    if (argc == 4 && strcmp(argv[1], "model") == 0)
-        return run_model(argv[2], argv[3]);
+    if (argc == 8 && strcmp(argv[1], "errors") == 0) return run_errors(argv);
+    if (argc == 2 && strcmp(argv[1], "default") == 0) return run_default();
+    if (argc == 4 && strcmp(argv[1], "model") == 0) return run_model(argv[2], argv[3]);
     fprintf(stderr,
-            "usage: %s errors LIB OLD MAJOR PARTIAL NOVERSION SCRATCH_DIR | default | model LIB MODEL\n",
+            "usage: %s errors LIB OLD MAJOR PARTIAL NOVERSION SCRATCH_DIR | default | model LIB "
+            "MODEL\n",
             argv[0]);
     return 2;
 }

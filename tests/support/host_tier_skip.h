@@ -8,8 +8,8 @@
 
 #include "kv/host_tier.h"
 
-#define SKIP_WITHOUT_MIMALLOC()                                                                \
-    do {                                                                                       \
-        std::string why_;                                                                      \
-        if (!::llmkv::HostTier::available(&why_)) GTEST_SKIP() << "no host tier: " << why_;    \
+#define SKIP_WITHOUT_MIMALLOC()                                                             \
+    do {                                                                                    \
+        std::string why_;                                                                   \
+        if (!::llmkv::HostTier::available(&why_)) GTEST_SKIP() << "no host tier: " << why_; \
     } while (0)

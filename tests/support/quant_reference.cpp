@@ -90,12 +90,14 @@ void quantize_block32(TensorType t, const float *x, uint8_t *dst) {
 struct Hjl {
     int h, j, l;
 };
-Hjl hjl(int e) { return {e / 128, (e / 32) % 4, e % 32}; }
+Hjl hjl(int e) {
+    return {e / 128, (e / 32) % 4, e % 32};
+}
 
 // Unsigned scale/min per sub-block (an asymmetric range [min(x, 0), max(x)] split into
 // `levels` steps), then 4- or 6-bit super-block quantization of both.
-void kquant_scales_mins(const float *x, int sub, int n_sub, int levels, int scale_max,
-                        float *d_out, float *dmin_out, int *sc, int *mn) {
+void kquant_scales_mins(const float *x, int sub, int n_sub, int levels, int scale_max, float *d_out,
+                        float *dmin_out, int *sc, int *mn) {
     float scale[16], minv[16], max_scale = 0, max_min = 0;
     for (int s = 0; s < n_sub; ++s) {
         float lo = 0, hi = 0;
@@ -172,7 +174,8 @@ void quantize_super_block(TensorType t, const float *x, uint8_t *dst) {
             const int half = k3 ? 4 : 32, scale_half = k3 ? 32 : 128;
             float scale[16];
             for (int s = 0; s < 16; ++s) scale[s] = signed_absmax(x + 16 * s, 16) / float(-half);
-            const float d = fp16_to_fp32(fp32_to_fp16(signed_absmax(scale, 16) / float(-scale_half)));
+            const float d =
+                fp16_to_fp32(fp32_to_fp16(signed_absmax(scale, 16) / float(-scale_half)));
             int sc[16];
             for (int s = 0; s < 16; ++s) {
                 sc[s] = d != 0 ? round_clamp(scale[s] / d, -scale_half, scale_half - 1) : 0;
@@ -423,7 +426,8 @@ std::vector<uint8_t> quantize_reference(TensorType t, const float *x, int64_t n)
         case TensorType::Q5_1:
         case TensorType::IQ4_NL:
             for (int64_t b = 0; b < n / kQuantBlock; ++b) {
-                quantize_block32(t, x + b * kQuantBlock, dst + size_t(b) * tensor_type_block_bytes(t));
+                quantize_block32(t, x + b * kQuantBlock,
+                                 dst + size_t(b) * tensor_type_block_bytes(t));
             }
             break;
         case TensorType::Q2_K:

@@ -48,8 +48,8 @@ inline llmkv_session_params sampling(float temperature, uint64_t seed) {
 }
 
 // A session with the prompt appended and n tokens asked for (not run yet).
-inline llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                            uint32_t n) {
+inline llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp,
+                            const std::vector<int32_t> &prompt, uint32_t n) {
     llmkv_session *s = nullptr;
     EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
     EXPECT_EQ(llmkv_session_append(s, prompt.data(), prompt.size()), LLMKV_OK);
@@ -58,8 +58,8 @@ inline llmkv_session *start(llmkv_engine *e, const llmkv_session_params &sp, con
 }
 
 // The whole context of a session run alone to completion (the session is destroyed).
-inline std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &prompt,
-                                 uint32_t n) {
+inline std::vector<int32_t> solo(llmkv_engine *e, const llmkv_session_params &sp,
+                                 const std::vector<int32_t> &prompt, uint32_t n) {
     llmkv_session *s = start(e, sp, prompt, n);
     EXPECT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
     std::vector<int32_t> t = tokens_of(s);

@@ -1,18 +1,17 @@
 // Tiny synthetic Llama models: writer and the naive f32 reference forward pass.
 #include "tiny_model.h"
 
-
 #include <cmath>
-#include <numbers>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <numbers>
 #include <random>
 #include <stdexcept>
 
 #include "gguf_writer.h"
-#include "quant_reference.h"
 #include "platform/os.h"
+#include "quant_reference.h"
 
 namespace llmkv::testing {
 
@@ -20,7 +19,9 @@ namespace {
 
 // GPT-2's byte-to-unicode map: printable bytes map to themselves, the rest to U+0100 + k.
 std::string byte_token(int b) {
-    auto printable = [](int c) { return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255); };
+    auto printable = [](int c) {
+        return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+    };
     int cp = b;
     if (!printable(b)) {
         int k = 0;
@@ -78,7 +79,8 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
         tokens.push_back(byte_token(b));
         types.push_back(1);
     }
-    const char *merges[TinyVocab::kNumMerges][2] = {{"t", "h"}, {"th", "e"}, {"\xC4\xA0", "the"}, {"a", "n"}};
+    const char *merges[TinyVocab::kNumMerges][2] = {
+        {"t", "h"}, {"th", "e"}, {"\xC4\xA0", "the"}, {"a", "n"}};
     std::vector<std::string> merge_strings;
     for (auto &m : merges) {
         tokens.push_back(std::string(m[0]) + m[1]);
@@ -99,8 +101,8 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
     w.add_bool("tokenizer.ggml.add_bos_token", false);
 
     std::mt19937_64 rng(s.seed);
-    auto tensor = [&](const std::string &name, std::vector<int64_t> dims, TensorType type, float scale,
-                      float offset = 0.0f) {
+    auto tensor = [&](const std::string &name, std::vector<int64_t> dims, TensorType type,
+                      float scale, float offset = 0.0f) {
         size_t n = 1;
         for (int64_t d : dims) n *= size_t(d);
         std::vector<float> v = random_values(rng, n, scale);
@@ -133,7 +135,8 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
             tensor(b + "attn_k_norm.weight", {hd}, TensorType::F32, 0.1f, 1.0f);
         }
         tensor(b + "attn_output.weight", {qd, E}, s.weight_type, 0.1f);
-        if (a == "gemma3") tensor(b + "post_attention_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
+        if (a == "gemma3")
+            tensor(b + "post_attention_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
         tensor(b + "ffn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
         if (a == "phi3") {
             tensor(b + "ffn_up.weight", {E, 2 * s.n_ff}, s.weight_type, 0.2f);
@@ -147,7 +150,8 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
     return w.build();
 }
 
-void rms_norm_ref(const std::vector<double> &x, const std::vector<float> &w, std::vector<double> &out) {
+void rms_norm_ref(const std::vector<double> &x, const std::vector<float> &w,
+                  std::vector<double> &out) {
     double ss = 0;
     for (double v : x) ss += v * v;
     double scale = 1.0 / std::sqrt(ss / double(x.size()) + 1e-5);
@@ -175,8 +179,8 @@ std::vector<double> quantize_activations(const std::vector<double> &x) {
 }
 
 // y = W x with W stored (rows, cols) row-major as GGUF does (dims[0] = cols).
-std::vector<double> matvec(const std::vector<float> &W, size_t rows, size_t cols, const std::vector<double> &x_in,
-                           TensorType type = TensorType::F32) {
+std::vector<double> matvec(const std::vector<float> &W, size_t rows, size_t cols,
+                           const std::vector<double> &x_in, TensorType type = TensorType::F32) {
     const std::vector<double> x = is_block_quantized(type) ? quantize_activations(x_in) : x_in;
     std::vector<double> y(rows, 0.0);
     for (size_t r = 0; r < rows; ++r) {
@@ -189,7 +193,8 @@ std::vector<double> matvec(const std::vector<float> &W, size_t rows, size_t cols
 
 // Rotates pairs (2i, 2i+1) (Llama as GGUF stores it) or (i, i + hd/2) (NeoX) by
 // pos * base^(-2i/hd).
-void rope_ref(std::vector<double> &v, uint32_t n_heads, uint32_t hd, uint32_t pos, double base, bool neox = false) {
+void rope_ref(std::vector<double> &v, uint32_t n_heads, uint32_t hd, uint32_t pos, double base,
+              bool neox = false) {
     for (uint32_t h = 0; h < n_heads; ++h) {
         for (uint32_t i = 0; i < hd / 2; ++i) {
             double theta = pos * std::pow(base, -2.0 * i / hd);
@@ -210,7 +215,9 @@ std::vector<float> rows_of(const std::vector<float> &m, size_t cols, size_t row0
 
 }  // namespace
 
-std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec) { return build(spec, nullptr); }
+std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec) {
+    return build(spec, nullptr);
+}
 
 void write_tiny_model(const TinyModelSpec &spec, const std::string &path) {
     std::vector<uint8_t> bytes = build(spec, nullptr);
@@ -221,13 +228,15 @@ void write_tiny_model(const TinyModelSpec &spec, const std::string &path) {
     if (n != bytes.size()) throw std::runtime_error("short write to " + path);
 }
 
-std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const std::vector<int32_t> &tokens) {
+std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s,
+                                                 const std::vector<int32_t> &tokens) {
     Weights W;
     build(s, &W);
     auto &v = W.values;
     const std::string &a = s.arch;
     const bool gemma = a == "gemma3", neox = a != "llama", qk_norm = gemma || a == "qwen3";
-    const uint32_t E = s.n_embd, hd = s.hd(), qd = s.n_heads * hd, kvd = s.n_kv_heads * hd, V = TinyVocab::kSize;
+    const uint32_t E = s.n_embd, hd = s.hd(), qd = s.n_heads * hd, kvd = s.n_kv_heads * hd,
+                   V = TinyVocab::kSize;
     const uint32_t group = s.n_heads / s.n_kv_heads;
     // Gemma 3 layer kinds: local (sliding window, base rope_base_local) unless (l+1) % period == 0.
     const uint32_t period = s.window_pattern ? s.window_pattern : 6;
@@ -238,7 +247,10 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
     std::vector<std::vector<float>> all_logits;
     auto fp16_round = [](double x) {
         // The engine stores K/V as fp16; the reference does the same rounding.
-        return double(dequantize_reference(TensorType::F16, quantize_reference(TensorType::F16, std::vector<float>{float(x)}.data(), 1).data(), 1)[0]);
+        return double(dequantize_reference(
+            TensorType::F16,
+            quantize_reference(TensorType::F16, std::vector<float>{float(x)}.data(), 1).data(),
+            1)[0]);
     };
     auto head_norm = [&](std::vector<double> &x, uint32_t n_heads, const std::vector<float> &w) {
         for (uint32_t h = 0; h < n_heads; ++h) {
@@ -300,7 +312,8 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
                 double sum = 0;
                 for (uint32_t t = lo; t <= pos; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
                 for (uint32_t t = lo; t <= pos; ++t) {
-                    for (uint32_t i = 0; i < hd; ++i) att[h * hd + i] += sc[t] / sum * Vv[l][t][kh * hd + i];
+                    for (uint32_t i = 0; i < hd; ++i)
+                        att[h * hd + i] += sc[t] / sum * Vv[l][t][kh * hd + i];
                 }
             }
             auto o = matvec(v[b + "attn_output.weight"], E, qd, att, s.weight_type);
@@ -323,7 +336,10 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
             for (uint32_t i = 0; i < s.n_ff; ++i) {
                 if (gemma) {
                     const double z = g[i];
-                    g[i] = 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z))) * u[i];
+                    g[i] = 0.5 * z *
+                           (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) *
+                                            (z + 0.044715 * z * z * z))) *
+                           u[i];
                 } else {
                     g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
                 }
@@ -347,7 +363,8 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s, const s
 
 std::string temp_path(const std::string &name) {
     const char *dir = std::getenv("TMPDIR");
-    const std::string base = dir && *dir ? std::string(dir) : std::filesystem::temp_directory_path().string();
+    const std::string base =
+        dir && *dir ? std::string(dir) : std::filesystem::temp_directory_path().string();
     return base + "/llmkv_test_" + std::to_string(llmkv::os::process_id()) + "_" + name;
 }
 

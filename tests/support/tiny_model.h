@@ -55,7 +55,8 @@ std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec);
 
 // Naive reference: runs tokens[0..n) from position 0 with dense f32 math on dequantized
 // weights and returns the logits of every position (n x vocab).
-std::vector<std::vector<float>> reference_logits(const TinyModelSpec &spec, const std::vector<int32_t> &tokens);
+std::vector<std::vector<float>> reference_logits(const TinyModelSpec &spec,
+                                                 const std::vector<int32_t> &tokens);
 
 // A temp file path unique to this process and name.
 std::string temp_path(const std::string &name);

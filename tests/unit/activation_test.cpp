@@ -28,13 +28,15 @@ std::vector<float> inputs(size_t n, uint32_t seed) {
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
     const float inf = std::numeric_limits<float>::infinity();
-    const float specials[] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                              87.0f, -87.0f, 88.0f, -88.0f, 87.5f, -87.5f, 1e-40f, -1e-40f,
-                              44.0f, -44.0f, 9.0f, -9.0f, 3.4e38f, -3.4e38f};
+    const float specials[] = {
+        0.0f,   -0.0f,  inf,     -inf,    std::numeric_limits<float>::quiet_NaN(),
+        87.0f,  -87.0f, 88.0f,   -88.0f,  87.5f,
+        -87.5f, 1e-40f, -1e-40f, 44.0f,   -44.0f,
+        9.0f,   -9.0f,  3.4e38f, -3.4e38f};
     std::vector<float> x(n);
     for (size_t i = 0; i < n; ++i) {
         const uint32_t pick = rng() % 10;
-        x[i] = pick == 0 ? specials[rng() % (sizeof specials / sizeof specials[0])]
+        x[i] = pick == 0  ? specials[rng() % (sizeof specials / sizeof specials[0])]
                : pick < 3 ? wide(rng)
                           : normal(rng);
     }
@@ -45,7 +47,8 @@ void expect_same_bits(const std::vector<float> &a, const std::vector<float> &b, 
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
         if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-        ASSERT_EQ(bits(a[i]), bits(b[i])) << what << " element " << i << ": " << a[i] << " vs " << b[i];
+        ASSERT_EQ(bits(a[i]), bits(b[i]))
+            << what << " element " << i << ": " << a[i] << " vs " << b[i];
     }
 }
 
@@ -93,12 +96,14 @@ TEST(Activation, CloseToTheDoublePrecisionFormulas) {
             const double x = g[i];
             const double silu = x / (1.0 + std::exp(-x));
             // 0.5 x (1 + tanh y) written as x / (1 + e^-2y), which does not cancel for x << 0.
-            const double gelu = x / (1.0 + std::exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+            const double gelu =
+                x / (1.0 + std::exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
             EXPECT_NEAR(s[i], silu, 4e-7 * std::fabs(silu) + 1e-30) << "silu(" << x << ")";
             // GeGLU's exponent z is rounded to float first: e^z then carries |z| times its
             // relative error (the same holds for 1 + tanh in float, which cancels too).
             const double z = 1.5957691216057308 * std::fabs(x + 0.044715 * x * x * x);
-            EXPECT_NEAR(t[i], gelu, 3e-7 * (1.0 + z) * std::fabs(gelu) + 1e-30) << "gelu(" << x << ")";
+            EXPECT_NEAR(t[i], gelu, 3e-7 * (1.0 + z) * std::fabs(gelu) + 1e-30)
+                << "gelu(" << x << ")";
         }
     }
 }

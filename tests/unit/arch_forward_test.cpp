@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numbers>
 #include <random>
 
 #include "backend/cpu/attention.h"
@@ -57,7 +57,8 @@ struct Harness {
     }
 
     // Runs tokens through a session in chunks; returns every position's logits.
-    std::vector<float> run_chunked(SessionKv &kv, const std::vector<int32_t> &tokens, uint32_t chunk) {
+    std::vector<float> run_chunked(SessionKv &kv, const std::vector<int32_t> &tokens,
+                                   uint32_t chunk) {
         std::vector<float> all, logits;
         for (size_t i = 0; i < tokens.size(); i += chunk) {
             uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
@@ -107,12 +108,27 @@ TinyModelSpec spec_of(const ArchCase &ac) {
 
 const ArchCase kArchCases[] = {
     {"llama", [](TinyModelSpec &) {}},
-    {"llama_head_dim", [](TinyModelSpec &s) { s.head_dim = 32; }},  // key_length != n_embd / n_heads
+    {"llama_head_dim",
+     [](TinyModelSpec &s) { s.head_dim = 32; }},  // key_length != n_embd / n_heads
     {"qwen2", [](TinyModelSpec &s) { s.arch = "qwen2"; }},
-    {"qwen2_untied", [](TinyModelSpec &s) { s.arch = "qwen2"; s.tied_output = false; }},
-    {"qwen3", [](TinyModelSpec &s) { s.arch = "qwen3"; s.head_dim = 32; }},
-    {"phi3", [](TinyModelSpec &s) { s.arch = "phi3"; s.n_kv_heads = 4; s.tied_output = false; }},
-    {"gemma3", [](TinyModelSpec &s) {
+    {"qwen2_untied",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen2";
+         s.tied_output = false;
+     }},
+    {"qwen3",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen3";
+         s.head_dim = 32;
+     }},
+    {"phi3",
+     [](TinyModelSpec &s) {
+         s.arch = "phi3";
+         s.n_kv_heads = 4;
+         s.tied_output = false;
+     }},
+    {"gemma3",
+     [](TinyModelSpec &s) {
          s.arch = "gemma3";
          s.head_dim = 32;
          s.n_kv_heads = 1;
@@ -120,7 +136,8 @@ const ArchCase kArchCases[] = {
          s.sliding_window = 7;
          s.rope_base = 1e6f;
      }},
-    {"gemma3_pattern2", [](TinyModelSpec &s) {
+    {"gemma3_pattern2",
+     [](TinyModelSpec &s) {
          s.arch = "gemma3";
          s.head_dim = 16;
          s.n_layers = 3;
@@ -143,7 +160,8 @@ TEST_P(ArchForward, LogitsMatchTheIndependentReference) {
         std::vector<float> all = h.run_chunked(kv, tokens, 1);
         // Tolerances as in forward_test.cpp: f32 weights leave float vs double rounding; Q8_0
         // adds the activation quantization's boundary cases.
-        EXPECT_LE(relative_error(all, ref), t == TensorType::F32 ? 1e-4 : 1.5e-2) << tensor_type_name(t);
+        EXPECT_LE(relative_error(all, ref), t == TensorType::F32 ? 1e-4 : 1.5e-2)
+            << tensor_type_name(t);
         h.cache->release(kv);
     }
 }
@@ -160,7 +178,8 @@ TEST_P(ArchForward, ChunkingAndBatchingAreBitwiseInvariant) {
     for (size_t c = 0; c < 4; ++c) results.push_back(h.run_chunked(kvs[c], tokens, chunks[c]));
     for (size_t c = 1; c < 4; ++c) {
         ASSERT_EQ(results[c].size(), results[0].size());
-        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
             << "chunk size " << chunks[c];
     }
     // In one batch with two other sessions' spans: the same bits for the last position.
@@ -171,7 +190,9 @@ TEST_P(ArchForward, ChunkingAndBatchingAreBitwiseInvariant) {
     ASSERT_TRUE(h.cache->reserve(b, 37));
     ASSERT_TRUE(h.cache->reserve(c, 1));
     std::vector<float> batched;
-    h.forward->run({{&a, o1.data(), 9, true}, {&b, tokens.data(), 37, true}, {&c, o2.data(), 1, true}}, batched);
+    h.forward->run(
+        {{&a, o1.data(), 9, true}, {&b, tokens.data(), 37, true}, {&c, o2.data(), 1, true}},
+        batched);
     EXPECT_EQ(0, std::memcmp(batched.data() + V, results[0].data() + 36 * V, V * sizeof(float)));
     for (auto &kv : kvs) h.cache->release(kv);
     h.cache->release(a);
@@ -180,7 +201,9 @@ TEST_P(ArchForward, ChunkingAndBatchingAreBitwiseInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchForward, ::testing::ValuesIn(kArchCases),
-                         [](const ::testing::TestParamInfo<ArchCase> &i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<ArchCase> &i) {
+                             return std::string(i.param.name);
+                         });
 
 TEST(ArchConfig, LayerKindsWindowsAndRopeOfGemma3) {
     TinyModelSpec spec = spec_of(kArchCases[6]);
@@ -202,7 +225,8 @@ TEST(ArchConfig, LayerKindsWindowsAndRopeOfGemma3) {
     // Other architectures: every layer global, one RoPE.
     for (size_t i : {0, 2, 4, 5}) {
         Harness o(spec_of(kArchCases[i]));
-        for (uint32_t l = 0; l < o.model->config().n_layers; ++l) EXPECT_FALSE(o.model->config().is_local(l));
+        for (uint32_t l = 0; l < o.model->config().n_layers; ++l)
+            EXPECT_FALSE(o.model->config().is_local(l));
         EXPECT_EQ(o.model->config().rope_neox, i != 0);
     }
 }
@@ -234,7 +258,8 @@ TEST(Gemma3Window, LongContextAcrossBlocksMatchesTheReferenceAndIsChunkInvariant
         for (size_t c = 0; c < 3; ++c) results.push_back(h.run_chunked(kvs[c], tokens, chunks[c]));
         EXPECT_LE(relative_error(results[0], ref), 1e-4) << "window " << window;
         for (size_t c = 1; c < 3; ++c) {
-            EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+            EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(),
+                                     results[0].size() * sizeof(float)))
                 << "window " << window << " chunk " << chunks[c];
         }
         // The window matters: full attention everywhere gives other logits.
@@ -265,7 +290,8 @@ TEST(Gemma3Window, SealedBlocksOutsideEveryWindowAreNeverRead) {
         const uint32_t dead = first_visible / 16;
         ASSERT_EQ(dead, 5u);
         for (uint32_t b = 0; b < dead; ++b) {
-            std::memset(h.cache->sealed_data(dirty.blocks[b]), 0xFF, h.cache->geometry().sealed_block_bytes());
+            std::memset(h.cache->sealed_data(dirty.blocks[b]), 0xFF,
+                        h.cache->geometry().sealed_block_bytes());
         }
         std::vector<int32_t> rest(tokens.begin() + 100, tokens.end());
         std::vector<float> got = h.run_chunked(dirty, rest, 7);
@@ -308,12 +334,15 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
     OpHarness o;
     const uint32_t R = 37, C = 96;
     Tensor x = o.be->alloc(R, C), y = o.be->alloc(R, C);
-    auto fill = [](Tensor t, const std::vector<float> &v) { std::memcpy(t.data, v.data(), v.size() * 4); };
+    auto fill = [](Tensor t, const std::vector<float> &v) {
+        std::memcpy(t.data, v.data(), v.size() * 4);
+    };
     auto get = [](Tensor t) {
         const float *p = static_cast<const float *>(t.data);
         return std::vector<float>(p, p + size_t(t.rows) * t.cols);
     };
-    const std::vector<float> xv = random_vector(size_t(R) * C, 1, 3.0f), yv = random_vector(size_t(R) * C, 2);
+    const std::vector<float> xv = random_vector(size_t(R) * C, 1, 3.0f),
+                             yv = random_vector(size_t(R) * C, 2);
     const std::vector<float> bias = random_vector(C, 3);
 
     fill(x, xv);
@@ -333,7 +362,10 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
     got = get(x);
     for (size_t i = 0; i < got.size(); ++i) {
         const double g = xv[i];
-        const double ref = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * yv[i];
+        const double ref =
+            0.5 * g *
+            (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) *
+            yv[i];
         ASSERT_NEAR(got[i], ref, 1e-5 * (1.0 + std::fabs(ref))) << i;
     }
 
@@ -350,7 +382,8 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
             for (uint32_t d = 0; d < D; ++d) ss += double(in[d]) * in[d];
             const double s = 1.0 / std::sqrt(ss / D + 1e-6);
             for (uint32_t d = 0; d < D; ++d) {
-                ASSERT_NEAR(got[size_t(r) * C + h * D + d], in[d] * s * w[d], 1e-5 * (1.0 + std::fabs(in[d] * s * w[d])));
+                ASSERT_NEAR(got[size_t(r) * C + h * D + d], in[d] * s * w[d],
+                            1e-5 * (1.0 + std::fabs(in[d] * s * w[d])));
             }
         }
     }
@@ -360,7 +393,8 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
 // with the sealed blocks before the span's first window poisoned.
 TEST(ArchOps, WindowedPagedAttentionMatchesTheReferenceWithoutReadingOldBlocks) {
     const uint32_t D = 32, B = 16, n_heads = 4;
-    for (llmkv_kv_dtype dtype : {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
+    for (llmkv_kv_dtype dtype :
+         {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
         KvGeometry g;
         g.n_layers = 1;
         g.n_kv_heads = 2;
@@ -389,9 +423,11 @@ TEST(ArchOps, WindowedPagedAttentionMatchesTheReferenceWithoutReadingOldBlocks) 
                         }
                         for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
                             for (auto &r : rows) r = fp32_to_fp16(dist(rng));
-                            codec_encode_head(codec_spec_k(g), KvRole::K, rows.data(), B, D, blk + g.sealed_k_offset(0, h));
+                            codec_encode_head(codec_spec_k(g), KvRole::K, rows.data(), B, D,
+                                              blk + g.sealed_k_offset(0, h));
                             for (auto &r : rows) r = fp32_to_fp16(dist(rng));
-                            codec_encode_head(codec_spec_v(g), KvRole::V, rows.data(), B, D, blk + g.sealed_v_offset(0, h));
+                            codec_encode_head(codec_spec_v(g), KvRole::V, rows.data(), B, D,
+                                              blk + g.sealed_v_offset(0, h));
                         }
                     }
                     const uint32_t cap = pos0 - ws + n;
@@ -401,16 +437,20 @@ TEST(ArchOps, WindowedPagedAttentionMatchesTheReferenceWithoutReadingOldBlocks) 
                     std::vector<float> q(size_t(n) * n_heads * D);
                     for (auto &x : q) x = dist(rng);
                     std::vector<float> out(q.size()), ref(q.size());
-                    cpu::AttentionSpan span{&kv, wk.data(), wv.data(), ws, cap, pos0, n, q.data(), out.data()};
-                    cpu::AttentionParams params{0, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D, n_heads * D};
+                    cpu::AttentionSpan span{&kv,  wk.data(), wv.data(), ws,        cap,
+                                            pos0, n,         q.data(),  out.data()};
+                    cpu::AttentionParams params{0, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D,
+                                                n_heads * D};
                     params.window = window;
                     cpu::paged_attention(cache, params, &span, 1, pool, scratch);
                     span.out = ref.data();
                     cpu::paged_attention_reference(cache, params, &span, 1);
                     for (size_t i = 0; i < out.size(); ++i) {
-                        ASSERT_TRUE(std::isfinite(out[i])) << codec_name(dtype) << " window " << window << " pos0 " << pos0;
+                        ASSERT_TRUE(std::isfinite(out[i]))
+                            << codec_name(dtype) << " window " << window << " pos0 " << pos0;
                         ASSERT_NEAR(out[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i])))
-                            << codec_name(dtype) << " window " << window << " pos0 " << pos0 << " n " << n;
+                            << codec_name(dtype) << " window " << window << " pos0 " << pos0
+                            << " n " << n;
                     }
                     cache.release(kv);
                 }
@@ -438,7 +478,8 @@ TEST(Gemma3RealFile, LoadsWithTheExpectedLayerKinds) {
     try {
         m = LlamaModel::load(file);
     } catch (const Error &e) {
-        if (e.status() == LLMKV_ERR_UNSUPPORTED) GTEST_SKIP() << "tensor formats not supported yet: " << e.what();
+        if (e.status() == LLMKV_ERR_UNSUPPORTED)
+            GTEST_SKIP() << "tensor formats not supported yet: " << e.what();
         throw;
     }
     const LlamaConfig &c = m->config();
@@ -495,14 +536,16 @@ TEST(Gemma3RealFile, GreedyContinuationMatchesTheReference) {
         ASSERT_TRUE(cache.reserve(kv, uint32_t(ids.size())));
         forward->run({{&kv, ids.data(), uint32_t(ids.size()), true}}, logits);
         for (size_t i = 0; i < expected.size(); ++i) {
-            const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            const int32_t next =
+                int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
             got.push_back(next);
             ASSERT_TRUE(cache.reserve(kv, kv.n_tokens + 1));
             forward->run({{&kv, &got.back(), 1, true}}, logits);
         }
     } catch (const Error &e) {
         cache.release(kv);
-        if (e.status() == LLMKV_ERR_UNSUPPORTED) GTEST_SKIP() << "tensor formats not supported yet: " << e.what();
+        if (e.status() == LLMKV_ERR_UNSUPPORTED)
+            GTEST_SKIP() << "tensor formats not supported yet: " << e.what();
         throw;
     }
     EXPECT_EQ(got, expected);

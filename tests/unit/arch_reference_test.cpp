@@ -5,12 +5,11 @@
 // tests/fixtures/arch/README.md). The runtime runs them with f16 KV on the CPU backend.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -25,7 +24,9 @@
 namespace llmkv {
 namespace {
 
-std::string fixture_dir() { return LLMKV_TEST_FIXTURES_DIR "/arch/"; }
+std::string fixture_dir() {
+    return LLMKV_TEST_FIXTURES_DIR "/arch/";
+}
 
 nlohmann::json load_json(const std::string &path) {
     std::ifstream f(path);
@@ -35,7 +36,9 @@ nlohmann::json load_json(const std::string &path) {
     return nlohmann::json::parse(ss.str());
 }
 
-int32_t argmax(const float *row, size_t n) { return int32_t(std::max_element(row, row + n) - row); }
+int32_t argmax(const float *row, size_t n) {
+    return int32_t(std::max_element(row, row + n) - row);
+}
 
 // One architecture's fixture: the model through the engine's own Forward (all-position
 // logits), through the decode path (one token at a time) and through the C API.
@@ -79,7 +82,8 @@ protected:
                 forward->run({span}, logits);
                 EXPECT_EQ(logits.size(), prompt_.size() * n_vocab_);
                 for (size_t p = 0; p < prompt_.size(); ++p)
-                    rows.emplace_back(logits.begin() + long(p * n_vocab_), logits.begin() + long((p + 1) * n_vocab_));
+                    rows.emplace_back(logits.begin() + long(p * n_vocab_),
+                                      logits.begin() + long((p + 1) * n_vocab_));
             } else {
                 for (size_t i = 0; i < prompt_.size(); i += chunk) {
                     uint32_t n = uint32_t(std::min<size_t>(chunk, prompt_.size() - i));
@@ -98,7 +102,8 @@ protected:
 
     // |ours - ref| over each position's stored top-k, the position's max/mean/std, and the
     // argmax where the reference's top1-top2 gap is comfortable.
-    void compare(const std::vector<float> &ours, const nlohmann::json &ref, size_t pos, double *worst) {
+    void compare(const std::vector<float> &ours, const nlohmann::json &ref, size_t pos,
+                 double *worst) {
         std::vector<int32_t> ids = ref.at("top_ids").get<std::vector<int32_t>>();
         std::vector<double> vals = ref.at("top_logits").get<std::vector<double>>();
         for (size_t k = 0; k < ids.size(); ++k) {
@@ -151,7 +156,8 @@ TEST_P(ArchReference, TokenByTokenLogitsMatchTransformers) {
     const auto &positions = doc_.at("positions");
     double worst = 0;
     for (size_t p = 0; p < rows.size(); ++p) compare(rows[p], positions.at(p), p, &worst);
-    std::printf("[arch] %-8s token by token: max |diff| %.2e (tolerance %.2e)\n", GetParam().c_str(), worst, tol_);
+    std::printf("[arch] %-8s token by token: max |diff| %.2e (tolerance %.2e)\n",
+                GetParam().c_str(), worst, tol_);
 }
 
 // Uneven chunks (prefill spans that straddle blocks and the window) agree too.
@@ -207,8 +213,8 @@ TEST_P(ArchReference, GreedyTokensMatchTransformers) {
         std::vector<int32_t> got(all.begin() + long(prompt_.size()), all.begin() + long(n));
         EXPECT_EQ(got, std::vector<int32_t>(expected.begin(), expected.begin() + long(n_expected)));
     }
-    std::printf("[arch] %-8s greedy: %zu of %zu tokens compared (robust margin %.3f)\n", GetParam().c_str(),
-                n_expected, expected.size(), robust_margin_);
+    std::printf("[arch] %-8s greedy: %zu of %zu tokens compared (robust margin %.3f)\n",
+                GetParam().c_str(), n_expected, expected.size(), robust_margin_);
     llmkv_session_destroy(s);
     llmkv_engine_destroy(e);
 }
@@ -228,8 +234,9 @@ TEST_P(ArchReference, TokenizerMatchesTransformers) {
         std::vector<int32_t> want = c.at("ids").get<std::vector<int32_t>>();
         std::vector<int32_t> got(text.size() + 8);
         size_t n = 0;
-        ASSERT_EQ(llmkv_tokenize(e, text.data(), text.size(), LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL,
-                                 got.data(), got.size(), &n),
+        ASSERT_EQ(llmkv_tokenize(e, text.data(), text.size(),
+                                 LLMKV_TOKENIZE_ADD_BOS | LLMKV_TOKENIZE_PARSE_SPECIAL, got.data(),
+                                 got.size(), &n),
                   LLMKV_OK)
             << llmkv_last_error();
         got.resize(n);

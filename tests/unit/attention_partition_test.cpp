@@ -27,7 +27,8 @@ struct PartitionCase {
 
 std::ostream &operator<<(std::ostream &os, const PartitionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
-              << (c.v.rotate ? "+rot" : "") << " R" << c.residual << " W" << c.window << (c.sink ? " sink" : "");
+              << (c.v.rotate ? "+rot" : "") << " R" << c.residual << " W" << c.window
+              << (c.sink ? " sink" : "");
 }
 
 void fill(std::vector<uint16_t> &rows, uint32_t D, std::mt19937 &rng, bool outliers) {
@@ -60,9 +61,11 @@ void make_session(KvCache &cache, const cpu::AttentionCodecs &c, uint32_t n_toke
     for (uint32_t b = 0; b < g.sealed_blocks(n_tokens); ++b) {
         for (uint32_t h = 0; h < kKvHeads; ++h) {
             fill(rows, kD, rng, true);
-            codec_encode_head(c.k, KvRole::K, rows.data(), kB, kD, cache.sealed_data(s.kv.blocks[b]) + g.sealed_k_offset(0, h));
+            codec_encode_head(c.k, KvRole::K, rows.data(), kB, kD,
+                              cache.sealed_data(s.kv.blocks[b]) + g.sealed_k_offset(0, h));
             fill(rows, kD, rng, false);
-            codec_encode_head(c.v, KvRole::V, rows.data(), kB, kD, cache.sealed_data(s.kv.blocks[b]) + g.sealed_v_offset(0, h));
+            codec_encode_head(c.v, KvRole::V, rows.data(), kB, kD,
+                              cache.sealed_data(s.kv.blocks[b]) + g.sealed_v_offset(0, h));
         }
     }
     s.ws = g.sealed_blocks(s.pos0) * kB;
@@ -75,9 +78,11 @@ void make_session(KvCache &cache, const cpu::AttentionCodecs &c, uint32_t n_toke
         std::vector<uint16_t> row(kD);
         for (uint32_t h = 0; h < kKvHeads; ++h) {
             fill(row, kD, rng, true);
-            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_k_offset(0, h), row.data(), kD * 2);
+            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_k_offset(0, h), row.data(),
+                        kD * 2);
             fill(row, kD, rng, false);
-            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_v_offset(0, h), row.data(), kD * 2);
+            std::memcpy(cache.tail_data(s.kv.tail) + g.tail_sink_v_offset(0, h), row.data(),
+                        kD * 2);
         }
     }
     s.q.resize(size_t(n_q) * kHeads * kD);
@@ -90,7 +95,8 @@ const uint8_t *sink_of(KvCache &cache, const Session &s) {
 }
 
 cpu::AttentionSpan span_of(KvCache &cache, Session &s, float *out) {
-    cpu::AttentionSpan span{&s.kv, s.wk.data(), s.wv.data(), s.ws, s.cap, s.pos0, s.n, s.q.data(), out};
+    cpu::AttentionSpan span{&s.kv,  s.wk.data(), s.wv.data(), s.ws, s.cap,
+                            s.pos0, s.n,         s.q.data(),  out};
     span.sink = sink_of(cache, s);
     return span;
 }
@@ -146,23 +152,30 @@ TEST_P(PartitionedAttention, BitwiseAcrossThreadsAndBatchesAndCloseToTheReferenc
         std::vector<float> out(size_a, -1.0f);
         cpu::AttentionSpan sa = span_of(cache, a, out.data());
         cpu::paged_attention(cache, codecs, params, &sa, 1, pool, scratch);
-        for (size_t i = 0; i < size_a; ++i) ASSERT_EQ(alone[i], out[i]) << threads << " threads, " << i;
+        for (size_t i = 0; i < size_a; ++i)
+            ASSERT_EQ(alone[i], out[i]) << threads << " threads, " << i;
         // A's last query alone (one decode row).
         std::vector<float> last(size_t(kHeads) * kD, -1.0f);
-        cpu::AttentionSpan sl{&a.kv, a.wk.data(), a.wv.data(), a.ws, a.cap, a.pos0 + a.n - 1, 1,
-                              a.q.data() + size_t(a.n - 1) * kHeads * kD, last.data()};
+        cpu::AttentionSpan sl{
+            &a.kv,      a.wk.data(),      a.wv.data(), a.ws,
+            a.cap,      a.pos0 + a.n - 1, 1,           a.q.data() + size_t(a.n - 1) * kHeads * kD,
+            last.data()};
         sl.sink = sink_of(cache, a);
         cpu::paged_attention(cache, codecs, params, &sl, 1, pool, scratch);
         for (size_t i = 0; i < last.size(); ++i) {
-            ASSERT_EQ(alone[size_t(a.n - 1) * kHeads * kD + i], last[i]) << threads << " threads, " << i;
+            ASSERT_EQ(alone[size_t(a.n - 1) * kHeads * kD + i], last[i])
+                << threads << " threads, " << i;
         }
         // A inside a mixed batch (B first, then A).
         std::vector<float> out_a(size_a, -1.0f), out_b(size_b, -1.0f);
-        cpu::AttentionSpan both[2] = {span_of(cache, b, out_b.data()), span_of(cache, a, out_a.data())};
+        cpu::AttentionSpan both[2] = {span_of(cache, b, out_b.data()),
+                                      span_of(cache, a, out_a.data())};
         cpu::paged_attention(cache, codecs, params, both, 2, pool, scratch);
-        for (size_t i = 0; i < size_a; ++i) ASSERT_EQ(alone[i], out_a[i]) << threads << " threads, batch, " << i;
+        for (size_t i = 0; i < size_a; ++i)
+            ASSERT_EQ(alone[i], out_a[i]) << threads << " threads, batch, " << i;
         for (size_t i = 0; i < size_b; ++i) {
-            ASSERT_NEAR(out_b[i], b_ref[i], 2e-5f * (1.0f + std::fabs(b_ref[i]))) << threads << " threads, " << i;
+            ASSERT_NEAR(out_b[i], b_ref[i], 2e-5f * (1.0f + std::fabs(b_ref[i])))
+                << threads << " threads, " << i;
         }
     }
     cache.release(a.kv);
@@ -199,9 +212,11 @@ TEST(PartitionedAttention, PartialSoftmaxIsTheSoftmaxBeforeNormalizing) {
     std::normal_distribution<float> dist(0.0f, 5.0f);
     using Full = void (*)(float *, uint32_t, float);
     using Partial = float (*)(float *, uint32_t, float, float *);
-    std::vector<std::pair<Full, Partial>> paths = {{cpu::kernels::softmax_portable, cpu::kernels::softmax_partial_portable}};
+    std::vector<std::pair<Full, Partial>> paths = {
+        {cpu::kernels::softmax_portable, cpu::kernels::softmax_partial_portable}};
 #if defined(__x86_64__)
-    if (cpu::cpu_has_avx2()) paths.push_back({cpu::kernels::softmax_avx2, cpu::kernels::softmax_partial_avx2});
+    if (cpu::cpu_has_avx2())
+        paths.push_back({cpu::kernels::softmax_avx2, cpu::kernels::softmax_partial_avx2});
 #endif
     for (auto [full, partial] : paths) {
         for (uint32_t n : {1u, 7u, 8u, 13u, 1024u, 1031u}) {

@@ -1,6 +1,8 @@
 // Paged attention: the SIMD path against the double-precision reference (which decodes the
 // sealed blocks, undoing rotation) over sealed blocks and fp16 windows at every fill level,
 // for every K/V codec pair with and without Hadamard rotation; AVX2 vs portable kernels.
+#include "backend/cpu/attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <cstring>
 #include <random>
 
-#include "backend/cpu/attention.h"
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_features.h"
 #include "common/half.h"
@@ -27,7 +28,8 @@ struct AttentionCase {
 
 std::ostream &operator<<(std::ostream &os, const AttentionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
-              << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R" << c.residual << (c.sink ? " sink" : "");
+              << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R"
+              << c.residual << (c.sink ? " sink" : "");
 }
 
 // K-like rows: normal values plus two outlier channels with an offset.
@@ -86,25 +88,30 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
             std::vector<float> q(size_t(n) * n_heads * D);
             for (auto &x : q) x = dist(rng);
             std::vector<float> out(q.size()), ref(q.size());
-            cpu::AttentionSpan span{&kv, wk.data(), wv.data(), ws, cap, pos0, n, q.data(), out.data()};
+            cpu::AttentionSpan span{&kv,  wk.data(), wv.data(), ws,        cap,
+                                    pos0, n,         q.data(),  out.data()};
             if (ac.sink) {
                 // Position 0's own K / V rows: values other than block 0's decoded copy.
                 std::vector<uint16_t> row(D);
                 for (uint32_t h = 0; h < g.n_kv_heads; ++h) {
                     fill_rows(row, D, rng, true);
-                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_k_offset(1, h), row.data(), D * 2);
+                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_k_offset(1, h), row.data(),
+                                D * 2);
                     fill_rows(row, D, rng, false);
-                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_v_offset(1, h), row.data(), D * 2);
+                    std::memcpy(cache.tail_data(kv.tail) + g.tail_sink_v_offset(1, h), row.data(),
+                                D * 2);
                 }
                 span.sink = cache.tail_data(kv.tail);
             }
-            cpu::AttentionParams params{1, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D, n_heads * D};
+            cpu::AttentionParams params{1, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D,
+                                        n_heads * D};
             cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
             span.out = ref.data();
             cpu::paged_attention_reference(cache, codecs, params, &span, 1);
             for (size_t i = 0; i < out.size(); ++i) {
                 ASSERT_TRUE(std::isfinite(out[i]));
-                ASSERT_NEAR(out[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i]))) << "pos0 " << pos0 << " n " << n << " i " << i;
+                ASSERT_NEAR(out[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i])))
+                    << "pos0 " << pos0 << " n " << n << " i " << i;
             }
             if (ac.sink && g.sealed_blocks(pos0 + n - 1) > 0) {
                 // The sink rows are read: without them the last query's output differs.
@@ -114,7 +121,8 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
                 cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
                 const size_t last = size_t(n - 1) * n_heads * D;
                 bool differs = false;
-                for (size_t i = last; i < out.size(); ++i) differs |= std::fabs(out[i] - without[i]) > 1e-4f;
+                for (size_t i = last; i < out.size(); ++i)
+                    differs |= std::fabs(out[i] - without[i]) > 1e-4f;
                 EXPECT_TRUE(differs) << "pos0 " << pos0 << " n " << n;
             }
             cache.release(kv);
@@ -130,19 +138,19 @@ constexpr CodecSpec I4C{LLMKV_KV_INT4_COMPACT, false}, I4CR{LLMKV_KV_INT4_COMPAC
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, PagedAttention,
-    ::testing::Values(AttentionCase{F16, F16, 64}, AttentionCase{BF16, BF16, 64}, AttentionCase{F16, F16, 20},
-                      AttentionCase{BF16, BF16, 8},
-                      AttentionCase{FP8, FP8, 64}, AttentionCase{FP8R, FP8R, 64},
-                      AttentionCase{I8, I8, 64}, AttentionCase{I8R, I8R, 64},
-                      AttentionCase{I8, I4, 64}, AttentionCase{I8R, I4R, 64}, AttentionCase{I8R, I4, 64},
-                      AttentionCase{I4, I4, 64}, AttentionCase{I4R, I4R, 64}, AttentionCase{I4, I4R, 64},
-                      // portable paths (D % 8 != 0), int4 V groups of 16, larger heads and blocks
-                      AttentionCase{I8, FP8, 20}, AttentionCase{FP8, I8, 12}, AttentionCase{I4, I4, 48},
-                      AttentionCase{FP8R, I4R, 128, 16}, AttentionCase{I4R, I8R, 32, 5},
-                      AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5},
-                      // the KV sink: rotated and not, AVX2 and portable paths, int4c
-                      AttentionCase{I4R, I4R, 64, 4, 0, true}, AttentionCase{I4C, I4C, 64, 16, 0, true},
-                      AttentionCase{I4CR, I4CR, 64, 4, 0, true}, AttentionCase{I8, FP8, 20, 4, 0, true}));
+    ::testing::Values(
+        AttentionCase{F16, F16, 64}, AttentionCase{BF16, BF16, 64}, AttentionCase{F16, F16, 20},
+        AttentionCase{BF16, BF16, 8}, AttentionCase{FP8, FP8, 64}, AttentionCase{FP8R, FP8R, 64},
+        AttentionCase{I8, I8, 64}, AttentionCase{I8R, I8R, 64}, AttentionCase{I8, I4, 64},
+        AttentionCase{I8R, I4R, 64}, AttentionCase{I8R, I4, 64}, AttentionCase{I4, I4, 64},
+        AttentionCase{I4R, I4R, 64}, AttentionCase{I4, I4R, 64},
+        // portable paths (D % 8 != 0), int4 V groups of 16, larger heads and blocks
+        AttentionCase{I8, FP8, 20}, AttentionCase{FP8, I8, 12}, AttentionCase{I4, I4, 48},
+        AttentionCase{FP8R, I4R, 128, 16}, AttentionCase{I4R, I8R, 32, 5},
+        AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5},
+        // the KV sink: rotated and not, AVX2 and portable paths, int4c
+        AttentionCase{I4R, I4R, 64, 4, 0, true}, AttentionCase{I4C, I4C, 64, 16, 0, true},
+        AttentionCase{I4CR, I4CR, 64, 4, 0, true}, AttentionCase{I8, FP8, 20, 4, 0, true}));
 
 TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic) {
     KvGeometry g;
@@ -164,9 +172,11 @@ TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic
     for (uint32_t b = 0; b < g.sealed_blocks(pos0 + n); ++b) {
         for (uint32_t h = 0; h < 3; ++h) {
             fill_rows(rows, D, rng, true);
-            codec_encode_head(c.k, KvRole::K, rows.data(), 16, D, cache.sealed_data(kv.blocks[b]) + g.sealed_k_offset(0, h));
+            codec_encode_head(c.k, KvRole::K, rows.data(), 16, D,
+                              cache.sealed_data(kv.blocks[b]) + g.sealed_k_offset(0, h));
             fill_rows(rows, D, rng, false);
-            codec_encode_head(c.v, KvRole::V, rows.data(), 16, D, cache.sealed_data(kv.blocks[b]) + g.sealed_v_offset(0, h));
+            codec_encode_head(c.v, KvRole::V, rows.data(), 16, D,
+                              cache.sealed_data(kv.blocks[b]) + g.sealed_v_offset(0, h));
         }
     }
     const uint32_t ws = g.sealed_blocks(pos0) * 16, cap = pos0 - ws + n;
@@ -188,12 +198,14 @@ TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic
     // One query on more threads than K/V heads: the query heads of a group are split over
     // items, which must not change a bit either.
     ThreadPool five(5);
-    cpu::AttentionSpan last{&kv, wk.data(), wv.data(), ws, cap, pos0 + n - 1, 1,
-                            q.data() + (n - 1) * n_heads * D, b.data()};
+    cpu::AttentionSpan last{&kv,     wk.data(),    wv.data(), ws,
+                            cap,     pos0 + n - 1, 1,         q.data() + (n - 1) * n_heads * D,
+                            b.data()};
     cpu::paged_attention(cache, params, &last, 1, five, scratch);
     for (size_t i = 0; i < n_heads * D; ++i) ASSERT_EQ(a[(n - 1) * n_heads * D + i], b[i]) << i;
     // Specs that disagree with the cache's dtypes are an internal error.
-    EXPECT_ANY_THROW(cpu::paged_attention(cache, cpu::AttentionCodecs{I8, I8}, params, &span, 1, one, scratch));
+    EXPECT_ANY_THROW(
+        cpu::paged_attention(cache, cpu::AttentionCodecs{I8, I8}, params, &span, 1, one, scratch));
 }
 
 // ---- row kernels: AVX2 against portable, and against the decoded values ----------------------
@@ -205,7 +217,8 @@ struct KernelCase {
 
 class RowKernels : public ::testing::TestWithParam<KernelCase> {};
 
-using ByteKernel = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_t, uint32_t, float *const *);
+using ByteKernel = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_t, uint32_t,
+                            float *const *);
 
 struct KernelSet {
     ByteKernel dot_portable, axpy_portable;
@@ -214,8 +227,10 @@ struct KernelSet {
 #endif
 };
 
-template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t, float *const *)>
-void bytes_to_u16(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d, float *const *y) {
+template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t,
+                    float *const *)>
+void bytes_to_u16(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d,
+                  float *const *y) {
     F(nh, x, reinterpret_cast<const uint16_t *>(head), n, d, y);
 }
 
@@ -223,39 +238,49 @@ KernelSet kernels_for(llmkv_kv_dtype dtype) {
     namespace k = cpu::kernels;
     switch (dtype) {
         case LLMKV_KV_F16:
-            return {bytes_to_u16<k::dot_rows_f16_portable>, bytes_to_u16<k::axpy_rows_f16_portable>
+            return {
+                bytes_to_u16<k::dot_rows_f16_portable>, bytes_to_u16<k::axpy_rows_f16_portable>
 #if defined(__x86_64__)
                     , bytes_to_u16<k::dot_rows_f16_avx2>, bytes_to_u16<k::axpy_rows_f16_avx2>
 #endif
             };
         case LLMKV_KV_BF16:
-            return {bytes_to_u16<k::dot_rows_bf16_portable>, bytes_to_u16<k::axpy_rows_bf16_portable>
+            return {
+                bytes_to_u16<k::dot_rows_bf16_portable>, bytes_to_u16<k::axpy_rows_bf16_portable>
 #if defined(__x86_64__)
                     , bytes_to_u16<k::dot_rows_bf16_avx2>, bytes_to_u16<k::axpy_rows_bf16_avx2>
 #endif
             };
         case LLMKV_KV_FP8_E4M3:
-            return {k::dot_rows_fp8_portable, k::axpy_rows_fp8_portable
+            return {
+                k::dot_rows_fp8_portable, k::axpy_rows_fp8_portable
 #if defined(__x86_64__)
-                    , k::dot_rows_fp8_avx2, k::axpy_rows_fp8_avx2
+                    ,
+                    k::dot_rows_fp8_avx2, k::axpy_rows_fp8_avx2
 #endif
             };
         case LLMKV_KV_INT8:
-            return {k::dot_rows_i8_portable, k::axpy_rows_i8_portable
+            return {
+                k::dot_rows_i8_portable, k::axpy_rows_i8_portable
 #if defined(__x86_64__)
-                    , k::dot_rows_i8_avx2, k::axpy_rows_i8_avx2
+                    ,
+                    k::dot_rows_i8_avx2, k::axpy_rows_i8_avx2
 #endif
             };
         case LLMKV_KV_INT4_COMPACT:
-            return {k::dot_rows_i4ck_portable, k::axpy_rows_i4cv_portable
+            return {
+                k::dot_rows_i4ck_portable, k::axpy_rows_i4cv_portable
 #if defined(__x86_64__)
-                    , k::dot_rows_i4ck_avx2, k::axpy_rows_i4cv_avx2
+                    ,
+                    k::dot_rows_i4ck_avx2, k::axpy_rows_i4cv_avx2
 #endif
             };
         default:
-            return {k::dot_rows_i4k_portable, k::axpy_rows_i4v_portable
+            return {
+                k::dot_rows_i4k_portable, k::axpy_rows_i4v_portable
 #if defined(__x86_64__)
-                    , k::dot_rows_i4k_avx2, k::axpy_rows_i4v_avx2
+                    ,
+                    k::dot_rows_i4k_avx2, k::axpy_rows_i4v_avx2
 #endif
             };
     }
@@ -277,7 +302,8 @@ TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRowsForEveryHeadCount) {
     for (auto &x : w) x = std::fabs(dist(rng));
     for (auto &x : out0) x = dist(rng);
 
-    std::vector<uint8_t> k_head(codec_head_bytes(kc.dtype, KvRole::K, n, d)), v_head(codec_head_bytes(kc.dtype, KvRole::V, n, d));
+    std::vector<uint8_t> k_head(codec_head_bytes(kc.dtype, KvRole::K, n, d)),
+        v_head(codec_head_bytes(kc.dtype, KvRole::V, n, d));
     codec_encode_head(CodecSpec{kc.dtype, false}, KvRole::K, rows.data(), n, d, k_head.data());
     codec_encode_head(CodecSpec{kc.dtype, false}, KvRole::V, rows.data(), n, d, v_head.data());
     std::vector<float> kd(rows.size()), vd(rows.size());
@@ -303,7 +329,8 @@ TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRowsForEveryHeadCount) {
         }
     }
     // Runs a kernel pair for heads [h0, h0 + nh) into s / o (all kHeads slots).
-    auto run = [&](ByteKernel dot, ByteKernel axpy, uint32_t h0, uint32_t nh, std::vector<float> &s, std::vector<float> &o) {
+    auto run = [&](ByteKernel dot, ByteKernel axpy, uint32_t h0, uint32_t nh, std::vector<float> &s,
+                   std::vector<float> &o) {
         const float *qp[kHeads], *wp[kHeads];
         float *sp[kHeads], *op[kHeads];
         for (uint32_t h = 0; h < nh; ++h) {
@@ -315,28 +342,37 @@ TEST_P(RowKernels, PortableAndAvx2AgreeWithTheDecodedRowsForEveryHeadCount) {
         dot(nh, qp, k_head.data(), n, d, sp);
         axpy(nh, wp, v_head.data(), n, d, op);
     };
-    auto check = [&](ByteKernel dot, ByteKernel axpy, const char *which, std::vector<float> &s, std::vector<float> &o) {
+    auto check = [&](ByteKernel dot, ByteKernel axpy, const char *which, std::vector<float> &s,
+                     std::vector<float> &o) {
         s.assign(kHeads * n, NAN);
         o = out0;
         run(dot, axpy, 0, kHeads, s, o);
-        for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_NEAR(s[k], s_ref[k], 4e-6 * (1 + s_mag[k])) << which << " score " << k;
-        for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_NEAR(o[k], o_ref[k], 4e-6 * (1 + o_mag[k])) << which << " out " << k;
+        for (uint32_t k = 0; k < kHeads * n; ++k)
+            ASSERT_NEAR(s[k], s_ref[k], 4e-6 * (1 + s_mag[k])) << which << " score " << k;
+        for (uint32_t k = 0; k < kHeads * d; ++k)
+            ASSERT_NEAR(o[k], o_ref[k], 4e-6 * (1 + o_mag[k])) << which << " out " << k;
         for (uint32_t nh = 1; nh < kHeads; ++nh) {  // other batchings give the same bits
             std::vector<float> s2(kHeads * n, NAN), o2 = out0;
-            for (uint32_t h0 = 0; h0 < kHeads; h0 += nh) run(dot, axpy, h0, std::min(nh, kHeads - h0), s2, o2);
-            for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_EQ(s2[k], s[k]) << which << " nh " << nh << " score " << k;
-            for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_EQ(o2[k], o[k]) << which << " nh " << nh << " out " << k;
+            for (uint32_t h0 = 0; h0 < kHeads; h0 += nh)
+                run(dot, axpy, h0, std::min(nh, kHeads - h0), s2, o2);
+            for (uint32_t k = 0; k < kHeads * n; ++k)
+                ASSERT_EQ(s2[k], s[k]) << which << " nh " << nh << " score " << k;
+            for (uint32_t k = 0; k < kHeads * d; ++k)
+                ASSERT_EQ(o2[k], o[k]) << which << " nh " << nh << " out " << k;
         }
     };
     std::vector<float> s_portable, o_portable;
     const KernelSet ks = kernels_for(kc.dtype);
     check(ks.dot_portable, ks.axpy_portable, "portable", s_portable, o_portable);
 #if defined(__x86_64__)
-    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or LLMKV_CPU_FEATURES=portable): portable path only";
+    if (!cpu::cpu_has_avx2())
+        GTEST_SKIP() << "no AVX2 (or LLMKV_CPU_FEATURES=portable): portable path only";
     std::vector<float> s_avx2, o_avx2;
     check(ks.dot_avx2, ks.axpy_avx2, "avx2", s_avx2, o_avx2);
-    for (uint32_t k = 0; k < kHeads * n; ++k) ASSERT_NEAR(s_avx2[k], s_portable[k], 8e-6 * (1 + s_mag[k]));
-    for (uint32_t k = 0; k < kHeads * d; ++k) ASSERT_NEAR(o_avx2[k], o_portable[k], 8e-6 * (1 + o_mag[k]));
+    for (uint32_t k = 0; k < kHeads * n; ++k)
+        ASSERT_NEAR(s_avx2[k], s_portable[k], 8e-6 * (1 + s_mag[k]));
+    for (uint32_t k = 0; k < kHeads * d; ++k)
+        ASSERT_NEAR(o_avx2[k], o_portable[k], 8e-6 * (1 + o_mag[k]));
 #endif
 }
 
@@ -352,7 +388,9 @@ TEST(RowKernels, SoftmaxPathsAgree) {
         for (uint32_t i = 0; i < n; ++i) mx = std::max(mx, 0.5 * x[i]);
         for (uint32_t i = 0; i < n; ++i) sum += (ref[i] = std::exp(0.5 * x[i] - mx));
         // float rounding of scale * x - max (half an ulp of the argument) bounds the error
-        auto tol = [&](uint32_t i) { return (1e-6 + 1.2e-7 * std::fabs(0.5 * x[i] - mx)) * (ref[i] / sum) + 1e-30; };
+        auto tol = [&](uint32_t i) {
+            return (1e-6 + 1.2e-7 * std::fabs(0.5 * x[i] - mx)) * (ref[i] / sum) + 1e-30;
+        };
         auto a = x;
         cpu::kernels::softmax_portable(a.data(), n, 0.5f);
         for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], ref[i] / sum, tol(i)) << n << " " << i;
@@ -374,15 +412,18 @@ INSTANTIATE_TEST_SUITE_P(
                       KernelCase{LLMKV_KV_INT4, 16, 48}, KernelCase{LLMKV_KV_INT4, 9, 16},
                       KernelCase{LLMKV_KV_INT4, 16, 96}, KernelCase{LLMKV_KV_INT4, 16, 512},
                       KernelCase{LLMKV_KV_INT4, 32, 128}, KernelCase{LLMKV_KV_INT4_COMPACT, 16, 64},
-                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 48}, KernelCase{LLMKV_KV_INT4_COMPACT, 9, 16},
-                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 96}, KernelCase{LLMKV_KV_INT4_COMPACT, 16, 512},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 48},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 9, 16},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 96},
+                      KernelCase{LLMKV_KV_INT4_COMPACT, 16, 512},
                       KernelCase{LLMKV_KV_INT4_COMPACT, 32, 128}));
 
 TEST(RowKernels, HeadScoresRejectUnsupportedShapes) {
     std::vector<uint8_t> head(1024);
     std::vector<float> q(24), s(16);
     EXPECT_ANY_THROW(cpu::head_scores(LLMKV_KV_INT4, q.data(), head.data(), 16, 24, s.data()));
-    EXPECT_ANY_THROW(cpu::head_accumulate(llmkv_kv_dtype(6), s.data(), head.data(), 16, 24, q.data()));
+    EXPECT_ANY_THROW(
+        cpu::head_accumulate(llmkv_kv_dtype(6), s.data(), head.data(), 16, 24, q.data()));
 }
 
 TEST(KvCodec, F16RoundTripIsExactAndBf16KeepsEightBitsOfMantissa) {
@@ -407,9 +448,9 @@ TEST(Half, Fp16ConversionRoundsToNearestEvenIncludingSubnormals) {
     EXPECT_EQ(fp32_to_fp16(1.0f), 0x3C00);
     EXPECT_EQ(fp32_to_fp16(-2.0f), 0xC000);
     EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);
-    EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);             // rounds up to infinity
-    EXPECT_EQ(fp32_to_fp16(5.9604645e-08f), 0x0001);       // smallest subnormal
-    EXPECT_EQ(fp32_to_fp16(2.9802322e-08f), 0x0000);       // half of it: ties to even (0)
+    EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);               // rounds up to infinity
+    EXPECT_EQ(fp32_to_fp16(5.9604645e-08f), 0x0001);         // smallest subnormal
+    EXPECT_EQ(fp32_to_fp16(2.9802322e-08f), 0x0000);         // half of it: ties to even (0)
     EXPECT_EQ(fp32_to_fp16(1.0f + 1.0f / 2048.0f), 0x3C00);  // tie between 1 and 1+2^-10: even
     EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16(NAN))));
     for (uint32_t h = 0; h < 0x7C00; ++h) {  // every finite positive half round-trips

@@ -39,39 +39,65 @@ public:
         rec("begin_batch");
         in_.begin_batch(spans, shape);
     }
-    void embed(const WeightMatrix &t, Tensor out) override { rec("embed");
-        in_.embed(t, out); }
+    void embed(const WeightMatrix &t, Tensor out) override {
+        rec("embed");
+        in_.embed(t, out);
+    }
     void rms_norm(Tensor x, const float *w, float eps, Tensor out) override {
         rec("rms_norm");
         in_.rms_norm(x, w, eps, out);
     }
-    void matmul(const WeightMatrix &w, Tensor x, Tensor y) override { rec("matmul");
-        in_.matmul(w, x, y); }
-    void rope(Tensor x, uint32_t h, uint32_t d, const RopeParams &r) override { rec("rope");
-        in_.rope(x, h, d, r); }
-    void write_kv(uint32_t l, Tensor k, Tensor v) override { rec("write_kv");
-        in_.write_kv(l, k, v); }
+    void matmul(const WeightMatrix &w, Tensor x, Tensor y) override {
+        rec("matmul");
+        in_.matmul(w, x, y);
+    }
+    void rope(Tensor x, uint32_t h, uint32_t d, const RopeParams &r) override {
+        rec("rope");
+        in_.rope(x, h, d, r);
+    }
+    void write_kv(uint32_t l, Tensor k, Tensor v) override {
+        rec("write_kv");
+        in_.write_kv(l, k, v);
+    }
     void attention(uint32_t l, Tensor q, uint32_t h, float s, uint32_t w, Tensor out) override {
         rec("attention");
         in_.attention(l, q, h, s, w, out);
     }
-    void add(Tensor x, Tensor y) override { rec("add");
-        in_.add(x, y); }
-    void add_bias(Tensor x, const float *b) override { rec("add_bias");
-        in_.add_bias(x, b); }
-    void scale(Tensor x, float s) override { rec("scale");
-        in_.scale(x, s); }
-    void swiglu(Tensor g, Tensor u) override { rec("swiglu");
-        in_.swiglu(g, u); }
-    void geglu(Tensor g, Tensor u) override { rec("geglu");
-        in_.geglu(g, u); }
-    void gather_logit_rows(Tensor x, Tensor out) override { rec("gather_logit_rows");
-        in_.gather_logit_rows(x, out); }
-    void logits(const WeightMatrix &w, Tensor x, float *host) override { rec("logits");
-        in_.logits(w, x, host); }
-    void end_batch() override { rec("end_batch");
-        in_.end_batch(); }
-    std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override { return in_.make_transfer_queue(async); }
+    void add(Tensor x, Tensor y) override {
+        rec("add");
+        in_.add(x, y);
+    }
+    void add_bias(Tensor x, const float *b) override {
+        rec("add_bias");
+        in_.add_bias(x, b);
+    }
+    void scale(Tensor x, float s) override {
+        rec("scale");
+        in_.scale(x, s);
+    }
+    void swiglu(Tensor g, Tensor u) override {
+        rec("swiglu");
+        in_.swiglu(g, u);
+    }
+    void geglu(Tensor g, Tensor u) override {
+        rec("geglu");
+        in_.geglu(g, u);
+    }
+    void gather_logit_rows(Tensor x, Tensor out) override {
+        rec("gather_logit_rows");
+        in_.gather_logit_rows(x, out);
+    }
+    void logits(const WeightMatrix &w, Tensor x, float *host) override {
+        rec("logits");
+        in_.logits(w, x, host);
+    }
+    void end_batch() override {
+        rec("end_batch");
+        in_.end_batch();
+    }
+    std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override {
+        return in_.make_transfer_queue(async);
+    }
     HostAllocator host_allocator() override { return in_.host_allocator(); }
     void copy_tail(int64_t from, int64_t to) override { in_.copy_tail(from, to); }
     bool reads_host_blocks() const override { return in_.reads_host_blocks(); }
@@ -138,22 +164,26 @@ TEST(BackendSeam, AForwardPassRunsTheDocumentedOpsOnAnyBackendWithIdenticalResul
 
         std::vector<std::string> want = {"begin_batch", "embed"};
         for (uint32_t l = 0; l < L; ++l) {
-            for (const char *op : {"rms_norm", "matmul", "matmul", "matmul", "rope", "rope", "write_kv", "attention",
-                                   "matmul", "add", "rms_norm", "matmul", "matmul", "swiglu", "matmul", "add"}) {
+            for (const char *op :
+                 {"rms_norm", "matmul", "matmul", "matmul", "rope", "rope", "write_kv", "attention",
+                  "matmul", "add", "rms_norm", "matmul", "matmul", "swiglu", "matmul", "add"}) {
                 want.emplace_back(op);
             }
         }
-        for (const char *op : {"gather_logit_rows", "rms_norm", "logits", "end_batch"}) want.emplace_back(op);
+        for (const char *op : {"gather_logit_rows", "rms_norm", "logits", "end_batch"})
+            want.emplace_back(op);
         EXPECT_EQ(recording.ops, want);
     }
     // The KV bytes are the same too: every sealed block and the tail.
     ASSERT_EQ(kv_a.blocks.size(), 2u);
     for (size_t i = 0; i < kv_a.blocks.size(); ++i) {
-        EXPECT_EQ(std::memcmp(direct_cache.sealed_data(kv_a.blocks[i]), wrapped_cache.sealed_data(kv_b.blocks[i]),
-                              s.g.sealed_block_bytes()),
+        EXPECT_EQ(std::memcmp(direct_cache.sealed_data(kv_a.blocks[i]),
+                              wrapped_cache.sealed_data(kv_b.blocks[i]), s.g.sealed_block_bytes()),
                   0);
     }
-    EXPECT_EQ(std::memcmp(direct_cache.tail_data(kv_a.tail), wrapped_cache.tail_data(kv_b.tail), s.g.tail_block_bytes()), 0);
+    EXPECT_EQ(std::memcmp(direct_cache.tail_data(kv_a.tail), wrapped_cache.tail_data(kv_b.tail),
+                          s.g.tail_block_bytes()),
+              0);
 }
 
 TEST(BackendSeam, ABatchThatFailsValidationNeverReachesTheBackend) {

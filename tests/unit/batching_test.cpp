@@ -51,7 +51,8 @@ protected:
         delete path_;
     }
 
-    static llmkv_engine *make_engine(uint64_t kv_blocks, uint32_t max_batch_tokens = 256, uint32_t flags = 0) {
+    static llmkv_engine *make_engine(uint64_t kv_blocks, uint32_t max_batch_tokens = 256,
+                                     uint32_t flags = 0) {
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path_->c_str();
@@ -66,7 +67,6 @@ protected:
         return e;
     }
 
-
     // Mixed workload: prompt lengths 10..1500 (log-uniform, both ends included), outputs
     // 16..256, half greedy and half seeded sampling.
     static std::vector<Request> mixed_workload(size_t n, uint32_t seed) {
@@ -74,9 +74,10 @@ protected:
         std::vector<Request> out;
         for (size_t i = 0; i < n; ++i) {
             Request r;
-            size_t len = i == 0 ? 1500 : i == 1 ? 10
-                                               : size_t(std::exp(std::uniform_real_distribution<double>(
-                                                     std::log(10.0), std::log(1500.0))(rng)));
+            size_t len = i == 0   ? 1500
+                         : i == 1 ? 10
+                                  : size_t(std::exp(std::uniform_real_distribution<double>(
+                                        std::log(10.0), std::log(1500.0))(rng)));
             r.prompt = byte_tokens(len, seed * 1000 + uint32_t(i));
             r.max_new = i == 0 ? 256 : i == 1 ? 16 : 16 + rng() % 241;
             r.temperature = i % 2 ? 0.8f : 0.0f;
@@ -96,11 +97,11 @@ protected:
         sp.priority = r.priority;
         llmkv_session *s = nullptr;
         EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK) << llmkv_last_error();
-        EXPECT_EQ(llmkv_session_append(s, r.prompt.data(), r.prompt.size()), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(llmkv_session_append(s, r.prompt.data(), r.prompt.size()), LLMKV_OK)
+            << llmkv_last_error();
         EXPECT_EQ(llmkv_session_generate(s, r.max_new), LLMKV_OK) << llmkv_last_error();
         return s;
     }
-
 
     // Each request alone on a fresh engine with room for everything.
     static std::vector<std::vector<int32_t>> solo_runs(const std::vector<Request> &reqs) {
@@ -136,15 +137,19 @@ protected:
             EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
             for (size_t i = 0; i < n; ++i) {
                 auto it = std::find(sessions.begin(), sessions.end(), ev[i].session);
-                if (ev[i].kind == LLMKV_EVENT_DONE) res.finish_order.push_back(uint32_t(it - sessions.begin()));
+                if (ev[i].kind == LLMKV_EVENT_DONE)
+                    res.finish_order.push_back(uint32_t(it - sessions.begin()));
                 if (ev[i].kind == LLMKV_EVENT_ERROR) ++res.errors;
             }
             llmkv_stats st = stats(e);
             if (st.blocks_used > 0) {
-                double slots = double(st.blocks_used) * kBlockTokens + double(st.tail_blocks_used) * kBlockTokens;
-                res.min_utilization = std::min(res.min_utilization, double(st.tokens_stored) / slots);
+                double slots = double(st.blocks_used) * kBlockTokens +
+                               double(st.tail_blocks_used) * kBlockTokens;
+                res.min_utilization =
+                    std::min(res.min_utilization, double(st.tokens_stored) / slots);
             }
-            if (n == 0 && st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0) break;
+            if (n == 0 && st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0)
+                break;
         }
         for (llmkv_session *s : sessions) res.tokens.push_back(tokens_of(s));
         res.preemptions = stats(e).preemptions;
@@ -154,7 +159,8 @@ protected:
 
     static uint32_t blocks_for(const std::vector<Request> &reqs) {
         uint32_t total = 0;
-        for (const Request &r : reqs) total += uint32_t((r.prompt.size() + r.max_new) / kBlockTokens);
+        for (const Request &r : reqs)
+            total += uint32_t((r.prompt.size() + r.max_new) / kBlockTokens);
         return total;
     }
 
@@ -174,8 +180,9 @@ TEST_F(EngineBatchingTest, SixtyFourMixedSessionsEqualTheirSoloRunsBitwise) {
     EXPECT_EQ(res.errors, 0u);
     EXPECT_EQ(res.preemptions, 0u) << "the pool holds the whole workload";
     for (size_t i = 0; i < reqs.size(); ++i) {
-        EXPECT_EQ(res.tokens[i], solo[i]) << "session " << i << " (prompt " << reqs[i].prompt.size() << ", "
-                                          << (reqs[i].temperature > 0 ? "seeded" : "greedy") << ")";
+        EXPECT_EQ(res.tokens[i], solo[i])
+            << "session " << i << " (prompt " << reqs[i].prompt.size() << ", "
+            << (reqs[i].temperature > 0 ? "seeded" : "greedy") << ")";
     }
     // Sessions hold sealed blocks only for full blocks: at most one partial tail slot each.
     EXPECT_GT(res.min_utilization, 0.5);
@@ -194,7 +201,8 @@ TEST_F(EngineBatchingTest, PoolThatFitsAQuarterOfTheWorkloadCompletesItWithTheSa
     for (uint32_t flags : {0u, uint32_t(LLMKV_ENGINE_PREFIX_CACHE)}) {
         llmkv_engine *e = make_engine(quarter, 256, flags);
         BatchResult res = batch_run(e, reqs);
-        EXPECT_EQ(res.finish_order.size(), reqs.size()) << "every session finishes (flags " << flags << ")";
+        EXPECT_EQ(res.finish_order.size(), reqs.size())
+            << "every session finishes (flags " << flags << ")";
         EXPECT_EQ(res.errors, 0u);
         EXPECT_GT(res.preemptions, 0u) << "a quarter-size pool must preempt";
         for (size_t i = 0; i < reqs.size(); ++i) {
@@ -265,9 +273,13 @@ TEST_F(EngineBatchingTest, RequestThatCanNeverFitFailsAndTheQueueBehindItMoves) 
     std::vector<llmkv_session *> s;
     for (const Request &r : reqs) s.push_back(start(e, r));
     std::vector<llmkv_event> events;
-    ASSERT_EQ(llmkv_run(e, [](const llmkv_event *ev, void *u) {
-                  static_cast<std::vector<llmkv_event> *>(u)->push_back(*ev);
-              }, &events), LLMKV_OK);
+    ASSERT_EQ(llmkv_run(
+                  e,
+                  [](const llmkv_event *ev, void *u) {
+                      static_cast<std::vector<llmkv_event> *>(u)->push_back(*ev);
+                  },
+                  &events),
+              LLMKV_OK);
     uint32_t errors = 0, dones = 0;
     for (const llmkv_event &ev : events) {
         if (ev.kind == LLMKV_EVENT_ERROR) {
@@ -322,7 +334,8 @@ TEST_F(EngineBatchingTest, IdleSessionGivesUpItsKvUnderPressureAndContinuesIdent
     si.struct_size = sizeof(si);
     ASSERT_EQ(llmkv_session_get_info(s, &si), LLMKV_OK);
     EXPECT_EQ(si.n_cached, 0u) << "the idle session's KV went to the other session";
-    EXPECT_EQ(si.state, uint32_t(LLMKV_SESSION_FINISHED)) << "an idle session whose KV was dropped stays idle";
+    EXPECT_EQ(si.state, uint32_t(LLMKV_SESSION_FINISHED))
+        << "an idle session whose KV was dropped stays idle";
     llmkv_session_destroy(o);
     ASSERT_EQ(llmkv_session_append(s, turn2.data(), turn2.size()), LLMKV_OK);
     ASSERT_EQ(llmkv_session_generate(s, 30), LLMKV_OK);
@@ -359,7 +372,8 @@ TEST_F(EngineBatchingTest, DestroyAndCancelMidBatchReturnBlocksAtOnceAndLeaveOth
     for (size_t i = 2; i < reqs.size(); ++i) EXPECT_EQ(tokens_of(s[i]), solo[i]) << "session " << i;
     std::vector<int32_t> cancelled = tokens_of(s[1]);
     ASSERT_LE(cancelled.size(), solo[1].size());
-    EXPECT_TRUE(std::equal(cancelled.begin(), cancelled.end(), solo[1].begin())) << "cancel keeps a prefix of the solo run";
+    EXPECT_TRUE(std::equal(cancelled.begin(), cancelled.end(), solo[1].begin()))
+        << "cancel keeps a prefix of the solo run";
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     for (auto *x : s) {
         if (x) llmkv_session_destroy(x);

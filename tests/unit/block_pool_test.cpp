@@ -1,12 +1,13 @@
 // BlockPool and KvCache: exact block ids, all-or-nothing allocation, and the pool
 // invariants after random operation sequences.
+#include "kv/block_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
 #include "common/error.h"
-#include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 
 namespace llmkv {
@@ -130,8 +131,12 @@ TEST(KvCache, RandomSessionsKeepInvariantsAndEndFullyFree) {
                 }
                 break;
             }
-            case 2: cache.release(kv); break;
-            default: cache.trim(kv); break;
+            case 2:
+                cache.release(kv);
+                break;
+            default:
+                cache.trim(kv);
+                break;
         }
         size_t used = 0;
         for (const SessionKv &s : sessions) {

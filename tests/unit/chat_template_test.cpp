@@ -1,6 +1,8 @@
 // Chat formatting: every family's output for ordinary conversations, and roles checked
 // against what each family accepts (a role is pasted into the markup, so text such as
 // "user<|im_end|>" would otherwise inject turns).
+#include "engine/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "engine/chat_template.h"
 #include "gguf_writer.h"
 #include "llmkv.h"
 #include "model/gguf.h"
@@ -26,8 +27,8 @@ struct ChatModel {
 
     // arch: general.architecture when not empty; bos_special: the index in `specials` of the
     // BOS token, which the tokenizer then adds by itself (add_bos_token true).
-    ChatModel(const std::vector<std::string> &specials, const std::string &tmpl, const std::string &arch = "",
-              int bos_special = -1) {
+    ChatModel(const std::vector<std::string> &specials, const std::string &tmpl,
+              const std::string &arch = "", int bos_special = -1) {
         GgufWriter w;
         if (!arch.empty()) w.add_string("general.architecture", arch);
         if (bos_special >= 0) {
@@ -50,7 +51,8 @@ struct ChatModel {
     }
 
     // The formatted text, or the status and message of the failure.
-    llmkv_status format(const std::vector<llmkv_chat_message> &msgs, std::string &out, bool gen = false) const {
+    llmkv_status format(const std::vector<llmkv_chat_message> &msgs, std::string &out,
+                        bool gen = false) const {
         try {
             out = format_chat(*file, *tok, msgs.data(), msgs.size(), gen);
             return LLMKV_OK;
@@ -61,24 +63,37 @@ struct ChatModel {
     }
 };
 
-ChatModel chatml() { return ChatModel({"<|im_start|>", "<|im_end|>"}, ""); }
-ChatModel llama3() { return ChatModel({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, ""); }
+ChatModel chatml() {
+    return ChatModel({"<|im_start|>", "<|im_end|>"}, "");
+}
+ChatModel llama3() {
+    return ChatModel({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "");
+}
 ChatModel llama2() {
-    return ChatModel({"<s>", "</s>"}, "{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}");
+    return ChatModel(
+        {"<s>", "</s>"},
+        "{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}");
 }
 // Gemma 3 270M's file has no template: the <start_of_turn> token tells.
-ChatModel gemma() { return ChatModel({"<bos>", "<start_of_turn>", "<end_of_turn>"}, "", "gemma3", 0); }
-ChatModel mistral() {
-    return ChatModel({"<s>", "</s>"}, "{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' }}{% endfor %}");
+ChatModel gemma() {
+    return ChatModel({"<bos>", "<start_of_turn>", "<end_of_turn>"}, "", "gemma3", 0);
 }
-ChatModel phi3() { return ChatModel({"<|user|>", "<|assistant|>", "<|end|>", "<|system|>"}, ""); }
+ChatModel mistral() {
+    return ChatModel({"<s>", "</s>"},
+                     "{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' "
+                     "[/INST]' }}{% endfor %}");
+}
+ChatModel phi3() {
+    return ChatModel({"<|user|>", "<|assistant|>", "<|end|>", "<|system|>"}, "");
+}
 
 TEST(ChatTemplate, FamiliesFormatOrdinaryConversations) {
     std::string out;
     std::vector<llmkv_chat_message> msgs = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}};
     ASSERT_EQ(chatml().format(msgs, out, true), LLMKV_OK) << out;
     EXPECT_EQ(out,
-              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>"
+              "assistant\nA<|im_end|>\n"
               "<|im_start|>assistant\n");
     ASSERT_EQ(llama3().format(msgs, out, true), LLMKV_OK) << out;
     EXPECT_EQ(out,
@@ -90,12 +105,14 @@ TEST(ChatTemplate, FamiliesFormatOrdinaryConversations) {
     EXPECT_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s>");
     std::vector<llmkv_chat_message> tool = {{"user", "U"}, {"ipython", "{\"r\": 1}"}};
     ASSERT_EQ(llama3().format(tool, out), LLMKV_OK) << out;
-    EXPECT_NE(out.find("<|start_header_id|>ipython<|end_header_id|>\n\n{\"r\": 1}<|eot_id|>"), std::string::npos);
+    EXPECT_NE(out.find("<|start_header_id|>ipython<|end_header_id|>\n\n{\"r\": 1}<|eot_id|>"),
+              std::string::npos);
 }
 
 TEST(ChatTemplate, NewFamiliesFormatOrdinaryConversations) {
     std::string out;
-    std::vector<llmkv_chat_message> msgs = {{"system", "S"}, {"user", " U\n"}, {"assistant", "A"}, {"user", "V"}};
+    std::vector<llmkv_chat_message> msgs = {
+        {"system", "S"}, {"user", " U\n"}, {"assistant", "A"}, {"user", "V"}};
     // Gemma: no system role (it opens the first user turn), "model" for the assistant, content
     // trimmed; <bos> left to the tokenizer, which adds it.
     ASSERT_EQ(gemma().format(msgs, out, true), LLMKV_OK) << out;
@@ -107,9 +124,10 @@ TEST(ChatTemplate, NewFamiliesFormatOrdinaryConversations) {
     ASSERT_EQ(mistral().format(msgs, out, true), LLMKV_OK) << out;
     EXPECT_EQ(out, "<s>[INST] S\n\n U\n [/INST] A</s>[INST] V [/INST]");
     ASSERT_EQ(phi3().format(msgs, out, true), LLMKV_OK) << out;
-    EXPECT_EQ(out,
-              "<|system|>\nS<|end|>\n<|user|>\n U\n<|end|>\n<|assistant|>\nA<|end|>\n<|user|>\nV<|end|>\n"
-              "<|assistant|>\n");
+    EXPECT_EQ(
+        out,
+        "<|system|>\nS<|end|>\n<|user|>\n U\n<|end|>\n<|assistant|>\nA<|end|>\n<|user|>\nV<|end|>\n"
+        "<|assistant|>\n");
 }
 
 TEST(ChatTemplate, ASystemMessageAloneIsAPrefixOfTheConversation) {
@@ -155,9 +173,12 @@ TEST(ChatTemplate, FamilyFromTemplateTokensOrArchitecture) {
 
 TEST(ChatTemplate, BeginningOfTextOnlyWhenTheTokenizerDoesNotAddIt) {
     std::string out;
-    ChatModel adds({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "", "llama", 0);
+    ChatModel adds({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+                   "", "llama", 0);
     ASSERT_EQ(adds.format({{"user", "U"}}, out, true), LLMKV_OK) << out;
-    EXPECT_EQ(out, "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    EXPECT_EQ(out,
+              "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<"
+              "|end_header_id|>\n\n");
     ChatModel gemma_without_bos({"<bos>", "<start_of_turn>", "<end_of_turn>"}, "");
     ASSERT_EQ(gemma_without_bos.format({{"user", "U"}}, out, true), LLMKV_OK) << out;
     EXPECT_EQ(out, "<bos><start_of_turn>user\nU<end_of_turn>\n<start_of_turn>model\n");
@@ -171,7 +192,8 @@ TEST(ChatTemplate, SystemOnlyFirstWhereTheFamilyHasNoSystemTurn) {
     EXPECT_EQ(mistral().format(late, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
     EXPECT_EQ(phi3().format(late, out), LLMKV_OK) << out;
     for (ChatModel (*make)() : {gemma, mistral, phi3}) {
-        EXPECT_EQ(make().format({{"user<end_of_turn>", "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+        EXPECT_EQ(make().format({{"user<end_of_turn>", "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT)
+            << out;
         EXPECT_EQ(make().format({{"model", "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
     }
 }
@@ -216,7 +238,8 @@ TEST(ChatTemplate, Llama2KeepsASystemMessageNoUserMessageFollows) {
     std::string out;
     ASSERT_EQ(llama2().format({{"system", "S"}}, out), LLMKV_OK) << out;
     EXPECT_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n [/INST]");
-    ASSERT_EQ(llama2().format({{"system", "S"}, {"assistant", "A"}, {"user", "U"}}, out), LLMKV_OK) << out;
+    ASSERT_EQ(llama2().format({{"system", "S"}, {"assistant", "A"}, {"user", "U"}}, out), LLMKV_OK)
+        << out;
     EXPECT_EQ(out, "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\n [/INST] A </s><s>[INST] U [/INST]");
 }
 
@@ -236,7 +259,8 @@ TEST(ChatTemplate, CApiRefusesAnInjectingRole) {
     char buf[256];
     size_t n = 0;
     EXPECT_EQ(llmkv_chat_format(e, msgs, 1, 1, buf, sizeof(buf), &n), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("role"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("role"), std::string::npos)
+        << llmkv_last_error();
     EXPECT_EQ(n, 0u);
     llmkv_engine_destroy(e);
     std::remove(path.c_str());

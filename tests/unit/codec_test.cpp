@@ -1,6 +1,8 @@
 // KV codecs: fp8 / int8 / int4 round trips within their analytic error bounds (outliers,
 // zero rows, tiny / huge / non-finite inputs), Hadamard rotation, fp8 conversion, support
 // checks, layout sizes, and the rotate-or-not error measurements on K-like data.
+#include "kv/codec.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "backend/cpu/attention.h"
 #include "common/half.h"
-#include "kv/codec.h"
 #include "kv/hadamard.h"
 
 namespace llmkv {
@@ -24,13 +25,20 @@ enum class Data { Normal, OutlierChannels, OutlierToken, ZeroRows, Tiny, Huge, N
 
 const char *data_name(Data d) {
     switch (d) {
-        case Data::Normal: return "normal";
-        case Data::OutlierChannels: return "outlier-channels";
-        case Data::OutlierToken: return "outlier-token";
-        case Data::ZeroRows: return "zero-rows";
-        case Data::Tiny: return "tiny";
-        case Data::Huge: return "huge";
-        case Data::NonFinite: return "non-finite";
+        case Data::Normal:
+            return "normal";
+        case Data::OutlierChannels:
+            return "outlier-channels";
+        case Data::OutlierToken:
+            return "outlier-token";
+        case Data::ZeroRows:
+            return "zero-rows";
+        case Data::Tiny:
+            return "tiny";
+        case Data::Huge:
+            return "huge";
+        case Data::NonFinite:
+            return "non-finite";
     }
     return "?";
 }
@@ -54,24 +62,32 @@ std::vector<uint16_t> make_rows(Data kind, uint32_t B, uint32_t D, uint32_t seed
                 case Data::ZeroRows:
                     if (t % 3 == 0) x = 0.0f;
                     break;
-                case Data::Tiny: x *= 1e-6f; break;  // fp16 subnormals
-                case Data::Huge: x = std::clamp(x * 30000.0f, -65504.0f, 65504.0f); break;
-                default: break;
+                case Data::Tiny:
+                    x *= 1e-6f;
+                    break;  // fp16 subnormals
+                case Data::Huge:
+                    x = std::clamp(x * 30000.0f, -65504.0f, 65504.0f);
+                    break;
+                default:
+                    break;
             }
             rows[size_t(t) * D + d] = fp32_to_fp16(x);
         }
     }
     if (kind == Data::NonFinite) {
-        rows[1] = 0x7C00;                 // +inf
-        rows[D + 2] = 0xFC00;             // -inf
+        rows[1] = 0x7C00;                  // +inf
+        rows[D + 2] = 0xFC00;              // -inf
         rows[2 * size_t(D) + 3] = 0x7E00;  // nan
     }
     return rows;
 }
 
 // Source values as the codec sees them: f32, rotated when asked, sanitized.
-std::vector<float> prepared(const std::vector<uint16_t> &rows, uint32_t B, uint32_t D, bool rotate) {
-    auto sanitize = [](float v) { return std::isnan(v) ? 0.0f : std::clamp(v, -65504.0f, 65504.0f); };
+std::vector<float> prepared(const std::vector<uint16_t> &rows, uint32_t B, uint32_t D,
+                            bool rotate) {
+    auto sanitize = [](float v) {
+        return std::isnan(v) ? 0.0f : std::clamp(v, -65504.0f, 65504.0f);
+    };
     std::vector<float> x(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) x[i] = sanitize(fp16_to_fp32(rows[i]));
     if (rotate) {
@@ -81,7 +97,9 @@ std::vector<float> prepared(const std::vector<uint16_t> &rows, uint32_t B, uint3
     return x;
 }
 
-float fp16_at(const std::vector<uint8_t> &enc, size_t offset) { return load_fp16(enc.data() + offset); }
+float fp16_at(const std::vector<uint8_t> &enc, size_t offset) {
+    return load_fp16(enc.data() + offset);
+}
 
 // Per-element error bounds of an encoded head in its stored domain, and checks on the
 // stored scales against their analytic values.
@@ -97,7 +115,8 @@ std::vector<float> error_bounds(llmkv_kv_dtype dtype, KvRole role, const std::ve
             const float s = fp16_at(enc, size_t(B) * D + size_t(t) * 2);
             // scale = amax / qmax rounded up to fp16 (2^-24 is the smallest fp16 step)
             EXPECT_GE(s * qmax, amax * (1.0f - 1e-6f)) << "token " << t;
-            EXPECT_LE(s, std::max(amax / qmax * (1.0f + 1.0f / 1024.0f), 5.97e-8f)) << "token " << t;
+            EXPECT_LE(s, std::max(amax / qmax * (1.0f + 1.0f / 1024.0f), 5.97e-8f))
+                << "token " << t;
             if (amax == 0.0f) {
                 EXPECT_EQ(s, 0.0f);
             }
@@ -176,8 +195,9 @@ TEST_P(CodecRoundTrip, ErrorIsWithinTheAnalyticBound) {
         ASSERT_TRUE(codec_supported(spec, c.role, c.B, c.D));
         for (Data kind : {Data::Normal, Data::OutlierChannels, Data::OutlierToken, Data::ZeroRows,
                           Data::Tiny, Data::Huge, Data::NonFinite}) {
-            SCOPED_TRACE(testing::Message() << codec_name(c.dtype) << (c.role == KvRole::K ? " K" : " V")
-                                            << " D " << c.D << " rotate " << rotate << " " << data_name(kind));
+            SCOPED_TRACE(testing::Message()
+                         << codec_name(c.dtype) << (c.role == KvRole::K ? " K" : " V") << " D "
+                         << c.D << " rotate " << rotate << " " << data_name(kind));
             const auto rows = make_rows(kind, c.B, c.D, 100 + uint32_t(kind));
             std::vector<uint8_t> enc(codec_head_bytes(c.dtype, c.role, c.B, c.D), 0xAB);
             codec_encode_head(spec, c.role, rows.data(), c.B, c.D, enc.data());
@@ -186,10 +206,12 @@ TEST_P(CodecRoundTrip, ErrorIsWithinTheAnalyticBound) {
             const auto x = prepared(rows, c.B, c.D, rotate);
             const auto bound = error_bounds(c.dtype, c.role, enc, x, c.B, c.D);
             std::vector<float> stored(x.size()), dec(x.size());
-            codec_decode_head(CodecSpec{c.dtype, false}, c.role, enc.data(), c.B, c.D, stored.data());
+            codec_decode_head(CodecSpec{c.dtype, false}, c.role, enc.data(), c.B, c.D,
+                              stored.data());
             for (size_t i = 0; i < x.size(); ++i) {
                 ASSERT_TRUE(std::isfinite(stored[i])) << i;
-                ASSERT_LE(std::fabs(stored[i] - x[i]), bound[i]) << "element " << i << " x " << x[i];
+                ASSERT_LE(std::fabs(stored[i] - x[i]), bound[i])
+                    << "element " << i << " x " << x[i];
             }
             // Decoding with the spec undoes the rotation; H is orthogonal, so each row's error
             // has the same L2 norm as in the stored domain.
@@ -205,7 +227,8 @@ TEST_P(CodecRoundTrip, ErrorIsWithinTheAnalyticBound) {
                     norm2 += double(x0[i]) * x0[i];
                 }
                 if (!rotate || kind != Data::Huge) {  // huge rotated rows are clamped to fp16 range
-                    ASSERT_LE(std::sqrt(err2), std::sqrt(bound2) * 1.0001 + 1e-6 * std::sqrt(norm2)) << "token " << t;
+                    ASSERT_LE(std::sqrt(err2), std::sqrt(bound2) * 1.0001 + 1e-6 * std::sqrt(norm2))
+                        << "token " << t;
                 }
             }
             if (kind == Data::ZeroRows && c.dtype != LLMKV_KV_INT4) {
@@ -217,21 +240,25 @@ TEST_P(CodecRoundTrip, ErrorIsWithinTheAnalyticBound) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Codecs, CodecRoundTrip,
-    ::testing::Values(RoundTripCase{LLMKV_KV_INT8, KvRole::K, 16, 64}, RoundTripCase{LLMKV_KV_INT8, KvRole::V, 16, 128},
-                      RoundTripCase{LLMKV_KV_INT8, KvRole::K, 5, 20},
-                      RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::K, 16, 64},
-                      RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::V, 16, 32},
-                      RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::V, 3, 12},
-                      RoundTripCase{LLMKV_KV_INT4, KvRole::K, 16, 64}, RoundTripCase{LLMKV_KV_INT4, KvRole::V, 16, 64},
-                      RoundTripCase{LLMKV_KV_INT4, KvRole::K, 7, 48}, RoundTripCase{LLMKV_KV_INT4, KvRole::V, 8, 48},
-                      RoundTripCase{LLMKV_KV_INT4, KvRole::K, 32, 128}, RoundTripCase{LLMKV_KV_INT4, KvRole::V, 16, 16}));
+INSTANTIATE_TEST_SUITE_P(Codecs, CodecRoundTrip,
+                         ::testing::Values(RoundTripCase{LLMKV_KV_INT8, KvRole::K, 16, 64},
+                                           RoundTripCase{LLMKV_KV_INT8, KvRole::V, 16, 128},
+                                           RoundTripCase{LLMKV_KV_INT8, KvRole::K, 5, 20},
+                                           RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::K, 16, 64},
+                                           RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::V, 16, 32},
+                                           RoundTripCase{LLMKV_KV_FP8_E4M3, KvRole::V, 3, 12},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::K, 16, 64},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::V, 16, 64},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::K, 7, 48},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::V, 8, 48},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::K, 32, 128},
+                                           RoundTripCase{LLMKV_KV_INT4, KvRole::V, 16, 16}));
 
 TEST(KvCodec, AllZeroBlocksDecodeToExactZeroInEveryCodec) {
     const uint32_t B = 16, D = 64;
     std::vector<uint16_t> zeros(size_t(B) * D, 0), neg_zeros(size_t(B) * D, 0x8000);
-    for (auto dtype : {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT}) {
+    for (auto dtype : {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4,
+                       LLMKV_KV_INT4_COMPACT}) {
         for (KvRole role : {KvRole::K, KvRole::V}) {
             for (bool rotate : {false, true}) {
                 const CodecSpec spec{dtype, rotate};
@@ -241,7 +268,8 @@ TEST(KvCodec, AllZeroBlocksDecodeToExactZeroInEveryCodec) {
                     std::vector<float> dec(size_t(B) * D, 1.0f);
                     codec_encode_head(spec, role, src->data(), B, D, enc.data());
                     codec_decode_head(spec, role, enc.data(), B, D, dec.data());
-                    for (float v : dec) ASSERT_EQ(v, 0.0f) << codec_name(dtype) << " rotate " << rotate;
+                    for (float v : dec)
+                        ASSERT_EQ(v, 0.0f) << codec_name(dtype) << " rotate " << rotate;
                 }
             }
         }
@@ -300,16 +328,19 @@ TEST(KvCodecInt4c, GroupErrorIsWithinTheCoveringBound) {
             if (rotate && !hadamard_supported(c.D)) continue;
             const CodecSpec spec{LLMKV_KV_INT4_COMPACT, rotate};
             ASSERT_TRUE(codec_supported(spec, c.role, c.B, c.D));
-            for (Data kind : {Data::Normal, Data::OutlierChannels, Data::OutlierToken, Data::ZeroRows,
-                              Data::Tiny, Data::Huge, Data::NonFinite}) {
-                SCOPED_TRACE(testing::Message() << (c.role == KvRole::K ? "K" : "V") << " B " << c.B << " D " << c.D
-                                                << " rotate " << rotate << " " << data_name(kind));
+            for (Data kind : {Data::Normal, Data::OutlierChannels, Data::OutlierToken,
+                              Data::ZeroRows, Data::Tiny, Data::Huge, Data::NonFinite}) {
+                SCOPED_TRACE(testing::Message()
+                             << (c.role == KvRole::K ? "K" : "V") << " B " << c.B << " D " << c.D
+                             << " rotate " << rotate << " " << data_name(kind));
                 const auto rows = make_rows(kind, c.B, c.D, 300 + uint32_t(kind));
-                std::vector<uint8_t> enc(codec_head_bytes(LLMKV_KV_INT4_COMPACT, c.role, c.B, c.D), 0xAB);
+                std::vector<uint8_t> enc(codec_head_bytes(LLMKV_KV_INT4_COMPACT, c.role, c.B, c.D),
+                                         0xAB);
                 codec_encode_head(spec, c.role, rows.data(), c.B, c.D, enc.data());
                 const auto x = prepared(rows, c.B, c.D, rotate);
                 std::vector<float> stored(x.size());
-                codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, c.role, enc.data(), c.B, c.D, stored.data());
+                codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, c.role, enc.data(), c.B,
+                                  c.D, stored.data());
                 const size_t h = size_t(c.B) * c.D / 2;
                 const float zstep = fp16_at(enc, h + 2), sstep = fp16_at(enc, h + 4);
                 const float kmax = c.role == KvRole::K ? 63.0f : 15.0f;
@@ -328,7 +359,8 @@ TEST(KvCodecInt4c, GroupErrorIsWithinTheCoveringBound) {
                 }
                 const float tiny = 6e-8f, rel = 1.0f + 1.0f / 512.0f;
                 EXPECT_LE(fp16_at(enc, h), min_lo);
-                EXPECT_LE(zstep, ((max_lo - min_lo) / kmax + std::fabs(min_lo) / 1024.0f) * rel + tiny);
+                EXPECT_LE(zstep,
+                          ((max_lo - min_lo) / kmax + std::fabs(min_lo) / 1024.0f) * rel + tiny);
                 EXPECT_LE(sstep, ((max_range + zstep) / 15.0f / kmax) * rel + tiny);
                 for (size_t g = 0; g < groups.size(); ++g) {
                     double err2 = 0.0;
@@ -338,8 +370,10 @@ TEST(KvCodecInt4c, GroupErrorIsWithinTheCoveringBound) {
                     }
                     const double step = (hi[g] - lo[g] + zstep) / 15.0 + sstep;
                     const double mag = std::fabs(lo[g]) + std::fabs(hi[g]) + zstep * kmax;
-                    const double bound = double(groups[g].size()) * std::pow(step / 2 * (1 + 1e-5) + mag * 2.4e-7, 2);
-                    ASSERT_LE(err2, bound) << "group " << g << " [" << lo[g] << ", " << hi[g] << "]";
+                    const double bound = double(groups[g].size()) *
+                                         std::pow(step / 2 * (1 + 1e-5) + mag * 2.4e-7, 2);
+                    ASSERT_LE(err2, bound)
+                        << "group " << g << " [" << lo[g] << ", " << hi[g] << "]";
                 }
             }
         }
@@ -384,7 +418,8 @@ TEST(KvCodecInt4c, ParamsFollowTheDocumentedBitLayout) {
     // A decoded value is min + scale * nibble.
     v[size_t(2) * D / 2] = 0x30;  // token 2: channel 0 nibble 0, channel 1 nibble 3
     std::vector<float> dec(size_t(B) * D);
-    codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, KvRole::V, v.data(), B, D, dec.data());
+    codec_decode_head(CodecSpec{LLMKV_KV_INT4_COMPACT, false}, KvRole::V, v.data(), B, D,
+                      dec.data());
     EXPECT_EQ(dec[size_t(2) * D + 0], vz[2]);
     EXPECT_EQ(dec[size_t(2) * D + 1], vz[2] + 3 * vs[2]);
 }
@@ -394,8 +429,10 @@ TEST(KvCodecInt4c, ParamsFollowTheDocumentedBitLayout) {
 TEST(KvCodecInt4c, BytesPerTokenOfTheSmolLM2Geometry) {
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::K, 16, 64), 512u + 6 + 96);
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 64), 512u + 6 + 16);
-    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 96), 768u + 6 + 16 * 3);  // G = 32
-    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 48), 384u + 6 + 16 * 3);  // G = 16
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 96),
+              768u + 6 + 16 * 3);  // G = 32
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4_COMPACT, KvRole::V, 16, 48),
+              384u + 6 + 16 * 3);  // G = 16
     KvGeometry g;
     g.n_layers = 30;
     g.n_kv_heads = 3;
@@ -414,7 +451,8 @@ uint8_t fp8_nearest(float x) {
     const float a = std::min(std::fabs(x), 448.0f);
     int best = 0;
     for (int c = 1; c <= 0x7E; ++c) {
-        const float dc = std::fabs(fp8_e4m3_to_fp32(uint8_t(c)) - a), db = std::fabs(fp8_e4m3_to_fp32(uint8_t(best)) - a);
+        const float dc = std::fabs(fp8_e4m3_to_fp32(uint8_t(c)) - a),
+                    db = std::fabs(fp8_e4m3_to_fp32(uint8_t(best)) - a);
         if (dc < db || (dc == db && (c & 1) == 0)) best = c;
     }
     return uint8_t(best | (std::signbit(x) ? 0x80 : 0));
@@ -428,12 +466,12 @@ TEST(Fp8E4m3, ConversionRoundsToNearestEvenAndSaturates) {
     EXPECT_EQ(fp32_to_fp8_e4m3(1e30f), 0x7E);
     EXPECT_EQ(fp32_to_fp8_e4m3(-INFINITY), 0xFE);
     EXPECT_EQ(fp32_to_fp8_e4m3(NAN), 0x00);
-    EXPECT_EQ(fp32_to_fp8_e4m3(0x1p-9f), 0x01);        // smallest subnormal
-    EXPECT_EQ(fp32_to_fp8_e4m3(0x1p-10f), 0x00);       // half of it: ties to even (0)
-    EXPECT_EQ(fp32_to_fp8_e4m3(0x1.8p-9f), 0x02);      // 1.5 units: ties to even (2)
-    EXPECT_EQ(fp32_to_fp8_e4m3(1.0625f), 0x38);        // tie between 1 and 1.125: even
-    EXPECT_EQ(fp32_to_fp8_e4m3(1.1875f), 0x3A);        // tie between 1.125 and 1.25: even
-    EXPECT_EQ(fp32_to_fp8_e4m3(0x1.fp-7f), 0x08);      // rounds up into the smallest normal
+    EXPECT_EQ(fp32_to_fp8_e4m3(0x1p-9f), 0x01);    // smallest subnormal
+    EXPECT_EQ(fp32_to_fp8_e4m3(0x1p-10f), 0x00);   // half of it: ties to even (0)
+    EXPECT_EQ(fp32_to_fp8_e4m3(0x1.8p-9f), 0x02);  // 1.5 units: ties to even (2)
+    EXPECT_EQ(fp32_to_fp8_e4m3(1.0625f), 0x38);    // tie between 1 and 1.125: even
+    EXPECT_EQ(fp32_to_fp8_e4m3(1.1875f), 0x3A);    // tie between 1.125 and 1.25: even
+    EXPECT_EQ(fp32_to_fp8_e4m3(0x1.fp-7f), 0x08);  // rounds up into the smallest normal
     EXPECT_EQ(fp8_e4m3_to_fp32(0x7E), 448.0f);
     EXPECT_EQ(fp8_e4m3_to_fp32(0x01), 0x1p-9f);
     EXPECT_EQ(fp8_e4m3_to_fp32(0x80), 0.0f);
@@ -471,8 +509,10 @@ TEST(Hadamard, IsOrthonormalSymmetricAndItsOwnInverse) {
         for (uint32_t i = 0; i < n; ++i) {
             for (uint32_t j = 0; j < n; ++j) {
                 double dot = 0;
-                for (uint32_t k = 0; k < n; ++k) dot += double(H[size_t(i) * n + k]) * H[size_t(j) * n + k];
-                ASSERT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-6) << "n " << n << " (" << i << ", " << j << ")";
+                for (uint32_t k = 0; k < n; ++k)
+                    dot += double(H[size_t(i) * n + k]) * H[size_t(j) * n + k];
+                ASSERT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-6)
+                    << "n " << n << " (" << i << ", " << j << ")";
                 ASSERT_EQ(H[size_t(i) * n + j], H[size_t(j) * n + i]);
                 ASSERT_NEAR(std::fabs(H[size_t(i) * n + j]), 1.0 / std::sqrt(double(n)), 1e-7);
             }
@@ -491,15 +531,19 @@ TEST(Hadamard, IsOrthonormalSymmetricAndItsOwnInverse) {
 // ---- support and sizes --------------------------------------------------------------------------
 
 TEST(KvCodec, SupportChecks) {
-    const auto all = {LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT};
+    const auto all = {LLMKV_KV_F16,  LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3,
+                      LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT};
     for (auto dtype : all) {
         for (KvRole role : {KvRole::K, KvRole::V}) {
-            EXPECT_TRUE(codec_supported(CodecSpec{dtype, false}, role, 16, 64)) << codec_name(dtype);
+            EXPECT_TRUE(codec_supported(CodecSpec{dtype, false}, role, 16, 64))
+                << codec_name(dtype);
             EXPECT_FALSE(codec_supported(CodecSpec{dtype, false}, role, 16, 0));
             EXPECT_FALSE(codec_supported(CodecSpec{dtype, false}, role, 0, 64));
             const bool quant = dtype != LLMKV_KV_F16 && dtype != LLMKV_KV_BF16;
-            EXPECT_EQ(codec_supported(CodecSpec{dtype, true}, role, 16, 64), quant) << codec_name(dtype);
-            EXPECT_FALSE(codec_supported(CodecSpec{dtype, true}, role, 16, 48));  // not a power of two
+            EXPECT_EQ(codec_supported(CodecSpec{dtype, true}, role, 16, 64), quant)
+                << codec_name(dtype);
+            EXPECT_FALSE(
+                codec_supported(CodecSpec{dtype, true}, role, 16, 48));  // not a power of two
         }
     }
     for (auto bad : {llmkv_kv_dtype(6), llmkv_kv_dtype(7)}) {
@@ -520,7 +564,8 @@ TEST(KvCodec, SupportChecks) {
     std::vector<uint16_t> rows(16 * 64, 0);
     std::vector<uint8_t> enc(codec_head_bytes(LLMKV_KV_INT4, 16, 64));
     EXPECT_ANY_THROW(codec_encode_head(LLMKV_KV_INT4, rows.data(), 16, 64, enc.data()));
-    EXPECT_ANY_THROW(codec_encode_head(CodecSpec{LLMKV_KV_INT4, true}, KvRole::K, rows.data(), 16, 48, enc.data()));
+    EXPECT_ANY_THROW(codec_encode_head(CodecSpec{LLMKV_KV_INT4, true}, KvRole::K, rows.data(), 16,
+                                       48, enc.data()));
 }
 
 TEST(KvCodec, HeadBytesIncludeScalesAndMatchTheLayouts) {
@@ -532,7 +577,8 @@ TEST(KvCodec, HeadBytesIncludeScalesAndMatchTheLayouts) {
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT8, KvRole::V, 16, 64), 1056u);
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4, KvRole::K, 16, 64), 768u);
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4, KvRole::V, 16, 64), 640u);
-    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4, KvRole::V, 16, 48), 16u * 24 + 16u * 3 * 4);  // G = 16
+    EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4, KvRole::V, 16, 48),
+              16u * 24 + 16u * 3 * 4);                         // G = 16
     EXPECT_EQ(codec_head_bytes(LLMKV_KV_INT4, 16, 64), 768u);  // role-less: fits either
     EXPECT_EQ(int4_v_group(64), 32u);
     EXPECT_EQ(int4_v_group(48), 16u);
@@ -548,14 +594,16 @@ TEST(KvCodec, EncodeDependsOnlyOnTheInputAndWritesEveryByte) {
                 std::vector<uint8_t> a(n + 8, 0x00), b(n + 8, 0xFF);
                 codec_encode_head(CodecSpec{dtype, rotate}, role, rows.data(), B, D, a.data());
                 codec_encode_head(CodecSpec{dtype, rotate}, role, rows.data(), B, D, b.data());
-                for (size_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << codec_name(dtype) << " byte " << i;
+                for (size_t i = 0; i < n; ++i)
+                    ASSERT_EQ(a[i], b[i]) << codec_name(dtype) << " byte " << i;
                 for (size_t i = n; i < n + 8; ++i) ASSERT_EQ(b[i], 0xFF) << "wrote past the head";
             }
         }
     }
 }
 
-// ---- int4: rotate or not, on K-like data ----------------------------------------------------------
+// ---- int4: rotate or not, on K-like data
+// ----------------------------------------------------------
 
 // Relative L2 error of the decoded K and of attention scores q.k over K with outlier
 // channels; prints the numbers that choose the int4 rotation default.
@@ -572,7 +620,8 @@ TEST(KvCodec, Int4RotationMeasurementOnOutlierChannelData) {
             for (uint32_t t = 0; t < B; ++t) {
                 for (uint32_t d = 0; d < D; ++d) {
                     float x = dist(rng);
-                    if (kind == 0 && (d == 5 || d == 37)) x = 12.0f * x + 25.0f;  // outlier channels
+                    if (kind == 0 && (d == 5 || d == 37))
+                        x = 12.0f * x + 25.0f;  // outlier channels
                     if (kind == 0 && d == 50) x = -8.0f + 0.5f * x;
                     rows[size_t(t) * D + d] = fp32_to_fp16(x);
                 }
@@ -590,7 +639,8 @@ TEST(KvCodec, Int4RotationMeasurementOnOutlierChannelData) {
                     for (uint32_t t = 0; t < B; ++t) {
                         double s_ref = 0, s_dec = 0;
                         for (uint32_t d = 0; d < D; ++d) {
-                            const double x = fp16_to_fp32(rows[size_t(t) * D + d]), y = dec[size_t(t) * D + d];
+                            const double x = fp16_to_fp32(rows[size_t(t) * D + d]),
+                                         y = dec[size_t(t) * D + d];
                             (role == KvRole::K ? r.k_err : r.v_err) += (y - x) * (y - x);
                             (role == KvRole::K ? r.k_norm : r.v_norm) += x * x;
                             s_ref += q[d] * x;
@@ -608,9 +658,10 @@ TEST(KvCodec, Int4RotationMeasurementOnOutlierChannelData) {
     for (int kind = 0; kind < 2; ++kind) {
         for (int rot = 0; rot < 2; ++rot) {
             const Result &r = res[kind][rot];
-            std::printf("[ int4 %-16s rotate %d ] K rel err %.4f  q.k rel err %.4f  V rel err %.4f\n",
-                        kind == 0 ? "outlier-channels" : "normal", rot, std::sqrt(r.k_err / r.k_norm),
-                        std::sqrt(r.s_err / r.s_norm), std::sqrt(r.v_err / r.v_norm));
+            std::printf(
+                "[ int4 %-16s rotate %d ] K rel err %.4f  q.k rel err %.4f  V rel err %.4f\n",
+                kind == 0 ? "outlier-channels" : "normal", rot, std::sqrt(r.k_err / r.k_norm),
+                std::sqrt(r.s_err / r.s_norm), std::sqrt(r.v_err / r.v_norm));
             EXPECT_LT(std::sqrt(r.k_err / r.k_norm), 0.2);
             EXPECT_LT(std::sqrt(r.v_err / r.v_norm), 0.2);
         }
@@ -640,20 +691,23 @@ TEST(KvCodec, AttentionErrorPerCodecOnKLikeData) {
     }
     std::vector<float> Q(size_t(n_q) * D);
     for (auto &x : Q) x = 0.5f * dist(rng);
-    auto attend = [&](const std::vector<float> &k, const std::vector<float> &v, std::vector<double> &out) {
+    auto attend = [&](const std::vector<float> &k, const std::vector<float> &v,
+                      std::vector<double> &out) {
         out.assign(size_t(n_q) * D, 0.0);
         std::vector<double> sc(N);
         for (uint32_t i = 0; i < n_q; ++i) {
             double mx = -INFINITY, sum = 0;
             for (uint32_t t = 0; t < N; ++t) {
                 double a = 0;
-                for (uint32_t d = 0; d < D; ++d) a += double(Q[size_t(i) * D + d]) * k[size_t(t) * D + d];
+                for (uint32_t d = 0; d < D; ++d)
+                    a += double(Q[size_t(i) * D + d]) * k[size_t(t) * D + d];
                 sc[t] = a / 8.0;
                 mx = std::max(mx, sc[t]);
             }
             for (uint32_t t = 0; t < N; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
             for (uint32_t t = 0; t < N; ++t) {
-                for (uint32_t d = 0; d < D; ++d) out[size_t(i) * D + d] += sc[t] / sum * v[size_t(t) * D + d];
+                for (uint32_t d = 0; d < D; ++d)
+                    out[size_t(i) * D + d] += sc[t] / sum * v[size_t(t) * D + d];
             }
         }
     };
@@ -699,9 +753,9 @@ TEST(KvCodec, AttentionErrorPerCodecOnKLikeData) {
         double err = 0;
         for (size_t i = 0; i < got.size(); ++i) err += (got[i] - ref[i]) * (got[i] - ref[i]);
         const double rel = std::sqrt(err / ref_norm);
-        std::printf("[ attention error %-8s%s / %-8s%s ] K rel err %.4f  output rel err %.4f\n", codec_name(p.k.dtype),
-                    p.k.rotate ? "+rot" : "    ", codec_name(p.v.dtype), p.v.rotate ? "+rot" : "    ",
-                    std::sqrt(k_err / k_norm), rel);
+        std::printf("[ attention error %-8s%s / %-8s%s ] K rel err %.4f  output rel err %.4f\n",
+                    codec_name(p.k.dtype), p.k.rotate ? "+rot" : "    ", codec_name(p.v.dtype),
+                    p.v.rotate ? "+rot" : "    ", std::sqrt(k_err / k_norm), rel);
         EXPECT_LT(rel, p.limit);
     }
 }

@@ -1,6 +1,8 @@
 // Generation constraints: stop strings (matched across token boundaries, never delivered),
 // logit bias and bans, the minimum length, the versioned structs that carry them; on the
 // tiny model through the C API.
+#include "engine/constraints.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,13 +10,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "engine/constraints.h"
 #include "llmkv.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
@@ -23,8 +23,8 @@ namespace llmkv {
 namespace {
 
 using testing::byte_tokens;
-using testing::tokens_of;
 using testing::TinyVocab;
+using testing::tokens_of;
 
 // What one feed (or flush) releases.
 std::string fed(StopStrings &s, std::string_view bytes) {
@@ -127,7 +127,8 @@ protected:
             EXPECT_EQ(llmkv_step(e_, ev, 8, &k), LLMKV_OK);
             char buf[64];
             size_t got = 0;
-            while (llmkv_session_read_text(s, buf, sizeof(buf), &got) == LLMKV_OK && got > 0) r.text.append(buf, got);
+            while (llmkv_session_read_text(s, buf, sizeof(buf), &got) == LLMKV_OK && got > 0)
+                r.text.append(buf, got);
             bool done = false;
             for (size_t i = 0; i < k; ++i) {
                 if (ev[i].kind == LLMKV_EVENT_DONE) {
@@ -166,7 +167,8 @@ TEST_F(ConstraintsTest, AStopStringAcrossTokensEndsGenerationAndIsNeverDelivered
         all.append(buf, n);
         ends.push_back(all.size());
     }
-    const size_t start = ends[5] - 1, stop_end = ends[8];  // from the last byte of token 5 into token 8
+    const size_t start = ends[5] - 1,
+                 stop_end = ends[8];  // from the last byte of token 5 into token 8
     std::string stop = all.substr(start, stop_end - start);
     const char *stops[] = {"\x01never", stop.c_str()};
     size_t lens[] = {6, stop.size()};
@@ -184,7 +186,8 @@ TEST_F(ConstraintsTest, AStopStringAcrossTokensEndsGenerationAndIsNeverDelivered
     // The tokens up to the one completing the match stay in the context, as computed.
     size_t last = 0;
     while (ends[last] < first + stop.size()) ++last;
-    EXPECT_EQ(r.tokens, std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + long(last) + 1));
+    EXPECT_EQ(r.tokens, std::vector<int32_t>(free_run.tokens.begin(),
+                                             free_run.tokens.begin() + long(last) + 1));
 }
 
 TEST_F(ConstraintsTest, HeldBytesAreDeliveredWhenGenerationEndsWithoutAMatch) {
@@ -208,8 +211,10 @@ TEST_F(ConstraintsTest, HeldBytesAreDeliveredWhenGenerationEndsWithoutAMatch) {
 TEST_F(ConstraintsTest, LogitBiasBansAndForcesTokens) {
     llmkv_session_params sp = params(1.0f, 5);
     std::vector<llmkv_logit_bias> bias;
-    for (int32_t t = 'a'; t <= 'z'; ++t) bias.push_back({t, -INFINITY});  // byte tokens of the tiny vocabulary
-    for (int32_t t = TinyVocab::kFirstMerge; t < TinyVocab::kFirstMerge + TinyVocab::kNumMerges; ++t) {
+    for (int32_t t = 'a'; t <= 'z'; ++t)
+        bias.push_back({t, -INFINITY});  // byte tokens of the tiny vocabulary
+    for (int32_t t = TinyVocab::kFirstMerge; t < TinyVocab::kFirstMerge + TinyVocab::kNumMerges;
+         ++t) {
         bias.push_back({t, -INFINITY});
     }
     sp.logit_bias = bias.data();
@@ -262,7 +267,8 @@ TEST_F(ConstraintsTest, BadConstraintParamsAreInvalidArguments) {
     sp.stop_strings = empty;
     sp.n_stop_strings = 1;
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("stop_strings[0]"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("stop_strings[0]"), std::string::npos)
+        << llmkv_last_error();
     std::string long_stop(257, 'x');
     const char *longs[] = {long_stop.c_str()};
     sp.stop_strings = longs;
@@ -275,7 +281,8 @@ TEST_F(ConstraintsTest, BadConstraintParamsAreInvalidArguments) {
     sp.logit_bias = outside;
     sp.n_logit_bias = 1;
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("logit_bias[0].token"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("logit_bias[0].token"), std::string::npos)
+        << llmkv_last_error();
     llmkv_logit_bias nan_bias[] = {{1, NAN}};
     sp.logit_bias = nan_bias;
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
@@ -390,7 +397,6 @@ TEST_F(ConstraintsTest, AForkContinuesIdenticallyUnderStopStrings) {
     llmkv_session_destroy(b);
 }
 
-
 // ---- grammars in the engine ----------------------------------------------------------------
 
 namespace grammar_cases {
@@ -428,7 +434,8 @@ bool valid_npc(const std::string &text, std::string &why) {
             if (cps > 24) return why = "say too long", false;
         } else if (k == "action") {
             static const std::vector<std::string> ok = {"wave", "attack", "flee", "trade"};
-            if (!v.is_string() || std::find(ok.begin(), ok.end(), v.get<std::string>()) == ok.end()) {
+            if (!v.is_string() ||
+                std::find(ok.begin(), ok.end(), v.get<std::string>()) == ok.end()) {
                 return why = "action", false;
             }
         } else if (k == "mood") {
@@ -481,7 +488,8 @@ TEST_F(ConstraintsTest, EveryOutputUnderAGbnfGrammarMatchesItsLanguage) {
         ASSERT_EQ(r.finish, LLMKV_FINISH_STOP) << "seed " << seed << ": " << r.text;
         EXPECT_TRUE(std::regex_match(r.text, grammar_cases::kAnswerRegex)) << r.text;
         // The sentence is complete when generation ends: the grammar restarted for the next one.
-        EXPECT_TRUE(r.tokens.back() == TinyVocab::kEndOfText || r.tokens.back() == TinyVocab::kImEnd)
+        EXPECT_TRUE(r.tokens.back() == TinyVocab::kEndOfText ||
+                    r.tokens.back() == TinyVocab::kImEnd)
             << r.tokens.back();
     }
 }
@@ -611,10 +619,12 @@ TEST_F(ConstraintsTest, ACompleteSentenceEndsGenerationAndAnUnspellableOneIsACon
     Result r = generate(sp, 50);
     EXPECT_EQ(r.text, "ok");
     EXPECT_EQ(r.finish, LLMKV_FINISH_STOP);
-    ASSERT_EQ(r.tokens.size(), 3u);  // 'o', 'k', then an end-of-generation token (the only ones allowed)
+    ASSERT_EQ(r.tokens.size(),
+              3u);  // 'o', 'k', then an end-of-generation token (the only ones allowed)
     EXPECT_EQ(r.tokens[0], 'o');
     EXPECT_EQ(r.tokens[1], 'k');
-    EXPECT_TRUE(r.tokens[2] == TinyVocab::kEndOfText || r.tokens[2] == TinyVocab::kImEnd) << r.tokens[2];
+    EXPECT_TRUE(r.tokens[2] == TinyVocab::kEndOfText || r.tokens[2] == TinyVocab::kImEnd)
+        << r.tokens[2];
     // min_new_tokens cannot hold a complete sentence open.
     sp.min_new_tokens = 10;
     EXPECT_EQ(generate(sp, 50).text, "ok");
@@ -691,18 +701,21 @@ TEST_F(ConstraintsTest, BadGrammarsPointAtTheErrorAndSetGrammarFollowsTheRules) 
     sp.grammar = bad;
     sp.grammar_len = std::strlen(bad);
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("line 1, column"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("line 1, column"), std::string::npos)
+        << llmkv_last_error();
     const char *undefined = "root ::= item\n";
     sp.grammar = undefined;
     sp.grammar_len = std::strlen(undefined);
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("'item'"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("'item'"), std::string::npos)
+        << llmkv_last_error();
     const char *schema = R"({"type":"object","properties":{"a":{"type":"strnig"}}})";
     sp.grammar_kind = LLMKV_GRAMMAR_JSON_SCHEMA;
     sp.grammar = schema;
     sp.grammar_len = std::strlen(schema);
     EXPECT_EQ(llmkv_session_create(e_, &sp, &s), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("/properties/a"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("/properties/a"), std::string::npos)
+        << llmkv_last_error();
     EXPECT_EQ(s, nullptr);
 
     // A conversation whose turns want different formats.
@@ -716,10 +729,12 @@ TEST_F(ConstraintsTest, BadGrammarsPointAtTheErrorAndSetGrammarFollowsTheRules) 
                                         std::strlen(grammar_cases::kAnswerGbnf), "nope"),
               LLMKV_ERR_INVALID_ARGUMENT);  // no such root rule
     const char *two = "answer ::= \"2\"\nroot ::= \"1\"";
-    ASSERT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_GBNF, two, std::strlen(two), "answer"), LLMKV_OK)
+    ASSERT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_GBNF, two, std::strlen(two), "answer"),
+              LLMKV_OK)
         << llmkv_last_error();
     ASSERT_EQ(llmkv_session_generate(s, 10), LLMKV_OK);
-    EXPECT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_NONE, nullptr, 0, nullptr), LLMKV_ERR_STATE);
+    EXPECT_EQ(llmkv_session_set_grammar(s, LLMKV_GRAMMAR_NONE, nullptr, 0, nullptr),
+              LLMKV_ERR_STATE);
     ASSERT_EQ(llmkv_run(e_, nullptr, nullptr), LLMKV_OK);
     char buf[64];
     size_t n = 0;

@@ -1,13 +1,14 @@
 // The engine through the C API on tiny synthetic models: scheduling across sessions,
 // chunked prefill, sampling reproducibility, stop conditions, KV exhaustion, and the pool
 // invariants after random operation sequences.
+#include "engine/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
 #include <random>
 
-#include "engine/engine.h"
 #include "kv/snapshot.h"
 #include "llmkv.h"
 #include "session_helpers.h"
@@ -38,8 +39,9 @@ protected:
         delete path_;
     }
 
-    llmkv_engine *make_engine(uint32_t max_batch_tokens = 0, uint64_t kv_bytes = 0, uint32_t threads = 2,
-                              uint32_t max_context = 0, uint32_t flags = LLMKV_ENGINE_PREFIX_CACHE) {
+    llmkv_engine *make_engine(uint32_t max_batch_tokens = 0, uint64_t kv_bytes = 0,
+                              uint32_t threads = 2, uint32_t max_context = 0,
+                              uint32_t flags = LLMKV_ENGINE_PREFIX_CACHE) {
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path_->c_str();
@@ -67,14 +69,13 @@ protected:
         return sp;
     }
 
-
     static std::string *path_;
 };
 std::string *EngineTest::path_ = nullptr;
 
 // Runs one session alone and returns its context after generating n tokens.
-std::vector<int32_t> solo_run(llmkv_engine *e, const llmkv_session_params &sp, const std::vector<int32_t> &p,
-                              uint32_t n) {
+std::vector<int32_t> solo_run(llmkv_engine *e, const llmkv_session_params &sp,
+                              const std::vector<int32_t> &p, uint32_t n) {
     llmkv_session *s = nullptr;
     EXPECT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
     EXPECT_EQ(llmkv_session_append(s, p.data(), p.size()), LLMKV_OK);
@@ -105,11 +106,13 @@ TEST_F(EngineTest, SessionsInOneBatchProduceTheirSoloTokensBitwise) {
     std::vector<llmkv_session *> sessions(kSessions);
     for (int i = 0; i < kSessions; ++i) {
         ASSERT_EQ(llmkv_session_create(e, &params[i], &sessions[i]), LLMKV_OK);
-        ASSERT_EQ(llmkv_session_append(sessions[i], prompts[i].data(), prompts[i].size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_append(sessions[i], prompts[i].data(), prompts[i].size()),
+                  LLMKV_OK);
         ASSERT_EQ(llmkv_session_generate(sessions[i], 12), LLMKV_OK);
     }
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
-    for (int i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
+    for (int i = 0; i < kSessions; ++i)
+        EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
     ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
     // 12 decode steps after a prefill that fits the 64-token budget in about two steps.
     EXPECT_LE(st.steps - steps_before, 16u) << "sessions should share steps";
@@ -131,7 +134,8 @@ TEST_F(EngineTest, TokenBudgetChunkingDoesNotChangeTokens) {
         results.push_back(solo_run(e, sp, p, 10));
         llmkv_engine_destroy(e);
     }
-    for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[i], results[0]) << "budget case " << i;
+    for (size_t i = 1; i < results.size(); ++i)
+        EXPECT_EQ(results[i], results[0]) << "budget case " << i;
 }
 
 TEST_F(EngineTest, ThreadCountDoesNotChangeTokens) {
@@ -284,14 +288,20 @@ TEST_F(EngineTest, RandomOperationSequencesKeepThePoolInvariants) {
             case 1:
                 if (!live.empty()) {
                     auto p = byte_tokens(1 + rng() % 20, rng());
-                    llmkv_status st = llmkv_session_append(live[rng() % live.size()], p.data(), p.size());
-                    EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    llmkv_status st =
+                        llmkv_session_append(live[rng() % live.size()], p.data(), p.size());
+                    EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE ||
+                                st == LLMKV_ERR_KV_CAPACITY)
+                        << st;
                 }
                 break;
             case 2:
                 if (!live.empty()) {
-                    llmkv_status st = llmkv_session_generate(live[rng() % live.size()], 1 + rng() % 8);
-                    EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    llmkv_status st =
+                        llmkv_session_generate(live[rng() % live.size()], 1 + rng() % 8);
+                    EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE ||
+                                st == LLMKV_ERR_KV_CAPACITY)
+                        << st;
                 }
                 break;
             case 3:
@@ -314,7 +324,8 @@ TEST_F(EngineTest, RandomOperationSequencesKeepThePoolInvariants) {
                 break;
             }
         }
-        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << "after op " << op << ": " << llmkv_last_error();
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK)
+            << "after op " << op << ": " << llmkv_last_error();
     }
     for (auto *s : live) llmkv_session_destroy(s);
     llmkv_stats st;
@@ -400,7 +411,8 @@ TEST_F(EngineTest, SharedPromptIsServedFromThePrefixCacheWithIdenticalTokens) {
         // The same prompt again hits every full block but the one holding its last token.
         auto again = solo_run(cached, sp, second, 10);
         EXPECT_EQ(again, second_cached);
-        EXPECT_EQ(stats_of(cached).prefix_hit_tokens - after.prefix_hit_tokens, (second.size() - 1) / 4 * 4);
+        EXPECT_EQ(stats_of(cached).prefix_hit_tokens - after.prefix_hit_tokens,
+                  (second.size() - 1) / 4 * 4);
         EXPECT_EQ(llmkv_engine_validate(cached), LLMKV_OK) << llmkv_last_error();
         llmkv_engine_destroy(cached);
         llmkv_engine_destroy(plain);
@@ -476,7 +488,8 @@ TEST_F(EngineTest, SessionsFromAPrefixHandleEqualFreshSessionsBitwise) {
         auto fresh = solo_run(e, sp, full, 12);
         auto fresh_system_only = solo_run(e, sp, system, 12);
         llmkv_prefix *prefix = nullptr;
-        ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+        ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK)
+            << llmkv_last_error();
         EXPECT_EQ(llmkv_prefix_n_tokens(prefix), system.size());
         EXPECT_EQ(run_from_prefix(e, prefix, sp, suffix, 12), fresh);
         EXPECT_EQ(run_from_prefix(e, prefix, sp, {}, 12), fresh_system_only);
@@ -557,29 +570,39 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
             case 1: {  // append: often the common prompt, so the prefix cache gets hits
                 if (sessions.empty()) break;
                 auto p = rng() % 2 ? common : byte_tokens(1 + rng() % 12, rng());
-                llmkv_status st = llmkv_session_append(sessions[rng() % sessions.size()], p.data(), p.size());
-                ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                llmkv_status st =
+                    llmkv_session_append(sessions[rng() % sessions.size()], p.data(), p.size());
+                ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY)
+                    << st;
                 break;
             }
             case 2:
                 if (!sessions.empty()) {
-                    llmkv_status st = llmkv_session_generate(sessions[rng() % sessions.size()], 1 + rng() % 6);
-                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    llmkv_status st =
+                        llmkv_session_generate(sessions[rng() % sessions.size()], 1 + rng() % 6);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE ||
+                                st == LLMKV_ERR_KV_CAPACITY)
+                        << st;
                 }
                 break;
             case 3:
                 if (!sessions.empty() && sessions.size() < 10) {
                     llmkv_session *f = nullptr;
                     llmkv_status st = llmkv_session_fork(sessions[rng() % sessions.size()], &f);
-                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE ||
+                                st == LLMKV_ERR_KV_CAPACITY)
+                        << st;
                     if (st == LLMKV_OK) sessions.push_back(f);
                 }
                 break;
             case 4:
                 if (!sessions.empty() && prefixes.size() < 4) {
                     llmkv_prefix *q = nullptr;
-                    llmkv_status st = llmkv_session_to_prefix(sessions[rng() % sessions.size()], &q);
-                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+                    llmkv_status st =
+                        llmkv_session_to_prefix(sessions[rng() % sessions.size()], &q);
+                    ASSERT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE ||
+                                st == LLMKV_ERR_KV_CAPACITY)
+                        << st;
                     if (st == LLMKV_OK) prefixes.push_back(q);
                 } else if (prefixes.size() < 4) {
                     llmkv_prefix *q = nullptr;
@@ -609,7 +632,8 @@ TEST_F(EngineTest, RandomHandleForkAndSessionOperationsKeepInvariantsAndEndFree)
                 break;
             }
         }
-        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << "after op " << op << ": " << llmkv_last_error();
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK)
+            << "after op " << op << ": " << llmkv_last_error();
     }
     for (auto *s : sessions) llmkv_session_destroy(s);
     for (auto *q : prefixes) llmkv_prefix_release(q);
@@ -630,7 +654,8 @@ TEST_F(EngineTest, ACraftedSnapshotDoesNotPoisonTheSharedPrefixCache) {
     std::vector<int32_t> victim = claimed;
     victim.insert(victim.end(), suffix.begin(), suffix.end());
     llmkv_session_params sp = sampling_params(0.0f, 0);
-    const std::string honest = testing::temp_path("honest.llmkvsnap"), forged = testing::temp_path("forged.llmkvsnap");
+    const std::string honest = testing::temp_path("honest.llmkvsnap"),
+                      forged = testing::temp_path("forged.llmkvsnap");
     {
         llmkv_engine *e = make_engine();
         llmkv_prefix *prefix = nullptr;
@@ -730,7 +755,8 @@ TEST_F(EngineTest, PrefixSnapshotLoadsInAFreshEngineAndGivesIdenticalTokens) {
         bad[at] ^= 0x10;
         write(bad);
         llmkv_prefix *p = nullptr;
-        EXPECT_EQ(llmkv_prefix_load(e, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT) << "flip at " << at;
+        EXPECT_EQ(llmkv_prefix_load(e, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT)
+            << "flip at " << at;
         EXPECT_EQ(p, nullptr);
     }
     write(std::vector<uint8_t>(bytes.begin(), bytes.begin() + long(bytes.size() - 100)));
@@ -751,7 +777,8 @@ TEST_F(EngineTest, PrefixSnapshotLoadsInAFreshEngineAndGivesIdenticalTokens) {
     llmkv_engine *e2 = nullptr;
     ASSERT_EQ(llmkv_engine_create(&other, &e2), LLMKV_OK);
     EXPECT_EQ(llmkv_prefix_load(e2, path.c_str(), &p), LLMKV_ERR_SNAPSHOT_FORMAT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("codec"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("codec"), std::string::npos)
+        << llmkv_last_error();
     llmkv_engine_destroy(e2);
     EXPECT_EQ(llmkv_prefix_load(nullptr, path.c_str(), &p), LLMKV_ERR_INVALID_ARGUMENT);
     std::remove(path.c_str());
@@ -768,7 +795,8 @@ TEST_F(EngineTest, UnsupportedKvDtypeIsRejectedAtCreation) {
     llmkv_engine *e = nullptr;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
     EXPECT_EQ(e, nullptr);
-    EXPECT_NE(std::string(llmkv_last_error()).find("rotation"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("rotation"), std::string::npos)
+        << llmkv_last_error();
     p.kv_rotation = llmkv_kv_rotation(9);
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
     p.kv_rotation = LLMKV_KV_ROTATION_AUTO;
@@ -807,11 +835,13 @@ TEST_F(EngineTest, CompactInt4CountsItsBytesAndKeepsBatchInvariance) {
     std::vector<llmkv_session *> sessions(kSessions);
     for (int i = 0; i < kSessions; ++i) {
         ASSERT_EQ(llmkv_session_create(e, &sp, &sessions[i]), LLMKV_OK);
-        ASSERT_EQ(llmkv_session_append(sessions[i], prompts[i].data(), prompts[i].size()), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_append(sessions[i], prompts[i].data(), prompts[i].size()),
+                  LLMKV_OK);
         ASSERT_EQ(llmkv_session_generate(sessions[i], 14), LLMKV_OK);
     }
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
-    for (int i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
+    for (int i = 0; i < kSessions; ++i)
+        EXPECT_EQ(tokens_of(sessions[i]), solo[i]) << "session " << i;
     EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
     for (auto *s : sessions) llmkv_session_destroy(s);
     llmkv_engine_destroy(e);
@@ -854,7 +884,8 @@ TEST_F(EngineTest, KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens) {
     }
     int sink_changes_tokens = 0;  // prompts whose tokens differ without the sink
     for (uint32_t seed = 0; seed < 8; ++seed) {
-        std::vector<int32_t> shared = byte_tokens(42, 200 + seed), suffix = byte_tokens(7, 400 + seed);
+        std::vector<int32_t> shared = byte_tokens(42, 200 + seed),
+                             suffix = byte_tokens(7, 400 + seed);
         std::vector<int32_t> second = shared;
         second.insert(second.end(), suffix.begin(), suffix.end());
         const llmkv_session_params sp = sampling_params(seed % 2 ? 0.9f : 0.0f, seed);
@@ -878,7 +909,8 @@ TEST_F(EngineTest, KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens) {
         // A handle over cached blocks (computed in prefill_now), sessions made from it.
         scrub();
         llmkv_prefix *prefix = nullptr;
-        ASSERT_EQ(llmkv_prefix_create(cached, shared.data(), shared.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+        ASSERT_EQ(llmkv_prefix_create(cached, shared.data(), shared.size(), &prefix), LLMKV_OK)
+            << llmkv_last_error();
         EXPECT_EQ(run_from_prefix(cached, prefix, sp, suffix, 12), want_second);
         // Saved and loaded in a fresh engine (the sink rows travel with the tail).
         const std::string path = testing::temp_path("sink_prefix.llmkvsnap");
@@ -891,9 +923,11 @@ TEST_F(EngineTest, KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens) {
         llmkv_prefix_release(loaded);
         llmkv_engine_destroy(fresh);
         // An engine without the sink reads another layout: refused, naming the codec.
-        llmkv_engine *no_sink = make_engine(0, 0, 2, 0, LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_NO_KV_SINK);
+        llmkv_engine *no_sink =
+            make_engine(0, 0, 2, 0, LLMKV_ENGINE_PREFIX_CACHE | LLMKV_ENGINE_NO_KV_SINK);
         EXPECT_EQ(llmkv_prefix_load(no_sink, path.c_str(), &loaded), LLMKV_ERR_SNAPSHOT_FORMAT);
-        EXPECT_NE(std::string(llmkv_last_error()).find("sink"), std::string::npos) << llmkv_last_error();
+        EXPECT_NE(std::string(llmkv_last_error()).find("sink"), std::string::npos)
+            << llmkv_last_error();
         llmkv_engine_destroy(no_sink);
         std::remove(path.c_str());
         // A session whose blocks came from the cache, made a handle before it ever ran.
@@ -924,7 +958,8 @@ TEST_F(EngineTest, KvSinkFlagsAreCheckedAtCreation) {
     llmkv_engine *e = nullptr;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(e, nullptr);
-    EXPECT_NE(std::string(llmkv_last_error()).find("NO_KV_SINK"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("NO_KV_SINK"), std::string::npos)
+        << llmkv_last_error();
     // Asked for with any codec: int8 here (not a default).
     p.flags = LLMKV_ENGINE_KV_SINK;
     p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT8;
@@ -954,7 +989,8 @@ TEST_F(EngineTest, KvSinkFlagsAreCheckedAtCreation) {
     p.kv_block_tokens = 1;
     p.flags = LLMKV_ENGINE_KV_SINK;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(llmkv_last_error()).find("kv_block_tokens"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("kv_block_tokens"), std::string::npos)
+        << llmkv_last_error();
 }
 
 TEST_F(EngineTest, ChatFormatUsesChatMlForThisVocabulary) {
@@ -964,7 +1000,8 @@ TEST_F(EngineTest, ChatFormatUsesChatMlForThisVocabulary) {
     size_t n = 0;
     ASSERT_EQ(llmkv_chat_format(e, msgs, 2, 1, buf, sizeof(buf), &n), LLMKV_OK);
     EXPECT_EQ(std::string(buf, n),
-              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+              "<|im_start|>system\nBe "
+              "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     llmkv_engine_destroy(e);
 }
 

@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "host_tier_skip.h"
 #include "llmkv.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
-#include "host_tier_skip.h"
 
 namespace llmkv {
 namespace {
 
 using testing::byte_tokens;
 using testing::stats;
-using testing::tokens_of;
 using testing::TinyModelSpec;
+using testing::tokens_of;
 
 constexpr uint32_t kWindow = 12, kBlock = 4;
 
@@ -96,7 +96,8 @@ protected:
     // Blocks one session of n computed tokens holds with the release: its sealed blocks plus
     // two local groups' blocks for each token block a later query still sees.
     static uint32_t held(uint32_t n) {
-        const uint32_t sealed = n / kBlock, live_from = n + 1 > kWindow ? (n + 1 - kWindow) / kBlock : 0;
+        const uint32_t sealed = n / kBlock,
+                       live_from = n + 1 > kWindow ? (n + 1 - kWindow) / kBlock : 0;
         return sealed + 2 * (sealed > live_from ? sealed - live_from : 0);
     }
 
@@ -130,8 +131,9 @@ TEST_F(EngineWindowTest, ReleasingWindowBlocksChangesNoTokenAndHoldsExactlyTheWi
         ASSERT_EQ(llmkv_run(released, nullptr, nullptr), LLMKV_OK);
         const llmkv_stats st = stats(released);
         EXPECT_EQ(st.blocks_used, held(uint32_t(st.tokens_stored))) << st.tokens_stored;
-        EXPECT_EQ(st.kv_bytes_used, uint64_t(st.blocks_used) * ir.kv_bytes_per_token_global * kBlock +
-                                        uint64_t(st.tail_blocks_used) * ir.kv_bytes_per_token_tail * (kBlock + 0));
+        EXPECT_EQ(st.kv_bytes_used,
+                  uint64_t(st.blocks_used) * ir.kv_bytes_per_token_global * kBlock +
+                      uint64_t(st.tail_blocks_used) * ir.kv_bytes_per_token_tail * (kBlock + 0));
     }
     llmkv_session_destroy(s);
     llmkv_engine_destroy(released);
@@ -180,7 +182,8 @@ TEST_F(EngineWindowTest, PrefixHandlesAndTheirSnapshotsContinueExactly) {
     const std::vector<int32_t> expect = run(kept, full, 25);
 
     llmkv_prefix *prefix = nullptr;
-    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK)
+        << llmkv_last_error();
     EXPECT_EQ(run(e, question, 25, prefix), expect);
     const std::string snap = testing::temp_path("engine_window.snap");
     ASSERT_EQ(llmkv_prefix_save(prefix, snap.c_str()), LLMKV_OK) << llmkv_last_error();
@@ -212,7 +215,8 @@ TEST_F(EngineWindowTest, PreemptionToTheHostTierUnderAFullPoolGivesTheSoloTokens
     }
     // A pool of 40 blocks for six sessions of up to 100 tokens: they cannot all stay.
     const uint64_t block_bytes = info(kept).kv_bytes_per_token_device / 3 * kBlock;
-    llmkv_engine *tight = make(0, /*max_batch_tokens=*/16, 40 * block_bytes, /*host_bytes=*/4u << 20);
+    llmkv_engine *tight =
+        make(0, /*max_batch_tokens=*/16, 40 * block_bytes, /*host_bytes=*/4u << 20);
     std::vector<llmkv_session *> ss(6);
     llmkv_session_params sp = greedy();
     for (uint32_t i = 0; i < 6; ++i) {

@@ -28,7 +28,9 @@ uint64_t bits_of(double d) {
 }
 
 // Distance in units in the last place between two finite floats of the same sign.
-int64_t ulps(float a, float b) { return std::llabs(int64_t(bits_of(a)) - int64_t(bits_of(b))); }
+int64_t ulps(float a, float b) {
+    return std::llabs(int64_t(bits_of(a)) - int64_t(bits_of(b)));
+}
 int64_t ulps(double a, double b) {
     return std::llabs(int64_t(bits_of(a)) - int64_t(bits_of(b)));
 }

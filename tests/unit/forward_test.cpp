@@ -1,5 +1,7 @@
 // The CPU forward pass on tiny synthetic models: agreement with a naive dense reference for
 // every weight format, and bitwise independence from chunking, batching and thread count.
+#include "model/arch/forward.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,9 +9,8 @@
 #include <functional>
 #include <memory>
 
-#include "common/error.h"
 #include "backend/cpu/cpu_backend.h"
-#include "model/arch/forward.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "tiny_model.h"
@@ -51,7 +52,8 @@ struct Harness {
     }
 
     // Runs tokens through a fresh session in chunks; returns the logits after each chunk.
-    std::vector<float> run_chunked(SessionKv &kv, const std::vector<int32_t> &tokens, uint32_t chunk) {
+    std::vector<float> run_chunked(SessionKv &kv, const std::vector<int32_t> &tokens,
+                                   uint32_t chunk) {
         std::vector<float> logits;
         for (size_t i = 0; i < tokens.size(); i += chunk) {
             uint32_t n = uint32_t(std::min<size_t>(chunk, tokens.size() - i));
@@ -136,12 +138,14 @@ TEST(Forward, ChunkedPrefillIsBitwiseIdenticalToOneShotAndTokenByToken) {
     for (size_t c = 0; c < 4; ++c) results.push_back(h.run_chunked(kvs[c], tokens, chunks[c]));
     for (size_t c = 1; c < 4; ++c) {
         ASSERT_EQ(results[c].size(), results[0].size());
-        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
             << "chunk size " << chunks[c];
         // The sealed blocks hold the same bytes too.
         ASSERT_EQ(kvs[c].blocks.size(), 37u / 4);
         for (size_t b = 0; b < kvs[c].blocks.size(); ++b) {
-            EXPECT_EQ(0, std::memcmp(h.cache->sealed_data(kvs[c].blocks[b]), h.cache->sealed_data(kvs[0].blocks[b]),
+            EXPECT_EQ(0, std::memcmp(h.cache->sealed_data(kvs[c].blocks[b]),
+                                     h.cache->sealed_data(kvs[0].blocks[b]),
                                      h.cache->geometry().sealed_block_bytes()));
         }
     }
@@ -153,7 +157,8 @@ TEST(Forward, BatchedSpansAreBitwiseIdenticalToSoloRuns) {
     spec.weight_type = TensorType::Q4_0;
     spec.embd_type = TensorType::Q8_0;
     Harness h(spec);
-    std::vector<std::vector<int32_t>> prompts = {some_tokens(9, 1), some_tokens(1, 2), some_tokens(23, 3)};
+    std::vector<std::vector<int32_t>> prompts = {some_tokens(9, 1), some_tokens(1, 2),
+                                                 some_tokens(23, 3)};
     std::vector<std::vector<float>> solo;
     for (auto &p : prompts) {
         SessionKv kv;
@@ -170,7 +175,8 @@ TEST(Forward, BatchedSpansAreBitwiseIdenticalToSoloRuns) {
     h.forward->run(spans, batched);
     const size_t V = testing::TinyVocab::kSize;
     for (size_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(0, std::memcmp(batched.data() + i * V, solo[i].data(), V * sizeof(float))) << "span " << i;
+        EXPECT_EQ(0, std::memcmp(batched.data() + i * V, solo[i].data(), V * sizeof(float)))
+            << "span " << i;
     }
     for (auto &kv : kvs) h.cache->release(kv);
 }
@@ -187,8 +193,10 @@ TEST(Forward, ThreadCountDoesNotChangeResults) {
         results.push_back(h.run_chunked(kv, tokens, 7));
         h.cache->release(kv);
     }
-    EXPECT_EQ(0, std::memcmp(results[1].data(), results[0].data(), results[0].size() * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(results[2].data(), results[0].data(), results[0].size() * sizeof(float)));
+    EXPECT_EQ(0,
+              std::memcmp(results[1].data(), results[0].data(), results[0].size() * sizeof(float)));
+    EXPECT_EQ(0,
+              std::memcmp(results[2].data(), results[0].data(), results[0].size() * sizeof(float)));
 }
 
 TEST(Forward, BlockCountsAreExact) {
@@ -236,7 +244,8 @@ TEST(Forward, ResidualWindowDelaysSealingAndKeepsChunkingInvariance) {
     const uint32_t chunks[] = {29, 1, 5};
     for (size_t c = 0; c < 3; ++c) results.push_back(with.run_chunked(kvs[c], tokens, chunks[c]));
     for (size_t c = 1; c < 3; ++c) {
-        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
             << "chunk size " << chunks[c];
     }
     // 29 tokens, 6 residual: (29 - 6) / 4 = 5 sealed blocks; positions 20..28 stay fp16.
@@ -300,7 +309,8 @@ TEST_P(ForwardCodecs, ChunkingAndBatchingAreBitwiseInvariantForQuantizedBlocks) 
     const uint32_t chunks[] = {41, 1, 7};
     for (size_t c = 0; c < 3; ++c) results.push_back(h.run_chunked(kvs[c], tokens, chunks[c]));
     for (size_t c = 1; c < 3; ++c) {
-        EXPECT_EQ(0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
+        EXPECT_EQ(
+            0, std::memcmp(results[c].data(), results[0].data(), results[0].size() * sizeof(float)))
             << "chunk size " << chunks[c];
     }
     // Batched with another session's span: same bits.
@@ -319,9 +329,12 @@ TEST_P(ForwardCodecs, ChunkingAndBatchingAreBitwiseInvariantForQuantizedBlocks) 
 
 INSTANTIATE_TEST_SUITE_P(
     AllCodecPairs, ForwardCodecs,
-    ::testing::Values(CodecPairCase{LLMKV_KV_F16, LLMKV_KV_F16, false, 0}, CodecPairCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, false, 0},
-                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, false, 0}, CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, true, 5},
-                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4, false, 0}, CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, true, 0},
+    ::testing::Values(CodecPairCase{LLMKV_KV_F16, LLMKV_KV_F16, false, 0},
+                      CodecPairCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_FP8_E4M3, false, 0},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, false, 0},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT8, true, 5},
+                      CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4, false, 0},
+                      CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, true, 0},
                       CodecPairCase{LLMKV_KV_INT4, LLMKV_KV_INT4, false, 20},
                       CodecPairCase{LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, true, 0},
                       CodecPairCase{LLMKV_KV_INT8, LLMKV_KV_INT4_COMPACT, false, 20}));

@@ -2,20 +2,20 @@
 // classes, tokens splitting characters), masks against brute force, the mask cache, the JSON
 // Schema converter (each keyword, errors with JSON pointers) and property tests (random walks
 // checked by std::regex and by an independent JSON Schema validator).
+#include "grammar/grammar.h"
+
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <set>
 
 #include "common/error.h"
-#include "grammar/grammar.h"
 
 namespace llmkv {
 namespace {
@@ -69,16 +69,22 @@ TEST(GrammarParse, SyntaxErrorsCarryLineAndColumn) {
         {"root ::= \"a\" )", "grammar: line 1, column 14: unbalanced ')'"},
         {"root ::= \"\\q\"", "grammar: line 1, column 11: unknown escape '\\q'"},
         {"root ::= [z-a]", "grammar: line 1, column 11: character range U+007A-U+0061 is reversed"},
-        {"root ::= \"a\"{3,2}", "grammar: line 1, column 13: repetition bounds {3,2}: the maximum is below the minimum"},
-        {"root ::= \"a\"{5000}", "grammar: line 1, column 14: repetition bound is above the limit 4096"},
-        {"root ::= \"a\"{2", "grammar: line 1, column 15: expected '}' to close the repetition bounds"},
-        {"root ::= * \"a\"", "grammar: line 1, column 10: '*' does not follow anything it could repeat"},
+        {"root ::= \"a\"{3,2}",
+         "grammar: line 1, column 13: repetition bounds {3,2}: the maximum is below the minimum"},
+        {"root ::= \"a\"{5000}",
+         "grammar: line 1, column 14: repetition bound is above the limit 4096"},
+        {"root ::= \"a\"{2",
+         "grammar: line 1, column 15: expected '}' to close the repetition bounds"},
+        {"root ::= * \"a\"",
+         "grammar: line 1, column 10: '*' does not follow anything it could repeat"},
         {"root \"a\"", "grammar: line 1, column 6: expected '::=' after the rule name 'root'"},
         {"a ::= \"x\"", "grammar: line 1, column 1: the root rule 'root' is not defined"},
         {"", "grammar: line 1, column 1: the root rule 'root' is not defined"},
-        {"root ::= \"a\"\nroot ::= \"b\"", "grammar: line 2, column 1: rule 'root' is defined twice"},
+        {"root ::= \"a\"\nroot ::= \"b\"",
+         "grammar: line 2, column 1: rule 'root' is defined twice"},
         {"root ::= \"\\x4\"", "grammar: line 1, column 11: expected 2 hex digits"},
-        {"root ::= \"\\uD800\"", "grammar: line 1, column 10: string literal contains the surrogate U+D800"},
+        {"root ::= \"\\uD800\"",
+         "grammar: line 1, column 10: string literal contains the surrogate U+D800"},
         {"root ::= \"é\" ?? }", "grammar: line 1, column 17: unexpected character '}'"},
     };
     for (auto [text, want] : cases) EXPECT_EQ(gbnf_error(text), want) << text;
@@ -86,7 +92,8 @@ TEST(GrammarParse, SyntaxErrorsCarryLineAndColumn) {
 
 TEST(GrammarParse, ColumnsCountCharacters) {
     // "é" is two bytes but one column.
-    EXPECT_EQ(gbnf_error("root ::= \"é\" bad"), "grammar: line 1, column 14: rule 'bad' is used but never defined");
+    EXPECT_EQ(gbnf_error("root ::= \"é\" bad"),
+              "grammar: line 1, column 14: rule 'bad' is used but never defined");
 }
 
 TEST(GrammarParse, LeftRecursionIsRefused) {
@@ -96,7 +103,8 @@ TEST(GrammarParse, LeftRecursionIsRefused) {
     EXPECT_EQ(gbnf_error("root ::= a\na ::= b \"x\"\nb ::= \"y\"? a | \"z\""),
               "grammar: line 2, column 1: rule 'a' is left-recursive");
     EXPECT_EQ(gbnf_error("root ::= (\"a\"*)*"),
-              "grammar: line 1, column 1: rule 'root' is left-recursive (it repeats an item that can match the "
+              "grammar: line 1, column 1: rule 'root' is left-recursive (it repeats an item that "
+              "can match the "
               "empty string)");
     // Right recursion is fine.
     Matcher m("root ::= \"(\" root \")\" | \"x\"");
@@ -106,17 +114,20 @@ TEST(GrammarParse, LeftRecursionIsRefused) {
 
 TEST(GrammarParse, EmptyLanguageAndLimits) {
     EXPECT_EQ(gbnf_error("root ::= \"a\" root"),
-              "grammar: line 1, column 1: the language of rule 'root' is empty (it matches no finite string)");
+              "grammar: line 1, column 1: the language of rule 'root' is empty (it matches no "
+              "finite string)");
     EXPECT_EQ(gbnf_error("root ::= [^\\x00-\\U0010FFFF]"),
-              "grammar: line 1, column 1: the language of rule 'root' is empty (it matches no finite string)");
+              "grammar: line 1, column 1: the language of rule 'root' is empty (it matches no "
+              "finite string)");
     std::string big = "root ::= \"a\"\n# " + std::string(Grammar::kMaxTextBytes, 'x');
-    EXPECT_EQ(gbnf_error(big), "grammar: line 1, column 1: the text is " + std::to_string(big.size()) +
-                                   " bytes; the limit is 1048576");
+    EXPECT_EQ(gbnf_error(big), "grammar: line 1, column 1: the text is " +
+                                   std::to_string(big.size()) + " bytes; the limit is 1048576");
     std::string deep = "root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')');
     EXPECT_EQ(gbnf_error(deep), "grammar: line 1, column 266: parentheses nested deeper than 256");
     std::string many = "root ::=";
     for (int i = 0; i < 17; ++i) many += " \"a\"{0,4096}";
-    EXPECT_EQ(gbnf_error(many), "grammar: line 1, column 201: the grammar needs more than 65536 rules");
+    EXPECT_EQ(gbnf_error(many),
+              "grammar: line 1, column 201: the grammar needs more than 65536 rules");
     // Non-productive alternatives are pruned; the rest still works.
     Matcher m("root ::= \"a\" loop | \"b\"\nloop ::= \"c\" loop");
     EXPECT_TRUE(m.accepts("b"));
@@ -146,7 +157,8 @@ TEST(GrammarParse, OtherRootAndEscapes) {
     auto g = Grammar::from_gbnf("start ::= \"\\x41\\u00e9\\U0001F600\\n\\t\\\\\\\"[\\]\"", "start");
     Matcher m(g);
     EXPECT_TRUE(m.accepts("A\xc3\xa9\xf0\x9f\x98\x80\n\t\\\"[]"));
-    EXPECT_EQ(gbnf_error("start ::= \"a\""), "grammar: line 1, column 1: the root rule 'root' is not defined");
+    EXPECT_EQ(gbnf_error("start ::= \"a\""),
+              "grammar: line 1, column 1: the root rule 'root' is not defined");
 }
 
 // ---- the automaton ------------------------------------------------------------------------
@@ -243,13 +255,13 @@ TEST(GrammarMatch, Utf8ClassesAndSplitCharacters) {
     for (const char *s : {"a", "\n", "", "bb"}) EXPECT_FALSE(neg.accepts(s)) << s;
     Matcher any("root ::= .");
     EXPECT_TRUE(any.accepts("\n"));
-    EXPECT_TRUE(any.accepts("\xe0\xa0\x80"));      // U+0800, smallest 3-byte
-    EXPECT_FALSE(any.prefix("\xed\xa0\x80"));      // a surrogate
-    EXPECT_FALSE(any.prefix("\xc0\x80"));          // overlong
-    EXPECT_FALSE(any.prefix("\xe0\x80"));          // overlong 3-byte
-    EXPECT_FALSE(any.prefix("\xf4\x90"));          // above U+10FFFF
+    EXPECT_TRUE(any.accepts("\xe0\xa0\x80"));  // U+0800, smallest 3-byte
+    EXPECT_FALSE(any.prefix("\xed\xa0\x80"));  // a surrogate
+    EXPECT_FALSE(any.prefix("\xc0\x80"));      // overlong
+    EXPECT_FALSE(any.prefix("\xe0\x80"));      // overlong 3-byte
+    EXPECT_FALSE(any.prefix("\xf4\x90"));      // above U+10FFFF
     EXPECT_FALSE(any.prefix("\xff"));
-    EXPECT_FALSE(any.prefix("\x80"));              // a lone continuation byte
+    EXPECT_FALSE(any.prefix("\x80"));  // a lone continuation byte
     // A token ending inside a character: the state is alive, not accepting, and continues.
     TokenMasker &t = neg.m;
     State half = t.advance(t.start(), "\xe6\x97");
@@ -260,7 +272,9 @@ TEST(GrammarMatch, Utf8ClassesAndSplitCharacters) {
     EXPECT_EQ(t.advance(half, "a"), TokenMasker::kDead);
     // Class with several multi-byte ranges and ASCII mixed in.
     Matcher mix("root ::= [a-c\\u00e0-\\u00e5\\u4e00-\\u4e03\\U0001F600-\\U0001F601]*");
-    EXPECT_TRUE(mix.accepts("aàå丁\xf0\x9f\x98\x81" "c"));
+    EXPECT_TRUE(
+        mix.accepts("aàå丁\xf0\x9f\x98\x81"
+                    "c"));
     EXPECT_FALSE(mix.accepts("æ"));
     EXPECT_FALSE(mix.accepts("\xf0\x9f\x98\x82"));
 }
@@ -270,12 +284,71 @@ TEST(GrammarMatch, Utf8ClassesAndSplitCharacters) {
 std::vector<std::string> synthetic_tokens(uint32_t seed) {
     std::vector<std::string> t;
     for (int b = 0x20; b < 0x7F; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-    for (const char *s : {"\n", "\t", "\x01", "é", "日本", "日", "\xe6", "\x97\xa5", "\xe6\x97", "\xa5",
-                          "\xf0\x9f\x98\x80", "\xf0\x9f", "\x98\x80", "\xff", "\xc3", "\\n", "\\u00e9", "\\\"",
-                          "\"", "{\"", "\":", "\": ", ", \"", ",\"", "\"}", "true", "false", "null", "tr",
-                          "ue", "name", "age", "tags", "12", "-3", "0.5", ".5", "e+1", "E-2", "]}", "}]",
-                          "[]", "{}", "[\"", "\"]", "\", \"", "α", "ω", "αβ", "hello", "hi", "bye", " ",
-                          "  ", ": ", ", ", "ab", "abc", "x", "xyz", "+", "(", ")", "1+", "2)"})
+    for (const char *s : {"\n",
+                          "\t",
+                          "\x01",
+                          "é",
+                          "日本",
+                          "日",
+                          "\xe6",
+                          "\x97\xa5",
+                          "\xe6\x97",
+                          "\xa5",
+                          "\xf0\x9f\x98\x80",
+                          "\xf0\x9f",
+                          "\x98\x80",
+                          "\xff",
+                          "\xc3",
+                          "\\n",
+                          "\\u00e9",
+                          "\\\"",
+                          "\"",
+                          "{\"",
+                          "\":",
+                          "\": ",
+                          ", \"",
+                          ",\"",
+                          "\"}",
+                          "true",
+                          "false",
+                          "null",
+                          "tr",
+                          "ue",
+                          "name",
+                          "age",
+                          "tags",
+                          "12",
+                          "-3",
+                          "0.5",
+                          ".5",
+                          "e+1",
+                          "E-2",
+                          "]}",
+                          "}]",
+                          "[]",
+                          "{}",
+                          "[\"",
+                          "\"]",
+                          "\", \"",
+                          "α",
+                          "ω",
+                          "αβ",
+                          "hello",
+                          "hi",
+                          "bye",
+                          " ",
+                          "  ",
+                          ": ",
+                          ", ",
+                          "ab",
+                          "abc",
+                          "x",
+                          "xyz",
+                          "+",
+                          "(",
+                          ")",
+                          "1+",
+                          "2)"})
         t.push_back(s);
     std::mt19937 rng(seed);
     const std::string alphabet = "abcxyz0123456789\"{}[],: -+.eE()\\tnulrsf";
@@ -298,7 +371,9 @@ std::shared_ptr<const GrammarVocab> synthetic_vocab(std::vector<std::string> tok
     return std::make_shared<GrammarVocab>(std::move(toks), std::move(eligible));
 }
 
-bool bit(const uint64_t *m, size_t i) { return (m[i / 64] >> (i % 64)) & 1; }
+bool bit(const uint64_t *m, size_t i) {
+    return (m[i / 64] >> (i % 64)) & 1;
+}
 
 // Explores states breadth-first by tokens; for each, compares mask() with token-by-token
 // advance() on a second, independent masker fed the whole prefix.
@@ -317,18 +392,20 @@ void check_mask_brute_force(std::shared_ptr<const Grammar> g, size_t max_states)
         for (size_t i = 0; i < toks.size(); ++i) {
             bool want = eligible[i] && !toks[i].empty() &&
                         ref.advance(ref.start(), prefix + toks[i]) != TokenMasker::kDead;
-            ASSERT_EQ(bit(copy.data(), i), want) << "state " << s << " prefix '" << prefix << "' token '"
-                                                 << toks[i] << "'";
+            ASSERT_EQ(bit(copy.data(), i), want)
+                << "state " << s << " prefix '" << prefix << "' token '" << toks[i] << "'";
             if (!want) continue;
             ++allowed_total;
             State n = m.advance(s, toks[i]);
             if (seen.insert(n).second) queue.push_back({n, prefix + toks[i]});
         }
         // Unused tail bits stay clear.
-        for (size_t i = toks.size(); i < m.mask_words() * 64; ++i) ASSERT_FALSE(bit(copy.data(), i));
+        for (size_t i = toks.size(); i < m.mask_words() * 64; ++i)
+            ASSERT_FALSE(bit(copy.data(), i));
     }
     EXPECT_GT(checked, 5u);
-    if (getenv("LLMKV_GRAMMAR_TEST_VERBOSE")) printf("brute force: %zu states, %zu allowed\n", checked, allowed_total);
+    if (getenv("LLMKV_GRAMMAR_TEST_VERBOSE"))
+        printf("brute force: %zu states, %zu allowed\n", checked, allowed_total);
     EXPECT_GT(allowed_total, checked);
 }
 
@@ -343,7 +420,9 @@ num ::= "-"? [0-9]+ ("." [0-9]+)?
 }
 
 TEST(GrammarMask, EqualsBruteForceUtf8) {
-    check_mask_brute_force(Grammar::from_gbnf("root ::= ([α-ω] | [日本] | [^\\x00-\\x7F] \"x\" | \"hello\")+ \"!\"?"), 120);
+    check_mask_brute_force(
+        Grammar::from_gbnf("root ::= ([α-ω] | [日本] | [^\\x00-\\x7F] \"x\" | \"hello\")+ \"!\"?"),
+        120);
 }
 
 TEST(GrammarMask, EqualsBruteForceJsonSchema) {
@@ -452,10 +531,13 @@ struct SchemaMatcher : Matcher {
 
 TEST(GrammarJsonSchema, Types) {
     SchemaMatcher str(R"({"type": "string"})");
-    for (const char *s : {"\"\"", "\"a b\"", "\"\\n\\u00e9\\\"\"", "\"日本\""}) EXPECT_TRUE(str.accepts(s)) << s;
-    for (const char *s : {"a", "\"a", "\"\n\"", "\"\\q\"", "1", "\"\\u00g0\""}) EXPECT_FALSE(str.accepts(s)) << s;
+    for (const char *s : {"\"\"", "\"a b\"", "\"\\n\\u00e9\\\"\"", "\"日本\""})
+        EXPECT_TRUE(str.accepts(s)) << s;
+    for (const char *s : {"a", "\"a", "\"\n\"", "\"\\q\"", "1", "\"\\u00g0\""})
+        EXPECT_FALSE(str.accepts(s)) << s;
     // Surrogate escapes: only as a high-low pair (found by the grammar fuzz target).
-    for (const char *s : {"\"\\ud83d\\ude00\"", "\"\\uD7FF\\uE000\\uffff\""}) EXPECT_TRUE(str.accepts(s)) << s;
+    for (const char *s : {"\"\\ud83d\\ude00\"", "\"\\uD7FF\\uE000\\uffff\""})
+        EXPECT_TRUE(str.accepts(s)) << s;
     for (const char *s : {"\"\\ud812\"", "\"\\udc00\"", "\"\\ud83d\\u0041\"", "\"\\ud83d\\ud83d\""})
         EXPECT_FALSE(str.accepts(s)) << s;
     SchemaMatcher num(R"({"type": "number"})");
@@ -474,7 +556,8 @@ TEST(GrammarJsonSchema, Types) {
     EXPECT_TRUE(n.accepts("7"));
     EXPECT_FALSE(n.accepts("\"x\""));
     SchemaMatcher any(R"({"description": "anything"})");
-    for (const char *s : {"{\"a\": [1, {\"b\":null}]}", "[]", "\"s\"", "-0.5", "true"}) EXPECT_TRUE(any.accepts(s)) << s;
+    for (const char *s : {"{\"a\": [1, {\"b\":null}]}", "[]", "\"s\"", "-0.5", "true"})
+        EXPECT_TRUE(any.accepts(s)) << s;
     EXPECT_FALSE(any.accepts("{\"a\"  :1}"));
 }
 
@@ -482,11 +565,12 @@ TEST(GrammarJsonSchema, ObjectsKeepOrderAndOptionalKeys) {
     SchemaMatcher m(R"({"type": "object", "title": "t",
         "properties": {"b": {"type": "integer"}, "a": {"type": "string"}, "c": {"type": "boolean"}},
         "required": ["a"], "additionalProperties": false})");
-    for (const char *s : {"{\"a\":\"x\"}", "{\"b\":1,\"a\":\"x\"}", "{\"b\": 1, \"a\": \"x\", \"c\": true}",
-                          "{\"a\":\"x\",\"c\":false}"})
+    for (const char *s : {"{\"a\":\"x\"}", "{\"b\":1,\"a\":\"x\"}",
+                          "{\"b\": 1, \"a\": \"x\", \"c\": true}", "{\"a\":\"x\",\"c\":false}"})
         EXPECT_TRUE(m.accepts(s)) << s;
-    for (const char *s : {"{}", "{\"b\":1}", "{\"a\":\"x\",\"b\":1}", "{\"a\":\"x\",\"d\":1}", "{ \"a\":\"x\"}",
-                          "{\"a\":  \"x\"}", "{\"a\":\"x\" }", "{\"a\":\"x\",,\"c\":true}"})
+    for (const char *s :
+         {"{}", "{\"b\":1}", "{\"a\":\"x\",\"b\":1}", "{\"a\":\"x\",\"d\":1}", "{ \"a\":\"x\"}",
+          "{\"a\":  \"x\"}", "{\"a\":\"x\" }", "{\"a\":\"x\",,\"c\":true}"})
         EXPECT_FALSE(m.accepts(s)) << s;
     SchemaMatcher all_optional(R"({"properties": {"x": {"type": "null"}, "y": {"type": "null"}}})");
     for (const char *s : {"{}", "{\"x\":null}", "{\"y\":null}", "{\"x\":null, \"y\":null}"})
@@ -501,7 +585,8 @@ TEST(GrammarJsonSchema, ObjectsKeepOrderAndOptionalKeys) {
 
 TEST(GrammarJsonSchema, EnumConstArraysStrings) {
     SchemaMatcher e(R"({"enum": ["red", 1, null, [1,2], {"k": "v"}]})");
-    for (const char *s : {"\"red\"", "1", "null", "[1,2]", "{\"k\":\"v\"}"}) EXPECT_TRUE(e.accepts(s)) << s;
+    for (const char *s : {"\"red\"", "1", "null", "[1,2]", "{\"k\":\"v\"}"})
+        EXPECT_TRUE(e.accepts(s)) << s;
     for (const char *s : {"\"blue\"", "[1, 2]", "2"}) EXPECT_FALSE(e.accepts(s)) << s;
     SchemaMatcher typed_enum(R"({"type": "string", "enum": ["a", 1]})");
     EXPECT_TRUE(typed_enum.accepts("\"a\""));
@@ -509,9 +594,11 @@ TEST(GrammarJsonSchema, EnumConstArraysStrings) {
     SchemaMatcher c(R"({"const": "only"})");
     EXPECT_TRUE(c.accepts("\"only\""));
     EXPECT_FALSE(c.accepts("\"other\""));
-    SchemaMatcher arr(R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})");
+    SchemaMatcher arr(
+        R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})");
     for (const char *s : {"[1]", "[1,2]", "[1, 2, 3]"}) EXPECT_TRUE(arr.accepts(s)) << s;
-    for (const char *s : {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]", "[ 1]"}) EXPECT_FALSE(arr.accepts(s)) << s;
+    for (const char *s : {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]", "[ 1]"})
+        EXPECT_FALSE(arr.accepts(s)) << s;
     SchemaMatcher arr0(R"({"type": "array", "minItems": 2})");
     EXPECT_TRUE(arr0.accepts("[1, \"x\", {}]"));
     EXPECT_FALSE(arr0.accepts("[1]"));
@@ -519,7 +606,8 @@ TEST(GrammarJsonSchema, EnumConstArraysStrings) {
     EXPECT_TRUE(none.accepts("[]"));
     EXPECT_FALSE(none.accepts("[1]"));
     SchemaMatcher len(R"({"type": "string", "minLength": 2, "maxLength": 3})");
-    for (const char *s : {"\"ab\"", "\"abc\"", "\"日本\"", "\"a\\n\""}) EXPECT_TRUE(len.accepts(s)) << s;
+    for (const char *s : {"\"ab\"", "\"abc\"", "\"日本\"", "\"a\\n\""})
+        EXPECT_TRUE(len.accepts(s)) << s;
     for (const char *s : {"\"a\"", "\"abcd\"", "\"\""}) EXPECT_FALSE(len.accepts(s)) << s;
     SchemaMatcher minlen(R"({"minLength": 1})");
     EXPECT_TRUE(minlen.accepts("\"abcdefgh\""));
@@ -537,7 +625,8 @@ TEST(GrammarJsonSchema, AnyOfOneOfAndRefs) {
     SchemaMatcher tree(R"({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object",
         "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
         "required": ["v"]}}})");
-    EXPECT_TRUE(tree.accepts("{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4,\"kids\":[]}]}]}"));
+    EXPECT_TRUE(
+        tree.accepts("{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4,\"kids\":[]}]}]}"));
     EXPECT_FALSE(tree.accepts("{\"v\":1,\"kids\":[{}]}"));
     SchemaMatcher defs(R"({"type": "object", "properties": {"p": {"$ref": "#/definitions/pt"}},
         "required": ["p"], "definitions": {"pt": {"type": "array", "items": {"type": "number"}}}})");
@@ -552,28 +641,36 @@ TEST(GrammarJsonSchema, ErrorsNameTheJsonPointer) {
         {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}})",
          "json schema: at /properties/a/pattern: unsupported keyword 'pattern'"},
         {R"({"type": "strin"})",
-         "json schema: at /type: type must be one of object, string, number, integer, boolean, null, array"},
+         "json schema: at /type: type must be one of object, string, number, integer, boolean, "
+         "null, array"},
         {R"({"properties": {"a": {}}, "required": ["a", "b"]})",
          "json schema: at /required/1: required property 'b' is not in properties"},
         {R"({"type": "object", "additionalProperties": true})",
-         "json schema: at /additionalProperties: additionalProperties other than false is not supported "
+         "json schema: at /additionalProperties: additionalProperties other than false is not "
+         "supported "
          "(objects have exactly the listed properties)"},
         {R"({"items": {"$ref": "#/$defs/missing"}})",
          "json schema: at /items/$ref: $ref '#/$defs/missing' names no definition"},
         {R"({"$ref": "http://example.com/s.json"})",
-         "json schema: at /$ref: $ref 'http://example.com/s.json' is not supported (only #/$defs/NAME and "
+         "json schema: at /$ref: $ref 'http://example.com/s.json' is not supported (only "
+         "#/$defs/NAME and "
          "#/definitions/NAME)"},
         {R"({"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}})",
          "json schema: at /$defs/a: the schema refers to itself before matching any input"},
-        {R"({"type": "array", "maxItems": 5000})", "json schema: at /maxItems: maxItems 5000 is above the supported 4096"},
-        {R"({"type": "string", "minLength": -1})", "json schema: at /minLength: minLength must be a non-negative integer"},
-        {R"({"type": "string", "minLength": 3, "maxLength": 2})", "json schema: at /maxLength: maxLength is below minLength"},
+        {R"({"type": "array", "maxItems": 5000})",
+         "json schema: at /maxItems: maxItems 5000 is above the supported 4096"},
+        {R"({"type": "string", "minLength": -1})",
+         "json schema: at /minLength: minLength must be a non-negative integer"},
+        {R"({"type": "string", "minLength": 3, "maxLength": 2})",
+         "json schema: at /maxLength: maxLength is below minLength"},
         {R"({"anyOf": []})", "json schema: at /anyOf: anyOf must be a non-empty array"},
-        {R"({"properties": {"a/b": false}})", "json schema: at /properties/a~1b: the schema false matches nothing"},
+        {R"({"properties": {"a/b": false}})",
+         "json schema: at /properties/a~1b: the schema false matches nothing"},
         {R"([1])", "json schema: at (root): a schema must be an object or a boolean"},
         {R"({"type": "array", "items": [{"type": "integer"}]})",
          "json schema: at /items: items as an array (tuple form) is not supported"},
-        {R"({"enum": [1], "type": "string"})", "json schema: at (root): no enum/const value has the schema's type"},
+        {R"({"enum": [1], "type": "string"})",
+         "json schema: at (root): no enum/const value has the schema's type"},
     };
     for (auto [schema, want] : cases) EXPECT_EQ(schema_error(schema), want) << schema;
     std::string bad = schema_error(R"({"type": "string",})");
@@ -592,7 +689,8 @@ bool valid(const OJson &v, const OJson &s, const OJson &root) {
         return valid(v, root[sect][r.substr(r.find('/', 2) + 1)], root);
     }
     if (s.contains("anyOf")) {
-        for (const auto &sub : s["anyOf"]) if (valid(v, sub, root)) return true;
+        for (const auto &sub : s["anyOf"])
+            if (valid(v, sub, root)) return true;
         return false;
     }
     if (s.contains("oneOf")) {
@@ -608,13 +706,16 @@ bool valid(const OJson &v, const OJson &s, const OJson &root) {
     }
     if (s.contains("type")) {
         std::vector<std::string> ts;
-        if (s["type"].is_array()) for (const auto &t : s["type"]) ts.push_back(t);
-        else ts.push_back(s["type"]);
+        if (s["type"].is_array())
+            for (const auto &t : s["type"]) ts.push_back(t);
+        else
+            ts.push_back(s["type"]);
         bool ok = false;
         for (const auto &t : ts) {
             ok = ok || (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
                  (t == "integer" && v.is_number_integer()) || (t == "boolean" && v.is_boolean()) ||
-                 (t == "null" && v.is_null()) || (t == "object" && v.is_object()) || (t == "array" && v.is_array());
+                 (t == "null" && v.is_null()) || (t == "object" && v.is_object()) ||
+                 (t == "array" && v.is_array());
         }
         if (!ok) return false;
     }
@@ -628,7 +729,8 @@ bool valid(const OJson &v, const OJson &s, const OJson &root) {
         if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
         if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return false;
         if (s.contains("items"))
-            for (const auto &x : v) if (!valid(x, s["items"], root)) return false;
+            for (const auto &x : v)
+                if (!valid(x, s["items"], root)) return false;
     }
     if (v.is_object() && (s.contains("properties") || s.contains("type"))) {
         OJson props = s.value("properties", OJson::object());
@@ -685,7 +787,8 @@ TEST(GrammarJsonSchema, RandomWalksProduceValidJson) {
                     if (!bit(mask, i)) continue;
                     allowed.push_back(i);
                     char c = vocab->token(i)[0];
-                    if (vocab->token(i).size() == 1 && (c == '"' || c == ']' || c == '}' || c == '0'))
+                    if (vocab->token(i).size() == 1 &&
+                        (c == '"' || c == ']' || c == '}' || c == '0'))
                         closers.push_back(i);
                 }
                 ASSERT_FALSE(allowed.empty()) << out;

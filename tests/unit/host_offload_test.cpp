@@ -25,7 +25,8 @@ using testing::tokens_of;
 using testing::TinyModelSpec;
 
 constexpr uint32_t kBlockTokens = 16;
-constexpr uint64_t kBlockBytes = 2 * 2 * 16 * kBlockTokens * 2 * 2;  // layers x kv heads x dims x tokens x fp16 x K,V
+constexpr uint64_t kBlockBytes =
+    2 * 2 * 16 * kBlockTokens * 2 * 2;  // layers x kv heads x dims x tokens x fp16 x K,V
 
 class EngineHostTierTest : public ::testing::Test {
 protected:
@@ -42,7 +43,8 @@ protected:
         delete path_;
     }
 
-    static llmkv_status try_engine(uint64_t device_blocks, uint64_t host_bytes, llmkv_engine **out, uint32_t flags = 0) {
+    static llmkv_status try_engine(uint64_t device_blocks, uint64_t host_bytes, llmkv_engine **out,
+                                   uint32_t flags = 0) {
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path_->c_str();
@@ -55,12 +57,12 @@ protected:
         p.flags = flags;
         return llmkv_engine_create(&p, out);
     }
-    static llmkv_engine *make_engine(uint64_t device_blocks, uint64_t host_bytes, uint32_t flags = 0) {
+    static llmkv_engine *make_engine(uint64_t device_blocks, uint64_t host_bytes,
+                                     uint32_t flags = 0) {
         llmkv_engine *e = nullptr;
         EXPECT_EQ(try_engine(device_blocks, host_bytes, &e, flags), LLMKV_OK) << llmkv_last_error();
         return e;
     }
-
 
     static llmkv_session *create(llmkv_engine *e, uint32_t i) {
         llmkv_session_params sp;
@@ -74,10 +76,10 @@ protected:
     }
 
     static void turn(llmkv_session *s, const std::vector<int32_t> &input, uint32_t n) {
-        ASSERT_EQ(llmkv_session_append(s, input.data(), input.size()), LLMKV_OK) << llmkv_last_error();
+        ASSERT_EQ(llmkv_session_append(s, input.data(), input.size()), LLMKV_OK)
+            << llmkv_last_error();
         ASSERT_EQ(llmkv_session_generate(s, n), LLMKV_OK) << llmkv_last_error();
     }
-
 
     static uint32_t tier_of(llmkv_session *s) {
         llmkv_session_info si;
@@ -96,7 +98,8 @@ protected:
             EXPECT_EQ(llmkv_engine_validate(e), LLMKV_OK) << llmkv_last_error();
             for (size_t i = 0; i < n; ++i) errors += ev[i].kind == LLMKV_EVENT_ERROR ? 1 : 0;
             llmkv_stats st = stats(e);
-            if (n == 0 && st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0 &&
+            if (n == 0 &&
+                st.sessions_queued + st.sessions_prefilling + st.sessions_generating == 0 &&
                 llmkv_pending_events(e) == 0) {
                 // Parked sessions with work come back in the next step; stop only when idle.
                 llmkv_step(e, ev, 128, &n);
@@ -136,7 +139,8 @@ TEST_F(EngineHostTierTest, ThirtyTwoSessionsOnADeviceBudgetForEightSwapWithIdent
         turn(s.back(), byte_tokens(kPrompt + i, 40 + i), kNew);
     }
     EXPECT_EQ(run_checked(e), 0u);
-    for (uint32_t i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
+    for (uint32_t i = 0; i < kSessions; ++i)
+        EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
     llmkv_stats st = stats(e);
     EXPECT_GT(st.swaps, 0u) << "running sessions were swapped out, not recomputed";
     EXPECT_GT(st.bytes_to_host, 0u);
@@ -245,7 +249,8 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
         turn(s.back(), byte_tokens(kPrompt, 300 + i), kNew);
     }
     EXPECT_EQ(run_checked(e), 0u);
-    for (uint32_t i = 0; i < kSessions; ++i) EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
+    for (uint32_t i = 0; i < kSessions; ++i)
+        EXPECT_EQ(tokens_of(s[i]), reference[i]) << "session " << i;
     llmkv_stats st = stats(e);
     EXPECT_GT(st.swaps, 0u);
     EXPECT_GT(st.preemptions, st.swaps) << "some victims were recomputed: the host tier was full";
@@ -257,8 +262,8 @@ TEST_F(EngineHostTierTest, FullHostTierFallsBackToRecomputationWithIdenticalToke
 TEST_F(EngineHostTierTest, SessionFourTimesTheDeviceBudgetRunsWithIdenticalTokens) {
     const std::vector<int32_t> prompt = byte_tokens(900, 4242);
     for (float temperature : {0.0f, 0.9f}) {
-        auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st_out, uint32_t *tier,
-                       uint32_t flags = 0) {
+        auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st_out,
+                       uint32_t *tier, uint32_t flags = 0) {
             llmkv_engine *e = make_engine(device_blocks, host_bytes, flags);
             llmkv_session_params sp;
             llmkv_session_params_init(&sp);
@@ -413,7 +418,8 @@ TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
                     if (llmkv_session_cancel(live[k]) == LLMKV_OK) outcome[k] = 2;
                 } else {
                     std::vector<int32_t> t = tokens_of(live[k]);
-                    EXPECT_TRUE(t.size() <= solo[k].size() && std::equal(t.begin(), t.end(), solo[k].begin()))
+                    EXPECT_TRUE(t.size() <= solo[k].size() &&
+                                std::equal(t.begin(), t.end(), solo[k].begin()))
                         << "session " << k << " diverged before it was destroyed";
                     llmkv_session_destroy(live[k]);
                     live[k] = nullptr;
@@ -430,13 +436,15 @@ TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
             size_t n = 0;
             ASSERT_EQ(llmkv_step(e, ev, 128, &n), LLMKV_OK) << llmkv_last_error();
             for (size_t i = 0; i < n; ++i) {
-                const size_t k = size_t(std::find(live.begin(), live.end(), ev[i].session) - live.begin());
+                const size_t k =
+                    size_t(std::find(live.begin(), live.end(), ev[i].session) - live.begin());
                 ASSERT_LT(k, live.size());
                 if (ev[i].kind == LLMKV_EVENT_DONE && outcome[k] == 0) outcome[k] = 1;
                 if (ev[i].kind == LLMKV_EVENT_ERROR) ++errors;
             }
         }
-        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK) << "step " << step << ": " << llmkv_last_error();
+        ASSERT_EQ(llmkv_engine_validate(e), LLMKV_OK)
+            << "step " << step << ": " << llmkv_last_error();
         if (next == reqs.size() && std::count(outcome.begin(), outcome.end(), 0) == 0) break;
     }
     EXPECT_EQ(errors, 0u);
@@ -447,18 +455,23 @@ TEST_F(EngineHostTierTest, EverythingAtOnceKeepsEverySessionEqualToItsSoloRun) {
         if (outcome[k] == 1) {
             EXPECT_EQ(t, solo[k]) << "session " << k;
         } else {
-            EXPECT_TRUE(t.size() <= solo[k].size() && std::equal(t.begin(), t.end(), solo[k].begin()))
+            EXPECT_TRUE(t.size() <= solo[k].size() &&
+                        std::equal(t.begin(), t.end(), solo[k].begin()))
                 << "cancelled session " << k << " is not a prefix of its solo run";
         }
         llmkv_session_destroy(live[k]);
     }
     llmkv_stats st = stats(e);
-    std::printf("outcomes: %ld done, %ld cancelled, %ld destroyed; preemptions %llu, swaps %llu, parks %llu, "
-                "demotions %llu, promotions %llu, prefix hit tokens %llu\n",
-                long(std::count(outcome.begin(), outcome.end(), 1)), long(std::count(outcome.begin(), outcome.end(), 2)),
-                long(std::count(outcome.begin(), outcome.end(), 3)), (unsigned long long)st.preemptions,
-                (unsigned long long)st.swaps, (unsigned long long)st.parks, (unsigned long long)st.demotions,
-                (unsigned long long)st.promotions, (unsigned long long)st.prefix_hit_tokens);
+    std::printf(
+        "outcomes: %ld done, %ld cancelled, %ld destroyed; preemptions %llu, swaps %llu, parks "
+        "%llu, "
+        "demotions %llu, promotions %llu, prefix hit tokens %llu\n",
+        long(std::count(outcome.begin(), outcome.end(), 1)),
+        long(std::count(outcome.begin(), outcome.end(), 2)),
+        long(std::count(outcome.begin(), outcome.end(), 3)), (unsigned long long)st.preemptions,
+        (unsigned long long)st.swaps, (unsigned long long)st.parks,
+        (unsigned long long)st.demotions, (unsigned long long)st.promotions,
+        (unsigned long long)st.prefix_hit_tokens);
     EXPECT_GT(st.preemptions, 0u);
     EXPECT_GT(st.swaps, 0u);
     EXPECT_GT(st.prefix_hit_tokens + st.promotions, 0u);
@@ -522,7 +535,8 @@ TEST_F(EngineHostTierTest, SessionsDestroyedAndPreemptedWhileCopiesAreInFlightKe
         } else if (r < 4) {
             llmkv_session *x = live[rng() % live.size()];
             llmkv_status st = llmkv_session_park(x);
-            EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY) << st;
+            EXPECT_TRUE(st == LLMKV_OK || st == LLMKV_ERR_STATE || st == LLMKV_ERR_KV_CAPACITY)
+                << st;
         } else if (r < 5) {
             size_t k = rng() % live.size();
             llmkv_session_destroy(live[k]);  // possibly right after a park: copy in flight

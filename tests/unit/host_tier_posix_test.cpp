@@ -1,9 +1,6 @@
 // HostTier on Linux only: a real mlock failure under a tiny RLIMIT_MEMLOCK (fork, capabilities,
 // rlimits), and mimalloc kept out of the process's global symbol scope (dlsym/dladdr). The
 // portable tier tests are in host_tier_test.cpp.
-#include "kv/host_tier.h"
-#include "host_tier_skip.h"
-
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
@@ -15,6 +12,8 @@
 #include <cstring>
 #include <string>
 
+#include "host_tier_skip.h"
+#include "kv/host_tier.h"
 #include "llmkv.h"
 
 namespace llmkv {

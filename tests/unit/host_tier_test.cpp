@@ -13,7 +13,6 @@
 //   cmake --build build-tsan -j2 --target llmkv_unit_tests
 //   build-tsan/tests/llmkv_unit_tests --gtest_filter='HostTier*:CopyEngine*'
 #include "kv/host_tier.h"
-#include "host_tier_skip.h"
 
 #include <gtest/gtest.h>
 
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "host_tier_skip.h"
 #include "platform/os.h"
 
 namespace llmkv {
@@ -36,7 +36,6 @@ namespace {
 constexpr uint64_t kMiB = uint64_t(1) << 20;
 // One sealed SmolLM2-135M int8 block: 30 layers x 3 kv heads x (K,V) x 16 tokens x 64 dims.
 constexpr size_t kSealedBlockBytes = 30 * 3 * 2 * 16 * 64;
-
 
 llmkv_status status_of(const std::function<void()> &fn) {
     try {
@@ -130,8 +129,7 @@ TEST(HostTier, NothingButTierBlocksLandsInTheRegion) {
     std::string why;
     void *lib = os::load_library(os::mimalloc_library_file(), why);
     ASSERT_NE(lib, nullptr) << why;
-    auto mi_malloc_fn =
-        reinterpret_cast<void *(*)(size_t)>(os::library_symbol(lib, "mi_malloc"));
+    auto mi_malloc_fn = reinterpret_cast<void *(*)(size_t)>(os::library_symbol(lib, "mi_malloc"));
     auto mi_free_fn = reinterpret_cast<void (*)(void *)>(os::library_symbol(lib, "mi_free"));
     auto mi_heap_new_fn = reinterpret_cast<void *(*)()>(os::library_symbol(lib, "mi_heap_new"));
     auto mi_heap_malloc_fn =

@@ -11,16 +11,18 @@
 #include <vector>
 
 #include "common/error.h"
+#include "host_tier_skip.h"
 #include "kv/kv_manager.h"
 #include "kv/transfer.h"
-#include "host_tier_skip.h"
 
 namespace llmkv {
 namespace {
 
 // 6 layers; layers 2 and 5 global, the others local with a 10-token window (Gemma 3's
 // pattern at a smaller scale): group 0 = {2, 5}, group 1 = {0, 1}, group 2 = {3, 4}.
-std::vector<uint32_t> windows6() { return {10, 10, 0, 10, 10, 0}; }
+std::vector<uint32_t> windows6() {
+    return {10, 10, 0, 10, 10, 0};
+}
 
 KvGeometry grouped_geometry() {
     KvGeometry g;
@@ -89,8 +91,8 @@ struct Rig {
         c.prefix_salt = "kv-groups-test";
         c.host_bytes = host_bytes;
         kv = std::make_unique<KvManager>(c);
-        kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), host_bytes != 0), mmap_host_allocator(),
-                   nullptr);
+        kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), host_bytes != 0),
+                   mmap_host_allocator(), nullptr);
     }
     KvSeq &add() {
         seqs.push_back(std::make_unique<KvSeq>());
@@ -108,10 +110,13 @@ struct Rig {
         const KvGeometry &g = kv->geometry();
         const size_t per = g.n_groups - 1;
         for (size_t j = from_block; j < s.kv.blocks.size(); ++j) {
-            std::memset(kv->cache().sealed_data(s.kv.blocks[j]), int(j * 8), g.sealed_block_bytes());
+            std::memset(kv->cache().sealed_data(s.kv.blocks[j]), int(j * 8),
+                        g.sealed_block_bytes());
             for (size_t k = 0; k < per; ++k) {
                 uint32_t id = s.kv.local[j * per + k];
-                if (id != SessionKv::kReleased) std::memset(kv->cache().sealed_data(id), int(j * 8 + 1 + k), g.sealed_block_bytes());
+                if (id != SessionKv::kReleased)
+                    std::memset(kv->cache().sealed_data(id), int(j * 8 + 1 + k),
+                                g.sealed_block_bytes());
             }
         }
     }
@@ -136,7 +141,9 @@ void expect_bytes(Rig &r, const KvSeq &s) {
     const KvGeometry &g = r.kv->geometry();
     const size_t per = g.n_groups - 1;
     for (size_t j = 0; j < s.kv.blocks.size(); ++j) {
-        EXPECT_EQ(r.kv->cache().sealed_data(s.kv.blocks[j])[g.sealed_block_bytes() - 1], uint8_t(j * 8)) << j;
+        EXPECT_EQ(r.kv->cache().sealed_data(s.kv.blocks[j])[g.sealed_block_bytes() - 1],
+                  uint8_t(j * 8))
+            << j;
         for (size_t k = 0; k < per; ++k) {
             uint32_t id = s.kv.local[j * per + k];
             if (id == SessionKv::kReleased) continue;
@@ -176,7 +183,8 @@ TEST(KvGroups, ReleaseCanBeTurnedOffByNotGrouping) {
     c.n_sealed_blocks = 64;
     c.n_tail_slots = 2;
     KvManager kv(c);
-    kv.attach(std::make_unique<PoolMemoryTransferQueue>(kv.cache(), false), mmap_host_allocator(), nullptr);
+    kv.attach(std::make_unique<PoolMemoryTransferQueue>(kv.cache(), false), mmap_host_allocator(),
+              nullptr);
     KvSeq s;
     ASSERT_TRUE(kv.reserve(s, 100));
     s.kv.n_tokens = 100;
@@ -318,7 +326,8 @@ TEST(KvGroups, SnapshotStoresTheLiveBlocksAndLoadsThemBack) {
     const KvGeometry &g = r.kv->geometry();
     EXPECT_EQ(m.n_groups, 3u);
     EXPECT_EQ(m.window, 10u);
-    const std::string path = testing::TempDir() + "/kv_groups_" + std::to_string(getpid()) + ".snap";
+    const std::string path =
+        testing::TempDir() + "/kv_groups_" + std::to_string(getpid()) + ".snap";
     r.kv->save_snapshot(a, m, path);
     SnapshotMeta expected = r.kv->snapshot_meta("fp", "cpu");
     LoadedSnapshot snap = read_snapshot(path, expected);

@@ -26,12 +26,12 @@ bool have_avx512() {
     return f.avx2 && f.fma && f.f16c && f.avx512_vnni;
 }
 
-#define SKIP_WITHOUT_AVX512()                                                                 \
-    do {                                                                                      \
-        if (!have_avx512()) {                                                                 \
+#define SKIP_WITHOUT_AVX512()                                                                \
+    do {                                                                                     \
+        if (!have_avx512()) {                                                                \
             GTEST_SKIP() << "this CPU (or its OS) lacks AVX-512 F/BW/VL + VNNI: nothing to " \
-                            "compare";                                                        \
-        }                                                                                     \
+                            "compare";                                                       \
+        }                                                                                    \
     } while (0)
 
 const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
@@ -241,7 +241,8 @@ TEST_F(Avx512, BitwiseEqualToAvx2DegenerateActivations) {
     MatmulScratch scratch;
     const int64_t cols = 576, n = 6;
     std::vector<float> x = random_x(n, cols, 99);
-    for (int i = 0; i < 32; ++i) x[size_t(1 * cols + 64 + i)] = (i % 2 ? -1 : 1) * 1e-44f * float(i);
+    for (int i = 0; i < 32; ++i)
+        x[size_t(1 * cols + 64 + i)] = (i % 2 ? -1 : 1) * 1e-44f * float(i);
     x[size_t(3 * cols + 100)] = std::numeric_limits<float>::quiet_NaN();
     x[size_t(4 * cols + 200)] = std::numeric_limits<float>::infinity();
     for (TensorType t : kAllTypes) {

@@ -1,9 +1,9 @@
 // Unit tests of the formats with 2- to 6-bit codes: IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
 // Q6_K, which the kernels read packed (matmul_packed.h; revision 3, Q3_K since 4, Q2_K and IQ4_NL
-// since 5; the suite keeps the name of the per-row "lane" kernels they replaced): decoding against the loop-structured decoders of
-// tests/support/quant_reference on random raw blocks (every code, extreme scales), the reference
-// quantizers' round trip, and bitwise equality of the portable, AVX2 and AVX-512 kernels for
-// every shape, token count and thread count.
+// since 5; the suite keeps the name of the per-row "lane" kernels they replaced): decoding against
+// the loop-structured decoders of tests/support/quant_reference on random raw blocks (every code,
+// extreme scales), the reference quantizers' round trip, and bitwise equality of the portable, AVX2
+// and AVX-512 kernels for every shape, token count and thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,7 +72,7 @@ Matrix raw_matrix(TensorType t, int64_t rows, int64_t cols, uint32_t seed, bool 
             if (extreme) {
                 do {
                     h = uint16_t(rng());
-                } while ((h & 0x7c00u) == 0x7c00u);  // no Inf/NaN
+                } while ((h & 0x7c00u) == 0x7c00u);                         // no Inf/NaN
                 if (rng() % 8 == 0) h = uint16_t((h & 0x8000u) | 0x7bffu);  // +-65504
             } else {
                 h = fp32_to_fp16(ud(rng));
@@ -155,8 +155,8 @@ void expect_families_agree(const Matrix &m, const std::vector<float> &x, int64_t
         for (size_t i = 0; i < y.size(); ++i) {
             ASSERT_EQ(std::memcmp(&y[i], &base[i], 4), 0)
                 << what << ": element " << i << " (token " << i / size_t(m.rows) << ", row "
-                << i % size_t(m.rows) << ") " << family_name(fams[f]) << " " << y[i]
-                << " portable " << base[i];
+                << i % size_t(m.rows) << ") " << family_name(fams[f]) << " " << y[i] << " portable "
+                << base[i];
         }
     }
 }
@@ -222,11 +222,10 @@ TEST_F(LaneFormats, QuantizersRoundTrip) {
         TensorType t;
         double rms;  // relative to the data's rms (1)
     };
-    for (Tol tol : {Tol{TensorType::Q5_0, 0.06}, Tol{TensorType::Q5_1, 0.05},
-                    Tol{TensorType::IQ4_NL, 0.12}, Tol{TensorType::Q2_K, 0.45},
-                    Tol{TensorType::Q3_K, 0.25}, Tol{TensorType::Q4_K, 0.12},
-                    Tol{TensorType::Q5_K, 0.06}, Tol{TensorType::Q6_K, 0.03},
-                    Tol{TensorType::Q8_K, 0.01}}) {
+    for (Tol tol :
+         {Tol{TensorType::Q5_0, 0.06}, Tol{TensorType::Q5_1, 0.05}, Tol{TensorType::IQ4_NL, 0.12},
+          Tol{TensorType::Q2_K, 0.45}, Tol{TensorType::Q3_K, 0.25}, Tol{TensorType::Q4_K, 0.12},
+          Tol{TensorType::Q5_K, 0.06}, Tol{TensorType::Q6_K, 0.03}, Tol{TensorType::Q8_K, 0.01}}) {
         const std::vector<uint8_t> q = quantize_reference(tol.t, x.data(), n);
         ASSERT_EQ(q.size(), tensor_bytes_reference(tol.t, n));
         const std::vector<float> back = dequantize_reference(tol.t, q.data(), n);
@@ -317,8 +316,7 @@ TEST_F(LaneFormats, BatchedEqualsSolo) {
             const std::vector<float> x = random_x(n, cols, 6);
             const std::vector<float> yb = run(fam, m, x.data(), n, pool, scratch);
             for (int64_t tok = 0; tok < n; ++tok) {
-                const std::vector<float> ys =
-                    run(fam, m, x.data() + tok * cols, 1, pool, scratch);
+                const std::vector<float> ys = run(fam, m, x.data() + tok * cols, 1, pool, scratch);
                 for (int64_t r = 0; r < rows; ++r) {
                     ASSERT_EQ(std::memcmp(&ys[size_t(r)], &yb[size_t(tok * rows + r)], 4), 0)
                         << tensor_type_name(t) << " " << family_name(fam) << " token " << tok
@@ -336,28 +334,30 @@ TEST_F(LaneFormats, FamiliesBitwiseEqualDegenerateInputs) {
     MatmulScratch scratch;
     const int64_t cols = 512, n = 6;
     std::vector<float> x = random_x(n, cols, 99);
-    for (int i = 0; i < 32; ++i) x[size_t(1 * cols + 64 + i)] = (i % 2 ? -1 : 1) * 1e-44f * float(i);
+    for (int i = 0; i < 32; ++i)
+        x[size_t(1 * cols + 64 + i)] = (i % 2 ? -1 : 1) * 1e-44f * float(i);
     x[size_t(3 * cols + 100)] = std::numeric_limits<float>::quiet_NaN();
     x[size_t(4 * cols + 200)] = std::numeric_limits<float>::infinity();
     for (TensorType t : kLaneTypes) {
         for (bool extreme : {false, true}) {
             const Matrix m = raw_matrix(t, 41, cols, 5, extreme);
-            expect_families_agree(m, x, n, pool, scratch,
-                                  std::string(tensor_type_name(t)) + " degenerate" +
-                                      (extreme ? " extreme" : ""));
+            expect_families_agree(
+                m, x, n, pool, scratch,
+                std::string(tensor_type_name(t)) + " degenerate" + (extreme ? " extreme" : ""));
             if (HasFatalFailure()) return;
         }
     }
 }
 
 // The output bits of every quantized type, pinned when its current arithmetic was introduced:
-// restructuring a kernel for speed must not change a single bit. The inputs come from a fixed integer
-// generator and exact conversions, so they are the same under every standard library.
+// restructuring a kernel for speed must not change a single bit. The inputs come from a fixed
+// integer generator and exact conversions, so they are the same under every standard library.
 TEST_F(LaneFormats, OutputBitsArePinned) {
     // Q8_0, Q4_0, Q4_1: the packed-block arithmetic of matmul_packed.h (pinned when it replaced
     // the 8-lane one, which the portable kernel did not share); every family gives these bits.
-    // Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: the same arithmetic since kernel revision 3 (pinned when their packed
-    // kernels replaced the lane ones); Q3_K since revision 4, Q2_K and IQ4_NL since revision 5.
+    // Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: the same arithmetic since kernel revision 3 (pinned when their
+    // packed kernels replaced the lane ones); Q3_K since revision 4, Q2_K and IQ4_NL since
+    // revision 5.
     struct Pin {
         TensorType type;
         uint64_t portable, simd;
@@ -408,10 +408,11 @@ TEST_F(LaneFormats, OutputBitsArePinned) {
             for (size_t i = 0; i < size_t(n * rows); ++i) {
                 uint32_t bits;
                 std::memcpy(&bits, &y[i], 4);
-                for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+                for (int k = 0; k < 4; ++k)
+                    h = (h ^ ((bits >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
             }
-            EXPECT_EQ(h, fam == MatmulKernel::kPortable ? pin.portable : pin.simd) << tensor_type_name(t) << " " << family_name(fam) << " 0x"
-                                   << std::hex << h;
+            EXPECT_EQ(h, fam == MatmulKernel::kPortable ? pin.portable : pin.simd)
+                << tensor_type_name(t) << " " << family_name(fam) << " 0x" << std::hex << h;
         }
     }
 }

@@ -110,7 +110,8 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
             }
             const int h = s / 4, j = s % 4;
             for (int l = 0; l < 32; ++l) {
-                const int q = ((qs[32 * h + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * h + j)) & 1) << 2);
+                const int q =
+                    ((qs[32 * h + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * h + j)) & 1) << 2);
                 sb.w[l] = q - 4;
             }
         } else {  // Q6_K: e = 128 h + 32 j + l
@@ -292,19 +293,20 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                                : type == TensorType::Q5_K ? 64 + 8 * 352
                                : type == TensorType::Q6_K ? 32 + 8 * 416
                                : type == TensorType::Q3_K ? 32 + 8 * 224
-                               : type == TensorType::Q2_K ? 64 + 8 * 160
-                                                          : size_t(nb) * packed_group_block_bytes(type);
+                               : type == TensorType::Q2_K
+                                   ? 64 + 8 * 160
+                                   : size_t(nb) * packed_group_block_bytes(type);
     ASSERT_EQ(p.bytes(), 2 * group_bytes);  // 2 row groups (16 + 4 rows padded)
     const size_t gbb = packed_group_block_bytes(type), hdr_bytes = kq ? group_bytes - 8 * gbb : 0;
     const size_t codes = type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
     // The high-bit vectors, after the 4 nibble vectors (Q3_K: after its 2 low-bit vectors).
     const size_t high = codes + (type == TensorType::Q3_K ? 128 : 256);
-    const int o = type == TensorType::Q4_0   ? 8
+    const int o = type == TensorType::Q4_0                                 ? 8
                   : type == TensorType::Q8_0 || type == TensorType::IQ4_NL ? 128
-                  : type == TensorType::Q5_0 ? 16
-                  : type == TensorType::Q6_K ? 32
-                  : type == TensorType::Q3_K ? 4
-                                             : 0;
+                  : type == TensorType::Q5_0                               ? 16
+                  : type == TensorType::Q6_K                               ? 32
+                  : type == TensorType::Q3_K                               ? 4
+                                                                           : 0;
     for (int64_t r = 0; r < 32; ++r) {
         const int j = int(r % 16);
         const uint8_t *group = p.data() + size_t(r / 16) * group_bytes;
@@ -335,7 +337,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                     ASSERT_EQ(u, 0) << "padding row " << r;
                     continue;
                 }
-                if (type == TensorType::IQ4_NL) u = kIq4nlValues[u] + 128;  // the stored index's level
+                if (type == TensorType::IQ4_NL)
+                    u = kIq4nlValues[u] + 128;  // the stored index's level
                 const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
                 ASSERT_EQ(u - o, sb.w[i]) << "row " << r << " block " << b << " element " << i;
             }
@@ -369,8 +372,8 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
                                            TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-                                           TensorType::Q2_K, TensorType::Q3_K,
-                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {

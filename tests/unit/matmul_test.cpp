@@ -213,8 +213,9 @@ TEST(Matmul, KernelSelection) {
         EXPECT_STREQ(matmul_kernel_name(), "avx512");
     }
     set_matmul_kernel(MatmulKernel::kAuto);
-    EXPECT_EQ(std::string(matmul_kernel_name()),
-              cpu_has_avx512_vnni() ? "avx512" : cpu_has_avx2() ? "avx2" : "portable");
+    EXPECT_EQ(std::string(matmul_kernel_name()), cpu_has_avx512_vnni() ? "avx512"
+                                                 : cpu_has_avx2()      ? "avx2"
+                                                                       : "portable");
 }
 
 TEST(CpuFeatures, DetectionAgreesWithCompilerBuiltins) {

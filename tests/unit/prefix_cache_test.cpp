@@ -1,6 +1,8 @@
 // PrefixCache and block keys: exact block ids, refcounts and token counts for publish/match,
 // collisions, LRU and tail-first eviction, all-or-nothing allocation, and a property test
 // of random sessions checked against a model after every operation.
+#include "kv/prefix_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include "common/error.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
-#include "kv/prefix_cache.h"
 
 namespace llmkv {
 namespace {
@@ -20,7 +21,9 @@ namespace {
 constexpr uint32_t kB = 4;  // tokens per block in these tests
 using Status = PrefixCache::PublishStatus;
 
-BlockHashKey test_salt() { return block_salt("model=test f16/f16 block_tokens=4 residual=0"); }
+BlockHashKey test_salt() {
+    return block_salt("model=test f16/f16 block_tokens=4 residual=0");
+}
 
 // Tokens of consecutive blocks; block i holds {s_i, s_i + 1, s_i + 2, s_i + 3}.
 std::vector<int32_t> blocks_of(std::initializer_list<int32_t> starts) {
@@ -125,8 +128,10 @@ TEST(PrefixCacheKey, ChangesWhenTheSaltChanges) {
     const BlockHashKey s3 = block_salt("model=B q8_0/q8_0 block_tokens=16");
     EXPECT_NE(s1, s2);
     EXPECT_NE(s1, s3);
-    EXPECT_NE(block_key(kRootBlockKey, t.data(), kB, s1), block_key(kRootBlockKey, t.data(), kB, s2));
-    EXPECT_NE(block_key(kRootBlockKey, t.data(), kB, s1), block_key(kRootBlockKey, t.data(), kB, s3));
+    EXPECT_NE(block_key(kRootBlockKey, t.data(), kB, s1),
+              block_key(kRootBlockKey, t.data(), kB, s2));
+    EXPECT_NE(block_key(kRootBlockKey, t.data(), kB, s1),
+              block_key(kRootBlockKey, t.data(), kB, s3));
     EXPECT_NE(block_key(kRootBlockKey, t.data(), kB, s1),
               block_key(kRootBlockKey, t.data(), kB, BlockHashKey{s1.lo ^ (1ull << 63), s1.hi}));
 }
@@ -300,9 +305,12 @@ TEST(PrefixCache, AChildOfACollidingBlockIsNeverLinkedUnderTheOtherParent) {
     // Naming a parent block that is not the cached parent is refused the same way.
     std::vector<uint32_t> s3;
     ASSERT_TRUE(pool.allocate_many(1, s3));
-    EXPECT_EQ(cache.publish(cache.key_of(0), asked.data() + kB, s3[0], s2[0]).status, Status::kOrphan);
-    EXPECT_EQ(cache.publish(cache.key_of(0), asked.data() + kB, s3[0], 0).status, Status::kInserted);
-    EXPECT_THROW(cache.publish(cache.key_of(0), asked.data() + kB, s3[0] + 1, PrefixCache::kNoBlock), Error);
+    EXPECT_EQ(cache.publish(cache.key_of(0), asked.data() + kB, s3[0], s2[0]).status,
+              Status::kOrphan);
+    EXPECT_EQ(cache.publish(cache.key_of(0), asked.data() + kB, s3[0], 0).status,
+              Status::kInserted);
+    EXPECT_THROW(
+        cache.publish(cache.key_of(0), asked.data() + kB, s3[0] + 1, PrefixCache::kNoBlock), Error);
     EXPECT_EQ(refcounts(pool), (std::vector<uint32_t>{3, 1, 1, 2, 0, 0, 0, 0}));
     release_all(cache, m);
     release_all(cache, s3);
@@ -337,7 +345,8 @@ TEST(PrefixCache, PublishingAnEqualBlockKeepsTheCachedOne) {
     EXPECT_EQ(pool.n_free(), 6u);
     check_all(cache, pool);
     // Publishing a block that is already cached under its key changes nothing.
-    PrefixCache::PublishResult again = cache.publish(kRootBlockKey, t.data(), 0, PrefixCache::kNoBlock);
+    PrefixCache::PublishResult again =
+        cache.publish(kRootBlockKey, t.data(), 0, PrefixCache::kNoBlock);
     EXPECT_EQ(again.status, Status::kAlreadyCached);
     EXPECT_EQ(again.block_id, 0u);
     EXPECT_EQ(refcounts(pool), (std::vector<uint32_t>{3, 3, 0, 0, 0, 0, 0, 0}));
@@ -353,7 +362,8 @@ TEST(PrefixCache, ABlockWhoseParentWasEvictedIsNotCached) {
     std::vector<uint32_t> s1 = compute(cache, pool, blocks_of({100}));  // block 0, cached
     std::vector<uint32_t> s2;
     ASSERT_TRUE(pool.allocate_many(1, s2));  // block 1: s2's own copy of {100}
-    PrefixCache::PublishResult r0 = cache.publish(kRootBlockKey, t.data(), s2[0], PrefixCache::kNoBlock);
+    PrefixCache::PublishResult r0 =
+        cache.publish(kRootBlockKey, t.data(), s2[0], PrefixCache::kNoBlock);
     EXPECT_EQ(r0.status, Status::kDuplicate);
     release_all(cache, s1);
     EXPECT_EQ(cache.evict(1), 1u);  // block 0 goes
@@ -367,7 +377,8 @@ TEST(PrefixCache, ABlockWhoseParentWasEvictedIsNotCached) {
     EXPECT_EQ(refcounts(pool), (std::vector<uint32_t>{1, 1, 0, 0, 0, 0, 0, 0}));
     check_all(cache, pool);
     // Republishing the chain from its first block caches both.
-    EXPECT_EQ(cache.publish(kRootBlockKey, t.data(), s2[0], PrefixCache::kNoBlock).status, Status::kInserted);
+    EXPECT_EQ(cache.publish(kRootBlockKey, t.data(), s2[0], PrefixCache::kNoBlock).status,
+              Status::kInserted);
     EXPECT_EQ(cache.publish(r0.key, t.data() + kB, s2[1], s2[0]).status, Status::kInserted);
     EXPECT_EQ(refcounts(pool), (std::vector<uint32_t>{2, 2, 0, 0, 0, 0, 0, 0}));
     release_all(cache, s2);
@@ -622,7 +633,8 @@ TEST(PrefixCacheLru, AnIdleParentOfABusyChildIsNotReclaimable) {
     std::vector<uint32_t> s2;
     ASSERT_TRUE(pool.allocate_many(2, s2));
     ASSERT_EQ(s2, (std::vector<uint32_t>{2, 3}));
-    PrefixCache::PublishResult r0 = cache.publish(kRootBlockKey, t.data(), 2, PrefixCache::kNoBlock);
+    PrefixCache::PublishResult r0 =
+        cache.publish(kRootBlockKey, t.data(), 2, PrefixCache::kNoBlock);
     ASSERT_EQ(r0.status, Status::kDuplicate);
     ASSERT_EQ(cache.publish(r0.key, t.data() + 2 * kB, 3, 2).status, Status::kInserted);
     release_all(cache, s1);
@@ -660,8 +672,11 @@ TEST(PrefixCacheLru, AnIdleParentOfABusyChildIsNotReclaimable) {
 class PrefixCacheModel {
 public:
     PrefixCacheModel(uint32_t n_blocks, uint32_t seed, PrefixCache::KeyFn key_fn)
-        : pool_(n_blocks, 16, "prop"), cache_(pool_, kB, test_salt(), key_fn), rng_(seed),
-          content_(n_blocks), weak_hash_(key_fn != &block_key) {
+        : pool_(n_blocks, 16, "prop"),
+          cache_(pool_, kB, test_salt(), key_fn),
+          rng_(seed),
+          content_(n_blocks),
+          weak_hash_(key_fn != &block_key) {
         for (int p = 0; p < 3; ++p) {
             std::vector<int32_t> prefix;
             const int n = p == 2 ? int(rng_() % 5) : 2 + int(rng_() % 3);  // blocks
@@ -752,7 +767,8 @@ private:
             content_[id] = prefix_tokens(s, i + 1);  // the block is computed
             const BlockHashKey parent = i ? s.keys[i - 1] : kRootBlockKey;
             const uint32_t prev = i ? s.blocks[i - 1] : PrefixCache::kNoBlock;
-            PrefixCache::PublishResult r = cache_.publish(parent, s.tokens.data() + i * kB, id, prev);
+            PrefixCache::PublishResult r =
+                cache_.publish(parent, s.tokens.data() + i * kB, id, prev);
             ASSERT_EQ(r.key, cache_.key_for(parent, s.tokens.data() + i * kB));
             uint32_t held = id;
             switch (r.status) {
@@ -761,8 +777,7 @@ private:
                     ASSERT_TRUE(cached_.emplace(content_[id], id).second);
                     ++n_inserted;
                     break;
-                case PrefixCache::PublishStatus::kDuplicate:
-                {
+                case PrefixCache::PublishStatus::kDuplicate: {
                     auto it = cached_.find(content_[id]);
                     ASSERT_TRUE(it != cached_.end()) << "a duplicate of content that is not cached";
                     ASSERT_EQ(it->second, r.block_id);
@@ -869,7 +884,8 @@ private:
 
     void scratch_allocate() {
         std::vector<uint32_t> ids;
-        if (allocate(1 + uint32_t(rng_() % 10), ids)) scratch_.insert(scratch_.end(), ids.begin(), ids.end());
+        if (allocate(1 + uint32_t(rng_() % 10), ids))
+            scratch_.insert(scratch_.end(), ids.begin(), ids.end());
     }
 
     void scratch_release() {
@@ -905,7 +921,8 @@ private:
         }
         for (uint32_t id : scratch_) ++holders[id];
         for (uint32_t id = 0; id < pool_.n_total(); ++id) {
-            ASSERT_EQ(pool_.refcount(id), holders[id] + (cache_.contains(id) ? 1u : 0u)) << "block " << id;
+            ASSERT_EQ(pool_.refcount(id), holders[id] + (cache_.contains(id) ? 1u : 0u))
+                << "block " << id;
         }
     }
 
@@ -928,7 +945,7 @@ private:
     std::vector<std::vector<int32_t>> prefixes_;
     std::vector<Session> sessions_;
     std::vector<uint32_t> scratch_;
-    std::vector<std::vector<int32_t>> content_;      // by block id: the prefix it holds
+    std::vector<std::vector<int32_t>> content_;        // by block id: the prefix it holds
     std::map<std::vector<int32_t>, uint32_t> cached_;  // prefix -> cached block
     bool weak_hash_;
 };
@@ -939,11 +956,13 @@ TEST(PrefixCacheProperty, RandomSessionsKeepEveryInvariantAndEndWithAFreePool) {
         PrefixCacheModel m(40, seed, &block_key);
         m.run(4000);
         if (HasFatalFailure()) return;
-        std::printf("seed %u: matched %llu, inserted %llu, duplicates %llu, orphans %llu, failed allocs %llu, "
-                    "evicted %llu\n",
-                    seed, (unsigned long long)m.n_matched_blocks, (unsigned long long)m.n_inserted,
-                    (unsigned long long)m.n_duplicates, (unsigned long long)m.n_orphans,
-                    (unsigned long long)m.n_failed_allocs, (unsigned long long)m.n_evicted);
+        std::printf(
+            "seed %u: matched %llu, inserted %llu, duplicates %llu, orphans %llu, failed allocs "
+            "%llu, "
+            "evicted %llu\n",
+            seed, (unsigned long long)m.n_matched_blocks, (unsigned long long)m.n_inserted,
+            (unsigned long long)m.n_duplicates, (unsigned long long)m.n_orphans,
+            (unsigned long long)m.n_failed_allocs, (unsigned long long)m.n_evicted);
         // The run exercised every path.
         EXPECT_GT(m.n_matched_blocks, 100u);
         EXPECT_GT(m.n_inserted, 100u);
@@ -963,10 +982,12 @@ TEST(PrefixCacheProperty, RandomSessionsWithAWeakHashStillMatchExactPrefixes) {
         PrefixCacheModel m(40, seed, &sum_key);
         m.run(4000);
         if (HasFatalFailure()) return;
-        std::printf("weak seed %u: matched %llu, inserted %llu, duplicates %llu, collisions %llu, orphans %llu\n",
-                    seed, (unsigned long long)m.n_matched_blocks, (unsigned long long)m.n_inserted,
-                    (unsigned long long)m.n_duplicates, (unsigned long long)m.n_collisions,
-                    (unsigned long long)m.n_orphans);
+        std::printf(
+            "weak seed %u: matched %llu, inserted %llu, duplicates %llu, collisions %llu, orphans "
+            "%llu\n",
+            seed, (unsigned long long)m.n_matched_blocks, (unsigned long long)m.n_inserted,
+            (unsigned long long)m.n_duplicates, (unsigned long long)m.n_collisions,
+            (unsigned long long)m.n_orphans);
         EXPECT_GT(m.n_matched_blocks, 100u);
         EXPECT_GT(m.n_collisions, 20u);
     }

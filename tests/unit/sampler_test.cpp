@@ -1,11 +1,11 @@
 // Sampler: greedy, truncation rules (top-k, top-p, min-p), repeat penalty, and the
 // per-session RNG's reproducibility.
+#include "engine/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
-
-#include "engine/sampler.h"
 
 namespace llmkv {
 namespace {

@@ -1,15 +1,16 @@
 // The scheduler and the KV manager on their own, with no model, backend or engine: the policy
 // (decode first, token budget, admission order and watermark, victim choice, failing what
 // can never fit) and the exact block counts it leaves behind.
+#include "sched/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>
 
+#include "host_tier_skip.h"
 #include "kv/kv_manager.h"
 #include "kv/transfer.h"
-#include "sched/scheduler.h"
-#include "host_tier_skip.h"
 
 namespace llmkv {
 namespace {
@@ -33,12 +34,14 @@ struct Rig {
         c.host_bytes = host_bytes;
         kv = std::make_unique<KvManager>(c);
         // No tail copier: the cache copies tail slots in its host slabs itself.
-        kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), false), mmap_host_allocator(), nullptr);
+        kv->attach(std::make_unique<PoolMemoryTransferQueue>(kv->cache(), false),
+                   mmap_host_allocator(), nullptr);
         sched = std::make_unique<Scheduler>(*kv, budget);
     }
 
     // A request with `computed` tokens of KV in place and `pending` more tokens queued.
-    Request *add(uint32_t computed, uint32_t pending, bool generating, int32_t priority = 0, uint64_t seq = 0) {
+    Request *add(uint32_t computed, uint32_t pending, bool generating, int32_t priority = 0,
+                 uint64_t seq = 0) {
         auto r = std::make_unique<Request>();
         r->tokens.assign(computed + pending, 7);
         if (computed > 0) {
@@ -83,8 +86,9 @@ struct Rig {
 TEST(Scheduler, ARequestSwappedOutAfterItWasPlannedGivesBackItsReservedBlock) {
     SKIP_WITHOUT_MIMALLOC();
     Rig rig(5, 16, 16, 32u << 20);
-    Request *victim = rig.add(11, 1, true, /*priority=*/0);  // decoding: planned first, reserves block 3
-    Request *urgent = rig.add(4, 8, true, /*priority=*/1);   // started prompt: needs 2 more blocks
+    Request *victim =
+        rig.add(11, 1, true, /*priority=*/0);  // decoding: planned first, reserves block 3
+    Request *urgent = rig.add(4, 8, true, /*priority=*/1);  // started prompt: needs 2 more blocks
     ASSERT_EQ(rig.kv->available(), 2u);
     rig.sched->schedule(rig.requests, rig.plan);
     EXPECT_EQ(rig.span_tokens(victim), 0u);
@@ -154,7 +158,8 @@ TEST(Scheduler, ARequestThatCanNeverFitFailsAndTheQueueBehindItMoves) {
     ASSERT_EQ(rig.plan.failed.size(), 1u);
     EXPECT_EQ(rig.plan.failed[0], huge);
     EXPECT_FALSE(huge->generate_requested);
-    EXPECT_TRUE(huge->tokens.empty());  // its unprocessed input is dropped; nothing computed is lost
+    EXPECT_TRUE(
+        huge->tokens.empty());  // its unprocessed input is dropped; nothing computed is lost
     EXPECT_EQ(huge->state, LLMKV_SESSION_IDLE);
     ASSERT_EQ(rig.plan.spans.size(), 1u);
     EXPECT_EQ(rig.plan.spans[0].request, small);
@@ -171,7 +176,8 @@ TEST(Scheduler, NewWorkWaitsInOrderBehindAnAdmissionThatDoesNotFit) {
     EXPECT_EQ(rig.span_tokens(big), 0u);
     EXPECT_EQ(rig.span_tokens(small), 0u);
     EXPECT_TRUE(rig.plan.failed.empty());
-    EXPECT_EQ(rig.sched->counters().preemptions, 0u);  // a fresh request never displaces an equal one
+    EXPECT_EQ(rig.sched->counters().preemptions,
+              0u);  // a fresh request never displaces an equal one
     EXPECT_TRUE(big->seq.kv.blocks.empty());
 }
 

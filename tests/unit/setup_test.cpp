@@ -77,7 +77,8 @@ TEST(EngineSetup, TheCpuCanDoEverythingAndCudaWithoutADeviceIsUnavailableWithThe
     EXPECT_EQ(cpu.kind, LLMKV_BACKEND_CPU);
     EXPECT_TRUE(cpu.available && cpu.kv_sink && cpu.layer_groups && cpu.reads_host_blocks);
     EXPECT_TRUE(cpu.layer_kinds & kLayerPagedAttention);
-    if (gpu_device_count(nullptr) > 0) GTEST_SKIP() << "a CUDA device is visible: the unavailable case cannot be shown";
+    if (gpu_device_count(nullptr) > 0)
+        GTEST_SKIP() << "a CUDA device is visible: the unavailable case cannot be shown";
     const BackendCapabilities cuda = backend_capabilities(LLMKV_BACKEND_CUDA, 0);
     EXPECT_EQ(cuda.kind, LLMKV_BACKEND_CUDA);
     EXPECT_FALSE(cuda.available);
@@ -104,7 +105,8 @@ TEST(EngineSetup, GeometryKeepsTheSinkAndLayerGroupsOnlyWhereTheBackendReadsThem
     // Kept blocks: no groups even where they could be read.
     p.flags = LLMKV_ENGINE_KEEP_WINDOW_BLOCKS;
     BackendCapabilities cpu2 = backend_capabilities(LLMKV_BACKEND_CPU, 0);
-    EXPECT_EQ(plan_kv_geometry(resolve_engine_config(p, windowed_config()), cpu2, false).n_groups, 1u);
+    EXPECT_EQ(plan_kv_geometry(resolve_engine_config(p, windowed_config()), cpu2, false).n_groups,
+              1u);
 }
 
 TEST(EngineSetup, ARequiredSinkIsRefusedOnABackendThatCannotReadItOrTakesTheCpuForAuto) {

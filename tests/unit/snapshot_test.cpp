@@ -1,5 +1,8 @@
 // Snapshot files (kv/snapshot.h): round trips, and that every corruption, truncation or
 // mismatch with the engine's expectations is a typed error, never a crash or wrong data.
+#include "kv/snapshot.h"
+
+#include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -14,10 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <flatbuffers/flatbuffers.h>
-
 #include "common/error.h"
-#include "kv/snapshot.h"
 #include "platform/os.h"
 #include "snapshot_generated.h"
 
@@ -49,7 +49,8 @@ protected:
     std::string dir_;
 };
 
-SnapshotMeta make_meta(uint32_t n_cached, uint64_t block_bytes, uint64_t tail_bytes, uint32_t seed = 1) {
+SnapshotMeta make_meta(uint32_t n_cached, uint64_t block_bytes, uint64_t tail_bytes,
+                       uint32_t seed = 1) {
     SnapshotMeta m;
     m.model_fingerprint = "sha256:0123abcd";
     m.codec = snapshot_codec_string(3, 3, false, false);
@@ -97,7 +98,8 @@ void write_with(const std::string &p, const SnapshotMeta &m, const Payload &pl) 
 
 std::vector<uint8_t> read_bytes(const std::string &p) {
     std::ifstream f(p, std::ios::binary);
-    return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
+                                std::istreambuf_iterator<char>());
 }
 
 void write_bytes(const std::string &p, const std::vector<uint8_t> &bytes) {
@@ -146,16 +148,22 @@ void expect_same(const LoadedSnapshot &s, const SnapshotMeta &m, const Payload &
 }
 
 uint32_t le32(const std::vector<uint8_t> &b, size_t at) {
-    return uint32_t(b[at]) | uint32_t(b[at + 1]) << 8 | uint32_t(b[at + 2]) << 16 | uint32_t(b[at + 3]) << 24;
+    return uint32_t(b[at]) | uint32_t(b[at + 1]) << 8 | uint32_t(b[at + 2]) << 16 |
+           uint32_t(b[at + 3]) << 24;
 }
 
 // Paths are UTF-8 on every OS (Windows: converted for the wide file calls): a directory and
 // a file named outside ASCII round-trip, and replacing such a file leaves no temp file.
 TEST_F(SnapshotTest, Utf8PathsRoundTrip) {
-    const auto u8 = [](const std::string &utf8) { return std::filesystem::path(std::u8string(utf8.begin(), utf8.end())); };
-    const std::string dir = path("d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac");  // "déjà vu 日本"
+    const auto u8 = [](const std::string &utf8) {
+        return std::filesystem::path(std::u8string(utf8.begin(), utf8.end()));
+    };
+    const std::string dir =
+        path("d\xc3\xa9j\xc3\xa0 vu \xe6\x97\xa5\xe6\x9c\xac");  // "déjà vu 日本"
     ASSERT_TRUE(std::filesystem::create_directory(u8(dir)));
-    const std::string p = dir + "/pr\xc3\xa9" "fixe \xf0\x9f\x98\x80.snap";  // "préfixe 😀.snap"
+    const std::string p = dir +
+                          "/pr\xc3\xa9"
+                          "fixe \xf0\x9f\x98\x80.snap";  // "préfixe 😀.snap"
     SnapshotMeta m = make_meta(37, 512 + 3, 777, 5);
     Payload pl = make_payload(m, 5);
     write_with(p, m, pl);
@@ -164,7 +172,8 @@ TEST_F(SnapshotTest, Utf8PathsRoundTrip) {
     expect_same(s, m, pl);
     size_t files = 0;
     for (const auto &e : std::filesystem::directory_iterator(u8(dir))) {
-        EXPECT_EQ(e.path().filename(), u8("pr\xc3\xa9" "fixe \xf0\x9f\x98\x80.snap"));
+        EXPECT_EQ(e.path().filename(), u8("pr\xc3\xa9"
+                                          "fixe \xf0\x9f\x98\x80.snap"));
         ++files;
     }
     EXPECT_EQ(files, 1u);
@@ -271,7 +280,8 @@ TEST_F(SnapshotTest, FlippedByteInPreambleMetadataOrPaddingIsAFormatError) {
     bytes = orig;
     bytes[40] ^= 0x10;  // inside the flatbuffer
     write_bytes(p, bytes);
-    EXPECT_NE(read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT).find("metadata checksum"), std::string::npos);
+    EXPECT_NE(read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT).find("metadata checksum"),
+              std::string::npos);
 }
 
 TEST_F(SnapshotTest, FlippedByteInEachBlockOrTailIsACaughtChecksumMismatch) {
@@ -286,14 +296,17 @@ TEST_F(SnapshotTest, FlippedByteInEachBlockOrTailIsACaughtChecksumMismatch) {
             bytes[4096 + i * 200 + off] ^= 0x01;
             write_bytes(p, bytes);
             const std::string msg = read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT);
-            EXPECT_NE(msg.find("block " + std::to_string(i) + " checksum mismatch"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("block " + std::to_string(i) + " checksum mismatch"),
+                      std::string::npos)
+                << msg;
         }
     }
     for (size_t off : {size_t(0), size_t(45), size_t(89)}) {
         auto bytes = orig;
         bytes[4096 + 4 * 200 + off] ^= 0x80;
         write_bytes(p, bytes);
-        EXPECT_NE(read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT).find("tail checksum mismatch"), std::string::npos);
+        EXPECT_NE(read_error(p, m, LLMKV_ERR_SNAPSHOT_FORMAT).find("tail checksum mismatch"),
+                  std::string::npos);
     }
 }
 
@@ -309,7 +322,8 @@ TEST_F(SnapshotTest, MismatchWithTheEngineIsAFormatErrorNamingTheField) {
     const Case cases[] = {
         {"model fingerprint differs (file sha256:0123abcd, engine other)",
          [](SnapshotMeta &e) { e.model_fingerprint = "other"; }},
-        {"codec differs", [](SnapshotMeta &e) { e.codec = snapshot_codec_string(4, 4, true, true); }},
+        {"codec differs",
+         [](SnapshotMeta &e) { e.codec = snapshot_codec_string(4, 4, true, true); }},
         {"block_tokens differs", [](SnapshotMeta &e) { e.block_tokens = 32; }},
         {"n_layers differs", [](SnapshotMeta &e) { e.n_layers = 3; }},
         {"n_kv_heads differs", [](SnapshotMeta &e) { e.n_kv_heads = 4; }},
@@ -325,7 +339,9 @@ TEST_F(SnapshotTest, MismatchWithTheEngineIsAFormatErrorNamingTheField) {
     for (const Case &c : cases) {
         SnapshotMeta expected = m;
         c.change(expected);
-        EXPECT_NE(read_error(p, expected, LLMKV_ERR_SNAPSHOT_FORMAT).find(c.what), std::string::npos) << c.what;
+        EXPECT_NE(read_error(p, expected, LLMKV_ERR_SNAPSHOT_FORMAT).find(c.what),
+                  std::string::npos)
+            << c.what;
     }
     // tokens and n_cached are the file's to say.
     SnapshotMeta expected = m;
@@ -368,7 +384,8 @@ TEST_F(SnapshotTest, RandomByteFlipsYieldIdenticalContentOrAFormatError) {
 // Builds a file whose metadata is valid flatbuffers with a correct metadata checksum, but
 // whose fields say what `edit` makes them say: checks the field validation behind the checksum.
 std::vector<uint8_t> craft(const SnapshotMeta &m, const Payload &pl,
-                           const std::function<void(fb::SnapshotBuilder &)> &edit, bool garbage_fb = false) {
+                           const std::function<void(fb::SnapshotBuilder &)> &edit,
+                           bool garbage_fb = false) {
     std::vector<uint64_t> sums;
     for (const auto &b : pl.blocks) sums.push_back(XXH3_64bits(b.data(), b.size()));
     flatbuffers::FlatBufferBuilder fbb;
@@ -437,10 +454,12 @@ TEST_F(SnapshotTest, InconsistentFieldsBehindAValidChecksumAreAFormatError) {
         {"n_blocks 3", [](fb::SnapshotBuilder &b) { b.add_n_blocks(3); }},
         {"n_blocks 2, but n_cached 20 gives 1", [](fb::SnapshotBuilder &b) { b.add_n_cached(20); }},
         {"not 4096-aligned", [](fb::SnapshotBuilder &b) { b.add_payload_offset(4095); }},
-        {"beyond file size", [](fb::SnapshotBuilder &b) { b.add_payload_offset(uint64_t(1) << 40); }},
+        {"beyond file size",
+         [](fb::SnapshotBuilder &b) { b.add_payload_offset(uint64_t(1) << 40); }},
         {"overlaps the metadata", [](fb::SnapshotBuilder &b) { b.add_payload_offset(0); }},
         {"block_tokens 0 out of range", [](fb::SnapshotBuilder &b) { b.add_block_tokens(0); }},
-        {"block_tokens 2048 out of range", [](fb::SnapshotBuilder &b) { b.add_block_tokens(2048); }},
+        {"block_tokens 2048 out of range",
+         [](fb::SnapshotBuilder &b) { b.add_block_tokens(2048); }},
         {"dtype k=6", [](fb::SnapshotBuilder &b) { b.add_dtype_k(6); }},
         {"metadata format version 2", [](fb::SnapshotBuilder &b) { b.add_format_version(2); }},
         {"39 tokens stored for n_cached 100", [](fb::SnapshotBuilder &b) { b.add_n_cached(100); }},

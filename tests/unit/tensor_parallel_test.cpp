@@ -3,6 +3,8 @@
 // heads that must be replicated), for every KV codec; bitwise repeatability; the KV
 // layouts between ranks and the whole model; and through the C API: prefix cache, snapshots,
 // parking, preemption and the per-rank byte counts with tp_size > 1.
+#include "parallel/tensor_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/factory.h"
 #include "common/error.h"
+#include "host_tier_skip.h"
 #include "kv/kv_cache.h"
 #include "model/arch/forward.h"
 #include "model/gguf.h"
@@ -22,8 +25,6 @@
 #include "model/shard.h"
 #include "model/tokenizer.h"
 #include "parallel/communicator.h"
-#include "parallel/tensor_parallel.h"
-#include "host_tier_skip.h"
 #include "session_helpers.h"
 #include "tiny_model.h"
 
@@ -53,12 +54,16 @@ struct TpHarness {
     TpBackend *tp = nullptr;
     KvGeometry g;
 
-    TpHarness(const TinyModelSpec &spec, uint32_t ranks, llmkv_kv_dtype dtype = LLMKV_KV_F16, uint32_t block = 4)
+    TpHarness(const TinyModelSpec &spec, uint32_t ranks, llmkv_kv_dtype dtype = LLMKV_KV_F16,
+              uint32_t block = 4)
         : bytes(testing::build_tiny_model(spec)) {
-        init(std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size())), ranks, dtype, block);
+        init(std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size())), ranks,
+             dtype, block);
     }
     // A model file (the real SmolLM2).
-    TpHarness(const std::string &path, uint32_t ranks) { init(std::shared_ptr<GgufFile>(GgufFile::open(path)), ranks, LLMKV_KV_F16, 16); }
+    TpHarness(const std::string &path, uint32_t ranks) {
+        init(std::shared_ptr<GgufFile>(GgufFile::open(path)), ranks, LLMKV_KV_F16, 16);
+    }
 
     void init(std::shared_ptr<GgufFile> f, uint32_t ranks, llmkv_kv_dtype dtype, uint32_t block) {
         file = std::move(f);
@@ -147,7 +152,8 @@ size_t check_greedy(const std::vector<float> &a, const std::vector<float> &b, do
         const double scale = std::max(std::fabs(sorted[0]), std::fabs(sorted[V - 1]));
         if ((sorted[0] - sorted[1]) / scale < margin) continue;
         ++compared;
-        EXPECT_EQ(std::max_element(ra, ra + V) - ra, std::max_element(rb, rb + V) - rb) << "position " << p;
+        EXPECT_EQ(std::max_element(ra, ra + V) - ra, std::max_element(rb, rb + V) - rb)
+            << "position " << p;
     }
     return compared;
 }
@@ -173,8 +179,9 @@ std::vector<TpCase> tp_cases() {
     gemma.n_layers = 6;
     gemma.sliding_window = 7;
     gemma.n_ff = 128;
-    return {{"llama_tp2", llama, 2},       {"llama_tp4_replicated", llama, 4}, {"replicated_tp2", replicated, 2},
-            {"replicated_tp4", replicated, 4}, {"q8_tp3", spec_6_heads(), 3},    {"qwen2_tp2", qwen2, 2},
+    return {{"llama_tp2", llama, 2},           {"llama_tp4_replicated", llama, 4},
+            {"replicated_tp2", replicated, 2}, {"replicated_tp4", replicated, 4},
+            {"q8_tp3", spec_6_heads(), 3},     {"qwen2_tp2", qwen2, 2},
             {"gemma3_tp2", gemma, 2}};
 }
 
@@ -190,7 +197,8 @@ TEST_P(TpForward, LogitsMatchOneRankAndGreedyTokensAgree) {
     ASSERT_EQ(got.size(), ref.size());
     // The partial sums of Wo and Wdown are added in another order: f32 rounding only.
     EXPECT_LT(relative_error(got, ref), 2e-4) << c.name;
-    EXPECT_GT(check_greedy(got, ref, 1e-3), tokens.size() / 2) << "too few positions with a clear margin";
+    EXPECT_GT(check_greedy(got, ref, 1e-3), tokens.size() / 2)
+        << "too few positions with a clear margin";
     EXPECT_EQ(b.n_tokens, tokens.size());
 }
 
@@ -210,7 +218,9 @@ TEST_P(TpForward, ChunkedAndRepeatedRunsAreBitwiseEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TpForward, ::testing::ValuesIn(tp_cases()),
-                         [](const ::testing::TestParamInfo<TpCase> &i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<TpCase> &i) {
+                             return std::string(i.param.name);
+                         });
 
 class TpCodec : public ::testing::TestWithParam<llmkv_kv_dtype> {};
 
@@ -233,8 +243,8 @@ TEST_P(TpCodec, EveryKvCodecMatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, TpCodec,
-                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, LLMKV_KV_INT4,
-                                           LLMKV_KV_INT4_COMPACT),
+                         ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3,
+                                           LLMKV_KV_INT8, LLMKV_KV_INT4, LLMKV_KV_INT4_COMPACT),
                          [](const ::testing::TestParamInfo<llmkv_kv_dtype> &i) {
                              return std::string(codec_name(i.param));
                          });
@@ -257,11 +267,16 @@ TEST(TpKvLayout, BlocksCopiedOutHaveTheWholeModelsLayout) {
         const KvGeometry &g = one.g;
         std::vector<uint8_t> blk1(g.sealed_block_bytes()), blk2(g.sealed_block_bytes());
         std::vector<uint8_t> tail1(g.tail_block_bytes()), tail2(g.tail_block_bytes());
-        q1->submit({{KvTransfer::kBlockOut, a.blocks[1], blk1.data()}, {KvTransfer::kTailOut, a.tail, tail1.data()}}, true);
-        q2->submit({{KvTransfer::kBlockOut, b.blocks[1], blk2.data()}, {KvTransfer::kTailOut, b.tail, tail2.data()}}, true);
+        q1->submit({{KvTransfer::kBlockOut, a.blocks[1], blk1.data()},
+                    {KvTransfer::kTailOut, a.tail, tail1.data()}},
+                   true);
+        q2->submit({{KvTransfer::kBlockOut, b.blocks[1], blk2.data()},
+                    {KvTransfer::kTailOut, b.tail, tail2.data()}},
+                   true);
         const size_t layer0 = g.sealed_layer_bytes();
         EXPECT_EQ(std::memcmp(blk1.data(), blk2.data(), layer0), 0) << codec_name(dtype);
-        EXPECT_EQ(std::memcmp(tail1.data(), tail2.data(), g.tail_layer_bytes()), 0) << codec_name(dtype);
+        EXPECT_EQ(std::memcmp(tail1.data(), tail2.data(), g.tail_layer_bytes()), 0)
+            << codec_name(dtype);
 
         // Into a free block and slot, and out again.
         std::vector<uint32_t> spare;
@@ -269,8 +284,12 @@ TEST(TpKvLayout, BlocksCopiedOutHaveTheWholeModelsLayout) {
         const int64_t slot = two.ids->allocate_tail();
         ASSERT_GE(slot, 0);
         std::vector<uint8_t> back(blk2.size()), tail_back(tail2.size());
-        q2->submit({{KvTransfer::kBlockIn, spare[0], blk2.data()}, {KvTransfer::kTailIn, slot, tail2.data()}}, true);
-        q2->submit({{KvTransfer::kBlockOut, spare[0], back.data()}, {KvTransfer::kTailOut, slot, tail_back.data()}}, true);
+        q2->submit({{KvTransfer::kBlockIn, spare[0], blk2.data()},
+                    {KvTransfer::kTailIn, slot, tail2.data()}},
+                   true);
+        q2->submit({{KvTransfer::kBlockOut, spare[0], back.data()},
+                    {KvTransfer::kTailOut, slot, tail_back.data()}},
+                   true);
         EXPECT_EQ(back, blk2);
         EXPECT_EQ(tail_back, tail2);
         two.backend->copy_tail(slot, b.tail);
@@ -281,7 +300,8 @@ TEST(TpKvLayout, BlocksCopiedOutHaveTheWholeModelsLayout) {
 
 // KL(p || q) of the softmax distributions of two logit rows, in nats.
 double kl_divergence(const float *p_logits, const float *q_logits, size_t n) {
-    const double mp = *std::max_element(p_logits, p_logits + n), mq = *std::max_element(q_logits, q_logits + n);
+    const double mp = *std::max_element(p_logits, p_logits + n),
+                 mq = *std::max_element(q_logits, q_logits + n);
     double zp = 0, zq = 0;
     for (size_t i = 0; i < n; ++i) {
         zp += std::exp(double(p_logits[i]) - mp);
@@ -289,7 +309,8 @@ double kl_divergence(const float *p_logits, const float *q_logits, size_t n) {
     }
     double kl = 0;
     for (size_t i = 0; i < n; ++i) {
-        const double lp = double(p_logits[i]) - mp - std::log(zp), lq = double(q_logits[i]) - mq - std::log(zq);
+        const double lp = double(p_logits[i]) - mp - std::log(zp),
+                     lq = double(q_logits[i]) - mq - std::log(zq);
         kl += std::exp(lp) * (lp - lq);
     }
     return kl;
@@ -314,7 +335,8 @@ void check_real_model(const char *env, uint32_t ranks, const char *text, const c
     size_t same = 0, clear = 0;
     for (size_t p = 0; p < tokens.size(); ++p) {
         const float *ra = ref.data() + p * V, *rb = got.data() + p * V;
-        for (size_t v = 0; v < V; ++v) max_diff = std::max(max_diff, std::fabs(double(ra[v]) - double(rb[v])));
+        for (size_t v = 0; v < V; ++v)
+            max_diff = std::max(max_diff, std::fabs(double(ra[v]) - double(rb[v])));
         max_kl = std::max(max_kl, kl_divergence(ra, rb, V));
         const size_t best = size_t(std::max_element(ra, ra + V) - ra);
         same += size_t(std::max_element(rb, rb + V) - rb) == best;
@@ -327,21 +349,28 @@ void check_real_model(const char *env, uint32_t ranks, const char *text, const c
             EXPECT_EQ(size_t(std::max_element(rb, rb + V) - rb), best) << "position " << p;
         }
     }
-    std::printf("%s tp=%u vs tp=1: max KL %.3g nats, max |logit diff| %.3g, greedy equal at %zu of %zu positions "
-                "(%zu with a margin over 2)\n",
-                one.model->config().name.c_str(), ranks, max_kl, max_diff, same, tokens.size(), clear);
+    std::printf(
+        "%s tp=%u vs tp=1: max KL %.3g nats, max |logit diff| %.3g, greedy equal at %zu of %zu "
+        "positions "
+        "(%zu with a margin over 2)\n",
+        one.model->config().name.c_str(), ranks, max_kl, max_diff, same, tokens.size(), clear);
     EXPECT_LT(max_kl, 0.02);
     EXPECT_GE(clear, tokens.size() / 4);
     const float *last = got.data() + (tokens.size() - 1) * V;
     EXPECT_EQ(tok->token_bytes(int32_t(std::max_element(last, last + V) - last)), next);
 }
 
-const char kCapitals[] = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is";
+const char kCapitals[] =
+    "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is";
 
-TEST(TpRealModel, SmolLM2OnThreeRanksMatchesOneRank) { check_real_model("LLMKV_MODEL", 3, kCapitals, " Rome"); }
+TEST(TpRealModel, SmolLM2OnThreeRanksMatchesOneRank) {
+    check_real_model("LLMKV_MODEL", 3, kCapitals, " Rome");
+}
 
 // Gemma 3 270M: 4 query heads and 1 KV head (replicated on both ranks), Q4_K/Q6_K columns.
-TEST(TpRealModel, Gemma3OnTwoRanksMatchesOneRank) { check_real_model("LLMKV_GEMMA3_MODEL", 2, kCapitals, " Rome"); }
+TEST(TpRealModel, Gemma3OnTwoRanksMatchesOneRank) {
+    check_real_model("LLMKV_GEMMA3_MODEL", 2, kCapitals, " Rome");
+}
 
 TEST(TpShard, PlansThatDoNotDivideAreRefusedWithTheReason) {
     TinyModelSpec spec;  // 4 heads, 2 KV heads, n_ff 96
@@ -355,7 +384,8 @@ TEST(TpShard, PlansThatDoNotDivideAreRefusedWithTheReason) {
     const std::vector<uint8_t> q8 = testing::build_tiny_model(spec);
     auto f8 = std::shared_ptr<GgufFile>(GgufFile::from_memory(q8.data(), q8.size()));
     auto m8 = LlamaModel::load(f8);
-    EXPECT_NE(shard_unsupported_reason(*m8, 2).find("ffn_down"), std::string::npos) << shard_unsupported_reason(*m8, 2);
+    EXPECT_NE(shard_unsupported_reason(*m8, 2).find("ffn_down"), std::string::npos)
+        << shard_unsupported_reason(*m8, 2);
     try {
         ModelShard::make(*m8, 0, 2);
         ADD_FAILURE() << "no error";
@@ -363,7 +393,8 @@ TEST(TpShard, PlansThatDoNotDivideAreRefusedWithTheReason) {
         EXPECT_EQ(e.status(), LLMKV_ERR_UNSUPPORTED);
     }
     // Replicated KV heads: ranks 0,1 hold head 0 and 2,3 head 1; the lowest is primary.
-    const ShardRanges r2 = shard_ranges(model->config(), 2, 4), r3 = shard_ranges(model->config(), 3, 4);
+    const ShardRanges r2 = shard_ranges(model->config(), 2, 4),
+                      r3 = shard_ranges(model->config(), 3, 4);
     EXPECT_EQ(r2.kv_head0, 1u);
     EXPECT_EQ(r2.kv_replicas, 2u);
     EXPECT_TRUE(r2.kv_primary);
@@ -466,12 +497,14 @@ TEST_F(TpEngine, InfoAndStatsCountEachRanksBytes) {
     EXPECT_EQ(i1.tp_size, 1u);
     EXPECT_EQ(i2.tp_size, 2u);
     EXPECT_EQ(i1.kv_bytes_per_token_rank, i1.kv_bytes_per_token_device);
-    EXPECT_EQ(i2.kv_bytes_per_token_rank * 2, i2.kv_bytes_per_token_device);  // one of two KV heads each
+    EXPECT_EQ(i2.kv_bytes_per_token_rank * 2,
+              i2.kv_bytes_per_token_device);  // one of two KV heads each
     EXPECT_EQ(i2.kv_blocks_total, i1.kv_blocks_total);
     EXPECT_LT(i2.weight_bytes_rank, i2.weight_bytes);
     EXPECT_EQ(i1.weight_bytes_rank, i1.weight_bytes);
     EXPECT_STREQ(i2.backend_name, "cpu");
-    solo(two, sampling(0, 1), byte_tokens(30, 4), 3);  // a finished session keeps its KV until destroyed
+    solo(two, sampling(0, 1), byte_tokens(30, 4),
+         3);  // a finished session keeps its KV until destroyed
     llmkv_session *s = start(two, sampling(0, 1), byte_tokens(21, 5), 4);
     ASSERT_EQ(llmkv_run(two, nullptr, nullptr), LLMKV_OK);
     const llmkv_stats st = stats(two);
@@ -495,7 +528,8 @@ TEST_F(TpEngine, BatchedSessionsEqualSoloRunsAndRunsRepeatBitwise) {
         expected.push_back(solo(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts.back(), 10));
     }
     std::vector<llmkv_session *> s;
-    for (int i = 0; i < 5; ++i) s.push_back(start(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10));
+    for (int i = 0; i < 5; ++i)
+        s.push_back(start(e, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10));
     ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK);
     for (int i = 0; i < 5; ++i) EXPECT_EQ(tokens_of(s[i]), expected[i]) << "session " << i;
     for (auto *x : s) llmkv_session_destroy(x);
@@ -504,7 +538,8 @@ TEST_F(TpEngine, BatchedSessionsEqualSoloRunsAndRunsRepeatBitwise) {
     llmkv_engine_params p = params(2);
     p.n_threads = 4;
     llmkv_engine *again = make(p);
-    for (int i = 0; i < 5; ++i) EXPECT_EQ(solo(again, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10), expected[i]);
+    for (int i = 0; i < 5; ++i)
+        EXPECT_EQ(solo(again, sampling(i % 2 ? 0.8f : 0.0f, 70 + i), prompts[i], 10), expected[i]);
     llmkv_engine_destroy(again);
 }
 
@@ -561,7 +596,8 @@ TEST_F(TpEngine, SnapshotSavedWithTwoRanksLoadsWithTwoRanks) {
     llmkv_engine *e = make(params(2));
     const std::vector<int32_t> expected = solo(e, sampling(0.7f, 5), full, 9);
     llmkv_prefix *prefix = nullptr;
-    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK) << llmkv_last_error();
+    ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK)
+        << llmkv_last_error();
     ASSERT_EQ(llmkv_prefix_save(prefix, path.c_str()), LLMKV_OK) << llmkv_last_error();
     llmkv_prefix_release(prefix);
     llmkv_engine_destroy(e);
@@ -575,7 +611,8 @@ TEST_F(TpEngine, SnapshotSavedWithTwoRanksLoadsWithTwoRanks) {
     llmkv_session *s = start(fresh, sp, suffix, 9);
     ASSERT_EQ(llmkv_run(fresh, nullptr, nullptr), LLMKV_OK);
     EXPECT_EQ(tokens_of(s), expected);
-    EXPECT_EQ(stats(fresh).tokens_prefilled - before, suffix.size() + 1) << "only the suffix was computed";
+    EXPECT_EQ(stats(fresh).tokens_prefilled - before, suffix.size() + 1)
+        << "only the suffix was computed";
     llmkv_session_destroy(s);
     llmkv_prefix_release(loaded);
     EXPECT_EQ(llmkv_engine_validate(fresh), LLMKV_OK) << llmkv_last_error();
@@ -634,9 +671,11 @@ TEST_F(TpEngine, ParkedAndPreemptedSessionsContinueBitwise) {
     for (uint64_t host : {uint64_t(0), uint64_t(8) << 20}) {
         llmkv_engine *small = make(params(2, block_bytes * 34, host));
         std::vector<llmkv_session *> s6;
-        for (int i = 0; i < 6; ++i) s6.push_back(start(small, sampling(0.5f, 90 + i), prompts[i], 24));
+        for (int i = 0; i < 6; ++i)
+            s6.push_back(start(small, sampling(0.5f, 90 + i), prompts[i], 24));
         ASSERT_EQ(llmkv_run(small, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
-        for (int i = 0; i < 6; ++i) EXPECT_EQ(tokens_of(s6[i]), solo_tokens[i]) << "session " << i << " host " << host;
+        for (int i = 0; i < 6; ++i)
+            EXPECT_EQ(tokens_of(s6[i]), solo_tokens[i]) << "session " << i << " host " << host;
         EXPECT_GT(stats(small).preemptions, 0u) << "the pool was meant to be short";
         for (auto *x : s6) llmkv_session_destroy(x);
         EXPECT_EQ(llmkv_engine_validate(small), LLMKV_OK) << llmkv_last_error();
@@ -648,7 +687,8 @@ TEST_F(TpEngine, BadTensorParallelParametersAreRefused) {
     llmkv_engine *e = nullptr;
     llmkv_engine_params p = params(3);  // 4 query heads
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(llmkv_last_error()).find("query heads"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("query heads"), std::string::npos)
+        << llmkv_last_error();
     p = params(1000);
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
     // GPU ranks: several devices name them; the CPU backend cannot take them.
@@ -657,25 +697,30 @@ TEST_F(TpEngine, BadTensorParallelParametersAreRefused) {
     p.devices = devices;
     p.n_devices = 2;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("names GPU ranks"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("names GPU ranks"), std::string::npos)
+        << llmkv_last_error();
     p.backend = LLMKV_BACKEND_AUTO;
     p.tp_size = 4;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("differs from n_devices"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("differs from n_devices"), std::string::npos)
+        << llmkv_last_error();
     p.tp_size = 0;
     p.n_devices = 3;
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(llmkv_last_error()).find("devices[2] = -1"), std::string::npos) << llmkv_last_error();
+    EXPECT_NE(std::string(llmkv_last_error()).find("devices[2] = -1"), std::string::npos)
+        << llmkv_last_error();
     if (cuda_device_count(nullptr) == 0) {
         // Without a GPU, GPU ranks (named by devices or by tp_size with the CUDA backend) say why.
         p.n_devices = 2;
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"), std::string::npos)
+        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"),
+                  std::string::npos)
             << llmkv_last_error();
         p = params(2);
         p.backend = LLMKV_BACKEND_CUDA;
         EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"), std::string::npos)
+        EXPECT_NE(std::string(llmkv_last_error()).find("CUDA backend is not available"),
+                  std::string::npos)
             << llmkv_last_error();
     } else {
         std::printf("GPU present: GPU ranks are tested by the gpu suite (tests/gpu)\n");
@@ -740,7 +785,8 @@ TEST_F(TpEngine, RanksServedThroughATransportMatchInProcessRanks) {
         }
         if (bad_model) {
             EXPECT_EQ(created, LLMKV_ERR_MODEL_FORMAT);
-            EXPECT_NE(std::string(llmkv_last_error()).find("rank 1"), std::string::npos) << llmkv_last_error();
+            EXPECT_NE(std::string(llmkv_last_error()).find("rank 1"), std::string::npos)
+                << llmkv_last_error();
             rank1.join();
             EXPECT_NE(served, LLMKV_OK);
             continue;

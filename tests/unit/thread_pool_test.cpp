@@ -1,6 +1,8 @@
 // ThreadPool with explicit spin times: the spin-then-sleep hand-off between the caller and
 // the workers, whatever LLMKV_SPIN_US says (CI's test runs set it to 0, see scripts/test.sh,
 // so the polling path is covered here, and under ThreadSanitizer in CI's TSan stage).
+#include "common/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,8 +10,6 @@
 #include <cstdint>
 #include <thread>
 #include <vector>
-
-#include "common/thread_pool.h"
 
 namespace llmkv {
 namespace {
@@ -37,11 +37,17 @@ void expect_every_job_runs_once_per_worker(unsigned threads, long spin_us) {
     for (unsigned t = 0; t < threads; ++t) EXPECT_EQ(runs[t], kJobs) << "worker " << t;
 }
 
-TEST(ThreadPool, EveryJobRunsOncePerWorkerWithoutSpinning) { expect_every_job_runs_once_per_worker(3, 0); }
+TEST(ThreadPool, EveryJobRunsOncePerWorkerWithoutSpinning) {
+    expect_every_job_runs_once_per_worker(3, 0);
+}
 
-TEST(ThreadPool, EveryJobRunsOncePerWorkerWithTheDefaultSpin) { expect_every_job_runs_once_per_worker(3, 200); }
+TEST(ThreadPool, EveryJobRunsOncePerWorkerWithTheDefaultSpin) {
+    expect_every_job_runs_once_per_worker(3, 200);
+}
 
-TEST(ThreadPool, EveryJobRunsOncePerWorkerWithALongSpin) { expect_every_job_runs_once_per_worker(2, 5000); }
+TEST(ThreadPool, EveryJobRunsOncePerWorkerWithALongSpin) {
+    expect_every_job_runs_once_per_worker(2, 5000);
+}
 
 TEST(ThreadPool, ParallelForCoversTheRangeOnceInDisjointChunks) {
     for (long spin : {0L, 200L}) {
@@ -54,7 +60,8 @@ TEST(ThreadPool, ParallelForCoversTheRangeOnceInDisjointChunks) {
                     ASSERT_LE(e, n);
                     for (size_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
                 });
-                for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1u) << "n " << n << " grain " << grain << " i " << i;
+                for (size_t i = 0; i < n; ++i)
+                    ASSERT_EQ(hits[i].load(), 1u) << "n " << n << " grain " << grain << " i " << i;
             }
         }
     }

@@ -5,12 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -186,7 +185,11 @@ TEST_F(SmolLM2Tokenizer, VocabularyFacts) {
 TEST_F(SmolLM2Tokenizer, BytesWithoutATokenAreDroppedAndCounted) {
     EXPECT_EQ(tok_->n_unrepresentable_bytes(), 21u);
     DroppedBytes d;
-    const std::string text = std::string("a\x04" "b\xff\xc0" "c", 6);
+    const std::string text = std::string(
+        "a\x04"
+        "b\xff\xc0"
+        "c",
+        6);
     EXPECT_EQ(tok_->decode(tok_->encode(text, false, false, &d)), "abc");
     EXPECT_EQ(d.count, 3u);
     EXPECT_EQ(d.first, 0x04);
@@ -292,7 +295,8 @@ protected:
         tok_ = Tokenizer::from_gguf_metadata(path).release();
         auto t1 = clock::now();
         load_ms_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
-        std::printf("[ perf ] Gemma 3 tokenizer from_gguf_metadata (read, parse, build) %.1f ms\n", load_ms_);
+        std::printf("[ perf ] Gemma 3 tokenizer from_gguf_metadata (read, parse, build) %.1f ms\n",
+                    load_ms_);
         const nlohmann::json doc =
             nlohmann::json::parse(read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer_gemma3.json"));
         for (const nlohmann::json &c : doc.at("cases")) {
@@ -311,8 +315,9 @@ protected:
     }
     void SetUp() override {
         if (!tok_) {
-            GTEST_SKIP() << "gemma-3-270m-q4_k_m.gguf not found (scripts/fetch_model.sh gemma3 puts it "
-                            "in models/; or set LLMKV_GEMMA3_MODEL)";
+            GTEST_SKIP()
+                << "gemma-3-270m-q4_k_m.gguf not found (scripts/fetch_model.sh gemma3 puts it "
+                   "in models/; or set LLMKV_GEMMA3_MODEL)";
         }
     }
 
@@ -335,7 +340,8 @@ TEST_F(Gemma3Tokenizer, VocabularyFacts) {
     EXPECT_TRUE(tok_->add_bos_default());
     EXPECT_FALSE(tok_->add_space_prefix());
     EXPECT_EQ(tok_->n_unrepresentable_bytes(), 0u);
-    const int32_t start = tok_->find_token("<start_of_turn>"), end = tok_->find_token("<end_of_turn>");
+    const int32_t start = tok_->find_token("<start_of_turn>"),
+                  end = tok_->find_token("<end_of_turn>");
     EXPECT_EQ(start, 105);
     EXPECT_EQ(end, 106);
     EXPECT_TRUE(tok_->is_end_of_generation(end));
@@ -345,7 +351,7 @@ TEST_F(Gemma3Tokenizer, VocabularyFacts) {
     EXPECT_EQ(tok_->encode("hi", true, false).front(), 2);
     EXPECT_EQ(tok_->encode("<start_of_turn>user\n", false, true),
               (std::vector<int32_t>{105, tok_->find_token("user"), 107}));
-    EXPECT_EQ(tok_->token_bytes(138), "  ");                   // stored with real spaces
+    EXPECT_EQ(tok_->token_bytes(138), "  ");  // stored with real spaces
     EXPECT_EQ(tok_->token_bytes(tok_->find_token("\xE2\x96\x81the")), " the");
     EXPECT_EQ(tok_->token_bytes(tok_->find_token("<0xE2>")), "\xE2");
     EXPECT_EQ(tok_->decode(tok_->encode("  two  spaces", true, true)), "<bos>  two  spaces");
@@ -367,7 +373,8 @@ TEST_F(Gemma3Tokenizer, MatchesReferenceIds) {
             ++checked;
             if (got != c.ids && ++failures <= 25) {
                 ADD_FAILURE() << "text \"" << escape(c.text) << "\" parse_special=" << parse
-                              << "\n  expected " << ids_str(c.ids) << "\n  got      " << ids_str(got);
+                              << "\n  expected " << ids_str(c.ids) << "\n  got      "
+                              << ids_str(got);
             }
         }
     }
@@ -448,7 +455,8 @@ TEST(ByteBpeTokenizer, AVocabularyMissingByteSymbolsDropsAndCountsThoseBytes) {
     Tokenizer t(std::move(v));
     EXPECT_EQ(t.n_unrepresentable_bytes(), 1u);
     DroppedBytes d;
-    EXPECT_EQ(t.encode(std::string("h\x07i\x07", 4), false, false, &d), (std::vector<int32_t>{'h', 'i'}));
+    EXPECT_EQ(t.encode(std::string("h\x07i\x07", 4), false, false, &d),
+              (std::vector<int32_t>{'h', 'i'}));
     EXPECT_EQ(d.count, 2u);
     EXPECT_EQ(d.first, 0x07);
     EXPECT_EQ(Tokenizer(small_bpe_vocab()).n_unrepresentable_bytes(), 0u);
@@ -596,7 +604,8 @@ TEST(PreTokenizer, Qwen2) {
     EXPECT_EQ(split(PreTokenizer::kQwen2, "Hello 12345 world!!\n\n  x"),
               (Words{"Hello", " ", "1", "2", "3", "4", "5", " world", "!!\n\n", " ", " x"}));
     EXPECT_EQ(split(PreTokenizer::kQwen2, "IT'S 'Re"), (Words{"IT", "'S", " '", "Re"}));
-    EXPECT_EQ(split(PreTokenizer::kQwen2, "v2.0 x\xC2\xB2"), (Words{"v", "2", ".", "0", " x", "\xC2\xB2"}));
+    EXPECT_EQ(split(PreTokenizer::kQwen2, "v2.0 x\xC2\xB2"),
+              (Words{"v", "2", ".", "0", " x", "\xC2\xB2"}));
     EXPECT_EQ(split(PreTokenizer::kQwen2, "a\n\n \n  b"), (Words{"a", "\n\n \n", " ", " b"}));
     EXPECT_EQ(split(PreTokenizer::kQwen2, "\xE4\xBD\xA0\xE5\xA5\xBD 42"),
               (Words{"\xE4\xBD\xA0\xE5\xA5\xBD", " ", "4", "2"}));
@@ -621,7 +630,8 @@ TEST(PreTokenizer, MatchesHuggingFaceSplits) {
             std::string g, w;
             for (const std::string &x : got) g.append("[").append(escape(x)).append("]");
             for (const std::string &x : want) w.append("[").append(escape(x)).append("]");
-            ADD_FAILURE() << pre << " \"" << escape(text) << "\"\n  expected " << w << "\n  got      " << g;
+            ADD_FAILURE() << pre << " \"" << escape(text) << "\"\n  expected " << w
+                          << "\n  got      " << g;
         }
     }
     EXPECT_GE(per_pre["llama-bpe"], 400u);
@@ -631,10 +641,12 @@ TEST(PreTokenizer, MatchesHuggingFaceSplits) {
 
 TEST(PreTokenizer, NfcNormalization) {
     EXPECT_EQ(nfc_normalize("plain ascii"), "plain ascii");
-    EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");               // e + U+0301 -> é
-    EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                  // Å (angstrom) -> Å
-    EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");              // ﬁ: NFC keeps it
-    EXPECT_EQ(nfc_normalize("a\xFF" "e\xCC\x81\x80"), "a\xFF\xC3\xA9\x80");  // invalid bytes kept
+    EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");   // e + U+0301 -> é
+    EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");      // Å (angstrom) -> Å
+    EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");  // ﬁ: NFC keeps it
+    EXPECT_EQ(nfc_normalize("a\xFF"
+                            "e\xCC\x81\x80"),
+              "a\xFF\xC3\xA9\x80");  // invalid bytes kept
     EXPECT_EQ(nfc_normalize(""), "");
 }
 
@@ -646,7 +658,8 @@ TEST(ByteBpeTokenizer, Qwen2SplitsDigitsAndNormalizes) {
     v.merges.push_back("\xC3\x83 \xC2\xA9");
     Tokenizer t(std::move(v));
     EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kQwen2);
-    EXPECT_EQ(t.encode("12", false, false), (std::vector<int32_t>{'1', '2'}));  // no "12" merge across words
+    EXPECT_EQ(t.encode("12", false, false),
+              (std::vector<int32_t>{'1', '2'}));  // no "12" merge across words
     EXPECT_EQ(t.encode("hello", false, false), (std::vector<int32_t>{259}));
     // "e" + combining acute is composed to "é" first, then merged.
     EXPECT_EQ(t.encode("e\xCC\x81", false, false), (std::vector<int32_t>{267}));
@@ -745,13 +758,14 @@ TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitOut) {
         v.scores.push_back(-1000.0f);
         v.token_types.push_back(kTokenUserDefined);
     }
-    const int32_t nl = t_id(v, "\n"), nl2 = t_id(v, "\n\n"), bold = t_id(v, "<b>"), sp2 = t_id(v, "  "),
-                  sp3 = t_id(v, "   ");
+    const int32_t nl = t_id(v, "\n"), nl2 = t_id(v, "\n\n"), bold = t_id(v, "<b>"),
+                  sp2 = t_id(v, "  "), sp3 = t_id(v, "   ");
     Tokenizer t(std::move(v));
     const int32_t kHello = t.find_token("\xE2\x96\x81hello"), kH = t.find_token("h");
     // Whether or not control tokens are parsed, user-defined ones are whole tokens.
     for (bool parse : {false, true}) {
-        EXPECT_EQ(t.encode("h\n\n\nh", false, parse), (std::vector<int32_t>{kH, nl2, nl, kH})) << parse;
+        EXPECT_EQ(t.encode("h\n\n\nh", false, parse), (std::vector<int32_t>{kH, nl2, nl, kH}))
+            << parse;
         EXPECT_EQ(t.encode("<b>h", false, parse), (std::vector<int32_t>{bold, kH})) << parse;
     }
     EXPECT_EQ(t.encode("<s>h", false, false)[0], 3 + '<');  // a control token only when asked

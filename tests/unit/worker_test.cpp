@@ -86,7 +86,8 @@ TEST(Worker, StartingTwiceIsAStateErrorAndAStopGivesTheUnpolledEventsBack) {
     }
     e.add_work(3);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (e.worker.pending() < 3 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    while (e.worker.pending() < 3 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
     ASSERT_EQ(e.worker.pending(), 3u);
     {
         std::lock_guard<FairMutex> l(e.lock);
@@ -126,7 +127,7 @@ TEST(Worker, AFailedStepIsThrownOnceAfterTheEventsBeforeItAndTheWorkerGoesOn) {
     }
     ASSERT_TRUE(thrown);
     EXPECT_EQ(e.worker.poll(ev, 4, 0), 0u);  // once
-    EXPECT_TRUE(e.worker.running());          // not fatal
+    EXPECT_TRUE(e.worker.running());         // not fatal
     e.add_work(1);
     EXPECT_EQ(poll_tokens(e.worker, 1), (std::vector<int32_t>{3}));
     e.worker.stop();
@@ -139,7 +140,8 @@ TEST(Worker, AFatalStepStopsTheWorkerWhichReportsItOnceAndCanBeStartedAgain) {
     e.worker.start(0);
     e.add_work(2);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (e.worker.running() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    while (e.worker.running() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
     ASSERT_FALSE(e.worker.running());
     llmkv_event ev[4];
     try {

@@ -66,7 +66,8 @@ RunResult run_once(llmkv_engine *e, uint32_t n_prompt, uint32_t n_gen) {
     llmkv_session *s = nullptr;
     if (llmkv_session_create(e, &sp, &s) != LLMKV_OK) return r;
     // Deterministic filler: the ids of ordinary text tokens, repeated.
-    const char *text = " the quick brown fox jumps over the lazy dog while the river runs to the sea";
+    const char *text =
+        " the quick brown fox jumps over the lazy dog while the river runs to the sea";
     std::vector<int32_t> unit(64);
     size_t n = 0;
     llmkv_tokenize(e, text, std::strlen(text), 0, unit.data(), unit.size(), &n);
@@ -120,9 +121,9 @@ struct BenchOptions {
     std::vector<uint32_t> threads_list;
     uint32_t n_prompt = 128, n_gen = 64, context = 2048, reps = 3;
     llmkv_kv_dtype dtype = LLMKV_KV_F16;
-    std::vector<uint32_t> contexts;       // --contexts: long decode runs at each (else --context)
-    std::vector<llmkv_kv_dtype> dtypes;   // --kv-dtypes: one table each (else --kv-dtype)
-    bool no_kv_sink = false;              // --no-kv-sink: LLMKV_ENGINE_NO_KV_SINK
+    std::vector<uint32_t> contexts;      // --contexts: long decode runs at each (else --context)
+    std::vector<llmkv_kv_dtype> dtypes;  // --kv-dtypes: one table each (else --kv-dtype)
+    bool no_kv_sink = false;             // --no-kv-sink: LLMKV_ENGINE_NO_KV_SINK
     std::string json;
 };
 
@@ -136,8 +137,10 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
         return 2;
     }
     const bool dtype_sweep = !o.dtypes.empty();
-    const std::vector<llmkv_kv_dtype> dtypes = dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{o.dtype};
-    const std::vector<uint32_t> contexts = o.contexts.empty() ? std::vector<uint32_t>{context} : o.contexts;
+    const std::vector<llmkv_kv_dtype> dtypes =
+        dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{o.dtype};
+    const std::vector<uint32_t> contexts =
+        o.contexts.empty() ? std::vector<uint32_t>{context} : o.contexts;
     for (uint32_t c : contexts) {
         if (c < 2) {
             std::fprintf(stderr, "llmkv bench: contexts must be >= 2\n");
@@ -217,36 +220,62 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
             std::vector<RunResult> longs;
             for (uint32_t c : contexts) longs.push_back(run_once(e, c, n_gen));
             // Bytes read per decoded token at short context: all weights plus the session's KV.
-            double bytes = double(info.weight_bytes) + double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
+            double bytes = double(info.weight_bytes) +
+                           double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
             double roofline = bw[ti] * 1e9 / bytes;
-            std::printf("| %u | %.1f | %.1f |", threads_list[ti], best_short.prefill_tps, best_short.decode_tps);
+            std::printf("| %u | %.1f | %.1f |", threads_list[ti], best_short.prefill_tps,
+                        best_short.decode_tps);
             for (const RunResult &l : longs) std::printf(" %.1f |", l.decode_tps);
             std::printf(" %.1f | %.0f%% |\n", roofline, 100.0 * best_short.decode_tps / roofline);
             std::fflush(stdout);
 
-            rep.add({{"bench", "prefill"}, {"kv", kv}, {"threads", threads}, {"prompt_tokens", n_prompt},
-                     {"reps", reps}, {"tok_s", best_short.prefill_tps}});
+            rep.add({{"bench", "prefill"},
+                     {"kv", kv},
+                     {"threads", threads},
+                     {"prompt_tokens", n_prompt},
+                     {"reps", reps},
+                     {"tok_s", best_short.prefill_tps}});
             // The decode records: the short run (best of --reps) and one run at each context.
-            rep.add({{"bench", "decode"}, {"kv", kv}, {"threads", threads}, {"context", n_prompt}, {"run", "short"},
-                     {"gen_tokens", n_gen}, {"tok_s", best_short.decode_tps}});
+            rep.add({{"bench", "decode"},
+                     {"kv", kv},
+                     {"threads", threads},
+                     {"context", n_prompt},
+                     {"run", "short"},
+                     {"gen_tokens", n_gen},
+                     {"tok_s", best_short.decode_tps}});
             for (size_t ci = 0; ci < contexts.size(); ++ci) {
-                rep.add({{"bench", "decode"}, {"kv", kv}, {"threads", threads}, {"context", contexts[ci]},
-                         {"run", "long"}, {"gen_tokens", n_gen}, {"tok_s", longs[ci].decode_tps},
+                rep.add({{"bench", "decode"},
+                         {"kv", kv},
+                         {"threads", threads},
+                         {"context", contexts[ci]},
+                         {"run", "long"},
+                         {"gen_tokens", n_gen},
+                         {"tok_s", longs[ci].decode_tps},
                          {"prefill_tok_s", longs[ci].prefill_tps}});
             }
-            rep.add({{"bench", "roofline"}, {"kv", kv}, {"threads", threads}, {"context", n_prompt},
-                     {"bytes_per_token_read", bytes}, {"read_gb_s", bw[ti]}, {"tok_s", roofline},
+            rep.add({{"bench", "roofline"},
+                     {"kv", kv},
+                     {"threads", threads},
+                     {"context", n_prompt},
+                     {"bytes_per_token_read", bytes},
+                     {"read_gb_s", bw[ti]},
+                     {"tok_s", roofline},
                      {"decode_pct_of_roofline", 100.0 * best_short.decode_tps / roofline}});
             if (ti == 0) {
                 // The KV one session holds (measured after its prompt), per codec and context:
                 // the same for every thread count, so recorded once.
                 auto footprint = [&](uint32_t context_tokens, const RunResult &r) {
-                    rep.add({{"bench", "kv_footprint"}, {"kv", kv}, {"context", context_tokens},
-                             {"kv_tokens", r.kv_tokens}, {"session_kv_bytes", r.kv_bytes},
-                             {"bytes_per_token", r.kv_tokens ? double(r.kv_bytes) / r.kv_tokens : 0.0},
-                             {"sealed_bytes_per_token", info.kv_bytes_per_token_device},
-                             {"tail_bytes_per_token", info.kv_bytes_per_token_tail},
-                             {"block_tokens", info.kv_block_tokens}, {"residual_tokens", info.kv_residual_tokens}});
+                    rep.add(
+                        {{"bench", "kv_footprint"},
+                         {"kv", kv},
+                         {"context", context_tokens},
+                         {"kv_tokens", r.kv_tokens},
+                         {"session_kv_bytes", r.kv_bytes},
+                         {"bytes_per_token", r.kv_tokens ? double(r.kv_bytes) / r.kv_tokens : 0.0},
+                         {"sealed_bytes_per_token", info.kv_bytes_per_token_device},
+                         {"tail_bytes_per_token", info.kv_bytes_per_token_tail},
+                         {"block_tokens", info.kv_block_tokens},
+                         {"residual_tokens", info.kv_residual_tokens}});
                 };
                 footprint(n_prompt, best_short);
                 for (size_t ci = 0; ci < contexts.size(); ++ci) footprint(contexts[ci], longs[ci]);
@@ -255,30 +284,37 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
         }
         if (dtype_sweep) std::printf("\n");
     }
-    std::printf("\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV bytes of the context)\n");
+    std::printf(
+        "\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV "
+        "bytes of the context)\n");
     return 0;
 }
 
 }  // namespace
 
 Command add_bench(CLI::App &parent) {
-    CLI::App *app = parent.add_subcommand(
-        "bench", "prefill/decode tok/s, memory bandwidth and the decode roofline; or one of the benchmarks below");
+    CLI::App *app = parent.add_subcommand("bench",
+                                          "prefill/decode tok/s, memory bandwidth and the decode "
+                                          "roofline; or one of the benchmarks below");
     app->require_subcommand(0, 1);
     auto o = std::make_shared<BenchOptions>();
     add_model_option(*app, &o->model);
     // Repeatable: `-t 1 -t 2` measures each thread count in turn (default 1 and 2).
-    add_uint_option(*app, "-t,--threads", &o->threads_list, "worker threads; repeat to compare (default: -t 1 -t 2)")
+    add_uint_option(*app, "-t,--threads", &o->threads_list,
+                    "worker threads; repeat to compare (default: -t 1 -t 2)")
         ->type_name("THREADS");
     add_uint_option(*app, "--prompt-tokens", &o->n_prompt, "prompt length of the prefill run");
     add_uint_option(*app, "--gen-tokens", &o->n_gen, "tokens decoded per run");
     CLI::Option *context =
         add_uint_option(*app, "--context", &o->context, "context length of the long decode run");
-    add_uint_list_option(*app, "--contexts", &o->contexts, "long decode runs at each of these contexts (a sweep)")
+    add_uint_list_option(*app, "--contexts", &o->contexts,
+                         "long decode runs at each of these contexts (a sweep)")
         ->excludes(context);
     add_uint_option(*app, "--reps", &o->reps, "repetitions of the short run (the best counts)");
-    CLI::Option *dtype = add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
-    add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes, "one table per KV dtype (a sweep, e.g. f16,int8,int4)")
+    CLI::Option *dtype =
+        add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
+    add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes,
+                             "one table per KV dtype (a sweep, e.g. f16,int8,int4)")
         ->excludes(dtype);
     app->add_flag("--no-kv-sink", o->no_kv_sink,
                   "without the KV sink (position 0 in fp16; on by default with int4 codecs)");

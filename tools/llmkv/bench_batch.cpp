@@ -39,7 +39,7 @@ struct Options {
     uint32_t concurrency = 16;    // running sessions at most, for continuous vs static
     uint32_t decode_tokens = 64;  // per session in the decode sweep
     bool verify = false;
-    bool quick = false;           // smaller workload (for a smoke run)
+    bool quick = false;                               // smaller workload (for a smoke run)
     std::vector<uint32_t> batch_sizes{1, 8, 32, 64};  // sessions decoding together, in the sweep
     std::vector<llmkv_kv_dtype> dtypes;  // --kv-dtypes: a decode sweep per KV dtype (default f16)
     bool decode_only = false;            // the decode sweep alone
@@ -74,7 +74,8 @@ llmkv_session *start(llmkv_engine *e, const Request &r) {
     sp.sampling.top_p = 0.95f;
     sp.sampling.seed = r.seed;
     llmkv_session *s = nullptr;
-    if (llmkv_session_create(e, &sp, &s) != LLMKV_OK || llmkv_session_append(s, r.prompt.data(), r.prompt.size()) != LLMKV_OK ||
+    if (llmkv_session_create(e, &sp, &s) != LLMKV_OK ||
+        llmkv_session_append(s, r.prompt.data(), r.prompt.size()) != LLMKV_OK ||
         llmkv_session_generate(s, r.max_new) != LLMKV_OK) {
         std::fprintf(stderr, "llmkv bench batch: %s\n", llmkv_last_error());
         std::exit(1);
@@ -101,9 +102,10 @@ std::vector<Request> mixed_workload(llmkv_engine *e, uint32_t n) {
     std::vector<Request> out;
     for (uint32_t i = 0; i < n; ++i) {
         Request r;
-        size_t len = i == 0 ? 1500
+        size_t len = i == 0   ? 1500
                      : i == 1 ? 10
-                              : size_t(std::exp(std::uniform_real_distribution<double>(std::log(10.0), std::log(1500.0))(rng)));
+                              : size_t(std::exp(std::uniform_real_distribution<double>(
+                                    std::log(10.0), std::log(1500.0))(rng)));
         r.prompt = filler_tokens(e, len, 100 + i);
         r.max_new = i == 0 ? 256 : i == 1 ? 16 : 16 + rng() % 241;
         r.temperature = i % 2 ? 0.8f : 0.0f;
@@ -132,7 +134,8 @@ llmkv_stats stats_of(llmkv_engine *e) {
 
 // Runs reqs with at most `concurrency` sessions at once. Continuous: a new session starts
 // as soon as one finishes. Static: the next group starts when the whole group is done.
-RunStats run_workload(llmkv_engine *e, const std::vector<Request> &reqs, uint32_t concurrency, bool continuous) {
+RunStats run_workload(llmkv_engine *e, const std::vector<Request> &reqs, uint32_t concurrency,
+                      bool continuous) {
     RunStats rs;
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
@@ -159,7 +162,9 @@ RunStats run_workload(llmkv_engine *e, const std::vector<Request> &reqs, uint32_
         }
         for (size_t i = 0; i < n; ++i) {
             if (ev[i].kind == LLMKV_EVENT_DONE || ev[i].kind == LLMKV_EVENT_ERROR) {
-                if (ev[i].kind == LLMKV_EVENT_ERROR) std::fprintf(stderr, "llmkv bench batch: a session failed (%d)\n", ev[i].status);
+                if (ev[i].kind == LLMKV_EVENT_ERROR)
+                    std::fprintf(stderr, "llmkv bench batch: a session failed (%d)\n",
+                                 ev[i].status);
                 --running;
                 ++done;
             }
@@ -229,12 +234,14 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
         std::fprintf(stderr, "llmkv bench batch: --sessions must be >= 2 and --concurrency >= 1\n");
         return 2;
     }
-    if (o.batch_sizes.empty() || std::find(o.batch_sizes.begin(), o.batch_sizes.end(), 0u) != o.batch_sizes.end()) {
+    if (o.batch_sizes.empty() ||
+        std::find(o.batch_sizes.begin(), o.batch_sizes.end(), 0u) != o.batch_sizes.end()) {
         std::fprintf(stderr, "llmkv bench batch: --batch-sizes must be >= 1 each\n");
         return 2;
     }
     const bool dtype_sweep = !o.dtypes.empty();
-    const std::vector<llmkv_kv_dtype> dtypes = dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{LLMKV_KV_F16};
+    const std::vector<llmkv_kv_dtype> dtypes =
+        dtype_sweep ? o.dtypes : std::vector<llmkv_kv_dtype>{LLMKV_KV_F16};
     std::vector<uint32_t> sizes;
     for (uint32_t n : o.batch_sizes) {
         if (o.quick && n > 8) break;
@@ -267,21 +274,29 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
         llmkv_engine_get_info(d, &info);
         rep.set_model(o.model, info);
         if (di == 0) {
-            std::printf("llmkv bench batch: %s, %u threads, %s kernels\n\n", info.model_name, info.n_threads,
-                        info.backend_name);
+            std::printf("llmkv bench batch: %s, %u threads, %s kernels\n\n", info.model_name,
+                        info.n_threads, info.backend_name);
         }
-        if (dtype_sweep) std::printf("%sKV cache %s:\n\n", di ? "\n" : "", kv_dtype_name(dtypes[di]));
+        if (dtype_sweep)
+            std::printf("%sKV cache %s:\n\n", di ? "\n" : "", kv_dtype_name(dtypes[di]));
         // "vs 1" is against the first size of the sweep (1 unless --batch-sizes says otherwise).
-        std::printf("| sessions decoding together | aggregate tok/s | per session | vs %u |\n|---|---|---|---|\n",
-                    sizes[0]);
+        std::printf(
+            "| sessions decoding together | aggregate tok/s | per session | vs %u "
+            "|\n|---|---|---|---|\n",
+            sizes[0]);
         double base = 0;
         for (uint32_t n : sizes) {
             double r = decode_rate(d, n, o.decode_tokens);
             if (base == 0) base = r;
             std::printf("| %u | %.1f | %.1f | %.2fx |\n", n, r, r / n, r / base);
             std::fflush(stdout);
-            rep.add({{"bench", "decode_batch"}, {"kv", kv_dtype_name(dtypes[di])}, {"threads", info.n_threads},
-                     {"batch", n}, {"decode_tokens", o.decode_tokens}, {"tok_s", r}, {"per_session_tok_s", r / n},
+            rep.add({{"bench", "decode_batch"},
+                     {"kv", kv_dtype_name(dtypes[di])},
+                     {"threads", info.n_threads},
+                     {"batch", n},
+                     {"decode_tokens", o.decode_tokens},
+                     {"tok_s", r},
+                     {"per_session_tok_s", r / n},
                      {"vs_first", r / base}});
         }
         if (di == 0) {
@@ -307,29 +322,46 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
         prompt_total += r.prompt.size();
         out_max += r.max_new;
     }
-    std::printf("\nmixed workload: %u sessions, %llu prompt tokens, up to %llu output tokens, at most %u running\n\n",
-                o.sessions, (unsigned long long)prompt_total, (unsigned long long)out_max, o.concurrency);
+    std::printf(
+        "\nmixed workload: %u sessions, %llu prompt tokens, up to %llu output tokens, at most %u "
+        "running\n\n",
+        o.sessions, (unsigned long long)prompt_total, (unsigned long long)out_max, o.concurrency);
     p["mixed_prompt_tokens"] = prompt_total;
     p["mixed_max_output_tokens"] = out_max;
     RunStats cont = run_workload(e, reqs, o.concurrency, true);
     RunStats stat = run_workload(e, reqs, o.concurrency, false);
-    std::printf("| batching | seconds | generated tok/s | prompt+generated tok/s | steps | pool utilization mean / min |\n"
-                "|---|---|---|---|---|---|\n");
-    for (auto [name, r] : {std::pair<const char *, RunStats *>{"continuous", &cont}, {"static", &stat}}) {
-        std::printf("| %s | %.1f | %.1f | %.1f | %llu | %.3f / %.3f |\n", name, r->seconds, r->generated / r->seconds,
-                    (r->generated + r->prefilled) / r->seconds, (unsigned long long)r->steps, r->util_mean, r->util_min);
-        rep.add({{"bench", "mixed_workload"}, {"batching", name}, {"kv", "f16"}, {"threads", info.n_threads},
-                 {"sessions", o.sessions}, {"concurrency", o.concurrency}, {"seconds", r->seconds},
-                 {"generated_tokens", r->generated}, {"prefilled_tokens", r->prefilled},
+    std::printf(
+        "| batching | seconds | generated tok/s | prompt+generated tok/s | steps | pool "
+        "utilization mean / min |\n"
+        "|---|---|---|---|---|---|\n");
+    for (auto [name, r] :
+         {std::pair<const char *, RunStats *>{"continuous", &cont}, {"static", &stat}}) {
+        std::printf("| %s | %.1f | %.1f | %.1f | %llu | %.3f / %.3f |\n", name, r->seconds,
+                    r->generated / r->seconds, (r->generated + r->prefilled) / r->seconds,
+                    (unsigned long long)r->steps, r->util_mean, r->util_min);
+        rep.add({{"bench", "mixed_workload"},
+                 {"batching", name},
+                 {"kv", "f16"},
+                 {"threads", info.n_threads},
+                 {"sessions", o.sessions},
+                 {"concurrency", o.concurrency},
+                 {"seconds", r->seconds},
+                 {"generated_tokens", r->generated},
+                 {"prefilled_tokens", r->prefilled},
                  {"generated_tok_s", r->generated / r->seconds},
-                 {"total_tok_s", (r->generated + r->prefilled) / r->seconds}, {"steps", r->steps},
-                 {"pool_utilization_mean", r->util_mean}, {"pool_utilization_min", r->util_min}});
+                 {"total_tok_s", (r->generated + r->prefilled) / r->seconds},
+                 {"steps", r->steps},
+                 {"pool_utilization_mean", r->util_mean},
+                 {"pool_utilization_min", r->util_min}});
     }
-    std::printf("\ncontinuous / static: %.2fx generated tokens/s\n", (cont.generated / cont.seconds) / (stat.generated / stat.seconds));
+    std::printf("\ncontinuous / static: %.2fx generated tokens/s\n",
+                (cont.generated / cont.seconds) / (stat.generated / stat.seconds));
     bool same = cont.tokens == stat.tokens;
     std::printf("continuous and static runs give identical tokens: %s\n", same ? "yes" : "NO");
     int status = same ? 0 : 1;
-    rep.add({{"bench", "mixed_summary"}, {"continuous_vs_static", (cont.generated / cont.seconds) / (stat.generated / stat.seconds)},
+    rep.add({{"bench", "mixed_summary"},
+             {"continuous_vs_static",
+              (cont.generated / cont.seconds) / (stat.generated / stat.seconds)},
              {"identical_tokens", same}});
 
     if (o.verify) {
@@ -341,26 +373,35 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
             equal += tokens_of(s) == cont.tokens[i] ? 1 : 0;
             llmkv_session_destroy(s);
         }
-        std::printf("solo runs equal to the batched run, token for token: %zu of %zu\n", equal, reqs.size());
+        std::printf("solo runs equal to the batched run, token for token: %zu of %zu\n", equal,
+                    reqs.size());
         if (equal != reqs.size()) status = 1;
         rep.add({{"bench", "verify_solo"}, {"sessions", reqs.size()}, {"equal", equal}});
         // And with a pool that fits a quarter of the workload (preemption by recompute).
         uint64_t tokens_total = 0;
         for (const Request &r : reqs) tokens_total += r.prompt.size() + r.max_new;
         const uint64_t block_bytes = info.kv_bytes_per_token_device * info.kv_block_tokens;
-        uint64_t quarter_blocks = std::max<uint64_t>(tokens_total / info.kv_block_tokens / 4, (1500 + 256) / info.kv_block_tokens + 2);
+        uint64_t quarter_blocks = std::max<uint64_t>(tokens_total / info.kv_block_tokens / 4,
+                                                     (1500 + 256) / info.kv_block_tokens + 2);
         llmkv_engine *small = make_engine(o, quarter_blocks * block_bytes, LLMKV_KV_F16, 0);
         RunStats q = run_workload(small, reqs, o.sessions, true);
         size_t q_equal = 0;
         for (size_t i = 0; i < reqs.size(); ++i) q_equal += q.tokens[i] == cont.tokens[i] ? 1 : 0;
-        std::printf("pool of %llu blocks (a quarter of the workload's %llu), all %u sessions at once: %.1f s, %llu "
-                    "preemptions, %zu of %zu equal to the unconstrained run\n",
-                    (unsigned long long)quarter_blocks, (unsigned long long)(tokens_total / info.kv_block_tokens),
-                    o.sessions, q.seconds, (unsigned long long)q.preemptions, q_equal, reqs.size());
+        std::printf(
+            "pool of %llu blocks (a quarter of the workload's %llu), all %u sessions at once: %.1f "
+            "s, %llu "
+            "preemptions, %zu of %zu equal to the unconstrained run\n",
+            (unsigned long long)quarter_blocks,
+            (unsigned long long)(tokens_total / info.kv_block_tokens), o.sessions, q.seconds,
+            (unsigned long long)q.preemptions, q_equal, reqs.size());
         if (q_equal != reqs.size()) status = 1;
-        rep.add({{"bench", "verify_small_pool"}, {"pool_blocks", quarter_blocks},
-                 {"workload_blocks", tokens_total / info.kv_block_tokens}, {"sessions", o.sessions},
-                 {"seconds", q.seconds}, {"preemptions", q.preemptions}, {"equal", q_equal}});
+        rep.add({{"bench", "verify_small_pool"},
+                 {"pool_blocks", quarter_blocks},
+                 {"workload_blocks", tokens_total / info.kv_block_tokens},
+                 {"sessions", o.sessions},
+                 {"seconds", q.seconds},
+                 {"preemptions", q.preemptions},
+                 {"equal", q_equal}});
         llmkv_engine_destroy(small);
     }
     llmkv_engine_destroy(e);
@@ -399,20 +440,32 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
             fitted = uint32_t(sessions.size());
         }
         const double fp16_token = double(ci.n_layers) * ci.n_kv_heads * ci.head_dim * 2 * 2;
-        std::printf("\n64 MiB of KV, int8 blocks, sessions of a shared 500-token prefix + 500 own tokens: %u sessions "
-                    "resident\n\n| contiguous fp16 allocation per session | sessions in 64 MiB | llmkv / contiguous |\n"
-                    "|---|---|---|\n",
-                    fitted);
-        rep.add({{"bench", "capacity"}, {"kv", "int8"}, {"pool_bytes", budget}, {"shared_prefix_tokens", 500},
-                 {"own_tokens", 500}, {"sessions_resident", fitted}});
+        std::printf(
+            "\n64 MiB of KV, int8 blocks, sessions of a shared 500-token prefix + 500 own tokens: "
+            "%u sessions "
+            "resident\n\n| contiguous fp16 allocation per session | sessions in 64 MiB | llmkv / "
+            "contiguous |\n"
+            "|---|---|---|\n",
+            fitted);
+        rep.add({{"bench", "capacity"},
+                 {"kv", "int8"},
+                 {"pool_bytes", budget},
+                 {"shared_prefix_tokens", 500},
+                 {"own_tokens", 500},
+                 {"sessions_resident", fitted}});
         for (uint32_t ctx : {1000u, 2048u, ci.n_ctx_train}) {
             uint64_t per = uint64_t(double(ctx) * fp16_token);
             uint64_t n = budget / per;
-            rep.add({{"bench", "capacity_contiguous_f16"}, {"context", ctx}, {"pool_bytes", budget},
-                     {"bytes_per_session", per}, {"sessions", n},
+            rep.add({{"bench", "capacity_contiguous_f16"},
+                     {"context", ctx},
+                     {"pool_bytes", budget},
+                     {"bytes_per_session", per},
+                     {"sessions", n},
                      {"llmkv_vs_contiguous", n ? Json(fitted / double(n)) : Json(nullptr)}});
-            std::printf("| %u-token context (%.1f MiB) | %llu | %s |\n", ctx, per / 1048576.0, (unsigned long long)n,
-                        n ? (std::to_string(fitted / double(n)).substr(0, 5) + "x").c_str() : "(none fit)");
+            std::printf(
+                "| %u-token context (%.1f MiB) | %llu | %s |\n", ctx, per / 1048576.0,
+                (unsigned long long)n,
+                n ? (std::to_string(fitted / double(n)).substr(0, 5) + "x").c_str() : "(none fit)");
         }
         for (auto *s : sessions) llmkv_session_destroy(s);
         llmkv_prefix_release(prefix);
@@ -425,19 +478,23 @@ int cmd_bench_batch(Options o, BenchReport &rep) {
 
 Command add_bench_batch(CLI::App &bench) {
     CLI::App *app = bench.add_subcommand(
-        "batch", "decode tok/s at batch 1/8/32/64, continuous vs static batching, utilization, capacity");
+        "batch",
+        "decode tok/s at batch 1/8/32/64, continuous vs static batching, utilization, capacity");
     auto o = std::make_shared<Options>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
     add_uint_option(*app, "--sessions", &o->sessions, "sessions in the mixed workload (>= 2)");
     add_uint_option(*app, "--concurrency", &o->concurrency, "running sessions at most (>= 1)");
-    add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens per session in the decode sweep");
+    add_uint_option(*app, "--decode-tokens", &o->decode_tokens,
+                    "tokens per session in the decode sweep");
     app->add_flag("--verify", o->verify, "check that batched output matches sessions run alone");
     app->add_flag("--quick", o->quick, "a smaller workload, for a smoke run");
-    add_uint_list_option(*app, "--batch-sizes", &o->batch_sizes, "sessions decoding together in the decode sweep");
+    add_uint_list_option(*app, "--batch-sizes", &o->batch_sizes,
+                         "sessions decoding together in the decode sweep");
     add_kv_dtype_list_option(*app, "--kv-dtypes", &o->dtypes,
                              "a decode sweep per KV dtype (default f16; the rest always runs f16)");
-    app->add_flag("--decode-only", o->decode_only, "run the decode sweep alone (no mixed workload, no capacity)");
+    app->add_flag("--decode-only", o->decode_only,
+                  "run the decode sweep alone (no mixed workload, no capacity)");
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench batch", o->json);

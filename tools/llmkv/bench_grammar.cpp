@@ -28,7 +28,8 @@ const char *kNpcSchema = R"({
   "required": ["say", "action", "mood"]
 })";
 
-const char *kRoles[] = {"blacksmith", "innkeeper", "guard", "merchant", "farmer", "priest", "thief", "bard"};
+const char *kRoles[] = {"blacksmith", "innkeeper", "guard", "merchant",
+                        "farmer",     "priest",    "thief", "bard"};
 
 struct Options {
     std::string model = default_model_path();
@@ -42,10 +43,10 @@ struct Options {
 struct Result {
     double decode_tps = 0;
     uint64_t tokens = 0;
-    double mask_us = 0;       // per constrained token
-    double sample_us = 0;     // per token, everything sampling does
+    double mask_us = 0;    // per constrained token
+    double sample_us = 0;  // per token, everything sampling does
     double hit_rate = 0;
-    uint32_t completed = 0;   // generations that ended with STOP
+    uint32_t completed = 0;  // generations that ended with STOP
 };
 
 llmkv_stats stats_of(llmkv_engine *e) {
@@ -55,8 +56,8 @@ llmkv_stats stats_of(llmkv_engine *e) {
     return st;
 }
 
-bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::string *schema, Result &r,
-               uint64_t seed_base = 1000) {
+bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::string *schema,
+               Result &r, uint64_t seed_base = 1000) {
     std::vector<llmkv_session *> sessions(batch, nullptr);
     for (uint32_t i = 0; i < batch; ++i) {
         llmkv_session_params sp;
@@ -69,10 +70,12 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
             sp.grammar = schema->data();
             sp.grammar_len = schema->size();
         } else {
-            sp.min_new_tokens = max_new;  // the same amount of decoding as the longest constrained run
+            sp.min_new_tokens =
+                max_new;  // the same amount of decoding as the longest constrained run
         }
-        std::string user = std::string("You are a ") + kRoles[i % 8] + " in a village (NPC " + std::to_string(i) +
-                           "). A traveler says: \"Good day! What news?\" Reply as JSON with say, action and mood.";
+        std::string user =
+            std::string("You are a ") + kRoles[i % 8] + " in a village (NPC " + std::to_string(i) +
+            "). A traveler says: \"Good day! What news?\" Reply as JSON with say, action and mood.";
         llmkv_chat_message msgs[] = {{"user", user.c_str()}};
         char prompt[2048];
         size_t n = 0;
@@ -98,12 +101,14 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
             return false;
         }
         for (size_t j = 0; j < k; ++j) {
-            uint32_t i = uint32_t(std::find(sessions.begin(), sessions.end(), ev[j].session) - sessions.begin());
+            uint32_t i = uint32_t(std::find(sessions.begin(), sessions.end(), ev[j].session) -
+                                  sessions.begin());
             if (i >= batch) continue;
             if (ev[j].kind == LLMKV_EVENT_TOKEN) {
                 if (!started[i]) {
                     started[i] = 1;
-                    if (++n_started == batch) t_decode = now();  // every prompt is in: decoding from here
+                    if (++n_started == batch)
+                        t_decode = now();  // every prompt is in: decoding from here
                 } else if (n_started == batch) {
                     ++decode_tokens;
                 }
@@ -114,7 +119,8 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
                     started[i] = 1;
                     if (++n_started == batch) t_decode = now();
                 }
-                if (ev[j].kind == LLMKV_EVENT_DONE && ev[j].finish_reason == LLMKV_FINISH_STOP) ++r.completed;
+                if (ev[j].kind == LLMKV_EVENT_DONE && ev[j].finish_reason == LLMKV_FINISH_STOP)
+                    ++r.completed;
             }
         }
     }
@@ -126,7 +132,9 @@ bool run_batch(llmkv_engine *e, uint32_t batch, uint32_t max_new, const std::str
     r.mask_us = masks ? double(after.grammar_mask_ns - before.grammar_mask_ns) / masks / 1e3 : 0.0;
     const uint64_t picks = r.tokens + batch;  // every generated token, and each final stop token
     r.sample_us = double(after.sample_ns - before.sample_ns) / double(picks) / 1e3;
-    r.hit_rate = masks ? double(after.grammar_mask_cache_hits - before.grammar_mask_cache_hits) / masks : 0.0;
+    r.hit_rate =
+        masks ? double(after.grammar_mask_cache_hits - before.grammar_mask_cache_hits) / masks
+              : 0.0;
     for (llmkv_session *s : sessions) llmkv_session_destroy(s);
     return true;
 }
@@ -155,11 +163,12 @@ int run(const Options &o, BenchReport &rep) {
     rep.params()["batch_sizes"] = o.batches;
     rep.params()["max_new_tokens"] = o.tokens;
     rep.params()["temperature"] = 0.7;
-    rep.params()["schema"] = o.schema_file.empty() ? std::string("built-in NPC schema") : o.schema_file;
-    std::printf("llmkv bench grammar: %s, %u threads, up to %u new tokens, temperature 0.7\n", info.model_name,
-                info.n_threads, o.tokens);
-    std::printf("%6s %-10s %12s %10s %14s %14s %10s %10s\n", "batch", "grammar", "decode tok/s", "tokens",
-                "mask us/token", "sample us/tok", "mask hits", "complete");
+    rep.params()["schema"] =
+        o.schema_file.empty() ? std::string("built-in NPC schema") : o.schema_file;
+    std::printf("llmkv bench grammar: %s, %u threads, up to %u new tokens, temperature 0.7\n",
+                info.model_name, info.n_threads, o.tokens);
+    std::printf("%6s %-10s %12s %10s %14s %14s %10s %10s\n", "batch", "grammar", "decode tok/s",
+                "tokens", "mask us/token", "sample us/tok", "mask hits", "complete");
     for (uint32_t b : o.batches) {
         // Unconstrained first, then the schema twice: a cold mask cache (the grammar compiled
         // afresh), then warm (a session holding the grammar keeps its masker and caches alive).
@@ -172,12 +181,18 @@ int run(const Options &o, BenchReport &rep) {
                 return 1;
             }
             const char *label = pass == 0 ? "none" : pass == 1 ? "json-cold" : "json-warm";
-            std::printf("%6u %-10s %12.1f %10llu %14.1f %14.1f %9.1f%% %7u/%-3u\n", b, label, r.decode_tps,
-                        (unsigned long long)r.tokens, r.mask_us, r.sample_us, r.hit_rate * 100.0,
-                        pass == 0 ? 0u : r.completed, b);
-            Json rec{{"bench", "grammar_decode"}, {"grammar", label}, {"threads", info.n_threads}, {"batch", b},
-                     {"tok_s", r.decode_tps}, {"tokens", r.tokens}, {"mask_us_per_token", r.mask_us},
-                     {"sample_us_per_token", r.sample_us}, {"mask_cache_hit_rate", r.hit_rate}};
+            std::printf("%6u %-10s %12.1f %10llu %14.1f %14.1f %9.1f%% %7u/%-3u\n", b, label,
+                        r.decode_tps, (unsigned long long)r.tokens, r.mask_us, r.sample_us,
+                        r.hit_rate * 100.0, pass == 0 ? 0u : r.completed, b);
+            Json rec{{"bench", "grammar_decode"},
+                     {"grammar", label},
+                     {"threads", info.n_threads},
+                     {"batch", b},
+                     {"tok_s", r.decode_tps},
+                     {"tokens", r.tokens},
+                     {"mask_us_per_token", r.mask_us},
+                     {"sample_us_per_token", r.sample_us},
+                     {"mask_cache_hit_rate", r.hit_rate}};
             rec["completed"] = pass == 0 ? Json(nullptr) : Json(r.completed);
             rec["sessions"] = b;
             rep.add(std::move(rec));
@@ -204,13 +219,15 @@ int run(const Options &o, BenchReport &rep) {
 }  // namespace
 
 Command add_bench_grammar(CLI::App &bench) {
-    CLI::App *app = bench.add_subcommand("grammar", "decode speed and masking cost with and without a JSON Schema");
+    CLI::App *app = bench.add_subcommand(
+        "grammar", "decode speed and masking cost with and without a JSON Schema");
     auto o = std::make_shared<Options>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
     add_uint_list_option(*app, "--batch", &o->batches, "batch sizes (comma-separated)");
     add_uint_option(*app, "-n,--tokens", &o->tokens, "new tokens per session at most");
-    app->add_option("--json-schema", o->schema_file, "the schema (default: a built-in NPC schema)")->type_name("FILE");
+    app->add_option("--json-schema", o->schema_file, "the schema (default: a built-in NPC schema)")
+        ->type_name("FILE");
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench grammar", o->json);

@@ -1,7 +1,6 @@
 // `--json FILE` of the bench subcommands: see bench_json.h.
 #include "bench_json.h"
 
-
 #include <algorithm>
 #include <cstdio>
 #include <ctime>

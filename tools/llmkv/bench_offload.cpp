@@ -29,8 +29,8 @@ void record_error(const llmkv_event *ev, void *user_data) {
     if (ev->kind == LLMKV_EVENT_ERROR && *status == LLMKV_OK) *status = ev->status;
 }
 
-
-llmkv_engine *make_engine(const std::string &model, uint32_t threads, uint64_t device_bytes, uint64_t host_bytes) {
+llmkv_engine *make_engine(const std::string &model, uint32_t threads, uint64_t device_bytes,
+                          uint64_t host_bytes) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
     ep.model_path = model.c_str();
@@ -132,43 +132,64 @@ int cmd_bench_offload(const OffloadOptions &o, BenchReport &rep) {
         llmkv_session_fork(s, &f);
         best_resume = std::min(best_resume, now() - t0);
         llmkv_stats st2 = stats_of(e);
-        moved = (st1.bytes_to_host - st0.bytes_to_host) + (st2.bytes_to_device - st1.bytes_to_device);
+        moved =
+            (st1.bytes_to_host - st0.bytes_to_host) + (st2.bytes_to_device - st1.bytes_to_device);
         copy_ns = st2.copy_ns - st0.copy_ns;
         llmkv_session_destroy(f);
         llmkv_session_destroy(s);
     }
     const double copy_gbs = copy_ns ? moved / (copy_ns * 1e-9) / 1e9 : 0;
-    const double plain_gbs = memcpy_gbs(size_t(256) << 20);  // the machine's memcpy, beyond the caches
-    std::printf("llmkv bench offload: %s, %u threads, int8 KV, %u-token session (%.1f MiB of KV)\n\n", info.model_name,
-                info.n_threads, context, moved / 2 / 1048576.0);
+    const double plain_gbs =
+        memcpy_gbs(size_t(256) << 20);  // the machine's memcpy, beyond the caches
+    std::printf(
+        "llmkv bench offload: %s, %u threads, int8 KV, %u-token session (%.1f MiB of KV)\n\n",
+        info.model_name, info.n_threads, context, moved / 2 / 1048576.0);
     std::printf("| operation | ms | vs recompute |\n|---|---|---|\n");
     std::printf("| recompute %u tokens | %.2f | 1.000 |\n", context - 1, best_recompute * 1e3);
-    std::printf("| park call (asynchronous copy started) | %.2f | %.3f |\n", best_park * 1e3, best_park / best_recompute);
-    std::printf("| resume (host -> device, synchronous, incl. a fork) | %.2f | %.3f |\n", best_resume * 1e3, best_resume / best_recompute);
-    std::printf("\ncopy engine: %.1f GB/s over %.1f MiB moved; memcpy of 256 MiB: %.1f GB/s (%.2fx)\n\n",
-                copy_gbs, moved / 1048576.0, plain_gbs, copy_gbs / plain_gbs);
-    rep.add({{"bench", "park_resume"}, {"kv", "int8"}, {"threads", info.n_threads}, {"context", context},
-             {"kv_bytes", moved / 2}, {"recompute_ms", best_recompute * 1e3}, {"park_call_ms", best_park * 1e3},
-             {"resume_ms", best_resume * 1e3}, {"park_vs_recompute", best_park / best_recompute},
+    std::printf("| park call (asynchronous copy started) | %.2f | %.3f |\n", best_park * 1e3,
+                best_park / best_recompute);
+    std::printf("| resume (host -> device, synchronous, incl. a fork) | %.2f | %.3f |\n",
+                best_resume * 1e3, best_resume / best_recompute);
+    std::printf(
+        "\ncopy engine: %.1f GB/s over %.1f MiB moved; memcpy of 256 MiB: %.1f GB/s (%.2fx)\n\n",
+        copy_gbs, moved / 1048576.0, plain_gbs, copy_gbs / plain_gbs);
+    rep.add({{"bench", "park_resume"},
+             {"kv", "int8"},
+             {"threads", info.n_threads},
+             {"context", context},
+             {"kv_bytes", moved / 2},
+             {"recompute_ms", best_recompute * 1e3},
+             {"park_call_ms", best_park * 1e3},
+             {"resume_ms", best_resume * 1e3},
+             {"park_vs_recompute", best_park / best_recompute},
              {"resume_vs_recompute", best_resume / best_recompute}});
-    rep.add({{"bench", "copy_bandwidth"}, {"bytes_moved", moved}, {"copy_gb_s", copy_gbs}, {"memcpy_gb_s", plain_gbs},
-             {"memcpy_bytes", uint64_t(256) << 20}, {"copy_vs_memcpy", copy_gbs / plain_gbs}});
+    rep.add({{"bench", "copy_bandwidth"},
+             {"bytes_moved", moved},
+             {"copy_gb_s", copy_gbs},
+             {"memcpy_gb_s", plain_gbs},
+             {"memcpy_bytes", uint64_t(256) << 20},
+             {"copy_vs_memcpy", copy_gbs / plain_gbs}});
     llmkv_engine_destroy(e);
 
     // 3. Quarter device budget: swap against recompute.
     std::vector<std::vector<int32_t>> prompts;
     {
         llmkv_engine *t = make_engine(model, threads, 64ull << 20, 0);
-        for (uint32_t i = 0; i < sessions; ++i) prompts.push_back(filler_tokens(t, 200 + 40 * (i % 8), 100 + i));
+        for (uint32_t i = 0; i < sessions; ++i)
+            prompts.push_back(filler_tokens(t, 200 + 40 * (i % 8), 100 + i));
         llmkv_engine_destroy(t);
     }
     const uint64_t per_token = info.kv_bytes_per_token_device;
     uint64_t total_tokens = 0;
     for (auto &p : prompts) total_tokens += p.size() + 64;
-    const uint64_t device = std::max<uint64_t>(total_tokens * per_token / 4, (200 + 40 * 7 + 64 + 32) * per_token * 2);
-    std::printf("| %u sessions (64 new tokens each), device budget %.1f MiB (a quarter) | seconds | steps | preemptions | swaps | "
-                "parks | tokens prefilled | to host MiB | to device MiB |\n|---|---|---|---|---|---|---|---|---|\n",
-                sessions, device / 1048576.0);
+    const uint64_t device =
+        std::max<uint64_t>(total_tokens * per_token / 4, (200 + 40 * 7 + 64 + 32) * per_token * 2);
+    std::printf(
+        "| %u sessions (64 new tokens each), device budget %.1f MiB (a quarter) | seconds | steps "
+        "| preemptions | swaps | "
+        "parks | tokens prefilled | to host MiB | to device MiB "
+        "|\n|---|---|---|---|---|---|---|---|---|\n",
+        sessions, device / 1048576.0);
     std::vector<std::vector<int32_t>> results[2];
     for (int with_host = 1; with_host >= 0; --with_host) {
         llmkv_engine *q = make_engine(model, threads, device, with_host ? (256ull << 20) : 0);
@@ -186,12 +207,23 @@ int cmd_bench_offload(const OffloadOptions &o, BenchReport &rep) {
         llmkv_stats st = stats_of(q);
         std::printf("| host tier %s | %.2f | %llu | %llu | %llu | %llu | %llu | %.1f | %.1f |\n",
                     with_host ? "on (swap)" : "off (recompute)", dt, (unsigned long long)st.steps,
-                    (unsigned long long)st.preemptions, (unsigned long long)st.swaps, (unsigned long long)st.parks,
-                    (unsigned long long)st.tokens_prefilled, st.bytes_to_host / 1048576.0, st.bytes_to_device / 1048576.0);
-        rep.add({{"bench", "quarter_pool"}, {"host_tier", bool(with_host)}, {"kv", "int8"},
-                 {"threads", info.n_threads}, {"sessions", sessions}, {"new_tokens", 64}, {"device_bytes", device},
-                 {"seconds", dt}, {"steps", st.steps}, {"preemptions", st.preemptions}, {"swaps", st.swaps},
-                 {"parks", st.parks}, {"tokens_prefilled", st.tokens_prefilled}, {"bytes_to_host", st.bytes_to_host},
+                    (unsigned long long)st.preemptions, (unsigned long long)st.swaps,
+                    (unsigned long long)st.parks, (unsigned long long)st.tokens_prefilled,
+                    st.bytes_to_host / 1048576.0, st.bytes_to_device / 1048576.0);
+        rep.add({{"bench", "quarter_pool"},
+                 {"host_tier", bool(with_host)},
+                 {"kv", "int8"},
+                 {"threads", info.n_threads},
+                 {"sessions", sessions},
+                 {"new_tokens", 64},
+                 {"device_bytes", device},
+                 {"seconds", dt},
+                 {"steps", st.steps},
+                 {"preemptions", st.preemptions},
+                 {"swaps", st.swaps},
+                 {"parks", st.parks},
+                 {"tokens_prefilled", st.tokens_prefilled},
+                 {"bytes_to_host", st.bytes_to_host},
                  {"bytes_to_device", st.bytes_to_device}});
         for (auto *s : ss) {
             results[with_host].push_back(tokens_of(s));
@@ -217,7 +249,8 @@ int cmd_bench_offload(const OffloadOptions &o, BenchReport &rep) {
         double gen_tps[2] = {0, 0}, prefill_s[2] = {0, 0};
         llmkv_status failed[2] = {LLMKV_OK, LLMKV_OK};  // an ERROR event's status
         for (int constrained = 0; constrained < 2; ++constrained) {
-            llmkv_engine *q = make_engine(model, threads, constrained ? device_bytes : 0, constrained ? (512ull << 20) : 0);
+            llmkv_engine *q = make_engine(model, threads, constrained ? device_bytes : 0,
+                                          constrained ? (512ull << 20) : 0);
             llmkv_session *s = nullptr;
             llmkv_session_create(q, &sp, &s);
             llmkv_session_append(s, p.data(), p.size());
@@ -235,20 +268,29 @@ int cmd_bench_offload(const OffloadOptions &o, BenchReport &rep) {
         if (failed[0] != LLMKV_OK || failed[1] != LLMKV_OK) {
             // E.g. a context so short that a quarter of it is less than the device must keep
             // for one step (max_batch_tokens): the engine refuses the session.
-            std::printf("one %u-token session: the %s run failed with %s; no timing (raise --context)\n", long_ctx,
-                        failed[0] != LLMKV_OK ? "unconstrained" : "quarter-pool", llmkv_status_string(failed[0] != LLMKV_OK ? failed[0] : failed[1]));
+            std::printf(
+                "one %u-token session: the %s run failed with %s; no timing (raise --context)\n",
+                long_ctx, failed[0] != LLMKV_OK ? "unconstrained" : "quarter-pool",
+                llmkv_status_string(failed[0] != LLMKV_OK ? failed[0] : failed[1]));
             return 1;
         }
-        std::printf("| one %u-token session | prefill s | decode tok/s |\n|---|---|---|\n", long_ctx);
+        std::printf("| one %u-token session | prefill s | decode tok/s |\n|---|---|---|\n",
+                    long_ctx);
         std::printf("| no device limit | %.2f | %.1f |\n", prefill_s[0], gen_tps[0]);
-        std::printf("| device pool of %.1f MiB (a quarter), the rest in the host tier | %.2f | %.1f (%.2fx) |\n",
-                    device_bytes / 1048576.0, prefill_s[1], gen_tps[1], gen_tps[1] / gen_tps[0]);
+        std::printf(
+            "| device pool of %.1f MiB (a quarter), the rest in the host tier | %.2f | %.1f "
+            "(%.2fx) |\n",
+            device_bytes / 1048576.0, prefill_s[1], gen_tps[1], gen_tps[1] / gen_tps[0]);
         bool long_same = out[0] == out[1];
         for (int constrained = 0; constrained < 2; ++constrained) {
-            rep.add({{"bench", "long_session"}, {"kv", "int8"}, {"threads", info.n_threads}, {"context", long_ctx},
+            rep.add({{"bench", "long_session"},
+                     {"kv", "int8"},
+                     {"threads", info.n_threads},
+                     {"context", long_ctx},
                      {"device_limit", bool(constrained)},
                      {"device_bytes", constrained ? Json(device_bytes) : Json(nullptr)},
-                     {"prefill_s", prefill_s[constrained]}, {"decode_tok_s", gen_tps[constrained]},
+                     {"prefill_s", prefill_s[constrained]},
+                     {"decode_tok_s", gen_tps[constrained]},
                      {"decode_vs_unlimited", gen_tps[constrained] / gen_tps[0]}});
         }
         rep.add({{"bench", "long_session_summary"}, {"identical_tokens", long_same}});

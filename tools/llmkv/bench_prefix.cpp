@@ -40,7 +40,8 @@ double time_to_first_token(llmkv_engine *e, llmkv_session *s) {
 }
 
 // The bench's engines: KV dtype `dtype` (K and V), `flags`.
-llmkv_engine *make(const std::string &model, uint32_t threads, llmkv_kv_dtype dtype, uint32_t flags) {
+llmkv_engine *make(const std::string &model, uint32_t threads, llmkv_kv_dtype dtype,
+                   uint32_t flags) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
     ep.model_path = model.c_str();
@@ -49,7 +50,8 @@ llmkv_engine *make(const std::string &model, uint32_t threads, llmkv_kv_dtype dt
     ep.kv_dtype_k = ep.kv_dtype_v = dtype;
     ep.flags = flags;
     llmkv_engine *e = nullptr;
-    if (llmkv_engine_create(&ep, &e) != LLMKV_OK) std::fprintf(stderr, "llmkv bench prefix: %s\n", llmkv_last_error());
+    if (llmkv_engine_create(&ep, &e) != LLMKV_OK)
+        std::fprintf(stderr, "llmkv bench prefix: %s\n", llmkv_last_error());
     return e;
 }
 
@@ -69,11 +71,13 @@ struct Ttft {
 
 int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     const std::string &model = o.model;
-    const uint32_t threads = o.threads, question_tokens = 20, n_sessions = o.n_sessions, shared_tokens = 1000;
+    const uint32_t threads = o.threads, question_tokens = 20, n_sessions = o.n_sessions,
+                   shared_tokens = 1000;
     const std::vector<uint32_t> lengths =
         o.prefix_lengths.empty() ? std::vector<uint32_t>{o.system_tokens} : o.prefix_lengths;
     if (lengths.size() > 50 || o.decode_tokens < 1) {
-        std::fprintf(stderr, "llmkv bench prefix: at most 50 --prefix-lengths, and --decode-tokens >= 1\n");
+        std::fprintf(stderr,
+                     "llmkv bench prefix: at most 50 --prefix-lengths, and --decode-tokens >= 1\n");
         return 2;
     }
     Json &params = rep.params();
@@ -101,11 +105,13 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     // nothing after a prefix) and a question; time to its first token. Every session asks a
     // question of its own (`way` and the rep choose it): none finds another's question blocks
     // in the cache, so each way computes what a new question costs it.
-    auto best_ttft = [&](llmkv_engine *e, llmkv_prefix *from, const std::vector<int32_t> &head, unsigned way) {
+    auto best_ttft = [&](llmkv_engine *e, llmkv_prefix *from, const std::vector<int32_t> &head,
+                         unsigned way) {
         double best = 1e9;
         for (unsigned r = 0; r < 3; ++r) {
             std::vector<int32_t> tokens = head;
-            const std::vector<int32_t> question = filler_tokens(plain, question_tokens, 1000 + 10 * way + r);
+            const std::vector<int32_t> question =
+                filler_tokens(plain, question_tokens, 1000 + 10 * way + r);
             tokens.insert(tokens.end(), question.begin(), question.end());
             llmkv_session_params hp = sp;
             hp.prefix = from;
@@ -137,9 +143,10 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
         // prompt's last partial block is computed again, with the question).
         m.automatic = best_ttft(cached, nullptr, system, way + 2);
         // 4. Saved to a snapshot and loaded by a fresh engine (as the next launch would).
-        std::string snap = (std::filesystem::temp_directory_path() /
-                            ("llmkv_bench_prefix_" + std::to_string(llmkv::os::process_id()) + ".snap"))
-                               .string();
+        std::string snap =
+            (std::filesystem::temp_directory_path() /
+             ("llmkv_bench_prefix_" + std::to_string(llmkv::os::process_id()) + ".snap"))
+                .string();
         m.save = now();
         llmkv_prefix_save(prefix, snap.c_str());
         m.save = now() - m.save;
@@ -159,25 +166,38 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
         return true;
     };
     auto report = [&](uint32_t system_tokens, const Ttft &m) {
-        std::printf("llmkv bench prefix: %u-token system prompt, %u-token question\n\n", system_tokens, question_tokens);
+        std::printf("llmkv bench prefix: %u-token system prompt, %u-token question\n\n",
+                    system_tokens, question_tokens);
         std::printf("| time to first token | ms | vs computed |\n|---|---|---|\n");
         std::printf("| computed (no cache) | %.1f | 1.000 |\n", m.plain * 1e3);
         std::printf("| from a prefix handle | %.1f | %.3f |\n", m.handle * 1e3, m.handle / m.plain);
-        std::printf("| automatic prefix cache | %.1f | %.3f |\n", m.automatic * 1e3, m.automatic / m.plain);
-        std::printf("| from a snapshot loaded by a fresh engine | %.1f | %.3f |\n", m.loaded * 1e3, m.loaded / m.plain);
+        std::printf("| automatic prefix cache | %.1f | %.3f |\n", m.automatic * 1e3,
+                    m.automatic / m.plain);
+        std::printf("| from a snapshot loaded by a fresh engine | %.1f | %.3f |\n", m.loaded * 1e3,
+                    m.loaded / m.plain);
         std::printf("| (creating the handle once) | %.1f | |\n", m.create * 1e3);
-        std::printf("| (saving the snapshot / loading it) | %.1f / %.1f | %.3f load vs computing |\n\n", m.save * 1e3,
-                    m.load * 1e3, m.load / m.create);
+        std::printf(
+            "| (saving the snapshot / loading it) | %.1f / %.1f | %.3f load vs computing |\n\n",
+            m.save * 1e3, m.load * 1e3, m.load / m.create);
         const std::pair<const char *, double> ways[] = {{"computed", m.plain},
                                                         {"prefix_handle", m.handle},
                                                         {"prefix_cache", m.automatic},
                                                         {"snapshot_loaded", m.loaded}};
         for (const auto &[how, t] : ways) {
-            rep.add({{"bench", "ttft"}, {"how", how}, {"threads", info.n_threads}, {"prefix_tokens", system_tokens},
-                     {"question_tokens", question_tokens}, {"ms", t * 1e3}, {"vs_computed", t / m.plain}});
+            rep.add({{"bench", "ttft"},
+                     {"how", how},
+                     {"threads", info.n_threads},
+                     {"prefix_tokens", system_tokens},
+                     {"question_tokens", question_tokens},
+                     {"ms", t * 1e3},
+                     {"vs_computed", t / m.plain}});
         }
-        rep.add({{"bench", "prefix_snapshot"}, {"threads", info.n_threads}, {"prefix_tokens", system_tokens},
-                 {"create_ms", m.create * 1e3}, {"save_ms", m.save * 1e3}, {"load_ms", m.load * 1e3},
+        rep.add({{"bench", "prefix_snapshot"},
+                 {"threads", info.n_threads},
+                 {"prefix_tokens", system_tokens},
+                 {"create_ms", m.create * 1e3},
+                 {"save_ms", m.save * 1e3},
+                 {"load_ms", m.load * 1e3},
                  {"load_vs_create", m.load / m.create}});
     };
     std::vector<Ttft> results(lengths.size());
@@ -209,10 +229,16 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     }
 
     report(lengths.back(), results.back());
-    std::printf("decode with nothing shared: %.1f tok/s with the prefix cache, %.1f without (%.2f%% difference)\n\n",
-                on, off, 100.0 * (off - on) / off);
-    rep.add({{"bench", "decode_prefix_cache"}, {"threads", info.n_threads}, {"decode_tokens", gen},
-             {"tok_s_cache_on", on}, {"tok_s_cache_off", off}, {"difference_pct", 100.0 * (off - on) / off}});
+    std::printf(
+        "decode with nothing shared: %.1f tok/s with the prefix cache, %.1f without (%.2f%% "
+        "difference)\n\n",
+        on, off, 100.0 * (off - on) / off);
+    rep.add({{"bench", "decode_prefix_cache"},
+             {"threads", info.n_threads},
+             {"decode_tokens", gen},
+             {"tok_s_cache_on", on},
+             {"tok_s_cache_off", off},
+             {"difference_pct", 100.0 * (off - on) / off}});
 
     // Memory: n sessions sharing a prefix vs unshared.
     llmkv_prefix *prefix = nullptr;
@@ -235,20 +261,30 @@ int cmd_bench_prefix(const PrefixOptions &o, BenchReport &rep) {
     double per_token = double(info.kv_bytes_per_token_device);
     double unshared = double(sessions.size()) * (shared_tokens + question_tokens) * per_token;
     double ideal = (double(shared_tokens) + double(sessions.size()) * question_tokens) * per_token;
-    std::printf("| %zu sessions on a %u-token prefix (+%u each) | MiB |\n|---|---|\n", sessions.size(), shared_tokens,
-                question_tokens);
+    std::printf("| %zu sessions on a %u-token prefix (+%u each) | MiB |\n|---|---|\n",
+                sessions.size(), shared_tokens, question_tokens);
     std::printf("| KV used (sealed + tail blocks) | %.1f |\n", st.kv_bytes_used / 1048576.0);
     std::printf("| one prefix + the suffixes (ideal) | %.1f |\n", ideal / 1048576.0);
     std::printf("| unshared (every session its own copy) | %.1f |\n", unshared / 1048576.0);
-    std::printf("(blocks used %u of %u, tail slots %u, tokens held by sessions %llu)\n", st.blocks_used, st.blocks_total,
-                st.tail_blocks_used, (unsigned long long)st.tokens_stored);
-    std::printf("\nused / ideal = %.2fx, unshared / used = %.1fx\n", st.kv_bytes_used / ideal, unshared / st.kv_bytes_used);
-    rep.add({{"bench", "shared_prefix_memory"}, {"kv", kv_dtype_name(llmkv_kv_dtype(info.kv_dtype_k))},
-             {"sessions", sessions.size()}, {"prefix_tokens", shared_tokens}, {"suffix_tokens", question_tokens},
-             {"kv_bytes_used", st.kv_bytes_used}, {"ideal_bytes", ideal}, {"unshared_bytes", unshared},
-             {"blocks_used", st.blocks_used}, {"blocks_total", st.blocks_total},
-             {"tail_blocks_used", st.tail_blocks_used}, {"tokens_stored", st.tokens_stored},
-             {"used_vs_ideal", st.kv_bytes_used / ideal}, {"unshared_vs_used", unshared / st.kv_bytes_used}});
+    std::printf("(blocks used %u of %u, tail slots %u, tokens held by sessions %llu)\n",
+                st.blocks_used, st.blocks_total, st.tail_blocks_used,
+                (unsigned long long)st.tokens_stored);
+    std::printf("\nused / ideal = %.2fx, unshared / used = %.1fx\n", st.kv_bytes_used / ideal,
+                unshared / st.kv_bytes_used);
+    rep.add({{"bench", "shared_prefix_memory"},
+             {"kv", kv_dtype_name(llmkv_kv_dtype(info.kv_dtype_k))},
+             {"sessions", sessions.size()},
+             {"prefix_tokens", shared_tokens},
+             {"suffix_tokens", question_tokens},
+             {"kv_bytes_used", st.kv_bytes_used},
+             {"ideal_bytes", ideal},
+             {"unshared_bytes", unshared},
+             {"blocks_used", st.blocks_used},
+             {"blocks_total", st.blocks_total},
+             {"tail_blocks_used", st.tail_blocks_used},
+             {"tokens_stored", st.tokens_stored},
+             {"used_vs_ideal", st.kv_bytes_used / ideal},
+             {"unshared_vs_used", unshared / st.kv_bytes_used}});
     for (auto *s : sessions) llmkv_session_destroy(s);
     llmkv_prefix_release(prefix);
     llmkv_engine_destroy(plain);
@@ -264,13 +300,14 @@ Command add_bench_prefix(CLI::App &bench) {
     auto o = std::make_shared<PrefixOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
-    CLI::Option *system =
-        add_uint_option(*app, "--system-tokens", &o->system_tokens, "length of the shared system prompt");
+    CLI::Option *system = add_uint_option(*app, "--system-tokens", &o->system_tokens,
+                                          "length of the shared system prompt");
     add_uint_list_option(*app, "--prefix-lengths", &o->prefix_lengths,
                          "time to first token at each of these system-prompt lengths (a sweep)")
         ->excludes(system);
     add_uint_option(*app, "--sessions", &o->n_sessions, "sessions sharing it");
-    add_uint_option(*app, "--decode-tokens", &o->decode_tokens, "tokens of each decode run (prefix cache on/off)");
+    add_uint_option(*app, "--decode-tokens", &o->decode_tokens,
+                    "tokens of each decode run (prefix cache on/off)");
     add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
     app->add_flag("--no-kv-sink", o->no_kv_sink,
                   "without the KV sink (position 0 in fp16; on by default with int4 codecs)");

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "bench_json.h"
 #include "cli_common.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
-#include "backend/cpu/cpu_backend.h"
-#include "model/arch/forward.h"
 #include "kv/codec.h"
 #include "kv/kv_cache.h"
+#include "model/arch/forward.h"
 #include "model/gguf.h"
 #include "model/llama_model.h"
 #include "model/tokenizer.h"
@@ -61,22 +61,26 @@ const CodecPair kPairs[] = {
     // With the KV sink (position 0 read from fp16 rows; the engine's default for int4 codecs).
     {"int4/int4 sink", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_NONE, true, true},
     {"int4/int4 rot sink", LLMKV_KV_INT4, LLMKV_KV_INT4, LLMKV_KV_ROTATION_KV, true, true},
-    {"int4c/int4c sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_NONE, true, true},
-    {"int4c/int4c rot sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_KV, true, true},
+    {"int4c/int4c sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_NONE, true,
+     true},
+    {"int4c/int4c rot sink", LLMKV_KV_INT4_COMPACT, LLMKV_KV_INT4_COMPACT, LLMKV_KV_ROTATION_KV,
+     true, true},
     {"int8/int8 sink", LLMKV_KV_INT8, LLMKV_KV_INT8, LLMKV_KV_ROTATION_NONE, true, true},
 };
 
 // The default corpus: license texts that every Debian system carries (package base-files),
 // concatenated in a fixed order. Plain English prose, about 55,000 SmolLM2 tokens.
-const char *kCorpusFiles[] = {"GPL-3", "GPL-2", "LGPL-2.1", "Apache-2.0", "MPL-2.0", "GFDL-1.3",
-                              "MPL-1.1", "Artistic", "CC0-1.0", "GPL-1", "LGPL-3"};
-
+const char *kCorpusFiles[] = {"GPL-3",   "GPL-2",    "LGPL-2.1", "Apache-2.0",
+                              "MPL-2.0", "GFDL-1.3", "MPL-1.1",  "Artistic",
+                              "CC0-1.0", "GPL-1",    "LGPL-3"};
 
 bool pair_supported(const CodecPair &p, uint32_t block_tokens, uint32_t head_dim) {
     bool rk = p.rotation == LLMKV_KV_ROTATION_K || p.rotation == LLMKV_KV_ROTATION_KV;
     bool rv = p.rotation == LLMKV_KV_ROTATION_V || p.rotation == LLMKV_KV_ROTATION_KV;
-    return llmkv::codec_supported(llmkv::CodecSpec{p.k, rk}, llmkv::KvRole::K, block_tokens, head_dim) &&
-           llmkv::codec_supported(llmkv::CodecSpec{p.v, rv}, llmkv::KvRole::V, block_tokens, head_dim);
+    return llmkv::codec_supported(llmkv::CodecSpec{p.k, rk}, llmkv::KvRole::K, block_tokens,
+                                  head_dim) &&
+           llmkv::codec_supported(llmkv::CodecSpec{p.v, rv}, llmkv::KvRole::V, block_tokens,
+                                  head_dim);
 }
 
 KvGeometry geometry_for(const llmkv::LlamaConfig &c, const CodecPair &p, uint32_t block_tokens) {
@@ -131,7 +135,8 @@ struct QualityOptions {
 };
 
 int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
-    const std::string &model_path = o.model_path, &corpus_path = o.corpus_path, &csv_path = o.csv_path;
+    const std::string &model_path = o.model_path, &corpus_path = o.corpus_path,
+                      &csv_path = o.csv_path;
     const std::vector<uint32_t> &contexts = o.contexts, &passkey_lengths = o.passkey_lengths;
     const uint32_t n_tokens = o.n_tokens, threads = o.threads, chunk = 256;
     const bool skip_passkey = o.skip_passkey;
@@ -167,20 +172,22 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
             corpus_name = corpus_path;
         } else {
             for (const char *name : kCorpusFiles) {
-                read_file(std::string("/usr/share/common-licenses/") + name, text, "llmkv bench quality", true);
+                read_file(std::string("/usr/share/common-licenses/") + name, text,
+                          "llmkv bench quality", true);
                 text += "\n";
             }
             corpus_name = "/usr/share/common-licenses (Debian base-files)";
         }
         std::vector<int32_t> corpus = tokenizer->encode(text, false, false);
         if (corpus.size() < n_tokens) {
-            std::fprintf(stderr, "llmkv bench quality: corpus has %zu tokens, fewer than --tokens %u\n", corpus.size(),
-                         n_tokens);
+            std::fprintf(stderr,
+                         "llmkv bench quality: corpus has %zu tokens, fewer than --tokens %u\n",
+                         corpus.size(), n_tokens);
             return 1;
         }
         corpus.resize(n_tokens);
-        std::printf("llmkv bench quality: %s\ncorpus: %s, %u tokens\n", model_path.c_str(), corpus_name.c_str(),
-                    n_tokens);
+        std::printf("llmkv bench quality: %s\ncorpus: %s, %u tokens\n", model_path.c_str(),
+                    corpus_name.c_str(), n_tokens);
 
         llmkv::ThreadPool pool(threads ? threads : llmkv::ThreadPool::hardware_threads());
         rep.note_threads(uint32_t(pool.size()));
@@ -195,8 +202,10 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
         params["csv"] = csv_path;
         std::vector<CodecPair> pairs;
         for (const std::string &label : o.only_pairs) {
-            if (std::none_of(std::begin(kPairs), std::end(kPairs), [&](const CodecPair &p) { return label == p.label; })) {
-                std::fprintf(stderr, "llmkv bench quality: --pairs: unknown pair \"%s\"\n", label.c_str());
+            if (std::none_of(std::begin(kPairs), std::end(kPairs),
+                             [&](const CodecPair &p) { return label == p.label; })) {
+                std::fprintf(stderr, "llmkv bench quality: --pairs: unknown pair \"%s\"\n",
+                             label.c_str());
                 return 2;
             }
         }
@@ -232,7 +241,8 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                     const int32_t *toks = corpus.data() + w + off;
                     for (size_t pi = 0; pi < pairs.size(); ++pi) {
                         Runner &r = runners[pi];
-                        if (!r.cache->reserve(r.kv, r.kv.n_tokens + n)) llmkv::fail(LLMKV_ERR_INTERNAL, "bench: pool too small");
+                        if (!r.cache->reserve(r.kv, r.kv.n_tokens + n))
+                            llmkv::fail(LLMKV_ERR_INTERNAL, "bench: pool too small");
                         llmkv::ForwardSpan span{&r.kv, toks, n, true, true};
                         r.forward->run({span}, pi == 0 ? ref_logits : logits);
                         const std::vector<float> &out = pi == 0 ? ref_logits : logits;
@@ -247,7 +257,8 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                             if (pi != 0) {
                                 log_softmax(ref_row, V, ref_lp);
                                 double kl = 0;
-                                for (size_t i = 0; i < V; ++i) kl += std::exp(ref_lp[i]) * (ref_lp[i] - lp[i]);
+                                for (size_t i = 0; i < V; ++i)
+                                    kl += std::exp(ref_lp[i]) * (ref_lp[i] - lp[i]);
                                 acc.kl += kl;
                             }
                             size_t a = size_t(std::max_element(row, row + V) - row);
@@ -290,19 +301,25 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                 for (uint32_t len : passkey_lengths) {
                     for (double depth : depths) {
                         uint32_t key = keys[k++ % 3];
-                        std::string intro = "There is a pass key hidden inside a lot of irrelevant text. Find it and remember it.\n";
-                        std::string needle = " The pass key is " + std::to_string(key) + ". Remember it. " +
-                                             std::to_string(key) + " is the pass key. ";
+                        std::string intro =
+                            "There is a pass key hidden inside a lot of irrelevant text. Find it "
+                            "and remember it.\n";
+                        std::string needle = " The pass key is " + std::to_string(key) +
+                                             ". Remember it. " + std::to_string(key) +
+                                             " is the pass key. ";
                         std::string question = "\nWhat is the pass key? The pass key is";
                         std::vector<int32_t> a = tokenizer->encode(intro, false, false);
                         std::vector<int32_t> nd = tokenizer->encode(needle, false, false);
                         std::vector<int32_t> q = tokenizer->encode(question, false, false);
-                        size_t fill = len > a.size() + nd.size() + q.size() ? len - a.size() - nd.size() - q.size() : 0;
+                        size_t fill = len > a.size() + nd.size() + q.size()
+                                          ? len - a.size() - nd.size() - q.size()
+                                          : 0;
                         size_t before = size_t(double(fill) * depth);
                         std::vector<int32_t> prompt = a;
                         prompt.insert(prompt.end(), filler.begin(), filler.begin() + long(before));
                         prompt.insert(prompt.end(), nd.begin(), nd.end());
-                        prompt.insert(prompt.end(), filler.begin() + long(before), filler.begin() + long(fill));
+                        prompt.insert(prompt.end(), filler.begin() + long(before),
+                                      filler.begin() + long(fill));
                         prompt.insert(prompt.end(), q.begin(), q.end());
                         llmkv_session_params sp;
                         llmkv_session_params_init(&sp);
@@ -330,9 +347,13 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
 
         // Report.
         std::FILE *csv = std::fopen(csv_path.c_str(), "w");
-        if (csv) std::fprintf(csv, "pair,k_bytes_per_token,ratio_vs_f16,context,perplexity,ppl_change_pct,mean_kl,top1_agreement,passkey_hits,passkey_trials\n");
+        if (csv)
+            std::fprintf(csv,
+                         "pair,k_bytes_per_token,ratio_vs_f16,context,perplexity,ppl_change_pct,"
+                         "mean_kl,top1_agreement,passkey_hits,passkey_trials\n");
         std::printf("\n| K/V codec | bytes/token | vs f16 |");
-        for (uint32_t L : contexts) std::printf(" ppl@%u | Δppl@%u | KL@%u | top-1@%u |", L, L, L, L);
+        for (uint32_t L : contexts)
+            std::printf(" ppl@%u | Δppl@%u | KL@%u | top-1@%u |", L, L, L, L);
         std::printf(" passkey |\n|---|---|---|");
         for (size_t i = 0; i < contexts.size(); ++i) std::printf("---|---|---|---|");
         std::printf("---|\n");
@@ -353,17 +374,20 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
                 double kl = pi == 0 ? 0.0 : a.kl / double(a.count);
                 double top1 = double(a.top1_agree) / double(a.count);
                 std::printf(" %.3f | %+.2f%% | %.5f | %.4f |", ppl, change, kl, top1);
-                Json rec{{"bench", "kv_quality"}, {"kv", pairs[pi].label}, {"context", contexts[ci]},
-                       {"bytes_per_token", bpt}, {"vs_f16", bpt / f16_bpt}, {"perplexity", ppl},
-                       {"ppl_change_pct", change}, {"mean_kl", kl}, {"top1_agreement", top1}};
+                Json rec{{"bench", "kv_quality"},    {"kv", pairs[pi].label},
+                         {"context", contexts[ci]},  {"bytes_per_token", bpt},
+                         {"vs_f16", bpt / f16_bpt},  {"perplexity", ppl},
+                         {"ppl_change_pct", change}, {"mean_kl", kl},
+                         {"top1_agreement", top1}};
                 if (!skip_passkey) {
                     rec["passkey_hits"] = hits;
                     rec["passkey_trials"] = passkey_total[pi];
                 }
                 rep.add(std::move(rec));
                 if (csv) {
-                    std::fprintf(csv, "%s,%.1f,%.4f,%u,%.4f,%.3f,%.6f,%.5f,%d,%d\n", pairs[pi].label, bpt, bpt / f16_bpt,
-                                 contexts[ci], ppl, change, kl, top1, hits, passkey_total[pi]);
+                    std::fprintf(csv, "%s,%.1f,%.4f,%u,%.4f,%.3f,%.6f,%.5f,%d,%d\n",
+                                 pairs[pi].label, bpt, bpt / f16_bpt, contexts[ci], ppl, change, kl,
+                                 top1, hits, passkey_total[pi]);
                 }
             }
             if (skip_passkey) {
@@ -373,14 +397,19 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
             }
         }
         if (csv) std::fclose(csv);
-        std::printf("\nbytes/token: sealed blocks, scales included. Δppl against f16/f16 at the same context;\n"
-                    "KL = mean KL(f16 || codec) of the next-token distribution; top-1 = argmax agreement with f16.\n"
-                    "passkey: hits over lengths {");
-        for (size_t i = 0; i < passkey_lengths.size(); ++i) std::printf("%s%u", i ? "," : "", passkey_lengths[i]);
+        std::printf(
+            "\nbytes/token: sealed blocks, scales included. Δppl against f16/f16 at the same "
+            "context;\n"
+            "KL = mean KL(f16 || codec) of the next-token distribution; top-1 = argmax agreement "
+            "with f16.\n"
+            "passkey: hits over lengths {");
+        for (size_t i = 0; i < passkey_lengths.size(); ++i)
+            std::printf("%s%u", i ? "," : "", passkey_lengths[i]);
         std::printf("} x depths {0.1,0.5,0.9}. CSV: %s\n", csv_path.c_str());
         return 0;
     } catch (const llmkv::Error &e) {
-        std::fprintf(stderr, "llmkv bench quality: %s: %s\n", llmkv_status_string(e.status()), e.what());
+        std::fprintf(stderr, "llmkv bench quality: %s: %s\n", llmkv_status_string(e.status()),
+                     e.what());
         return 1;
     }
 }
@@ -389,24 +418,32 @@ int cmd_bench_quality(const QualityOptions &o, BenchReport &rep) {
 
 Command add_bench_quality(CLI::App &bench) {
     CLI::App *app = bench.add_subcommand(
-        "quality", "perplexity, KL vs f16, top-1 agreement and passkey retrieval for every KV codec pair");
+        "quality",
+        "perplexity, KL vs f16, top-1 agreement and passkey retrieval for every KV codec pair");
     auto o = std::make_shared<QualityOptions>();
     add_model_option(*app, &o->model_path);
     add_threads_option(*app, &o->threads);
-    app->add_option("--corpus", o->corpus_path, "text to measure perplexity on (default: the built-in corpus)")
+    app->add_option("--corpus", o->corpus_path,
+                    "text to measure perplexity on (default: the built-in corpus)")
         ->type_name("FILE");
     add_uint_option(*app, "--tokens", &o->n_tokens, "corpus tokens to evaluate");
-    add_uint_option(*app, "--block-tokens", &o->block_tokens,
-                    "tokens per KV block (the int4 codecs' K scale group; bytes/token depend on it)");
-    add_uint_list_option(*app, "--contexts", &o->contexts, "context lengths of the perplexity runs");
-    add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths, "filler lengths of the passkey probe");
+    add_uint_option(
+        *app, "--block-tokens", &o->block_tokens,
+        "tokens per KV block (the int4 codecs' K scale group; bytes/token depend on it)");
+    add_uint_list_option(*app, "--contexts", &o->contexts,
+                         "context lengths of the perplexity runs");
+    add_uint_list_option(*app, "--passkey-lengths", &o->passkey_lengths,
+                         "filler lengths of the passkey probe");
     app->add_flag("--no-passkey", o->skip_passkey, "skip the passkey probe");
     app->add_option("--pairs", o->only_pairs,
-                    "only these K/V pairs, by their labels (e.g. \"int4/int4 rot,int4c/int4c rot\"); f16/f16, the "
+                    "only these K/V pairs, by their labels (e.g. \"int4/int4 rot,int4c/int4c "
+                    "rot\"); f16/f16, the "
                     "reference, always runs")
         ->delimiter(',')
         ->type_name("LABEL,...");
-    app->add_option("--csv", o->csv_path, "where the CSV goes")->type_name("FILE")->capture_default_str();
+    app->add_option("--csv", o->csv_path, "where the CSV goes")
+        ->type_name("FILE")
+        ->capture_default_str();
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench quality", o->json);

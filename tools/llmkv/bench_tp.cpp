@@ -46,7 +46,8 @@ void capacity_table(BenchReport &rep) {
         const char *name;
         llmkv::LlamaConfig c;
     };
-    auto config = [](uint32_t layers, uint32_t embd, uint32_t heads, uint32_t kv_heads, uint32_t ff, uint32_t vocab) {
+    auto config = [](uint32_t layers, uint32_t embd, uint32_t heads, uint32_t kv_heads, uint32_t ff,
+                     uint32_t vocab) {
         llmkv::LlamaConfig c;
         c.n_layers = layers;
         c.n_embd = embd;
@@ -66,10 +67,14 @@ void capacity_table(BenchReport &rep) {
     } gpus[] = {{"H100 80GB", 80e9}, {"H200 141GB", 141e9}};
     const llmkv_kv_dtype kvs[] = {LLMKV_KV_F16, LLMKV_KV_INT8, LLMKV_KV_FP8_E4M3};
     const uint32_t context = 32768;
-    std::printf("\ncapacity per GPU: fp16 weights + KV of %u-token sequences (16-token blocks), sequences that fit "
-                "beside the weights in 90%% of the GPU\n\n",
-                context);
-    std::printf("| model | tp | weights GiB/GPU | KV | KV GiB/seq/GPU | H100 80GB seqs | H200 141GB seqs |\n");
+    std::printf(
+        "\ncapacity per GPU: fp16 weights + KV of %u-token sequences (16-token blocks), sequences "
+        "that fit "
+        "beside the weights in 90%% of the GPU\n\n",
+        context);
+    std::printf(
+        "| model | tp | weights GiB/GPU | KV | KV GiB/seq/GPU | H100 80GB seqs | H200 141GB seqs "
+        "|\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const Model &m : models) {
         for (uint32_t tp : {1u, 2u, 4u, 8u}) {
@@ -84,12 +89,20 @@ void capacity_table(BenchReport &rep) {
                 g.dtype_k = g.dtype_v = d;
                 const double kv = g.sealed_bytes_per_token() * context;
                 double fit[2];
-                for (int i = 0; i < 2; ++i) fit[i] = std::max(0.0, (0.9 * gpus[i].bytes - weights) / kv);
-                std::printf("| %s | %u | %.1f | %s | %.2f | %.0f | %.0f |\n", m.name, tp, weights / 1073741824.0,
-                            kv_dtype_name(d), kv / 1073741824.0, fit[0], fit[1]);
-                rep.add({{"bench", "tp_capacity"}, {"model", m.name}, {"tp", tp}, {"kv", kv_dtype_name(d)},
-                         {"context", context}, {"weight_bytes_per_gpu", weights}, {"kv_bytes_per_seq_per_gpu", kv},
-                         {"h100_seqs", fit[0]}, {"h200_seqs", fit[1]}});
+                for (int i = 0; i < 2; ++i)
+                    fit[i] = std::max(0.0, (0.9 * gpus[i].bytes - weights) / kv);
+                std::printf("| %s | %u | %.1f | %s | %.2f | %.0f | %.0f |\n", m.name, tp,
+                            weights / 1073741824.0, kv_dtype_name(d), kv / 1073741824.0, fit[0],
+                            fit[1]);
+                rep.add({{"bench", "tp_capacity"},
+                         {"model", m.name},
+                         {"tp", tp},
+                         {"kv", kv_dtype_name(d)},
+                         {"context", context},
+                         {"weight_bytes_per_gpu", weights},
+                         {"kv_bytes_per_seq_per_gpu", kv},
+                         {"h100_seqs", fit[0]},
+                         {"h200_seqs", fit[1]}});
             }
         }
     }
@@ -107,10 +120,13 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
     p["gen_tokens"] = o.n_gen;
     p["kv"] = kv_dtype_name(o.dtype);
     p["devices"] = o.devices;
-    std::printf("llmkv bench tp: %s, KV %s, %u-token prompt, %u decoded tokens, %s\n\n", o.model.c_str(),
-                kv_dtype_name(o.dtype), o.n_prompt, o.n_gen, o.devices.empty() ? "CPU ranks" : "GPU ranks (--devices)");
-    std::printf("| tp | threads/rank | prefill tok/s | decode tok/s | all-reduce us/token | collectives/token | "
-                "KV B/token/rank | KV MiB/rank (prompt) | weights MiB/rank |\n");
+    std::printf("llmkv bench tp: %s, KV %s, %u-token prompt, %u decoded tokens, %s\n\n",
+                o.model.c_str(), kv_dtype_name(o.dtype), o.n_prompt, o.n_gen,
+                o.devices.empty() ? "CPU ranks" : "GPU ranks (--devices)");
+    std::printf(
+        "| tp | threads/rank | prefill tok/s | decode tok/s | all-reduce us/token | "
+        "collectives/token | "
+        "KV B/token/rank | KV MiB/rank (prompt) | weights MiB/rank |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (uint32_t tp : o.sizes) {
         llmkv_engine_params ep;
@@ -151,21 +167,33 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
         const double reduce_us = decoded ? (b.tp_reduce_ns - a.tp_reduce_ns) / 1e3 / decoded : 0;
         const double reduces = decoded ? double(b.tp_reduces - a.tp_reduces) / decoded : 0;
         const unsigned per_rank = info.n_threads / std::max(1u, tp);
-        std::printf("| %u | %u | %.1f | %.1f | %.0f | %.0f | %llu | %.2f | %.1f |\n", info.tp_size, per_rank, prefill,
-                    decode, reduce_us, reduces, (unsigned long long)info.kv_bytes_per_token_rank,
+        std::printf("| %u | %u | %.1f | %.1f | %.0f | %.0f | %llu | %.2f | %.1f |\n", info.tp_size,
+                    per_rank, prefill, decode, reduce_us, reduces,
+                    (unsigned long long)info.kv_bytes_per_token_rank,
                     a.kv_bytes_used_rank / 1048576.0, info.weight_bytes_rank / 1048576.0);
         std::fflush(stdout);
-        rep.add({{"bench", "tp"}, {"tp", info.tp_size}, {"threads", info.n_threads}, {"threads_per_rank", per_rank},
-                 {"prompt_tokens", o.n_prompt}, {"gen_tokens", decoded}, {"prefill_tok_s", prefill},
-                 {"decode_tok_s", decode}, {"allreduce_us_per_token", reduce_us}, {"collectives_per_token", reduces},
+        rep.add({{"bench", "tp"},
+                 {"tp", info.tp_size},
+                 {"threads", info.n_threads},
+                 {"threads_per_rank", per_rank},
+                 {"prompt_tokens", o.n_prompt},
+                 {"gen_tokens", decoded},
+                 {"prefill_tok_s", prefill},
+                 {"decode_tok_s", decode},
+                 {"allreduce_us_per_token", reduce_us},
+                 {"collectives_per_token", reduces},
                  {"kv_bytes_per_token_rank", info.kv_bytes_per_token_rank},
-                 {"kv_bytes_rank_after_prompt", a.kv_bytes_used_rank}, {"weight_bytes_rank", info.weight_bytes_rank}});
+                 {"kv_bytes_rank_after_prompt", a.kv_bytes_used_rank},
+                 {"weight_bytes_rank", info.weight_bytes_rank}});
         llmkv_session_destroy(s);
         llmkv_engine_destroy(e);
     }
-    std::printf("\nall-reduce us/token: rank 0's time in the decode steps' all-reduces and logit gathers, waiting for "
-                "the other ranks included (GPU ranks over NCCL: the logit gathers only; their all-reduces run on the "
-                "device streams)\n");
+    std::printf(
+        "\nall-reduce us/token: rank 0's time in the decode steps' all-reduces and logit gathers, "
+        "waiting for "
+        "the other ranks included (GPU ranks over NCCL: the logit gathers only; their all-reduces "
+        "run on the "
+        "device streams)\n");
     capacity_table(rep);
     return 0;
 }
@@ -173,9 +201,10 @@ int cmd_bench_tp(TpBenchOptions o, BenchReport &rep) {
 }  // namespace
 
 Command add_bench_tp(CLI::App &bench) {
-    CLI::App *app = bench.add_subcommand(
-        "tp", "tensor parallelism on CPU ranks (or GPU ranks: --devices): tok/s, per-rank bytes, all-reduce time; GPU "
-              "capacity arithmetic");
+    CLI::App *app = bench.add_subcommand("tp",
+                                         "tensor parallelism on CPU ranks (or GPU ranks: "
+                                         "--devices): tok/s, per-rank bytes, all-reduce time; GPU "
+                                         "capacity arithmetic");
     auto o = std::make_shared<TpBenchOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);

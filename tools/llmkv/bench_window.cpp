@@ -27,7 +27,8 @@ struct WindowOptions {
     std::string json;
 };
 
-llmkv_engine *make(const WindowOptions &o, llmkv_kv_dtype k, llmkv_kv_dtype v, uint32_t flags, uint32_t max_ctx) {
+llmkv_engine *make(const WindowOptions &o, llmkv_kv_dtype k, llmkv_kv_dtype v, uint32_t flags,
+                   uint32_t max_ctx) {
     llmkv_engine_params ep;
     llmkv_engine_params_init(&ep);
     ep.model_path = o.model.c_str();
@@ -57,7 +58,8 @@ double computed_bytes(const llmkv_engine_info &info, uint32_t n) {
         const uint32_t live_from = n + 1 > info.kv_window ? (n + 1 - info.kv_window) / B : 0;
         blocks += double(sealed > live_from ? sealed - live_from : 0) * (info.kv_layer_groups - 1);
     } else {
-        blocks = double(sealed) * double(info.kv_bytes_per_token_device) / double(info.kv_bytes_per_token_global);
+        blocks = double(sealed) * double(info.kv_bytes_per_token_device) /
+                 double(info.kv_bytes_per_token_global);
     }
     const double tail = double(info.kv_bytes_per_token_tail) * (B + info.kv_residual_tokens);
     return blocks * group_block + tail;
@@ -108,9 +110,12 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
     rep.params()["measure"] = o.measure;
     rep.params()["decode_tokens"] = o.decode_tokens;
     rep.params()["kv_pairs"] = o.codecs;
-    const uint32_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end()) + o.decode_tokens + 1;
+    const uint32_t max_ctx =
+        *std::max_element(o.contexts.begin(), o.contexts.end()) + o.decode_tokens + 1;
     std::printf("llmkv bench window: %s\n\n", o.model.c_str());
-    std::printf("| K/V | context | KV MiB, window blocks released | KV MiB, kept | saved | how | prefill tok/s (released / kept) | decode tok/s (released / kept) |\n");
+    std::printf(
+        "| K/V | context | KV MiB, window blocks released | KV MiB, kept | saved | how | prefill "
+        "tok/s (released / kept) | decode tok/s (released / kept) |\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
     for (const std::string &pair : o.codecs) {
         const size_t slash = pair.find('/');
@@ -122,7 +127,8 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
             std::fprintf(stderr, "llmkv bench window: unknown codec pair '%s'\n", pair.c_str());
             return 2;
         }
-        std::unique_ptr<llmkv_engine, void (*)(llmkv_engine *)> released(make(o, k, v, 0, max_ctx), llmkv_engine_destroy);
+        std::unique_ptr<llmkv_engine, void (*)(llmkv_engine *)> released(make(o, k, v, 0, max_ctx),
+                                                                         llmkv_engine_destroy);
         std::unique_ptr<llmkv_engine, void (*)(llmkv_engine *)> kept(
             make(o, k, v, LLMKV_ENGINE_KEEP_WINDOW_BLOCKS, max_ctx), llmkv_engine_destroy);
         if (!released || !kept) return 1;
@@ -132,7 +138,8 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
         llmkv_engine_get_info(kept.get(), &ik);
         rep.set_model(o.model, ir);
         if (ir.kv_window == 0) {
-            std::fprintf(stderr, "llmkv bench window: %s has no sliding-window layers\n", o.model.c_str());
+            std::fprintf(stderr, "llmkv bench window: %s has no sliding-window layers\n",
+                         o.model.c_str());
             return 1;
         }
         for (uint32_t n : o.contexts) {
@@ -147,13 +154,20 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
             const double bk = run ? mk.kv_bytes : computed_bytes(ik, n);
             char speed_p[64] = "", speed_d[64] = "";
             if (run) {
-                std::snprintf(speed_p, sizeof speed_p, "%.0f / %.0f", mr.prefill_tps, mk.prefill_tps);
+                std::snprintf(speed_p, sizeof speed_p, "%.0f / %.0f", mr.prefill_tps,
+                              mk.prefill_tps);
                 std::snprintf(speed_d, sizeof speed_d, "%.1f / %.1f", mr.decode_tps, mk.decode_tps);
             }
-            std::printf("| %s | %u | %.2f | %.2f | %.1f%% | %s | %s | %s |\n", pair.c_str(), n, br / 1048576.0,
-                        bk / 1048576.0, 100.0 * (1.0 - br / bk), run ? "measured" : "computed", speed_p, speed_d);
-            Json r{{"bench", "window_kv"}, {"kv", pair}, {"threads", ir.n_threads}, {"context", n},
-                   {"how", run ? "measured" : "computed"}, {"kv_bytes_released", br}, {"kv_bytes_kept", bk},
+            std::printf("| %s | %u | %.2f | %.2f | %.1f%% | %s | %s | %s |\n", pair.c_str(), n,
+                        br / 1048576.0, bk / 1048576.0, 100.0 * (1.0 - br / bk),
+                        run ? "measured" : "computed", speed_p, speed_d);
+            Json r{{"bench", "window_kv"},
+                   {"kv", pair},
+                   {"threads", ir.n_threads},
+                   {"context", n},
+                   {"how", run ? "measured" : "computed"},
+                   {"kv_bytes_released", br},
+                   {"kv_bytes_kept", bk},
                    {"saved_pct", 100.0 * (1.0 - br / bk)}};
             if (run) {
                 r["prefill_tok_s_released"] = mr.prefill_tps;
@@ -164,8 +178,10 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
             rep.add(std::move(r));
         }
     }
-    std::printf("\n(KV = sealed blocks in use + tail slots of one session, no prefix cache; \"computed\" = from the "
-                "engine's block geometry, which the KV manager's tests hold exact)\n");
+    std::printf(
+        "\n(KV = sealed blocks in use + tail slots of one session, no prefix cache; \"computed\" = "
+        "from the "
+        "engine's block geometry, which the KV manager's tests hold exact)\n");
     return 0;
 }
 
@@ -173,14 +189,19 @@ int cmd_bench_window(WindowOptions o, BenchReport &rep) {
 
 Command add_bench_window(CLI::App &bench) {
     CLI::App *app = bench.add_subcommand(
-        "window", "KV bytes of sliding-window models with and without releasing out-of-window blocks");
+        "window",
+        "KV bytes of sliding-window models with and without releasing out-of-window blocks");
     auto o = std::make_shared<WindowOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
-    add_uint_option(*app, "--context", &o->contexts, "context length to report (repeatable; default 4096 and 32768)");
-    add_uint_option(*app, "--measure", &o->measure, "prefill and measure contexts up to this length (others are computed)");
-    add_uint_option(*app, "--decode", &o->decode_tokens, "tokens decoded after each measured prefill");
-    app->add_option("--kv", o->codecs, "K/V codec pair, e.g. int8/int4 (repeatable; default f16, int8, int4)");
+    add_uint_option(*app, "--context", &o->contexts,
+                    "context length to report (repeatable; default 4096 and 32768)");
+    add_uint_option(*app, "--measure", &o->measure,
+                    "prefill and measure contexts up to this length (others are computed)");
+    add_uint_option(*app, "--decode", &o->decode_tokens,
+                    "tokens decoded after each measured prefill");
+    app->add_option("--kv", o->codecs,
+                    "K/V codec pair, e.g. int8/int4 (repeatable; default f16, int8, int4)");
     add_json_option(*app, &o->json);
     return {app, [o] {
                 BenchReport rep("bench window", o->json);

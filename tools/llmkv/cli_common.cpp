@@ -10,13 +10,17 @@
 
 namespace llmkv_cli {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 
 // Text of common words, tokenized, cut to n tokens; salt selects the word sequence (and
 // salts >= 100 start with a villager line, so suffixes share no block with a prefix).
 std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt) {
-    const char *words[] = {"village", "river", "lantern", "harvest", "market", "bridge", "forest", "elder",
-                           "story", "winter", "mill", "well", "festival", "road", "stone", "bell"};
+    const char *words[] = {"village",  "river", "lantern", "harvest", "market", "bridge",
+                           "forest",   "elder", "story",   "winter",  "mill",   "well",
+                           "festival", "road",  "stone",   "bell"};
     // Each salt starts differently, so suffixes share no block with each other.
     std::string text = salt < 100 ? "The lore of the village, as the elders tell it."
                                   : " Villager " + std::to_string(salt) + " asks:";
@@ -38,11 +42,12 @@ std::vector<int32_t> filler_tokens(llmkv_engine *e, size_t n, unsigned salt) {
     return ids;
 }
 
-
 bool read_file(const std::string &path, std::string &out, const char *who, bool quiet) {
     FILE *f = std::fopen(path.c_str(), "rb");
     if (!f) {
-        if (!quiet) std::fprintf(stderr, "%s: cannot open %s: %s\n", who, path.c_str(), std::strerror(errno));
+        if (!quiet)
+            std::fprintf(stderr, "%s: cannot open %s: %s\n", who, path.c_str(),
+                         std::strerror(errno));
         return false;
     }
     char buf[65536];
@@ -86,8 +91,12 @@ const std::vector<std::string> &kv_dtype_names() {
 }
 
 template <typename T>
-CLI::Option *add_integer(CLI::App &app, const std::string &names, T *target, const std::string &description) {
-    return app.add_option(names, *target, description)->transform(decimal())->type_name("UINT")->capture_default_str();
+CLI::Option *add_integer(CLI::App &app, const std::string &names, T *target,
+                         const std::string &description) {
+    return app.add_option(names, *target, description)
+        ->transform(decimal())
+        ->type_name("UINT")
+        ->capture_default_str();
 }
 
 }  // namespace
@@ -121,8 +130,8 @@ CLI::Option *add_uint_option(CLI::App &app, const std::string &names, std::vecto
         ->allow_extra_args(false);
 }
 
-CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
-                                  const std::string &description) {
+CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names,
+                                  std::vector<uint32_t> *target, const std::string &description) {
     std::string shown;
     for (uint32_t v : *target) shown += (shown.empty() ? "" : ",") + std::to_string(v);
     auto parse = [target, names](const std::string &list) {
@@ -137,7 +146,9 @@ CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::
             target->push_back(uint32_t(v));
         }
     };
-    return app.add_option_function<std::string>(names, parse, description)->type_name("N,N,...")->default_str(shown);
+    return app.add_option_function<std::string>(names, parse, description)
+        ->type_name("N,N,...")
+        ->default_str(shown);
 }
 
 CLI::Option *add_model_option(CLI::App &app, std::string *target, bool positional) {
@@ -150,7 +161,8 @@ CLI::Option *add_model_option(CLI::App &app, std::string *target, bool positiona
 }
 
 CLI::Option *add_threads_option(CLI::App &app, uint32_t *target) {
-    return add_uint_option(app, "-t,--threads", target, "worker threads (0: all cores)")->type_name("THREADS");
+    return add_uint_option(app, "-t,--threads", target, "worker threads (0: all cores)")
+        ->type_name("THREADS");
 }
 
 CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
@@ -167,25 +179,31 @@ CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_
         ->default_str(shown);
 }
 
-CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names, std::vector<llmkv_kv_dtype> *target,
+CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names,
+                                      std::vector<llmkv_kv_dtype> *target,
                                       const std::string &description) {
     auto parse = [target](const std::string &list) {
         target->clear();
         std::stringstream ss(list);
         std::string item;
         while (std::getline(ss, item, ',')) target->push_back(kv_dtype_from_name(item));
-        if (target->empty()) throw CLI::ValidationError("expected DTYPE,DTYPE,... (f16, bf16, fp8, int8, int4, int4c)");
+        if (target->empty())
+            throw CLI::ValidationError(
+                "expected DTYPE,DTYPE,... (f16, bf16, fp8, int8, int4, int4c)");
     };
     return app.add_option_function<std::string>(names, parse, description)->type_name("DTYPE,...");
 }
 
 void add_sampling_options(CLI::App &app, llmkv_sampling *target) {
-    app.add_option("--temp", target->temperature, "sampling temperature (0: greedy)")->capture_default_str();
+    app.add_option("--temp", target->temperature, "sampling temperature (0: greedy)")
+        ->capture_default_str();
     add_integer(app, "--top-k", &target->top_k, "keep the K most likely tokens (0: off)");
-    app.add_option("--top-p", target->top_p, "nucleus sampling threshold (1: off)")->capture_default_str();
+    app.add_option("--top-p", target->top_p, "nucleus sampling threshold (1: off)")
+        ->capture_default_str();
     app.add_option("--min-p", target->min_p, "drop tokens below P x the top probability (0: off)")
         ->capture_default_str();
-    app.add_option("--repeat-penalty", target->repeat_penalty, "penalty on recently seen tokens (1: off)")
+    app.add_option("--repeat-penalty", target->repeat_penalty,
+                   "penalty on recently seen tokens (1: off)")
         ->capture_default_str();
     add_integer(app, "--seed", &target->seed, "random seed of the session's sampler");
 }
@@ -194,11 +212,14 @@ namespace {
 MpiTransportFn g_mpi_transport = nullptr;
 }  // namespace
 
-void set_mpi_transport(MpiTransportFn fn) { g_mpi_transport = fn; }
+void set_mpi_transport(MpiTransportFn fn) {
+    g_mpi_transport = fn;
+}
 
 void add_devices_option(CLI::App &app, std::vector<uint32_t> *target) {
     add_uint_list_option(app, "--devices", target,
-                         "GPU ranks on these CUDA devices (e.g. 0,1: one rank each over NCCL; one device: every rank "
+                         "GPU ranks on these CUDA devices (e.g. 0,1: one rank each over NCCL; one "
+                         "device: every rank "
                          "on it)");
 }
 
@@ -212,8 +233,10 @@ bool apply_devices(const std::vector<uint32_t> &devices, uint32_t tp, llmkv_engi
     }
     if (tp <= 1) tp = uint32_t(devices.size());
     if (devices.size() != 1 && devices.size() < tp) {
-        std::fprintf(stderr, "llmkv: --devices lists %zu devices for %u ranks (list one per rank, or one for all)\n",
-                     devices.size(), tp);
+        std::fprintf(
+            stderr,
+            "llmkv: --devices lists %zu devices for %u ranks (list one per rank, or one for all)\n",
+            devices.size(), tp);
         return false;
     }
     p.backend = LLMKV_BACKEND_CUDA;
@@ -226,8 +249,10 @@ bool apply_devices(const std::vector<uint32_t> &devices, uint32_t tp, llmkv_engi
 
 void add_tp_options(CLI::App &app, TpOptions *target) {
     *target = TpOptions{};
-    add_uint_option(app, "--tp", &target->tp, "tensor parallelism: this many ranks (threads of this process)");
-    app.add_flag("--mpi", target->mpi, "tensor parallelism: one rank per MPI process (mpirun -np N llmkv-mpi ...)");
+    add_uint_option(app, "--tp", &target->tp,
+                    "tensor parallelism: this many ranks (threads of this process)");
+    app.add_flag("--mpi", target->mpi,
+                 "tensor parallelism: one rank per MPI process (mpirun -np N llmkv-mpi ...)");
     add_devices_option(app, &target->devices);
 }
 
@@ -236,8 +261,10 @@ bool apply_tp_options(const TpOptions &o, llmkv_engine_params &p) {
     if (!o.devices.empty() && !o.mpi) return true;
     if (o.mpi) {
         if (!g_mpi_transport) {
-            std::fprintf(stderr, "llmkv: --mpi needs the llmkv-mpi binary (built where Open MPI's development files "
-                                 "are installed)\n");
+            std::fprintf(
+                stderr,
+                "llmkv: --mpi needs the llmkv-mpi binary (built where Open MPI's development files "
+                "are installed)\n");
             return false;
         }
         std::string error;
@@ -260,7 +287,8 @@ bool serve_tp_rank(const llmkv_engine_params &p, int *rc) {
     if (!p.tp_transport || p.tp_transport->rank == 0) return false;
     const llmkv_status st = llmkv_tp_serve(&p);
     if (st != LLMKV_OK) {
-        std::fprintf(stderr, "llmkv: rank %d: %s: %s\n", p.tp_transport->rank, llmkv_status_string(st), llmkv_last_error());
+        std::fprintf(stderr, "llmkv: rank %d: %s: %s\n", p.tp_transport->rank,
+                     llmkv_status_string(st), llmkv_last_error());
     }
     *rc = st == LLMKV_OK ? 0 : 1;
     return true;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -50,7 +49,8 @@ CLI::Option *add_threads_option(CLI::App &app, uint32_t *target);
 CLI::Option *add_kv_dtype_option(CLI::App &app, const std::string &names, llmkv_kv_dtype *target,
                                  const std::string &description);
 // A comma-separated list of KV dtypes (`--kv-dtypes f16,int8`); the last occurrence wins.
-CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names, std::vector<llmkv_kv_dtype> *target,
+CLI::Option *add_kv_dtype_list_option(CLI::App &app, const std::string &names,
+                                      std::vector<llmkv_kv_dtype> *target,
                                       const std::string &description);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed; target holds the defaults.
 void add_sampling_options(CLI::App &app, llmkv_sampling *target);
@@ -65,12 +65,13 @@ CLI::Option *add_uint_option(CLI::App &app, const std::string &names, uint64_t *
 CLI::Option *add_uint_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
                              const std::string &description);
 // A comma-separated list of such integers (`--contexts 512,2048`); the last occurrence wins.
-CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names, std::vector<uint32_t> *target,
-                                  const std::string &description);
+CLI::Option *add_uint_list_option(CLI::App &app, const std::string &names,
+                                  std::vector<uint32_t> *target, const std::string &description);
 
 llmkv_kv_dtype kv_dtype_from_name(const std::string &name);  // throws CLI::ValidationError
 
-// ---- tensor parallelism (CPU ranks, GPU ranks) ------------------------------------------------------
+// ---- tensor parallelism (CPU ranks, GPU ranks)
+// ------------------------------------------------------
 // --tp N: N ranks as threads of this process. --mpi: one rank per MPI process (`mpirun -np
 // N llmkv-mpi run --mpi ...`; only the llmkv-mpi binary, built where Open MPI is installed,
 // has it).

@@ -17,7 +17,6 @@ namespace llmkv_cli {
 
 namespace {
 
-
 const char *kLore =
     "You are a villager of Oakvale, a small farming village in a green river valley. Oakvale has "
     "one inn, the Copper Kettle, run by Mira; a mill on the Silverrun river, kept by old Tobin; a "
@@ -74,7 +73,8 @@ const Villager kVillagers[] = {
     {"Dunstan", "the gravedigger", "Who was the founder of Oakvale?"},
 };
 
-std::string chat(llmkv_engine *e, const std::vector<llmkv_chat_message> &msgs, bool generation_prompt) {
+std::string chat(llmkv_engine *e, const std::vector<llmkv_chat_message> &msgs,
+                 bool generation_prompt) {
     size_t n = 0;
     llmkv_chat_format(e, msgs.data(), msgs.size(), generation_prompt, nullptr, 0, &n);
     std::vector<char> buf(n + 1);
@@ -118,15 +118,18 @@ int cmd_demo(const DemoOptions &o) {
     size_t n = 0;
     llmkv_tokenize(e, system.data(), system.size(), LLMKV_TOKENIZE_PARSE_SPECIAL, nullptr, 0, &n);
     std::vector<int32_t> lore(n);
-    llmkv_tokenize(e, system.data(), system.size(), LLMKV_TOKENIZE_PARSE_SPECIAL, lore.data(), lore.size(), &n);
+    llmkv_tokenize(e, system.data(), system.size(), LLMKV_TOKENIZE_PARSE_SPECIAL, lore.data(),
+                   lore.size(), &n);
     llmkv_prefix *prefix = nullptr;
     if (llmkv_prefix_create(e, lore.data(), lore.size(), &prefix) != LLMKV_OK) {
         std::fprintf(stderr, "llmkv demo: %s\n", llmkv_last_error());
         return 1;
     }
     double t_prefix = now() - t0;
-    std::printf("Oakvale: %zu tokens of shared lore computed once in %.0f ms; %u villagers answer a traveler.\n\n",
-                lore.size(), t_prefix * 1e3, n_villagers);
+    std::printf(
+        "Oakvale: %zu tokens of shared lore computed once in %.0f ms; %u villagers answer a "
+        "traveler.\n\n",
+        lore.size(), t_prefix * 1e3, n_villagers);
 
     std::vector<llmkv_session *> sessions(n_villagers);
     std::vector<uint32_t> generated(n_villagers, 0);
@@ -141,7 +144,8 @@ int cmd_demo(const DemoOptions &o) {
         sp.sampling.repeat_penalty = 1.1f;
         sp.sampling.seed = 1000 + i;
         sp.user_data = reinterpret_cast<void *>(uintptr_t(i));
-        std::string user = std::string("You are ") + v.name + ", " + v.persona + ". A traveler asks you: " + v.question;
+        std::string user = std::string("You are ") + v.name + ", " + v.persona +
+                           ". A traveler asks you: " + v.question;
         std::string full = chat(e, {{"system", kLore}, {"user", user.c_str()}}, true);
         std::string rest = full.substr(system.size());
         if (llmkv_session_create(e, &sp, &sessions[i]) != LLMKV_OK ||
@@ -181,9 +185,11 @@ int cmd_demo(const DemoOptions &o) {
             llmkv_session_read_text(sessions[i], text, sizeof(text) - 1, &len);
             text[len] = '\0';
             std::string answer(text);
-            while (!answer.empty() && (answer.back() == '\n' || answer.back() == ' ')) answer.pop_back();
-            std::printf("%s (%s), asked \"%s\"\n  %s\n\n", kVillagers[i].name, kVillagers[i].persona,
-                        kVillagers[i].question, events[k].kind == LLMKV_EVENT_ERROR ? "(error)" : answer.c_str());
+            while (!answer.empty() && (answer.back() == '\n' || answer.back() == ' '))
+                answer.pop_back();
+            std::printf("%s (%s), asked \"%s\"\n  %s\n\n", kVillagers[i].name,
+                        kVillagers[i].persona, kVillagers[i].question,
+                        events[k].kind == LLMKV_EVENT_ERROR ? "(error)" : answer.c_str());
             std::fflush(stdout);
         }
     }
@@ -195,15 +201,20 @@ int cmd_demo(const DemoOptions &o) {
     const double f16_per_token = 2.0 * 2 * info.n_layers * info.n_kv_heads * info.head_dim;
     const double contiguous = double(n_villagers) * ep.max_context * f16_per_token;
     std::printf("---- summary ----\n");
-    std::printf("sessions            %u villagers, %u steps (one batched forward pass each)\n", n_villagers, steps);
+    std::printf("sessions            %u villagers, %u steps (one batched forward pass each)\n",
+                n_villagers, steps);
     std::printf("tokens generated    %llu in %.2f s: %.1f tok/s aggregate (%u threads, %s KV)\n",
                 (unsigned long long)total_generated, wall, total_generated / wall, info.n_threads,
                 dtype == LLMKV_KV_F16 ? "f16" : "quantized");
-    std::printf("prefix reuse        %zu lore tokens computed once, reused by %u sessions (%zu tokens not recomputed)\n",
-                lore.size(), n_villagers, (lore.size() - 1) * n_villagers);
-    std::printf("KV memory (peak)    %.1f MiB in %u-token blocks, vs %.1f MiB for contiguous per-session\n"
-                "                    allocation at max_context %u in f16 (%.0fx less)\n",
-                peak_kv / 1048576.0, info.kv_block_tokens, contiguous / 1048576.0, ep.max_context, contiguous / double(peak_kv));
+    std::printf(
+        "prefix reuse        %zu lore tokens computed once, reused by %u sessions (%zu tokens not "
+        "recomputed)\n",
+        lore.size(), n_villagers, (lore.size() - 1) * n_villagers);
+    std::printf(
+        "KV memory (peak)    %.1f MiB in %u-token blocks, vs %.1f MiB for contiguous per-session\n"
+        "                    allocation at max_context %u in f16 (%.0fx less)\n",
+        peak_kv / 1048576.0, info.kv_block_tokens, contiguous / 1048576.0, ep.max_context,
+        contiguous / double(peak_kv));
     for (auto *s : sessions) llmkv_session_destroy(s);
     llmkv_prefix_release(prefix);
     llmkv_engine_destroy(e);
@@ -213,12 +224,14 @@ int cmd_demo(const DemoOptions &o) {
 }  // namespace
 
 Command add_demo(CLI::App &parent) {
-    CLI::App *app = parent.add_subcommand("demo", "the village demo: many sessions sharing one lore prefix");
+    CLI::App *app =
+        parent.add_subcommand("demo", "the village demo: many sessions sharing one lore prefix");
     auto o = std::make_shared<DemoOptions>();
     add_model_option(*app, &o->model);
     add_threads_option(*app, &o->threads);
     add_uint_option(*app, "--villagers", &o->n_villagers, "villagers (sessions), 1..32");
-    add_uint_option(*app, "-n,--n-predict", &o->max_new, "tokens each villager's answer gets at most");
+    add_uint_option(*app, "-n,--n-predict", &o->max_new,
+                    "tokens each villager's answer gets at most");
     add_kv_dtype_option(*app, "--kv-dtype", &o->dtype, "KV cache dtype (K and V)");
     return {app, [o] { return cmd_demo(*o); }};
 }

@@ -34,15 +34,15 @@ struct RunOptions {
     std::string system;       // --system: a shared system prompt, served from a prefix
     std::string prefix_file;  // --prefix-file: snapshot of that prefix (create or load)
     bool any_kernel = false;  // --any-kernel: load a snapshot of another kernel variant
-    int kv_dtype_v = -1;  // -1: same as kv_dtype
+    int kv_dtype_v = -1;      // -1: same as kv_dtype
     llmkv_kv_dtype kv_dtype_v_choice = LLMKV_KV_F16;  // --kv-dtype-v as parsed
     uint32_t kv_residual = 0;
     // Constrained generation.
     std::vector<std::string> stop;        // --stop, repeatable
     std::vector<std::string> logit_bias;  // --logit-bias TOKEN=BIAS, repeatable
     uint32_t min_new_tokens = 0;
-    std::string grammar_file;             // --grammar FILE (GBNF)
-    std::string json_schema_file;         // --json-schema FILE
+    std::string grammar_file;      // --grammar FILE (GBNF)
+    std::string json_schema_file;  // --json-schema FILE
     std::string grammar_root = "root";
     TpOptions tp;
 };
@@ -66,12 +66,14 @@ bool parse_logit_bias(const std::string &spec, llmkv_logit_bias &out) {
 }
 
 double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
 }
 
 int check(llmkv_status st, const char *what) {
     if (st == LLMKV_OK) return 0;
-    std::fprintf(stderr, "llmkv: %s failed: %s: %s\n", what, llmkv_status_string(st), llmkv_last_error());
+    std::fprintf(stderr, "llmkv: %s failed: %s: %s\n", what, llmkv_status_string(st),
+                 llmkv_last_error());
     return 1;
 }
 
@@ -84,11 +86,13 @@ void print_text(llmkv_session *s) {
     std::fflush(stdout);
 }
 
-std::string format_chat(llmkv_engine *engine, const std::vector<llmkv_chat_message> &msgs, bool add_generation_prompt) {
+std::string format_chat(llmkv_engine *engine, const std::vector<llmkv_chat_message> &msgs,
+                        bool add_generation_prompt) {
     size_t need = 0;
     llmkv_chat_format(engine, msgs.data(), msgs.size(), add_generation_prompt, nullptr, 0, &need);
     std::vector<char> buf(need + 1);
-    if (check(llmkv_chat_format(engine, msgs.data(), msgs.size(), add_generation_prompt, buf.data(), buf.size(), &need),
+    if (check(llmkv_chat_format(engine, msgs.data(), msgs.size(), add_generation_prompt, buf.data(),
+                                buf.size(), &need),
               "chat_format")) {
         return std::string();
     }
@@ -97,47 +101,53 @@ std::string format_chat(llmkv_engine *engine, const std::vector<llmkv_chat_messa
 
 // The system prompt's prefix: loaded from the snapshot when it holds exactly these tokens,
 // else computed (and saved when a path is given).
-llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text, const std::string &path,
-                            bool any_kernel) {
+llmkv_prefix *obtain_prefix(llmkv_engine *engine, const std::string &system_text,
+                            const std::string &path, bool any_kernel) {
     size_t n = 0;
-    llmkv_tokenize(engine, system_text.data(), system_text.size(), LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS,
-                   nullptr, 0, &n);
+    llmkv_tokenize(engine, system_text.data(), system_text.size(),
+                   LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS, nullptr, 0, &n);
     std::vector<int32_t> ids(n);
     if (check(llmkv_tokenize(engine, system_text.data(), system_text.size(),
-                             LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS, ids.data(), ids.size(), &n),
+                             LLMKV_TOKENIZE_PARSE_SPECIAL | LLMKV_TOKENIZE_ADD_BOS, ids.data(),
+                             ids.size(), &n),
               "tokenize")) {
         return nullptr;
     }
     llmkv_prefix *prefix = nullptr;
     double t0 = now_seconds();
     if (!path.empty()) {
-        llmkv_status st =
-            llmkv_prefix_load_ex(engine, path.c_str(), any_kernel ? LLMKV_PREFIX_LOAD_ANY_KERNEL : 0u, &prefix);
+        llmkv_status st = llmkv_prefix_load_ex(
+            engine, path.c_str(), any_kernel ? LLMKV_PREFIX_LOAD_ANY_KERNEL : 0u, &prefix);
         if (st == LLMKV_OK) {
             std::vector<int32_t> stored(llmkv_prefix_n_tokens(prefix));
             size_t count = 0;
             llmkv_prefix_get_tokens(prefix, stored.data(), stored.size(), &count);
             if (stored == ids) {
-                std::fprintf(stderr, "[llmkv] system prompt: %zu tokens loaded from %s in %.1f ms\n", ids.size(),
-                             path.c_str(), (now_seconds() - t0) * 1e3);
+                std::fprintf(stderr,
+                             "[llmkv] system prompt: %zu tokens loaded from %s in %.1f ms\n",
+                             ids.size(), path.c_str(), (now_seconds() - t0) * 1e3);
                 return prefix;
             }
-            std::fprintf(stderr, "[llmkv] %s holds another system prompt; recomputing\n", path.c_str());
+            std::fprintf(stderr, "[llmkv] %s holds another system prompt; recomputing\n",
+                         path.c_str());
             llmkv_prefix_release(prefix);
             prefix = nullptr;
         } else if (st != LLMKV_ERR_IO) {
-            std::fprintf(stderr, "[llmkv] cannot use %s (%s: %s); recomputing\n", path.c_str(), llmkv_status_string(st),
-                         llmkv_last_error());
+            std::fprintf(stderr, "[llmkv] cannot use %s (%s: %s); recomputing\n", path.c_str(),
+                         llmkv_status_string(st), llmkv_last_error());
         }
     }
     t0 = now_seconds();
-    if (check(llmkv_prefix_create(engine, ids.data(), ids.size(), &prefix), "prefix_create")) return nullptr;
-    std::fprintf(stderr, "[llmkv] system prompt: %zu tokens computed in %.1f ms\n", ids.size(), (now_seconds() - t0) * 1e3);
+    if (check(llmkv_prefix_create(engine, ids.data(), ids.size(), &prefix), "prefix_create"))
+        return nullptr;
+    std::fprintf(stderr, "[llmkv] system prompt: %zu tokens computed in %.1f ms\n", ids.size(),
+                 (now_seconds() - t0) * 1e3);
     if (!path.empty()) {
         if (llmkv_prefix_save(prefix, path.c_str()) == LLMKV_OK) {
             std::fprintf(stderr, "[llmkv] saved to %s\n", path.c_str());
         } else {
-            std::fprintf(stderr, "[llmkv] could not save %s: %s\n", path.c_str(), llmkv_last_error());
+            std::fprintf(stderr, "[llmkv] could not save %s: %s\n", path.c_str(),
+                         llmkv_last_error());
         }
     }
     return prefix;
@@ -214,8 +224,9 @@ int cmd_run(const RunOptions &o) {
     std::vector<llmkv_logit_bias> bias(o.logit_bias.size());
     for (size_t i = 0; i < o.logit_bias.size(); ++i) {
         if (!parse_logit_bias(o.logit_bias[i], bias[i])) {
-            std::fprintf(stderr, "llmkv run: --logit-bias %s: expected TOKEN=BIAS (BIAS a number or -inf)\n",
-                         o.logit_bias[i].c_str());
+            std::fprintf(
+                stderr, "llmkv run: --logit-bias %s: expected TOKEN=BIAS (BIAS a number or -inf)\n",
+                o.logit_bias[i].c_str());
             llmkv_prefix_release(prefix);
             llmkv_engine_destroy(engine);
             return 2;
@@ -227,7 +238,8 @@ int cmd_run(const RunOptions &o) {
     std::string grammar;
     if (!o.grammar_file.empty() || !o.json_schema_file.empty()) {
         bool schema = !o.json_schema_file.empty();
-        if (!llmkv_cli::read_file(schema ? o.json_schema_file : o.grammar_file, grammar, "llmkv run")) {
+        if (!llmkv_cli::read_file(schema ? o.json_schema_file : o.grammar_file, grammar,
+                                  "llmkv run")) {
             llmkv_prefix_release(prefix);
             llmkv_engine_destroy(engine);
             return 1;
@@ -239,7 +251,8 @@ int cmd_run(const RunOptions &o) {
     }
     llmkv_session *session = nullptr;
     int rc = check(llmkv_session_create(engine, &sp, &session), "session_create");
-    if (!rc) rc = check(llmkv_session_append_text(session, text.data(), text.size()), "append_text");
+    if (!rc)
+        rc = check(llmkv_session_append_text(session, text.data(), text.size()), "append_text");
     llmkv_session_info info;
     info.struct_size = sizeof(info);
     if (!rc) rc = check(llmkv_session_get_info(session, &info), "session_get_info");
@@ -264,7 +277,8 @@ int cmd_run(const RunOptions &o) {
                 finish = events[i].finish_reason;
                 done = true;
             } else if (events[i].kind == LLMKV_EVENT_ERROR) {
-                std::fprintf(stderr, "\nllmkv: session error %s\n", llmkv_status_string(events[i].status));
+                std::fprintf(stderr, "\nllmkv: session error %s\n",
+                             llmkv_status_string(events[i].status));
                 rc = 1;
             }
         }
@@ -281,18 +295,23 @@ int cmd_run(const RunOptions &o) {
     double t_end = now_seconds();
     std::printf("\n");
     if (!rc) {
-        static const char *reasons[] = {"none", "stop", "length", "cancelled", "context", "constraint"};
+        static const char *reasons[] = {"none",      "stop",    "length",
+                                        "cancelled", "context", "constraint"};
         double prefill_s = (t_first > 0 ? t_first : t_end) - t_start;
         double decode_s = t_end - (t_first > 0 ? t_first : t_end);
         llmkv_engine_info ei;
         ei.struct_size = sizeof(ei);
         llmkv_engine_get_info(engine, &ei);
         std::fprintf(stderr,
-                     "\n[llmkv] model load %.0f ms | prompt %u tokens, first token after %.1f ms (%.1f tok/s) | "
-                     "generated %u tokens, %.1f tok/s decode | finish: %s | %u threads | peak RSS %.1f MiB\n",
-                     t_load * 1e3, n_prompt, prefill_s * 1e3, prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_generated,
+                     "\n[llmkv] model load %.0f ms | prompt %u tokens, first token after %.1f ms "
+                     "(%.1f tok/s) | "
+                     "generated %u tokens, %.1f tok/s decode | finish: %s | %u threads | peak RSS "
+                     "%.1f MiB\n",
+                     t_load * 1e3, n_prompt, prefill_s * 1e3,
+                     prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_generated,
                      (n_generated > 1 && decode_s > 0) ? (n_generated - 1) / decode_s : 0.0,
-                     finish < 6 ? reasons[finish] : "?", ei.n_threads, double(llmkv::os::peak_resident_bytes()) / (1024.0 * 1024.0));
+                     finish < 6 ? reasons[finish] : "?", ei.n_threads,
+                     double(llmkv::os::peak_resident_bytes()) / (1024.0 * 1024.0));
     }
     llmkv_session_destroy(session);
     llmkv_prefix_release(prefix);
@@ -305,7 +324,8 @@ int cmd_run(const RunOptions &o) {
 namespace llmkv_cli {
 
 Command add_run(CLI::App &parent) {
-    CLI::App *app = parent.add_subcommand("run", "generate text from a prompt (streams it; timings on stderr)");
+    CLI::App *app =
+        parent.add_subcommand("run", "generate text from a prompt (streams it; timings on stderr)");
     auto o = std::make_shared<RunOptions>();
     llmkv_session_params sp;
     llmkv_session_params_init(&sp);
@@ -314,37 +334,48 @@ Command add_run(CLI::App &parent) {
     app->add_option("-p,--prompt", o->prompt, "the prompt")->required();
     add_uint_option(*app, "-n,--n-predict", &o->n_predict, "tokens to generate at most");
     app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat format");
-    CLI::Option *system = app->add_option("--system", o->system, "system prompt, served from a shared prefix");
+    CLI::Option *system =
+        app->add_option("--system", o->system, "system prompt, served from a shared prefix");
     app->add_option("--prefix-file", o->prefix_file,
-                    "snapshot of the system prompt's prefix: loaded when it matches, else computed and saved")
+                    "snapshot of the system prompt's prefix: loaded when it matches, else computed "
+                    "and saved")
         ->type_name("PATH")
         ->needs(system);
     app->add_flag("--any-kernel", o->any_kernel,
-                  "accept a --prefix-file written by another kernel variant (AVX-512, AVX2, portable): not bitwise")
+                  "accept a --prefix-file written by another kernel variant (AVX-512, AVX2, "
+                  "portable): not bitwise")
         ->needs("--prefix-file");
     app->add_flag("-v,--verbose", o->verbose, "log engine information on stderr");
     add_sampling_options(*app, &o->sampling);
     add_threads_option(*app, &o->n_threads);
     add_tp_options(*app, &o->tp);
-    add_uint_option(*app, "--max-context", &o->max_context, "tokens per session at most (0: the model's)");
+    add_uint_option(*app, "--max-context", &o->max_context,
+                    "tokens per session at most (0: the model's)");
     add_kv_dtype_option(*app, "--kv-dtype", &o->kv_dtype, "KV cache dtype (K and V)");
     CLI::Option *dtype_v = add_kv_dtype_option(*app, "--kv-dtype-v", &o->kv_dtype_v_choice,
                                                "KV dtype of V, when it differs from --kv-dtype");
     dtype_v->default_str("same as --kv-dtype");
     add_uint_option(*app, "--kv-residual", &o->kv_residual, "most recent tokens kept unquantized");
-    app->add_option("--stop", o->stop, "end generation where the text contains STR (repeatable; not printed)")
+    app->add_option("--stop", o->stop,
+                    "end generation where the text contains STR (repeatable; not printed)")
         ->type_name("STR")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app->add_option("--logit-bias", o->logit_bias, "add BIAS to token ID's logit; -inf bans it (repeatable)")
+    app->add_option("--logit-bias", o->logit_bias,
+                    "add BIAS to token ID's logit; -inf bans it (repeatable)")
         ->type_name("ID=BIAS")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    add_uint_option(*app, "--min-new-tokens", &o->min_new_tokens, "ban end-of-generation until this many tokens");
-    CLI::Option *grammar = app->add_option("--grammar", o->grammar_file, "constrain the output to a GBNF grammar")
-                               ->type_name("FILE");
-    app->add_option("--json-schema", o->json_schema_file, "constrain the output to JSON valid under a JSON Schema")
+    add_uint_option(*app, "--min-new-tokens", &o->min_new_tokens,
+                    "ban end-of-generation until this many tokens");
+    CLI::Option *grammar =
+        app->add_option("--grammar", o->grammar_file, "constrain the output to a GBNF grammar")
+            ->type_name("FILE");
+    app->add_option("--json-schema", o->json_schema_file,
+                    "constrain the output to JSON valid under a JSON Schema")
         ->type_name("FILE")
         ->excludes(grammar);
-    app->add_option("--grammar-root", o->grammar_root, "the GBNF start rule")->type_name("RULE")->needs(grammar);
+    app->add_option("--grammar-root", o->grammar_root, "the GBNF start rule")
+        ->type_name("RULE")
+        ->needs(grammar);
     return {app, [o, dtype_v] {
                 o->kv_dtype_v = dtype_v->count() ? int(o->kv_dtype_v_choice) : -1;
                 return cmd_run(*o);
@@ -376,16 +407,21 @@ int llmkv_cli::cli_main(int argc, char **argv) {
     commands.push_back(add_bench_tp(*bench.app));
     CLI::App *version = app.add_subcommand("version", "print the version");
     CLI::App *help = app.add_subcommand("help", "print this help");
-    app.footer("MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n"
-               "`llmkv COMMAND --help` lists a command's options.");
-    auto root_help = [&app] { return app.get_formatter()->make_help(&app, "llmkv", CLI::AppFormatMode::Normal); };
+    app.footer(
+        "MODEL defaults to $LLMKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n"
+        "`llmkv COMMAND --help` lists a command's options.");
+    auto root_help = [&app] {
+        return app.get_formatter()->make_help(&app, "llmkv", CLI::AppFormatMode::Normal);
+    };
 
     if (argc < 2) {
         std::fprintf(stderr, "%s", root_help().c_str());
         return 2;
     }
-    if (argv[1][0] != '-' && app.get_subcommands([&](const CLI::App *a) { return a->check_name(argv[1]); }).empty()) {
-        std::fprintf(stderr, "llmkv: unknown command '%s'\nRun 'llmkv --help' for the commands.\n", argv[1]);
+    if (argv[1][0] != '-' &&
+        app.get_subcommands([&](const CLI::App *a) { return a->check_name(argv[1]); }).empty()) {
+        std::fprintf(stderr, "llmkv: unknown command '%s'\nRun 'llmkv --help' for the commands.\n",
+                     argv[1]);
         return 2;
     }
 
@@ -399,7 +435,8 @@ int llmkv_cli::cli_main(int argc, char **argv) {
             a = a->get_subcommands().front();
             where += " " + a->get_name();
         }
-        std::fprintf(stderr, "%s: %s\nRun '%s --help' for the options.\n", where.c_str(), e.what(), where.c_str());
+        std::fprintf(stderr, "%s: %s\nRun '%s --help' for the options.\n", where.c_str(), e.what(),
+                     where.c_str());
         return 2;
     }
     if (version->parsed()) {
@@ -413,14 +450,15 @@ int llmkv_cli::cli_main(int argc, char **argv) {
     // The innermost subcommand named on the line is the one to run.
     CLI::App *chosen = &app;
     while (!chosen->get_subcommands().empty()) chosen = chosen->get_subcommands().front();
-    // `bench -t 2 quality` would drop the -t silently: options belong after the command they are for.
+    // `bench -t 2 quality` would drop the -t silently: options belong after the command they are
+    // for.
     for (CLI::App *a = chosen->get_parent(); a && a != &app; a = a->get_parent()) {
         for (const CLI::Option *opt : a->get_options()) {
             if (opt->count() > 0) {
                 std::string where = "llmkv " + a->get_name();
-                std::fprintf(stderr, "%s: %s is not an option of '%s %s'; give it after '%s'\n", where.c_str(),
-                             opt->get_name().c_str(), where.c_str(), chosen->get_name().c_str(),
-                             chosen->get_name().c_str());
+                std::fprintf(stderr, "%s: %s is not an option of '%s %s'; give it after '%s'\n",
+                             where.c_str(), opt->get_name().c_str(), where.c_str(),
+                             chosen->get_name().c_str(), chosen->get_name().c_str());
                 return 2;
             }
         }

@@ -13,6 +13,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <llmkv.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <llmkv.h>
-
 #define MAX_SESSIONS 256
 #define MAX_PREFIXES 4
 #define MAX_TOKENS 4096
 
 typedef struct {
     llmkv_session *s;
-    int generating; /* generate calls whose DONE / ERROR event has not arrived yet */
+    int generating;    /* generate calls whose DONE / ERROR event has not arrived yet */
     uint32_t n_tokens; /* context length after the last settled turn */
 } Slot;
 
@@ -52,7 +51,9 @@ static uint32_t rnd(void) {
     g_rng ^= g_rng << 17;
     return (uint32_t)(g_rng >> 16);
 }
-static int chance(double p) { return (rnd() % 1000000u) < (uint32_t)(p * 1000000.0); }
+static int chance(double p) {
+    return (rnd() % 1000000u) < (uint32_t)(p * 1000000.0);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -70,9 +71,10 @@ static double rss_mib(void) {
 }
 
 static const char *kWords[] = {
-    "the", "village", "river", "lantern", "market", "traveler", "bread", "winter", "storm", "harbor",
-    "north", "song", "castle", "old", "green", "door", "silver", "road", "quiet", "fire",
-    "why", "where", "tell", "me", "about", "a", "story", "of", "and", "then",
+    "the",    "village", "river", "lantern", "market", "traveler", "bread", "winter",
+    "storm",  "harbor",  "north", "song",    "castle", "old",      "green", "door",
+    "silver", "road",    "quiet", "fire",    "why",    "where",    "tell",  "me",
+    "about",  "a",       "story", "of",      "and",    "then",
 };
 static const char *kSystems[] = {
     "You are a helpful villager in a small mountain town. Answer briefly and kindly.",
@@ -94,7 +96,9 @@ static int check(llmkv_status st, const char *what) {
 
 static size_t tokenize(llmkv_engine *e, const char *text, int bos, int32_t *out, size_t cap) {
     size_t n = 0;
-    if (llmkv_tokenize(e, text, strlen(text), bos ? LLMKV_TOKENIZE_ADD_BOS : 0, out, cap, &n) != LLMKV_OK) return 0;
+    if (llmkv_tokenize(e, text, strlen(text), bos ? LLMKV_TOKENIZE_ADD_BOS : 0, out, cap, &n) !=
+        LLMKV_OK)
+        return 0;
     return n;
 }
 
@@ -123,9 +127,11 @@ static void sampling(llmkv_session_params *sp) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: llmkv_soak -m MODEL [--minutes M (10)] [--csv PATH (soak.csv)] [--interval S (10)]\n"
+            "usage: llmkv_soak -m MODEL [--minutes M (10)] [--csv PATH (soak.csv)] [--interval S "
+            "(10)]\n"
             "                  [--sessions N (64)] [--seed S (1)] [--threads T (0 = all)]\n"
-            "                  [--rss-tolerance-mib X (32)] [--device-kib K (0 = 1/4 of what the sessions need)]\n"
+            "                  [--rss-tolerance-mib X (32)] [--device-kib K (0 = 1/4 of what the "
+            "sessions need)]\n"
             "                  [--host-mib H (64)]\n");
 }
 
@@ -143,23 +149,34 @@ int main(int argc, char **argv) {
             return 2;
         }
         ++i;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;
-        else if (!strcmp(a, "--minutes")) o.minutes = atof(v);
-        else if (!strcmp(a, "--csv")) o.csv = v;
-        else if (!strcmp(a, "--interval")) o.interval = atof(v);
-        else if (!strcmp(a, "--sessions")) o.sessions = atoi(v);
-        else if (!strcmp(a, "--seed")) o.seed = (unsigned)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--threads")) o.threads = (unsigned)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--rss-tolerance-mib")) o.rss_tolerance_mib = atof(v);
-        else if (!strcmp(a, "--device-kib")) o.device_kib = (unsigned)strtoul(v, NULL, 10);
-        else if (!strcmp(a, "--host-mib")) o.host_mib = (unsigned)strtoul(v, NULL, 10);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            o.model = v;
+        else if (!strcmp(a, "--minutes"))
+            o.minutes = atof(v);
+        else if (!strcmp(a, "--csv"))
+            o.csv = v;
+        else if (!strcmp(a, "--interval"))
+            o.interval = atof(v);
+        else if (!strcmp(a, "--sessions"))
+            o.sessions = atoi(v);
+        else if (!strcmp(a, "--seed"))
+            o.seed = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--threads"))
+            o.threads = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--rss-tolerance-mib"))
+            o.rss_tolerance_mib = atof(v);
+        else if (!strcmp(a, "--device-kib"))
+            o.device_kib = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--host-mib"))
+            o.host_mib = (unsigned)strtoul(v, NULL, 10);
         else {
             usage();
             return 2;
         }
     }
     if (!o.model) o.model = getenv("LLMKV_MODEL");
-    if (!o.model || o.sessions < 1 || o.sessions > MAX_SESSIONS - 16 || o.interval <= 0 || o.minutes <= 0) {
+    if (!o.model || o.sessions < 1 || o.sessions > MAX_SESSIONS - 16 || o.interval <= 0 ||
+        o.minutes <= 0) {
         usage();
         return 2;
     }
@@ -177,13 +194,15 @@ int main(int argc, char **argv) {
     info.struct_size = sizeof(info);
     if (o.device_kib == 0) {
         /* Size the pool from the model: a quarter of what every slot at ~400 tokens needs. */
-        if (llmkv_engine_create(&ep, &e) != LLMKV_OK || llmkv_engine_get_info(e, &info) != LLMKV_OK) {
+        if (llmkv_engine_create(&ep, &e) != LLMKV_OK ||
+            llmkv_engine_get_info(e, &info) != LLMKV_OK) {
             fprintf(stderr, "soak: engine: %s\n", llmkv_last_error());
             return 1;
         }
         llmkv_engine_destroy(e);
         e = NULL;
-        ep.kv_device_bytes = (uint64_t)info.kv_bytes_per_token_device * 400u * (uint64_t)o.sessions / 4u;
+        ep.kv_device_bytes =
+            (uint64_t)info.kv_bytes_per_token_device * 400u * (uint64_t)o.sessions / 4u;
     } else {
         ep.kv_device_bytes = (uint64_t)o.device_kib << 10;
     }
@@ -191,18 +210,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "soak: engine: %s\n", llmkv_last_error());
         return 1;
     }
-    fprintf(stderr, "soak: model %s (%s), %u threads, %u device blocks of %u tokens (%.1f MiB), host tier %u MiB, %d sessions, %.1f min\n",
-            info.model_name, info.backend_name, info.n_threads, info.kv_blocks_total, info.kv_block_tokens,
-            (double)info.kv_device_bytes / 1048576.0, o.host_mib, o.sessions, o.minutes);
+    fprintf(stderr,
+            "soak: model %s (%s), %u threads, %u device blocks of %u tokens (%.1f MiB), host tier "
+            "%u MiB, %d sessions, %.1f min\n",
+            info.model_name, info.backend_name, info.n_threads, info.kv_blocks_total,
+            info.kv_block_tokens, (double)info.kv_device_bytes / 1048576.0, o.host_mib, o.sessions,
+            o.minutes);
 
     FILE *csv = fopen(o.csv, "w");
     if (!csv) {
         fprintf(stderr, "soak: cannot write %s: %s\n", o.csv, strerror(errno));
         return 1;
     }
-    fprintf(csv, "t_s,tokens_per_s,rss_mib,live_sessions,generating,validate_failures,steps,tokens_generated,"
-                 "tokens_prefilled,preemptions,swaps,parks,resumes,prefix_hit_tokens,blocks_used,blocks_cached,"
-                 "host_mib_used,events_error\n");
+    fprintf(csv,
+            "t_s,tokens_per_s,rss_mib,live_sessions,generating,validate_failures,steps,tokens_"
+            "generated,"
+            "tokens_prefilled,preemptions,swaps,parks,resumes,prefix_hit_tokens,blocks_used,blocks_"
+            "cached,"
+            "host_mib_used,events_error\n");
 
     char snap_path[4096];
     snprintf(snap_path, sizeof(snap_path), "%s.prefix.snap", o.csv);
@@ -216,7 +241,8 @@ int main(int argc, char **argv) {
 
     const double t0 = now_s(), t_end = t0 + o.minutes * 60.0;
     double t_next = t0 + o.interval, t_last = t0;
-    uint64_t tokens_total = 0, tokens_window = 0, validate_failures = 0, error_events = 0, arrivals = 0, departures = 0;
+    uint64_t tokens_total = 0, tokens_window = 0, validate_failures = 0, error_events = 0,
+             arrivals = 0, departures = 0;
     uint64_t forks = 0, cancels = 0, park_calls = 0, handles_made = 0, saves = 0, loads = 0;
     int n_samples = 0;
     double rss_first = 0, rss_last = 0, rss_max = 0;
@@ -256,15 +282,17 @@ int main(int argc, char **argv) {
             if (!check(llmkv_session_get_info(sl->s, &si), "session_get_info")) continue;
             /* Generating until its DONE or ERROR event (a swapped-out generation reads PARKED;
              * a cancelled one reads IDLE before its DONE event is taken). */
-            if (sl->generating || si.state == LLMKV_SESSION_QUEUED || si.state == LLMKV_SESSION_PREFILLING ||
-                si.state == LLMKV_SESSION_GENERATING) {
+            if (sl->generating || si.state == LLMKV_SESSION_QUEUED ||
+                si.state == LLMKV_SESSION_PREFILLING || si.state == LLMKV_SESSION_GENERATING) {
                 if (si.state != LLMKV_SESSION_IDLE && si.state != LLMKV_SESSION_FINISHED &&
                     si.state != LLMKV_SESSION_PARKED && chance(0.02)) {
                     /* STATE is not a failure here: a session may be QUEUED or PREFILLING with input
                      * only (a fork of a preempted session, input left by an ERROR event). */
                     llmkv_status cs = llmkv_session_cancel(sl->s);
-                    if (cs == LLMKV_OK) ++cancels; /* its DONE event follows */
-                    else if (cs != LLMKV_ERR_STATE) check(cs, "cancel");
+                    if (cs == LLMKV_OK)
+                        ++cancels; /* its DONE event follows */
+                    else if (cs != LLMKV_ERR_STATE)
+                        check(cs, "cancel");
                 }
                 continue;
             }
@@ -301,7 +329,8 @@ int main(int argc, char **argv) {
             }
             /* Another turn. */
             size_t n = user_turn(e, buf, MAX_TOKENS);
-            if (si.n_tokens + n + 64 < info.max_context && check(llmkv_session_append(sl->s, buf, n), "append") &&
+            if (si.n_tokens + n + 64 < info.max_context &&
+                check(llmkv_session_append(sl->s, buf, n), "append") &&
                 check(llmkv_session_generate(sl->s, 8 + rnd() % 40), "generate")) {
                 ++sl->generating;
             }
@@ -335,7 +364,8 @@ int main(int argc, char **argv) {
                 if (events[i].kind == LLMKV_EVENT_ERROR) ++error_events;
                 if (events[i].kind == LLMKV_EVENT_DONE || events[i].kind == LLMKV_EVENT_ERROR) {
                     for (int k = 0; k < o.sessions; ++k) {
-                        if (slots[k].s == events[i].session && slots[k].generating > 0) --slots[k].generating;
+                        if (slots[k].s == events[i].session && slots[k].generating > 0)
+                            --slots[k].generating;
                     }
                 }
             }
@@ -368,12 +398,16 @@ int main(int argc, char **argv) {
                 gen += slots[k].generating > 0;
             }
             const double rss = rss_mib();
-            fprintf(csv, "%.1f,%.1f,%.1f,%d,%d,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%u,%u,%.2f,%llu\n", t - t0,
-                    tps, rss, live, gen, (unsigned long long)validate_failures, (unsigned long long)st.steps,
-                    (unsigned long long)st.tokens_generated, (unsigned long long)st.tokens_prefilled,
-                    (unsigned long long)st.preemptions, (unsigned long long)st.swaps, (unsigned long long)st.parks,
-                    (unsigned long long)st.resumes, (unsigned long long)st.prefix_hit_tokens, st.blocks_used,
-                    st.blocks_cached, (double)st.host_bytes_used / 1048576.0, (unsigned long long)error_events);
+            fprintf(csv,
+                    "%.1f,%.1f,%.1f,%d,%d,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%u,%u,%.2f,%"
+                    "llu\n",
+                    t - t0, tps, rss, live, gen, (unsigned long long)validate_failures,
+                    (unsigned long long)st.steps, (unsigned long long)st.tokens_generated,
+                    (unsigned long long)st.tokens_prefilled, (unsigned long long)st.preemptions,
+                    (unsigned long long)st.swaps, (unsigned long long)st.parks,
+                    (unsigned long long)st.resumes, (unsigned long long)st.prefix_hit_tokens,
+                    st.blocks_used, st.blocks_cached, (double)st.host_bytes_used / 1048576.0,
+                    (unsigned long long)error_events);
             fflush(csv);
             if (n_samples < 100000) {
                 rss_samples[n_samples] = rss;
@@ -386,9 +420,12 @@ int main(int argc, char **argv) {
             if (tps > tps_max) tps_max = tps;
             tps_sum += tps;
             ++n_samples;
-            fprintf(stderr, "soak: t=%6.1fs %7.1f tok/s  RSS %7.1f MiB  live %3d  preempt %llu swaps %llu parks %llu  validate failures %llu\n",
-                    t - t0, tps, rss, live, (unsigned long long)st.preemptions, (unsigned long long)st.swaps,
-                    (unsigned long long)st.parks, (unsigned long long)validate_failures);
+            fprintf(stderr,
+                    "soak: t=%6.1fs %7.1f tok/s  RSS %7.1f MiB  live %3d  preempt %llu swaps %llu "
+                    "parks %llu  validate failures %llu\n",
+                    t - t0, tps, rss, live, (unsigned long long)st.preemptions,
+                    (unsigned long long)st.swaps, (unsigned long long)st.parks,
+                    (unsigned long long)validate_failures);
         }
     }
 
@@ -408,32 +445,48 @@ int main(int argc, char **argv) {
     const int n = n_samples < 100000 ? n_samples : 100000;
     const int warm = n / 5 > 0 ? n / 5 : 1;
     double rss_warm = 0, tps_first = 0, tps_last = 0;
-    for (int i = 0; i < warm && i < n; ++i) rss_warm = rss_samples[i] > rss_warm ? rss_samples[i] : rss_warm;
+    for (int i = 0; i < warm && i < n; ++i)
+        rss_warm = rss_samples[i] > rss_warm ? rss_samples[i] : rss_warm;
     int q = n / 4 > 0 ? n / 4 : 1;
     for (int i = 0; i < q && i < n; ++i) tps_first += tps_samples[i] / q;
     for (int i = n - q; i < n; ++i) tps_last += i >= 0 ? tps_samples[i] / q : 0;
     double rss_after_warm = 0;
-    for (int i = warm; i < n; ++i) rss_after_warm = rss_samples[i] > rss_after_warm ? rss_samples[i] : rss_after_warm;
+    for (int i = warm; i < n; ++i)
+        rss_after_warm = rss_samples[i] > rss_after_warm ? rss_samples[i] : rss_after_warm;
     const double growth = n > warm ? rss_after_warm - rss_warm : 0.0;
     const int rss_ok = growth <= o.rss_tolerance_mib;
-    printf("soak summary: %.1f min, %d samples every %.0f s, %llu tokens generated (%.1f tok/s overall)\n",
-           (now_s() - t0) / 60.0, n_samples, o.interval, (unsigned long long)(tokens_total + tokens_window),
-           (double)(tokens_total + tokens_window) / (now_s() - t0));
-    printf("  throughput tok/s per interval: min %.1f, mean %.1f, max %.1f; first quarter %.1f, last quarter %.1f\n",
-           n_samples ? tps_min : 0, n_samples ? tps_sum / n_samples : 0, tps_max, tps_first, tps_last);
-    printf("  RSS MiB: first %.1f, last %.1f, max %.1f; after warm-up (first %d samples, max %.1f) it grew by %.1f MiB"
-           " (tolerance %.1f): %s\n",
-           rss_first, rss_last, rss_max, warm, rss_warm, growth, o.rss_tolerance_mib, rss_ok ? "ok" : "FAIL");
-    printf("  traffic: %llu arrivals, %llu departures, %llu forks, %llu cancels, %llu park calls, %llu prefix handles "
-           "(%llu saved, %llu loaded), %llu steps\n",
-           (unsigned long long)arrivals, (unsigned long long)departures, (unsigned long long)forks,
-           (unsigned long long)cancels, (unsigned long long)park_calls, (unsigned long long)handles_made,
-           (unsigned long long)saves, (unsigned long long)loads, (unsigned long long)st.steps);
-    printf("  engine: %llu preemptions, %llu swaps, %llu parks, %llu resumes, %llu prefix-hit tokens, %llu demotions, "
-           "%llu promotions, %llu ERROR events (KV capacity)\n",
-           (unsigned long long)st.preemptions, (unsigned long long)st.swaps, (unsigned long long)st.parks,
-           (unsigned long long)st.resumes, (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.demotions,
-           (unsigned long long)st.promotions, (unsigned long long)error_events);
+    printf(
+        "soak summary: %.1f min, %d samples every %.0f s, %llu tokens generated (%.1f tok/s "
+        "overall)\n",
+        (now_s() - t0) / 60.0, n_samples, o.interval,
+        (unsigned long long)(tokens_total + tokens_window),
+        (double)(tokens_total + tokens_window) / (now_s() - t0));
+    printf(
+        "  throughput tok/s per interval: min %.1f, mean %.1f, max %.1f; first quarter %.1f, last "
+        "quarter %.1f\n",
+        n_samples ? tps_min : 0, n_samples ? tps_sum / n_samples : 0, tps_max, tps_first, tps_last);
+    printf(
+        "  RSS MiB: first %.1f, last %.1f, max %.1f; after warm-up (first %d samples, max %.1f) it "
+        "grew by %.1f MiB"
+        " (tolerance %.1f): %s\n",
+        rss_first, rss_last, rss_max, warm, rss_warm, growth, o.rss_tolerance_mib,
+        rss_ok ? "ok" : "FAIL");
+    printf(
+        "  traffic: %llu arrivals, %llu departures, %llu forks, %llu cancels, %llu park calls, "
+        "%llu prefix handles "
+        "(%llu saved, %llu loaded), %llu steps\n",
+        (unsigned long long)arrivals, (unsigned long long)departures, (unsigned long long)forks,
+        (unsigned long long)cancels, (unsigned long long)park_calls,
+        (unsigned long long)handles_made, (unsigned long long)saves, (unsigned long long)loads,
+        (unsigned long long)st.steps);
+    printf(
+        "  engine: %llu preemptions, %llu swaps, %llu parks, %llu resumes, %llu prefix-hit tokens, "
+        "%llu demotions, "
+        "%llu promotions, %llu ERROR events (KV capacity)\n",
+        (unsigned long long)st.preemptions, (unsigned long long)st.swaps,
+        (unsigned long long)st.parks, (unsigned long long)st.resumes,
+        (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.demotions,
+        (unsigned long long)st.promotions, (unsigned long long)error_events);
     printf("  validate failures: %llu (final validate %s), unexpected call failures: %d\n",
            (unsigned long long)validate_failures, final_ok ? "ok" : "FAILED", g_unexpected);
     const int ok = validate_failures == 0 && final_ok && g_unexpected == 0 && rss_ok;

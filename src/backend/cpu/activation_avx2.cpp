@@ -10,7 +10,8 @@ namespace llmkv::cpu::kernels {
 namespace {
 
 template <typename Exponent>
-inline __attribute__((always_inline)) void glu_avx2(float *g, const float *u, size_t n, Exponent exponent) {
+inline __attribute__((always_inline)) void glu_avx2(float *g, const float *u, size_t n,
+                                                    Exponent exponent) {
     const __m256 one = _mm256_set1_ps(1.0f);
     auto step = [&](__m256 x, __m256 up) {
         return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, exp_ps(exponent(x)))), up);

@@ -145,10 +145,10 @@ void axpy_i4v(const float *w, const uint8_t *head, uint32_t n, uint32_t d, float
 
 }  // namespace
 
-#define LLMKV_PORTABLE_HEADS(name, kernel, Row)                                                 \
-    void name(uint32_t nh, const float *const *x, const Row *rows, uint32_t n, uint32_t d,     \
-              float *const *y) {                                                                \
-        for (uint32_t h = 0; h < nh; ++h) kernel(x[h], rows, n, d, y[h]);                       \
+#define LLMKV_PORTABLE_HEADS(name, kernel, Row)                                            \
+    void name(uint32_t nh, const float *const *x, const Row *rows, uint32_t n, uint32_t d, \
+              float *const *y) {                                                           \
+        for (uint32_t h = 0; h < nh; ++h) kernel(x[h], rows, n, d, y[h]);                  \
     }
 LLMKV_PORTABLE_HEADS(dot_rows_f16_portable, dot_f16, uint16_t)
 LLMKV_PORTABLE_HEADS(dot_rows_bf16_portable, dot_bf16, uint16_t)
@@ -211,7 +211,8 @@ using RowsFn = void (*)(uint32_t, const float *const *, const uint8_t *, uint32_
 using SoftmaxFn = void (*)(float *, uint32_t, float);
 using PartialSoftmaxFn = float (*)(float *, uint32_t, float, float *);
 
-template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t, float *const *)>
+template <void (*F)(uint32_t, const float *const *, const uint16_t *, uint32_t, uint32_t,
+                    float *const *)>
 void as_bytes(uint32_t nh, const float *const *x, const uint8_t *head, uint32_t n, uint32_t d,
               float *const *y) {
     F(nh, x, reinterpret_cast<const uint16_t *>(head), n, d, y);  // head: 16-bit [n][d]
@@ -221,23 +222,35 @@ RowsFn score_kernel(llmkv_kv_dtype dtype, bool avx2) {
 #if defined(__x86_64__)
     if (avx2) {
         switch (dtype) {
-            case LLMKV_KV_F16: return as_bytes<kernels::dot_rows_f16_avx2>;
-            case LLMKV_KV_BF16: return as_bytes<kernels::dot_rows_bf16_avx2>;
-            case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_avx2;
-            case LLMKV_KV_INT8: return kernels::dot_rows_i8_avx2;
-            case LLMKV_KV_INT4: return kernels::dot_rows_i4k_avx2;
-            case LLMKV_KV_INT4_COMPACT: return kernels::dot_rows_i4ck_avx2;
+            case LLMKV_KV_F16:
+                return as_bytes<kernels::dot_rows_f16_avx2>;
+            case LLMKV_KV_BF16:
+                return as_bytes<kernels::dot_rows_bf16_avx2>;
+            case LLMKV_KV_FP8_E4M3:
+                return kernels::dot_rows_fp8_avx2;
+            case LLMKV_KV_INT8:
+                return kernels::dot_rows_i8_avx2;
+            case LLMKV_KV_INT4:
+                return kernels::dot_rows_i4k_avx2;
+            case LLMKV_KV_INT4_COMPACT:
+                return kernels::dot_rows_i4ck_avx2;
         }
     }
 #endif
     (void)avx2;
     switch (dtype) {
-        case LLMKV_KV_F16: return as_bytes<kernels::dot_rows_f16_portable>;
-        case LLMKV_KV_BF16: return as_bytes<kernels::dot_rows_bf16_portable>;
-        case LLMKV_KV_FP8_E4M3: return kernels::dot_rows_fp8_portable;
-        case LLMKV_KV_INT8: return kernels::dot_rows_i8_portable;
-        case LLMKV_KV_INT4: return kernels::dot_rows_i4k_portable;
-        case LLMKV_KV_INT4_COMPACT: return kernels::dot_rows_i4ck_portable;
+        case LLMKV_KV_F16:
+            return as_bytes<kernels::dot_rows_f16_portable>;
+        case LLMKV_KV_BF16:
+            return as_bytes<kernels::dot_rows_bf16_portable>;
+        case LLMKV_KV_FP8_E4M3:
+            return kernels::dot_rows_fp8_portable;
+        case LLMKV_KV_INT8:
+            return kernels::dot_rows_i8_portable;
+        case LLMKV_KV_INT4:
+            return kernels::dot_rows_i4k_portable;
+        case LLMKV_KV_INT4_COMPACT:
+            return kernels::dot_rows_i4ck_portable;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }
@@ -246,23 +259,35 @@ RowsFn accumulate_kernel(llmkv_kv_dtype dtype, bool avx2) {
 #if defined(__x86_64__)
     if (avx2) {
         switch (dtype) {
-            case LLMKV_KV_F16: return as_bytes<kernels::axpy_rows_f16_avx2>;
-            case LLMKV_KV_BF16: return as_bytes<kernels::axpy_rows_bf16_avx2>;
-            case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_avx2;
-            case LLMKV_KV_INT8: return kernels::axpy_rows_i8_avx2;
-            case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_avx2;
-            case LLMKV_KV_INT4_COMPACT: return kernels::axpy_rows_i4cv_avx2;
+            case LLMKV_KV_F16:
+                return as_bytes<kernels::axpy_rows_f16_avx2>;
+            case LLMKV_KV_BF16:
+                return as_bytes<kernels::axpy_rows_bf16_avx2>;
+            case LLMKV_KV_FP8_E4M3:
+                return kernels::axpy_rows_fp8_avx2;
+            case LLMKV_KV_INT8:
+                return kernels::axpy_rows_i8_avx2;
+            case LLMKV_KV_INT4:
+                return kernels::axpy_rows_i4v_avx2;
+            case LLMKV_KV_INT4_COMPACT:
+                return kernels::axpy_rows_i4cv_avx2;
         }
     }
 #endif
     (void)avx2;
     switch (dtype) {
-        case LLMKV_KV_F16: return as_bytes<kernels::axpy_rows_f16_portable>;
-        case LLMKV_KV_BF16: return as_bytes<kernels::axpy_rows_bf16_portable>;
-        case LLMKV_KV_FP8_E4M3: return kernels::axpy_rows_fp8_portable;
-        case LLMKV_KV_INT8: return kernels::axpy_rows_i8_portable;
-        case LLMKV_KV_INT4: return kernels::axpy_rows_i4v_portable;
-        case LLMKV_KV_INT4_COMPACT: return kernels::axpy_rows_i4cv_portable;
+        case LLMKV_KV_F16:
+            return as_bytes<kernels::axpy_rows_f16_portable>;
+        case LLMKV_KV_BF16:
+            return as_bytes<kernels::axpy_rows_bf16_portable>;
+        case LLMKV_KV_FP8_E4M3:
+            return kernels::axpy_rows_fp8_portable;
+        case LLMKV_KV_INT8:
+            return kernels::axpy_rows_i8_portable;
+        case LLMKV_KV_INT4:
+            return kernels::axpy_rows_i4v_portable;
+        case LLMKV_KV_INT4_COMPACT:
+            return kernels::axpy_rows_i4cv_portable;
     }
     fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %d", int(dtype));
 }
@@ -286,7 +311,8 @@ PartialSoftmaxFn partial_softmax_kernel(bool avx2) {
 void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
     if (c.k.dtype != g.dtype_k || c.v.dtype != g.dtype_v) {
         fail(LLMKV_ERR_INTERNAL, "attention codecs %s/%s differ from the cache's %s/%s",
-             codec_name(c.k.dtype), codec_name(c.v.dtype), codec_name(g.dtype_k), codec_name(g.dtype_v));
+             codec_name(c.k.dtype), codec_name(c.v.dtype), codec_name(g.dtype_k),
+             codec_name(g.dtype_v));
     }
     if (!codec_supported(c.k, KvRole::K, g.block_tokens, g.head_dim) ||
         !codec_supported(c.v, KvRole::V, g.block_tokens, g.head_dim)) {
@@ -298,7 +324,7 @@ void check_codecs(const KvGeometry &g, const AttentionCodecs &c) {
 
 // Software prefetch of one sealed head (the blocks of a session are scattered over the
 // pool, so the hardware prefetchers cannot run ahead across them).
-constexpr uint32_t kPrefetchBlocks = 4;  // how many blocks ahead
+constexpr uint32_t kPrefetchBlocks = 4;                      // how many blocks ahead
 inline void prefetch_head(const uint8_t *p, size_t bytes) {  // p: one head, `bytes` long
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
     __builtin_prefetch(p + bytes - 1, 0, 3);
@@ -306,7 +332,6 @@ inline void prefetch_head(const uint8_t *p, size_t bytes) {  // p: one head, `by
 
 // Query heads one work item computes together (they share a K/V head).
 constexpr uint32_t kMaxItemHeads = 16;
-
 
 }  // namespace
 
@@ -332,7 +357,8 @@ float *AttentionScratch::work(unsigned thread, size_t n) {
 void head_scores(llmkv_kv_dtype dtype, const float *q, const uint8_t *k_head, uint32_t n,
                  uint32_t head_dim, float *scores) {
     if (!codec_supported(CodecSpec{dtype, false}, KvRole::K, n, head_dim)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
+        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u",
+             codec_name(dtype), head_dim);
     }
     score_kernel(dtype, use_avx2(head_dim))(1, &q, k_head, n, head_dim, &scores);
 }
@@ -340,14 +366,16 @@ void head_scores(llmkv_kv_dtype dtype, const float *q, const uint8_t *k_head, ui
 void head_accumulate(llmkv_kv_dtype dtype, const float *w, const uint8_t *v_head, uint32_t n,
                      uint32_t head_dim, float *out) {
     if (!codec_supported(CodecSpec{dtype, false}, KvRole::V, n, head_dim)) {
-        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u", codec_name(dtype), head_dim);
+        fail(LLMKV_ERR_UNSUPPORTED, "attention over KV dtype %s with head_dim %u",
+             codec_name(dtype), head_dim);
     }
     accumulate_kernel(dtype, use_avx2(head_dim))(1, &w, v_head, n, head_dim, &out);
 }
 
 void paged_attention(KvCache &cache, const AttentionParams &params, const AttentionSpan *spans,
                      size_t n_spans, ThreadPool &pool, AttentionScratch &scratch) {
-    paged_attention(cache, attention_codecs(cache.geometry()), params, spans, n_spans, pool, scratch);
+    paged_attention(cache, attention_codecs(cache.geometry()), params, spans, n_spans, pool,
+                    scratch);
 }
 
 void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const AttentionParams &params,
@@ -379,18 +407,20 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
     // unnormalized V sum per head, and a second pass combines them in partition order.
     std::vector<AttentionScratch::Unit> &units = scratch.units();
     units.clear();
-    size_t partial_floats = 0;  // f32 entries of the partial buffer
+    size_t partial_floats = 0;           // f32 entries of the partial buffer
     const size_t entry = size_t(D) + 2;  // one (head, partition) partial: o [D], m, l
     for (size_t s = 0; s < n_spans; ++s) {
         for (uint32_t i = 0; i < spans[s].n; ++i) {
             const uint32_t p = spans[s].pos0 + i;
             const uint32_t n_sealed = g.sealed_blocks(p);
-            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
+            const uint32_t lo =
+                params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
             const uint32_t j_lo = std::min(lo / B, n_sealed);
             const uint32_t base = j_lo < n_sealed ? j_lo * B : lo;
             const uint32_t n_parts = (p + 1 - base + P - 1) / P;
             for (uint32_t k = 0; k < n_parts; ++k) {
-                const uint32_t begin = std::max(base + k * P, lo), end = std::min(base + (k + 1) * P, p + 1);
+                const uint32_t begin = std::max(base + k * P, lo),
+                               end = std::min(base + (k + 1) * P, p + 1);
                 units.push_back({uint32_t(s), i, k, n_parts, n_parts > 1 ? partial_floats : 0,
                                  size_t(end - begin) + 32});
             }
@@ -420,22 +450,23 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
     auto split = [&](unsigned t, unsigned n_threads) -> size_t {  // first flattened row of thread t
         if (t >= n_threads) return units.size() * nq;
         const size_t target = size_t((unsigned __int128)total_cost * t / n_threads);
-        const size_t u = size_t(std::upper_bound(cost.begin(), cost.end(), target) - cost.begin()) - 1;
+        const size_t u =
+            size_t(std::upper_bound(cost.begin(), cost.end(), target) - cost.begin()) - 1;
         if (u >= units.size()) return units.size() * nq;
         return u * nq + (target - cost[u]) * nq / units[u].cost;
     };
 
     pool.run([&](unsigned thread, unsigned n_threads) {
         const size_t begin = split(thread, n_threads), end = split(thread + 1, n_threads);
-        float *scores = scratch.scores(thread, size_t(item_heads) * P);  // f32 [heads][P]
+        float *scores = scratch.scores(thread, size_t(item_heads) * P);   // f32 [heads][P]
         float *q_rot = scratch.work(thread, 2 * size_t(item_heads) * D);  // f32 [heads][D]: H q
-        float *v_rot = q_rot + size_t(item_heads) * D;                    // f32 [heads][D]: sum of H v
-        const float *q[kMaxItemHeads];    // per head: q (unrotated)
-        const float *q_k[kMaxItemHeads];  // per head: q in the sealed K domain
-        const float *w[kMaxItemHeads];    // per head: softmax weights of the rows being read
-        float *sc[kMaxItemHeads];         // per head: scores of the rows being read
-        float *acc[kMaxItemHeads];        // per head: where the sealed V sum goes
-        float *out[kMaxItemHeads];        // per head: the output row (or the partial's o)
+        float *v_rot = q_rot + size_t(item_heads) * D;  // f32 [heads][D]: sum of H v
+        const float *q[kMaxItemHeads];                  // per head: q (unrotated)
+        const float *q_k[kMaxItemHeads];                // per head: q in the sealed K domain
+        const float *w[kMaxItemHeads];  // per head: softmax weights of the rows being read
+        float *sc[kMaxItemHeads];       // per head: scores of the rows being read
+        float *acc[kMaxItemHeads];      // per head: where the sealed V sum goes
+        float *out[kMaxItemHeads];      // per head: the output row (or the partial's o)
         for (size_t row = begin; row < end;) {
             const AttentionScratch::Unit &un = units[row / nq];
             const AttentionSpan &sp = spans[un.span];
@@ -443,18 +474,20 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             const uint32_t h0 = uint32_t(row % nq);
             const uint32_t kvh = h0 / group;
             // heads [h0, h0 + nh): same K/V head, inside this thread's range
-            const uint32_t nh = uint32_t(std::min<size_t>({end - row, (kvh + 1) * group - h0, item_heads}));
+            const uint32_t nh =
+                uint32_t(std::min<size_t>({end - row, (kvh + 1) * group - h0, item_heads}));
             row += nh;
             const uint32_t p = sp.pos0 + i;
             const uint32_t n_sealed = g.sealed_blocks(p);  // sealed when the query was computed
             // Visible positions [lo, p]; sealed blocks [j_lo, n_sealed) are read, the ones
             // before j_lo (wholly outside a sliding window) are never touched.
-            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
+            const uint32_t lo =
+                params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
             const uint32_t j_lo0 = std::min(lo / B, n_sealed);
             const uint32_t base = j_lo0 < n_sealed ? j_lo0 * B : lo;
             // This unit's partition: positions [ps, pe) (ps a block boundary when blocks are read).
             const uint32_t ps = base + un.part * P, pe = std::min(base + (un.part + 1) * P, p + 1);
-            const uint32_t vis = std::max(ps, lo);             // first visible position in it
+            const uint32_t vis = std::max(ps, lo);  // first visible position in it
             const uint32_t j_lo = std::max(j_lo0, std::min(ps / B, n_sealed));
             const uint32_t j_hi = std::min(n_sealed, std::max(j_lo, (pe + B - 1) / B));
             const bool reads_sealed = j_lo < j_hi;
@@ -464,7 +497,8 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             for (uint32_t h = 0; h < nh; ++h) {
                 q[h] = sp.q + size_t(i) * params.q_stride + size_t(h0 + h) * D;
                 out[h] = single ? sp.out + size_t(i) * params.out_stride + size_t(h0 + h) * D
-                                : partials + un.partial + (size_t(h0 + h) * un.n_parts + un.part) * entry;
+                                : partials + un.partial +
+                                      (size_t(h0 + h) * un.n_parts + un.part) * entry;
                 q_k[h] = q[h];
                 if (rotate_k && reads_sealed) {
                     float *r = q_rot + size_t(h) * D;
@@ -483,23 +517,30 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             }
             for (uint32_t j = j_lo; j < j_hi; ++j) {
                 if (j + kPrefetchBlocks < j_hi) {
-                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + k_off, k_bytes);
+                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + k_off,
+                                  k_bytes);
                 }
-                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
+                for (uint32_t h = 0; h < nh; ++h)
+                    sc[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
                 score_k(nh, q_k, sp.block(cache, params.layer, j) + k_off, B, D, sc);
             }
             const uint16_t *sink_k = nullptr, *sink_v = nullptr;
             if (use_sink) {
-                sink_k = reinterpret_cast<const uint16_t *>(sp.sink + g.tail_sink_k_offset(params.layer, kvh));
-                sink_v = reinterpret_cast<const uint16_t *>(sp.sink + g.tail_sink_v_offset(params.layer, kvh));
-                for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P;  // position 0 (ps == 0)
+                sink_k = reinterpret_cast<const uint16_t *>(
+                    sp.sink + g.tail_sink_k_offset(params.layer, kvh));
+                sink_v = reinterpret_cast<const uint16_t *>(
+                    sp.sink + g.tail_sink_v_offset(params.layer, kvh));
+                for (uint32_t h = 0; h < nh; ++h)
+                    sc[h] = scores + size_t(h) * P;  // position 0 (ps == 0)
                 score_window(nh, q, reinterpret_cast<const uint8_t *>(sink_k), 1, D, sc);
             }
             // Window rows of this partition: [first, pe), possibly none.
             const uint32_t first = std::max({n_sealed * B, lo, ps});
             const uint32_t n_window = pe > first ? pe - first : 0;
-            const uint16_t *wk = sp.window_k + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
-            const uint16_t *wv = sp.window_v + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
+            const uint16_t *wk =
+                sp.window_k + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
+            const uint16_t *wv =
+                sp.window_v + (size_t(kvh) * sp.window_capacity + (first - sp.window_start)) * D;
             if (n_window > 0) {
                 for (uint32_t h = 0; h < nh; ++h) sc[h] = scores + size_t(h) * P + (first - ps);
                 score_window(nh, q, reinterpret_cast<const uint8_t *>(wk), n_window, D, sc);
@@ -535,9 +576,11 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
             }
             for (uint32_t j = j_lo; j < j_hi; ++j) {
                 if (j + kPrefetchBlocks < j_hi) {
-                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + v_off, v_bytes);
+                    prefetch_head(sp.block(cache, params.layer, j + kPrefetchBlocks) + v_off,
+                                  v_bytes);
                 }
-                for (uint32_t h = 0; h < nh; ++h) w[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
+                for (uint32_t h = 0; h < nh; ++h)
+                    w[h] = scores + size_t(h) * P + (size_t(j) * B - ps);
                 accumulate_v(nh, w, sp.block(cache, params.layer, j) + v_off, B, D, acc);
             }
             if (rotated) {
@@ -612,17 +655,20 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
         const AttentionSpan &sp = spans[s];
         for (uint32_t i = 0; i < sp.n; ++i) {
             uint32_t p = sp.pos0 + i;
-            const uint32_t lo = params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
+            const uint32_t lo =
+                params.window != 0 && p + 1 > params.window ? p + 1 - params.window : 0;
             for (uint32_t h = 0; h < params.n_heads; ++h) {
                 uint32_t kvh = h / group;
                 std::vector<float> keys(size_t(p + 1) * D), values(size_t(p + 1) * D);
                 uint32_t n_sealed = g.sealed_blocks(p);
                 for (uint32_t j = lo / B; j < n_sealed; ++j) {
                     const uint8_t *blk = sp.block(cache, params.layer, j);
-                    codec_decode_head(codecs.k, KvRole::K, blk + g.sealed_k_offset(params.layer, kvh),
-                                      B, D, keys.data() + size_t(j) * B * D);
-                    codec_decode_head(codecs.v, KvRole::V, blk + g.sealed_v_offset(params.layer, kvh),
-                                      B, D, values.data() + size_t(j) * B * D);
+                    codec_decode_head(codecs.k, KvRole::K,
+                                      blk + g.sealed_k_offset(params.layer, kvh), B, D,
+                                      keys.data() + size_t(j) * B * D);
+                    codec_decode_head(codecs.v, KvRole::V,
+                                      blk + g.sealed_v_offset(params.layer, kvh), B, D,
+                                      values.data() + size_t(j) * B * D);
                 }
                 if (sp.sink && lo == 0 && n_sealed > 0) {  // KV sink: position 0 from the tail
                     const uint8_t *sk = sp.sink + g.tail_sink_k_offset(params.layer, kvh);

@@ -41,7 +41,7 @@ struct AttentionSpan {
 struct AttentionParams {
     uint32_t layer;
     uint32_t n_heads;
-    float scale;               // usually 1/sqrt(head_dim)
+    float scale;  // usually 1/sqrt(head_dim)
     uint32_t q_stride;
     uint32_t out_stride;
     // Sliding window: the query at position p sees positions j with p - window < j <= p
@@ -55,7 +55,9 @@ struct AttentionCodecs {
     CodecSpec v;
 };
 // The codecs of a cache: dtype_k / dtype_v and, once KvGeometry has them, rotate_k / rotate_v.
-inline AttentionCodecs attention_codecs(const KvGeometry &g) { return {codec_spec_k(g), codec_spec_v(g)}; }
+inline AttentionCodecs attention_codecs(const KvGeometry &g) {
+    return {codec_spec_k(g), codec_spec_v(g)};
+}
 
 // Context partitions: a query's visible positions are cut into partitions of this many
 // positions (a whole number of blocks, counted from the first block the query reads), each

@@ -51,17 +51,17 @@ LLMKV_INLINE void load2_fp8(const uint8_t *p, __m256 &lo, __m256 &hi) {
 // Row element types: load converts 8 values, load2 16 (to f32, before any scale). kPairs:
 // the tiles step 16 columns at a time through load2 (worth it only when one widening serves
 // 16 values; otherwise the extra live vectors cost more in register spills).
-#define LLMKV_ROWS(Name, Elem, Load8)                                                   \
-    struct Name {                                                                       \
-        using T = Elem;                                                                 \
-        static constexpr bool kPairs = false;                                           \
-        static LLMKV_INLINE __m256 load(const T *p) { return Load8(p); }                \
-        static LLMKV_INLINE void load2(const T *p, __m256 &lo, __m256 &hi) {            \
-            lo = Load8(p);                                                              \
-            hi = Load8(p + 8);                                                          \
-        }                                                                               \
+#define LLMKV_ROWS(Name, Elem, Load8)                                        \
+    struct Name {                                                            \
+        using T = Elem;                                                      \
+        static constexpr bool kPairs = false;                                \
+        static LLMKV_INLINE __m256 load(const T *p) { return Load8(p); }     \
+        static LLMKV_INLINE void load2(const T *p, __m256 &lo, __m256 &hi) { \
+            lo = Load8(p);                                                   \
+            hi = Load8(p + 8);                                               \
+        }                                                                    \
     };
-LLMKV_ROWS(F16Rows, uint16_t, load_f16)   // fp16 [.][d]
+LLMKV_ROWS(F16Rows, uint16_t, load_f16)    // fp16 [.][d]
 LLMKV_ROWS(Bf16Rows, uint16_t, load_bf16)  // bf16 [.][d]
 LLMKV_ROWS(I8Rows, uint8_t, load_i8)       // int8 [.][d]
 #undef LLMKV_ROWS
@@ -80,7 +80,9 @@ LLMKV_INLINE __m128i unpack_nibbles16(const uint8_t *p) {
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
     return _mm_unpacklo_epi8(lo, hi);
 }
-LLMKV_INLINE __m256 nibbles_lo8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+LLMKV_INLINE __m256 nibbles_lo8(__m128i v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+}
 LLMKV_INLINE __m256 nibbles_hi8(__m128i v) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
 }
@@ -130,9 +132,13 @@ LLMKV_INLINE void reduce_store(const __m256 *acc, float *sums) {
 // Query heads per pass are at most 4; per head count, the tokens per K tile (TT) and the
 // column vectors per V tile (C) keep NH x TT (NH x C) accumulators in the 16 YMM registers.
 template <int NH>
-constexpr int kTileTokens = NH == 1 ? 8 : NH == 4 ? 2 : 4;
+constexpr int kTileTokens = NH == 1   ? 8
+                            : NH == 4 ? 2
+                                      : 4;
 template <int NH>
-constexpr int kTileCols = NH == 1 ? 8 : NH == 4 ? 2 : 4;
+constexpr int kTileCols = NH == 1   ? 8
+                          : NH == 4 ? 2
+                                    : 4;
 
 // Calls pass.operator()<NH>(h0) over heads [0, nh) in chunks of at most 4.
 template <class Pass>
@@ -140,10 +146,17 @@ LLMKV_INLINE void by_head_chunks(uint32_t nh, Pass &&pass) {
     uint32_t h0 = 0;
     for (; h0 + 4 <= nh; h0 += 4) pass.template operator()<4>(h0);
     switch (nh - h0) {
-        case 3: pass.template operator()<3>(h0); break;
-        case 2: pass.template operator()<2>(h0); break;
-        case 1: pass.template operator()<1>(h0); break;
-        default: break;
+        case 3:
+            pass.template operator()<3>(h0);
+            break;
+        case 2:
+            pass.template operator()<2>(h0);
+            break;
+        case 1:
+            pass.template operator()<1>(h0);
+            break;
+        default:
+            break;
     }
 }
 
@@ -153,7 +166,8 @@ LLMKV_INLINE void by_head_chunks(uint32_t nh, Pass &&pass) {
 // order (16 at a time for kPairs rows, else 8), so each sum is the same FMA sequence for any
 // NH / TT. q: NH pointers to f32 [d]; r: TT pointers to rows [d]; sums: f32 [NH*TT, to 8].
 template <int NH, int TT, class R>
-LLMKV_INLINE void dot_tile(const float *const *q, const typename R::T *const *r, uint32_t d, float *sums) {
+LLMKV_INLINE void dot_tile(const float *const *q, const typename R::T *const *r, uint32_t d,
+                           float *sums) {
     constexpr int K = NH * TT;
     __m256 acc[K];
 #pragma GCC unroll 16
@@ -167,7 +181,8 @@ LLMKV_INLINE void dot_tile(const float *const *q, const typename R::T *const *r,
 #pragma GCC unroll 4
             for (int h = 0; h < NH; ++h) {
                 acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), v0, acc[h * TT + j]);
-                acc[h * TT + j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i + 8), v1, acc[h * TT + j]);
+                acc[h * TT + j] =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i + 8), v1, acc[h * TT + j]);
             }
         }
     }
@@ -187,8 +202,8 @@ LLMKV_INLINE void dot_tile(const float *const *q, const typename R::T *const *r,
 // Raw dot products of NH heads with n rows (base: [n][stride]); finish(h, t, sum) stores.
 // Tiles past n repeat the last row and drop its sums.
 template <int NH, class R, class Finish>
-LLMKV_INLINE void dot_heads(const float *const *q, const typename R::T *base, size_t stride, uint32_t n,
-                            uint32_t d, Finish &&finish) {
+LLMKV_INLINE void dot_heads(const float *const *q, const typename R::T *base, size_t stride,
+                            uint32_t n, uint32_t d, Finish &&finish) {
     constexpr int TT = kTileTokens<NH>;
     alignas(32) float sums[16];
     for (uint32_t t0 = 0; t0 < n; t0 += TT) {
@@ -203,18 +218,19 @@ LLMKV_INLINE void dot_heads(const float *const *q, const typename R::T *base, si
 }
 
 template <class R>
-void dot_rows_16bit(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n, uint32_t d,
-                    float *const *scores) {
+void dot_rows_16bit(uint32_t nh, const float *const *q, const uint16_t *rows, uint32_t n,
+                    uint32_t d, float *const *scores) {
     // rows: fp16 / bf16 [n][d]
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
-        dot_heads<NH, R>(q + h0, rows, d, n, d, [&](int h, uint32_t t, float s) { scores[h0 + h][t] = s; });
+        dot_heads<NH, R>(q + h0, rows, d, n, d,
+                         [&](int h, uint32_t t, float s) { scores[h0 + h][t] = s; });
     });
 }
 
 // head: values [n][d] (1 byte each), fp16 scale [n]; scores = dot * (scale_t * unscale).
 template <class R>
-void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
-                     float unscale, float *const *scores) {
+void dot_rows_scaled(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
+                     uint32_t d, float unscale, float *const *scores) {
     const uint8_t *scales = head + size_t(n) * d;
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
         dot_heads<NH, R>(q + h0, head, d, n, d, [&](int h, uint32_t t, float s) {
@@ -230,8 +246,8 @@ template <llmkv_kv_dtype DT>
 struct Int4Params;
 template <>
 struct Int4Params<LLMKV_KV_INT4> {
-    const uint16_t *ks, *kz;         // K: fp16 scale [d], min [d]
-    const uint8_t *vs, *vz;          // V: fp16 scale [n][d/G], min [n][d/G]
+    const uint16_t *ks, *kz;  // K: fp16 scale [d], min [d]
+    const uint8_t *vs, *vz;   // V: fp16 scale [n][d/G], min [n][d/G]
     Int4Params(const uint8_t *head, uint32_t n, uint32_t d)
         : ks(reinterpret_cast<const uint16_t *>(head + codec_scales_offset(LLMKV_KV_INT4, n, d))),
           kz(reinterpret_cast<const uint16_t *>(head + int4_k_mins_offset(n, d))),
@@ -261,17 +277,21 @@ struct Int4Params<LLMKV_KV_INT4_COMPACT> {
     LLMKV_INLINE void k8(uint32_t c, __m256 &s, __m256 &z) const {  // channels c..c+7 (c % 8 == 0)
         const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
         const __m256i m15 = _mm256_set1_epi32(15);
-        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(low + c)));
+        const __m256i lo =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(low + c)));
         int32_t h4;
         __builtin_memcpy(&h4, high + c / 2, 4);  // the high bits of channels c..c+7
         const __m256i hb = _mm256_and_si256(
             _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(_mm_cvtsi32_si128(h4), dup)),
                               _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
             m15);
-        const __m256i k = _mm256_or_si256(_mm256_and_si256(lo, m15),
-                                          _mm256_slli_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(3)), 4));
-        const __m256i j = _mm256_or_si256(_mm256_srli_epi32(lo, 4), _mm256_slli_epi32(_mm256_srli_epi32(hb, 2), 4));
-        z = _mm256_add_ps(_mm256_set1_ps(z0), _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(zstep)));
+        const __m256i k =
+            _mm256_or_si256(_mm256_and_si256(lo, m15),
+                            _mm256_slli_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(3)), 4));
+        const __m256i j = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                                          _mm256_slli_epi32(_mm256_srli_epi32(hb, 2), 4));
+        z = _mm256_add_ps(_mm256_set1_ps(z0),
+                          _mm256_mul_ps(_mm256_cvtepi32_ps(k), _mm256_set1_ps(zstep)));
         s = _mm256_mul_ps(_mm256_cvtepi32_ps(j), _mm256_set1_ps(sstep));
     }
     LLMKV_INLINE void v1(size_t gi, float &s, float &z) const {
@@ -288,7 +308,7 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
     // head: nibbles [n][d/2], then the int4 or compact int4 K parameters
     const Int4Params<DT> params(head, n, d);
     constexpr int TT = kTileTokens<NH>;
-    constexpr uint32_t kChunk = 256;  // channels per pass
+    constexpr uint32_t kChunk = 256;   // channels per pass
     alignas(32) float qs[NH][kChunk];  // f32 [NH][chunk]: q_d * s_d
     alignas(32) float sums[16];
     __m256 qz[NH];
@@ -320,8 +340,10 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
                     const __m256 lo = nibbles_lo8(v), hi = nibbles_hi8(v);
 #pragma GCC unroll 4
                     for (int h = 0; h < NH; ++h) {
-                        acc[h * TT + j] = _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i), lo, acc[h * TT + j]);
-                        acc[h * TT + j] = _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i + 8), hi, acc[h * TT + j]);
+                        acc[h * TT + j] =
+                            _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i), lo, acc[h * TT + j]);
+                        acc[h * TT + j] =
+                            _mm256_fmadd_ps(_mm256_load_ps(qs[h] + i + 8), hi, acc[h * TT + j]);
                     }
                 }
             }
@@ -346,8 +368,8 @@ LLMKV_INLINE void dot_i4k_heads(const float *const *q, const uint8_t *head, uint
 // accumulators stay in registers while the tokens stream by. rows: [n][d]; w: NH pointers
 // to f32 [n]; out: NH pointers to f32 [d].
 template <int NH, int C, class R, class Scale>
-LLMKV_INLINE void axpy_tile(const float *const *w, const typename R::T *rows, uint32_t n, uint32_t d,
-                            uint32_t c0, float *const *out, Scale &&scale) {
+LLMKV_INLINE void axpy_tile(const float *const *w, const typename R::T *rows, uint32_t n,
+                            uint32_t d, uint32_t c0, float *const *out, Scale &&scale) {
     __m256 acc[NH * C];
     for (int h = 0; h < NH; ++h) {
 #pragma GCC unroll 8
@@ -384,12 +406,13 @@ LLMKV_INLINE void axpy_tile(const float *const *w, const typename R::T *rows, ui
 }
 
 template <class R, class Scale>
-LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, const typename R::T *rows, uint32_t n,
-                            uint32_t d, float *const *out, Scale &&scale) {
+LLMKV_INLINE void axpy_rows(uint32_t nh, const float *const *w, const typename R::T *rows,
+                            uint32_t n, uint32_t d, float *const *out, Scale &&scale) {
     by_head_chunks(nh, [&]<int NH>(uint32_t h0) {
         constexpr int C = kTileCols<NH>;
         uint32_t c = 0;
-        for (; c + 8 * C <= d; c += 8 * C) axpy_tile<NH, C, R>(w + h0, rows, n, d, c, out + h0, scale);
+        for (; c + 8 * C <= d; c += 8 * C)
+            axpy_tile<NH, C, R>(w + h0, rows, n, d, c, out + h0, scale);
         for (; c < d; c += 8) axpy_tile<NH, 1, R>(w + h0, rows, n, d, c, out + h0, scale);
     });
 }
@@ -435,7 +458,8 @@ LLMKV_INLINE void axpy_i4v_tile(const float *const *w, const uint8_t *head, uint
     for (int h = 0; h < NH; ++h) {
         const __m256 b = _mm256_set1_ps(bias[h]);
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out[h] + c0 + 8 * c, _mm256_add_ps(acc[h * C + c], b));
+        for (int c = 0; c < C; ++c)
+            _mm256_storeu_ps(out[h] + c0 + 8 * c, _mm256_add_ps(acc[h * C + c], b));
     }
 }
 
@@ -462,7 +486,8 @@ void dot_rows_fp8_avx2(uint32_t nh, const float *const *q, const uint8_t *head, 
 template <llmkv_kv_dtype DT>
 void dot_rows_int4(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n, uint32_t d,
                    float *const *scores) {
-    by_head_chunks(nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH, DT>(q + h0, head, n, d, scores + h0); });
+    by_head_chunks(
+        nh, [&]<int NH>(uint32_t h0) { dot_i4k_heads<NH, DT>(q + h0, head, n, d, scores + h0); });
 }
 void dot_rows_i4k_avx2(uint32_t nh, const float *const *q, const uint8_t *head, uint32_t n,
                        uint32_t d, float *const *scores) {
@@ -487,7 +512,8 @@ void axpy_rows_i8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, 
                        uint32_t d, float *const *out) {
     // head: int8 [n][d], fp16 scale [n]
     const uint8_t *scales = head + size_t(n) * d;
-    axpy_rows<I8Rows>(nh, w, head, n, d, out, [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2); });
+    axpy_rows<I8Rows>(nh, w, head, n, d, out,
+                      [&](uint32_t t) { return fp16_at(scales + size_t(t) * 2); });
 }
 void axpy_rows_fp8_avx2(uint32_t nh, const float *const *w, const uint8_t *head, uint32_t n,
                         uint32_t d, float *const *out) {
@@ -566,7 +592,8 @@ void softmax_avx2(float *x, uint32_t n, float scale) {  // x: f32 [n]
     const float total = softmax_partial_avx2(x, n, scale, &m);
     uint32_t i;
     const __m256 inv = _mm256_set1_ps(1.0f / total);
-    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= 1.0f / total;
 }
 

@@ -47,8 +47,8 @@ void rope_rotate(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_di
 namespace {
 
 // NeoX-style rotary embedding: pairs (v[i], v[i + rope_dim / 2]).
-void rope_rotate_halves(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim, uint32_t pos,
-                        float freq_scale, const float *inv_freq) {
+void rope_rotate_halves(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t rope_dim,
+                        uint32_t pos, float freq_scale, const float *inv_freq) {
     const float p = float(pos) * freq_scale;
     const uint32_t half = rope_dim / 2;
     for (uint32_t i = 0; i < half; ++i) {
@@ -63,7 +63,9 @@ void rope_rotate_halves(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t 
     }
 }
 
-float *rows(const Tensor &t) { return static_cast<float *>(t.data); }
+float *rows(const Tensor &t) {
+    return static_cast<float *>(t.data);
+}
 
 }  // namespace
 
@@ -113,7 +115,8 @@ void CpuBackend::embed(const WeightMatrix &table, Tensor out) {
     uint32_t row = 0;
     for (const ForwardSpan &s : *spans_) {
         for (uint32_t i = 0; i < s.n; ++i, ++row) {
-            const uint8_t *src = static_cast<const uint8_t *>(table.data) + size_t(s.tokens[i]) * table.row_bytes;
+            const uint8_t *src =
+                static_cast<const uint8_t *>(table.data) + size_t(s.tokens[i]) * table.row_bytes;
             cpu::dequantize_row(table.type, src, rows(out) + size_t(row) * out.cols, out.cols);
         }
     }
@@ -163,7 +166,8 @@ void CpuBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeP
     for (size_t i = 0; i < spans_->size(); ++i) {
         for (uint32_t t = 0; t < (*spans_)[i].n; ++t) {
             const uint32_t row = row0_[i] + t, pos = att_[i].pos0 + t;
-            rotate(rows(x) + size_t(row) * x.cols, n_heads, head_dim, r.rope_dim, pos, r.freq_scale, r.inv_freq);
+            rotate(rows(x) + size_t(row) * x.cols, n_heads, head_dim, r.rope_dim, pos, r.freq_scale,
+                   r.inv_freq);
         }
     }
 }
@@ -172,7 +176,8 @@ void CpuBackend::rope(Tensor x, uint32_t n_heads, uint32_t head_dim, const RopeP
 // tail slot, rows [pos0, pos0 + n) from the new K/V; then seals every block this span
 // completes (layer `layer` only) and writes the trailing partial block back to the tail.
 // With the KV sink, a span that computes position 0 also keeps it in the tail's sink rows.
-void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim) {
+void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, const float *v,
+                               uint32_t kv_dim) {
     const KvGeometry &g = cache_.geometry();
     const ForwardSpan &s = (*spans_)[span];
     const cpu::AttentionSpan &a = att_[span];
@@ -182,7 +187,8 @@ void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, cons
     const uint32_t end = pos0 + s.n;
     const uint32_t sealed_end = g.sealed_blocks(end);
     uint8_t *tail = cache_.tail_data(s.kv->tail);
-    uint16_t *win_k = const_cast<uint16_t *>(a.window_k), *win_v = const_cast<uint16_t *>(a.window_v);
+    uint16_t *win_k = const_cast<uint16_t *>(a.window_k),
+             *win_v = const_cast<uint16_t *>(a.window_v);
     for (uint32_t h = 0; h < H; ++h) {
         uint16_t *wk = win_k + size_t(h) * win_cap * D;
         uint16_t *wv = win_v + size_t(h) * win_cap * D;
@@ -209,15 +215,19 @@ void CpuBackend::write_span_kv(uint32_t layer, size_t span, const float *k, cons
         for (uint32_t b = ws / B; b < sealed_end; ++b) {
             uint8_t *blk = cache_.sealed_data(cache_.block_id(*s.kv, layer, b));
             size_t row = size_t(b * B - ws);
-            codec_encode_head(codec_spec_k(g), KvRole::K, wk + row * D, B, D, blk + g.sealed_k_offset(layer, h));
-            codec_encode_head(codec_spec_v(g), KvRole::V, wv + row * D, B, D, blk + g.sealed_v_offset(layer, h));
+            codec_encode_head(codec_spec_k(g), KvRole::K, wk + row * D, B, D,
+                              blk + g.sealed_k_offset(layer, h));
+            codec_encode_head(codec_spec_v(g), KvRole::V, wv + row * D, B, D,
+                              blk + g.sealed_v_offset(layer, h));
         }
         // What stays unsealed goes back to the tail slot, from row 0.
         uint32_t tail_start = sealed_end * B;
         if (end > tail_start) {
             size_t row = tail_start - ws;
-            std::memcpy(tail + g.tail_k_offset(layer, h), wk + row * D, size_t(end - tail_start) * D * 2);
-            std::memcpy(tail + g.tail_v_offset(layer, h), wv + row * D, size_t(end - tail_start) * D * 2);
+            std::memcpy(tail + g.tail_k_offset(layer, h), wk + row * D,
+                        size_t(end - tail_start) * D * 2);
+            std::memcpy(tail + g.tail_v_offset(layer, h), wv + row * D,
+                        size_t(end - tail_start) * D * 2);
         }
     }
 }
@@ -304,8 +314,8 @@ void CpuBackend::all_reduce(Tensor x) {
     if (comm_) comm_->all_reduce_sum(rows(x), size_t(x.rows) * x.cols);
 }
 
-void CpuBackend::gather_logits(const float *local, uint32_t n_rows, uint32_t local_cols, uint32_t stride,
-                               uint32_t n_vocab, float *host) {
+void CpuBackend::gather_logits(const float *local, uint32_t n_rows, uint32_t local_cols,
+                               uint32_t stride, uint32_t n_vocab, float *host) {
     gather_logits_over(comm_, local, n_rows, local_cols, stride, n_vocab, host);
 }
 

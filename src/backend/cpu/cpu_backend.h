@@ -47,8 +47,8 @@ public:
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override { spans_ = nullptr; }
     void all_reduce(Tensor x) override;
-    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride, uint32_t n_vocab,
-                       float *host) override;
+    void gather_logits(const float *local, uint32_t rows, uint32_t local_cols, uint32_t stride,
+                       uint32_t n_vocab, float *host) override;
     void set_communicator(Communicator *comm) override { comm_ = comm; }
 
     std::unique_ptr<KvTransferQueue> make_transfer_queue(bool async) override;
@@ -60,7 +60,8 @@ public:
 private:
     // w with its packed copy when load_weights made one.
     WeightMatrix with_packed(const WeightMatrix &w) const;
-    void write_span_kv(uint32_t layer, size_t span, const float *k, const float *v, uint32_t kv_dim);
+    void write_span_kv(uint32_t layer, size_t span, const float *k, const float *v,
+                       uint32_t kv_dim);
 
     KvCache &cache_;
     ThreadPool &pool_;

@@ -4,8 +4,8 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -189,7 +189,8 @@ void rows_loop(const MatmulJob &job, int64_t r0, int64_t r1, Dot &&dot) {
 
 void matmul_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
     auto xrow = [&](int64_t t) { return job.x + t * job.ldx; };
-    if (is_packed_type(job.type)) return packed_rows_portable(job, r0, r1);  // job.w: the packed copy
+    if (is_packed_type(job.type))
+        return packed_rows_portable(job, r0, r1);  // job.w: the packed copy
     switch (job.type) {
         case TensorType::F32:
             rows_loop(job, r0, r1, [&](const uint8_t *w, int64_t t) {
@@ -236,8 +237,7 @@ void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
         for (int i = 0; i < 32; ++i) {
             const float v = std::nearbyint(xb[i] * id);
             // cvtps2dq gives INT32_MIN for NaN and out-of-range values; packs saturate to int8.
-            const int32_t q32 =
-                v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
+            const int32_t q32 = v >= -2147483648.0f && v < 2147483648.0f ? int32_t(v) : INT32_MIN;
             const int32_t q = std::clamp(q32, -127, 127);
             qs[b * kQBlock + i] = int8_t(q);
             half[i / 16] += q;
@@ -252,7 +252,6 @@ void quantize_act_row_portable(const float *x, int64_t nb, uint8_t *dst) {
 // ---- dispatch -----------------------------------------------------------------------------------
 
 namespace {
-
 
 using RowsFn = void (*)(const MatmulJob &, int64_t, int64_t);
 using QuantFn = void (*)(const float *, int64_t, uint8_t *);
@@ -446,9 +445,9 @@ void matmul_reference(const WeightMatrix &w, const float *x, int64_t ldx, int64_
     check_args(w, x, ldx, n_tokens, y, ldy, "matmul_reference");
     std::vector<float> row(size_t(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) {
-        dequantize_row_reference(
-            w.type, static_cast<const uint8_t *>(w.data) + size_t(r) * w.row_bytes, row.data(),
-            w.cols);
+        dequantize_row_reference(w.type,
+                                 static_cast<const uint8_t *>(w.data) + size_t(r) * w.row_bytes,
+                                 row.data(), w.cols);
         for (int64_t t = 0; t < n_tokens; ++t) {
             const float *xt = x + t * ldx;
             double acc = 0.0;

@@ -1,7 +1,7 @@
 // CPU matrix multiplication over weights kept in their GGUF encoding (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K): Y = X * W^T, threaded over output rows; AVX-512 VNNI and AVX2 kernels with a
-// portable fallback. Results are deterministic: Y[t][r] depends only on row r of W and row t
-// of X, and the AVX-512 kernels give the same bits as the AVX2 ones.
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K): Y = X * W^T, threaded over output rows; AVX-512 VNNI
+// and AVX2 kernels with a portable fallback. Results are deterministic: Y[t][r] depends only on row
+// r of W and row t of X, and the AVX-512 kernels give the same bits as the AVX2 ones.
 #pragma once
 
 #include <cstddef>
@@ -49,10 +49,11 @@ private:
 
 // Y (n_tokens, rows) = X (n_tokens, cols) * W^T. X is row-major f32 with row stride ldx
 // (elements), Y row-major with row stride ldy. For the quantized types cols must be a
-// multiple of the block (32, or 256 for the k-quants); every row of X is quantized once per call to q8 blocks of 32 and the dot
-// products are integer ones. Q4_0, Q4_1 and Q8_0 are read from w.packed (matmul_packed.h),
-// or packed into the scratch first when w.packed is null (a full copy per call: give
-// long-lived matrices a PackedWeights). Throws llmkv::Error on unsupported types or bad shapes.
+// multiple of the block (32, or 256 for the k-quants); every row of X is quantized once per call to
+// q8 blocks of 32 and the dot products are integer ones. Q4_0, Q4_1 and Q8_0 are read from w.packed
+// (matmul_packed.h), or packed into the scratch first when w.packed is null (a full copy per call:
+// give long-lived matrices a PackedWeights). Throws llmkv::Error on unsupported types or bad
+// shapes.
 void matmul(const WeightMatrix &w, const float *x, int64_t ldx, int64_t n_tokens, float *y,
             int64_t ldy, ThreadPool &pool, MatmulScratch &scratch);
 
@@ -70,11 +71,10 @@ const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
 // packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q5_1 / Q4_K
-// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K and IQ4_NL packed. A model's revision is the highest of its
-// matrices' (matmul_revision), so a model without the later types keeps "-r2" or "-r3": its
-// results did not change. KV written by an
-// earlier revision is not bitwise what this build computes, so its snapshots are refused unless
-// loaded with "any kernel".
+// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K and IQ4_NL packed. A model's
+// revision is the highest of its matrices' (matmul_revision), so a model without the later types
+// keeps "-r2" or "-r3": its results did not change. KV written by an earlier revision is not
+// bitwise what this build computes, so its snapshots are refused unless loaded with "any kernel".
 std::string matmul_kernel_id(int revision);
 // The revision that last changed matmul()'s results for weights of this type (2 to 5).
 constexpr int matmul_revision(TensorType type) {

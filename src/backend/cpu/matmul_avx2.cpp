@@ -251,13 +251,15 @@ void quantize_act_row_avx2(const float *x, int64_t nb, uint8_t *dst) {
         const __m256i p =
             _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         // Codes stay within -127..127 (only a NaN or out-of-range product packs to -128).
-        const __m256i q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, order), _mm256_set1_epi8(-127));
+        const __m256i q =
+            _mm256_max_epi8(_mm256_permutevar8x32_epi32(p, order), _mm256_set1_epi8(-127));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs + b * kQBlock), q);
         d[b] = db;
         // The halves' sums: vpsadbw of the codes + 128 gives four 8-byte sums; each half is two.
-        const __m256i sad =
-            _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
-        const __m256i lane = _mm256_add_epi64(sad, _mm256_shuffle_epi32(sad, _MM_SHUFFLE(1, 0, 3, 2)));
+        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))),
+                                            _mm256_setzero_si256());
+        const __m256i lane =
+            _mm256_add_epi64(sad, _mm256_shuffle_epi32(sad, _MM_SHUFFLE(1, 0, 3, 2)));
         const int32_t half[2] = {_mm256_cvtsi256_si32(lane) - 16 * 128,
                                  _mm256_extract_epi32(lane, 4) - 16 * 128};
         std::memcpy(s + 8 * b, half, 8);

@@ -1,6 +1,6 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights (matmul_packed.h): the
-// packing, the per-block activation terms and the portable kernel, which spells out the arithmetic
-// the SIMD kernels reproduce.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights
+// (matmul_packed.h): the packing, the per-block activation terms and the portable kernel, which
+// spells out the arithmetic the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
 #include <algorithm>
@@ -178,8 +178,10 @@ void pack_group(const WeightMatrix &w, int64_t g, uint8_t *dst) {
                     for (int k = 0; k < 8; ++k) {
                         const int c = u[4 * k + e];
                         if (packed_has_crumbs(t)) {
-                            blk[off + 64 * (k / 4) + 4 * j + e] |= uint8_t((c & 3) << (2 * (k % 4)));
-                            if (t == TensorType::Q3_K) blk[hi + 4 * j + e] |= uint8_t(((c >> 2) & 1) << k);
+                            blk[off + 64 * (k / 4) + 4 * j + e] |=
+                                uint8_t((c & 3) << (2 * (k % 4)));
+                            if (t == TensorType::Q3_K)
+                                blk[hi + 4 * j + e] |= uint8_t(((c >> 2) & 1) << k);
                             continue;
                         }
                         if (!packed_has_nibbles(t)) {

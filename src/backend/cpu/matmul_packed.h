@@ -61,10 +61,10 @@
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
 //                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0, IQ4_NL u - 128,
-//                                            Q5_0 u - 16, Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo *
-//                                            J_lo + sc_hi * J_hi, J the sums of (u_k - o) x_k
-//                                            (o = 32, 4, 0) over the halves k < 16 and
-//                                            k >= 16; |I| < 2^24
+//                                            Q5_0 u - 16, Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo
+//                                            * J_lo + sc_hi * J_hi, J the sums of (u_k - o) x_k (o
+//                                            = 32, 4, 0) over the halves k < 16 and k >= 16; |I| <
+//                                            2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
 //                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
 //   y   = fma(M, xs, y)                      Q4_1, Q5_1 (M = m_w), Q4_K, Q5_K (M = float(m) *
@@ -173,8 +173,8 @@ constexpr int packed_unit_blocks(TensorType type) {
 }
 constexpr size_t packed_header_bytes(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q2_K ? 64
-           : type == TensorType::Q6_K || type == TensorType::Q3_K ? 32
-                                                                  : 0;
+           : type == TensorType::Q6_K || type == TensorType::Q3_K                           ? 32
+                                                                                            : 0;
 }
 constexpr size_t packed_unit_bytes(TensorType type) {
     return packed_header_bytes(type) +
@@ -287,8 +287,8 @@ struct MatmulJob;
 
 // Per-block activation terms of the packed kernels, in the activation record's s region
 // (matmul.h: act_s), two 4-byte values per block b at s[2b], s[2b + 1]: with S_b the sum of
-// the block's codes, Q4_0 / Q8_0 / Q5_0 / IQ4_NL the int32 -o * S_b (o = packed_code_offset: the SIMD
-// kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K / Q5_K the float
+// the block's codes, Q4_0 / Q8_0 / Q5_0 / IQ4_NL the int32 -o * S_b (o = packed_code_offset: the
+// SIMD kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K / Q5_K the float
 // xs_b = d_b * float(S_b) and 0; Q6_K / Q3_K the int32 -o * (sum of codes 0-15) and
 // -o * (sum of codes 16-31); Q2_K the int32 sums of codes 0-15 and 16-31 (its codes need no
 // offset; the sums feed the min step).

@@ -36,9 +36,9 @@ template <TensorType kType>
 inline constexpr size_t kHigh = packed_high_offset(kType);
 // Steps whose int16 pair sums may be added before widening (see above).
 template <TensorType kType>
-inline constexpr int kRun = kType == TensorType::Q6_K                                 ? 2
+inline constexpr int kRun = kType == TensorType::Q6_K                                ? 2
                             : packed_has_high_bit(kType) || packed_has_crumbs(kType) ? 4
-                                                                                      : 8;
+                                                                                     : 8;
 
 // Shifts each 16-bit lane left by S (right by -S); S is a compile-time constant.
 template <int S>

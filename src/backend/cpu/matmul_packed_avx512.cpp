@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma -mf16c; called only
-// after cpu_has_avx512_vnni().
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma
+// -mf16c; called only after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
 // vpdpbusd (unsigned weight codes x broadcast signed activation codes, starting from the
@@ -9,8 +9,8 @@
 // the exact block dot products of 16 rows, then one vcvtdq2ps, vmulps and vfmadd (two for the
 // types with a min; Q2_K's min sum m_lo * S_lo + m_hi * S_hi is two more vpmulld) apply the
 // float steps of matmul_packed.h. The Q5 types', Q6_K's and Q3_K's high
-// bits are moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D and M are
-// made per block and group (an exact int-to-float product), shared by the tile's tokens.
+// bits are moved into place with one shift and one vpternlogd per code vector; Q4_K's and Q5_K's D
+// and M are made per block and group (an exact int-to-float product), shared by the tile's tokens.
 // Prefill tiles are one group x up to kTokens tokens, so a block's codes are loaded once per
 // kTokens tokens; decode tiles are one group x 1 token with two integer chains (the integer
 // sums are exact, so splitting them changes nothing).
@@ -246,8 +246,8 @@ void dtile(const uint8_t *gw, int64_t nb, const uint8_t *a, float *y, int nrows,
         if (pf + kStep <= pf_end) prefetch_step<kStep>(pf);
         pf += kStep;
         const uint8_t *blk = gw + packed_block_offset(kType, b);
-        // Two chains: codes 0-15 and 16-31 (the halves of the types with half scales; for the others any split
-        // is exact).
+        // Two chains: codes 0-15 and 16-31 (the halves of the types with half scales; for the
+        // others any split is exact).
         __m512i ia = start_value<kType>(a, s_off, b, 0);
         __m512i ib = start_value<kType>(a, s_off, b, 1);
         static_for<8>([&](auto kc) {

@@ -5,7 +5,6 @@
 // every machine: no CUDA header or library is involved, only the platform layer's loader.
 #include "backend/cuda/cuda_backend.h"
 
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -55,8 +54,8 @@ CudaModule::CudaModule() {
 bool CudaModule::try_load(const std::string &path) {
     void *h = os::load_library(path, error_);
     if (!h) return false;
-    auto get_api = reinterpret_cast<llmkv_cuda_get_api_fn>(
-        os::library_symbol(h, LLMKV_CUDA_GET_API_SYMBOL));
+    auto get_api =
+        reinterpret_cast<llmkv_cuda_get_api_fn>(os::library_symbol(h, LLMKV_CUDA_GET_API_SYMBOL));
     if (!get_api) {
         error_ = strprintf("%s: no symbol %s", path.c_str(), LLMKV_CUDA_GET_API_SYMBOL);
         os::unload_library(h);
@@ -98,7 +97,8 @@ int cuda_device_count(std::string *why) {
 }
 
 // The one conversion of a KvGeometry (and the pool sizes) into the ABI's plain C struct.
-llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &g, uint32_t n_sealed_blocks, uint32_t n_tail_slots) {
+llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &g, uint32_t n_sealed_blocks,
+                                uint32_t n_tail_slots) {
     llmkv_cuda_kv_desc kd{};
     kd.struct_size = sizeof kd;
     kd.n_layers = g.n_layers;
@@ -133,12 +133,12 @@ llmkv_status status_of(llmkv_cuda_status s) {
 }
 
 // Throws the llmkv::Error for a failed module call, with the context's message.
-void check_cuda(const llmkv_cuda_api *api, const llmkv_cuda_context *ctx, llmkv_cuda_status s, const char *what) {
+void check_cuda(const llmkv_cuda_api *api, const llmkv_cuda_context *ctx, llmkv_cuda_status s,
+                const char *what) {
     if (s == LLMKV_CUDA_OK) return;
     const char *msg = (api && ctx) ? api->last_error(ctx) : "";
     fail(status_of(s), "CUDA backend: %s: %s", what, msg && *msg ? msg : "failed");
 }
-
 
 llmkv_cuda_tensor dev(const Tensor &t) {
     return llmkv_cuda_tensor{t.data, t.rows, t.cols};
@@ -168,7 +168,8 @@ public:
         in_host_.clear();
         for (const KvTransfer &t : transfers) {
             if (t.id < 0 || t.id > int64_t(UINT32_MAX))
-                fail(LLMKV_ERR_INTERNAL, "CUDA transfer: no block / tail slot (%lld)", (long long)t.id);
+                fail(LLMKV_ERR_INTERNAL, "CUDA transfer: no block / tail slot (%lld)",
+                     (long long)t.id);
             switch (t.kind) {
                 case KvTransfer::kBlockOut:
                     out_ids_.push_back(uint32_t(t.id));
@@ -253,8 +254,10 @@ public:
         device_name_ = name;
 
         // The module's kernels do not read the KV sink's tail rows (nor lay them out).
-        if (geometry_.sink) fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: the KV sink is CPU only so far");
-        const llmkv_cuda_kv_desc kd = cuda_kv_desc(geometry_, options_.n_sealed_blocks, options_.n_tail_slots);
+        if (geometry_.sink)
+            fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: the KV sink is CPU only so far");
+        const llmkv_cuda_kv_desc kd =
+            cuda_kv_desc(geometry_, options_.n_sealed_blocks, options_.n_tail_slots);
         llmkv_cuda_context_params cp{};
         cp.struct_size = sizeof cp;
         cp.device = options_.device;
@@ -306,8 +309,8 @@ public:
             llmkv_cuda_weight handle = 0;
             const bool keep_encoded = !options_.fp16_weights && w->type != TensorType::F32 &&
                                       w->type != TensorType::F16 && w->type != TensorType::BF16;
-            const auto upload = keep_encoded ? api_->upload_matrix_quantized
-                                             : api_->upload_matrix_packed;
+            const auto upload =
+                keep_encoded ? api_->upload_matrix_quantized : api_->upload_matrix_packed;
             check(upload(ctx_, uint32_t(w->type), w->data, uint32_t(w->rows), uint32_t(w->cols),
                          uint64_t(w->row_bytes), &handle),
                   "uploading a weight matrix");
@@ -490,7 +493,9 @@ private:
         std::vector<float> values;  // what was uploaded (a reused address is re-checked)
     };
 
-    void check(llmkv_cuda_status status, const char *what) const { check_cuda(api_, ctx_, status, what); }
+    void check(llmkv_cuda_status status, const char *what) const {
+        check_cuda(api_, ctx_, status, what);
+    }
     const Matrix *find_matrix(const WeightMatrix &w) const {
         auto it = matrices_.find(w.data);
         if (it == matrices_.end()) return nullptr;
@@ -508,7 +513,8 @@ private:
     }
     llmkv_cuda_weight vector(const float *v) const {
         auto it = vectors_.find(v);
-        if (it == vectors_.end()) fail(LLMKV_ERR_INTERNAL, "CUDA backend: a weight vector was not loaded");
+        if (it == vectors_.end())
+            fail(LLMKV_ERR_INTERNAL, "CUDA backend: a weight vector was not loaded");
         return it->second;
     }
     // Rotary frequencies: uploaded once per distinct address and contents (set-up cost on

@@ -77,7 +77,8 @@ bool cuda_comm_unique_id(DeviceCommId &id, std::string *why);
 // The one conversion of a KvGeometry (and the pool sizes) into the module ABI's plain C
 // KV description; the module converts it back in one place too (kernels/module.cpp:
 // geometry_of). Both sit beside the ABI rather than in kv/kv_layout.h, which knows no backend.
-llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &geometry, uint32_t n_sealed_blocks, uint32_t n_tail_slots);
+llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &geometry, uint32_t n_sealed_blocks,
+                                uint32_t n_tail_slots);
 
 // The CUDA backend on options.device: KV pools of the geometry's layout, batch tables for
 // options.max_batch_tokens, workspaces. Weights come later (load_weights: each matrix's

@@ -186,8 +186,8 @@ typedef struct llmkv_cuda_api {
     /* Copies a weight matrix to the device: fp16 (IEEE binary16 bit patterns) row-major
      * [rows][cols], row r = output feature r; HOST memory, read only during the call.
      * Synchronous. */
-    llmkv_cuda_status (*upload_matrix)(llmkv_cuda_context *ctx, const uint16_t *host,
-                                       uint32_t rows, uint32_t cols, llmkv_cuda_weight *out);
+    llmkv_cuda_status (*upload_matrix)(llmkv_cuda_context *ctx, const uint16_t *host, uint32_t rows,
+                                       uint32_t cols, llmkv_cuda_weight *out);
     /* Copies an f32 vector of n values (norm weights, rope frequencies) to the device. */
     llmkv_cuda_status (*upload_vector)(llmkv_cuda_context *ctx, const float *host, uint32_t n,
                                        llmkv_cuda_weight *out);
@@ -203,8 +203,7 @@ typedef struct llmkv_cuda_api {
      * row -> span, block tables, seal jobs, logit rows. *n_tokens / *n_logit_rows (may be
      * NULL) receive the batch's row counts. A batch still open is replaced. */
     llmkv_cuda_status (*begin_batch)(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
-                                     uint32_t n_spans, uint32_t *n_tokens,
-                                     uint32_t *n_logit_rows);
+                                     uint32_t n_spans, uint32_t *n_tokens, uint32_t *n_logit_rows);
     /* out (T, cols) = rows of matrix `table` for the batch's tokens (T = the batch's tokens;
      * the table's cols = out.cols; INVALID, before any work, if a token id >= the table's
      * rows). */
@@ -217,8 +216,8 @@ typedef struct llmkv_cuda_api {
     /* y (x.rows, w.rows) = x * w^T (cuBLAS: x rounded to fp16, fp16 weights, f32
      * accumulation and output; a matrix of upload_matrix_quantized: see there). y must not
      * overlap x. */
-    llmkv_cuda_status (*matmul)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
-                                llmkv_cuda_tensor x, llmkv_cuda_tensor y);
+    llmkv_cuda_status (*matmul)(llmkv_cuda_context *ctx, llmkv_cuda_weight w, llmkv_cuda_tensor x,
+                                llmkv_cuda_tensor y);
     /* Rotates the first n_heads heads (head_dim wide) of each row r < x.rows at the batch
      * position of row r: pair i < rope_dim / 2 by pos * freq_scale * inv_freq[i];
      * inv_freq a vector of rope_dim / 2; style LLMKV_CUDA_ROPE_*. */
@@ -250,8 +249,8 @@ typedef struct llmkv_cuda_api {
                                            llmkv_cuda_tensor out);
     /* host (x.rows, w.rows) f32 = x * w^T, in chunks through a device buffer; returns when
      * the rows are in host memory (synchronizes the compute stream). */
-    llmkv_cuda_status (*logits)(llmkv_cuda_context *ctx, llmkv_cuda_weight w,
-                                llmkv_cuda_tensor x, float *host);
+    llmkv_cuda_status (*logits)(llmkv_cuda_context *ctx, llmkv_cuda_weight w, llmkv_cuda_tensor x,
+                                float *host);
     /* Closes the batch (queued work keeps running; later calls are ordered after it). */
     llmkv_cuda_status (*end_batch)(llmkv_cuda_context *ctx);
 
@@ -351,14 +350,16 @@ typedef struct llmkv_cuda_api {
      * allocates the all-gather buffer for n_ranks ranks (all_reduce_sum runs in chunks of
      * min(max_elements, 4 Mi) floats per rank). The ranks agree that every one prepared
      * before any calls comm_init, which waits for all of them. */
-    llmkv_cuda_status (*comm_prepare)(llmkv_cuda_context *ctx, uint32_t n_ranks, uint64_t max_elements);
+    llmkv_cuda_status (*comm_prepare)(llmkv_cuda_context *ctx, uint32_t n_ranks,
+                                      uint64_t max_elements);
     /* Joins the prepared context to communicator `id` as rank `rank` of n_ranks (the
      * n_ranks of comm_prepare) with ncclCommInitRank: every rank calls it at the same time,
      * from its own thread or process, each on its own device; it returns when all have
      * joined (a rank that never calls it leaves the others waiting, as in any NCCL program).
      * A context joins once. */
-    llmkv_cuda_status (*comm_init)(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
-                                   uint32_t n_ranks, uint32_t rank);
+    llmkv_cuda_status (*comm_init)(llmkv_cuda_context *ctx,
+                                   const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES], uint32_t n_ranks,
+                                   uint32_t rank);
     /* x = the sum of x over the communicator's ranks, added in rank order (rank 0 + rank 1 +
      * ...: an NCCL all-gather of every rank's x, then one kernel summing the copies in that
      * order, chunk by chunk), so that every rank holds the same bits, run after run — a ring

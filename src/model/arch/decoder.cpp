@@ -36,7 +36,8 @@ namespace {
 
 class DecoderForward final : public Forward {
 public:
-    DecoderForward(const LlamaModel &model, Backend &backend, uint32_t max_tokens, const ModelShard *shard)
+    DecoderForward(const LlamaModel &model, Backend &backend, uint32_t max_tokens,
+                   const ModelShard *shard)
         : model_(model),
           shard_(shard),
           cfg_(shard ? shard->config() : model.config()),
@@ -80,7 +81,8 @@ public:
         if (shard_) local_logits_.resize(size_t(T) * shard_->ranges().n_vocab);
         WeightSet w;
         w.matrices.push_back(&model.token_embedding());
-        if (output_.data != model.token_embedding().data || output_.rows != model.token_embedding().rows) {
+        if (output_.data != model.token_embedding().data ||
+            output_.rows != model.token_embedding().rows) {
             w.matrices.push_back(&output_);
         }
         w.vectors.push_back({model.output_norm(), cfg_.n_embd});
@@ -88,7 +90,8 @@ public:
             if (p) w.vectors.push_back({p, n});
         };
         for (const LlamaLayer &L : layers_) {
-            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            for (const WeightMatrix *m :
+                 {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
                 w.matrices.push_back(m);
             }
             vec(L.attn_norm, cfg_.n_embd);
@@ -110,11 +113,12 @@ public:
 
     void run(const std::vector<ForwardSpan> &spans, std::vector<float> &logits) override {
         // Validate the whole batch before any KV is written.
-        const BatchShape shape = validate_batch(spans, be_.kv_geometry(), cfg_.n_vocab, max_tokens_);
+        const BatchShape shape =
+            validate_batch(spans, be_.kv_geometry(), cfg_.n_vocab, max_tokens_);
         const uint32_t T = shape.tokens, n_logits = shape.logit_rows;
-        Tensor x = x_.first_rows(T), xn = xn_.first_rows(T), q = q_.first_rows(T), k = k_.first_rows(T),
-               v = v_.first_rows(T), attn = attn_.first_rows(T), tmp = tmp_.first_rows(T),
-               gate = gate_.first_rows(T), up = up_.first_rows(T);
+        Tensor x = x_.first_rows(T), xn = xn_.first_rows(T), q = q_.first_rows(T),
+               k = k_.first_rows(T), v = v_.first_rows(T), attn = attn_.first_rows(T),
+               tmp = tmp_.first_rows(T), gate = gate_.first_rows(T), up = up_.first_rows(T);
         const uint32_t D = cfg_.head_dim;
 
         be_.begin_batch(spans, shape);
@@ -169,8 +173,8 @@ public:
             if (shard_) {
                 const ShardRanges &r = shard_->ranges();
                 be_.logits(output_, last_norm, local_logits_.data());
-                be_.gather_logits(local_logits_.data(), n_logits, r.n_vocab, r.vocab_stride, cfg_.n_vocab,
-                                  logits.data());
+                be_.gather_logits(local_logits_.data(), n_logits, r.n_vocab, r.vocab_stride,
+                                  cfg_.n_vocab, logits.data());
             } else {
                 be_.logits(output_, last_norm, logits.data());
             }
@@ -194,10 +198,11 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backend, uint32_t max_tokens,
-                                         const ModelShard *shard) {
+std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backend,
+                                         uint32_t max_tokens, const ModelShard *shard) {
     const std::string &arch = model.config().architecture;
-    if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" || arch == "phi3") {
+    if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" ||
+        arch == "phi3") {
         return std::make_unique<DecoderForward>(model, backend, max_tokens, shard);
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no forward pass for architecture '%s'", arch.c_str());

@@ -27,8 +27,8 @@ public:
     // With a shard (tensor parallelism): the forward pass of one rank, on its slices of the
     // weights; the backend's communicator sums the attention and MLP outputs over the
     // ranks and gathers the logits, which every rank returns whole.
-    static std::unique_ptr<Forward> create(const LlamaModel &model, Backend &backend, uint32_t max_tokens,
-                                           const ModelShard *shard = nullptr);
+    static std::unique_ptr<Forward> create(const LlamaModel &model, Backend &backend,
+                                           uint32_t max_tokens, const ModelShard *shard = nullptr);
     virtual ~Forward() = default;
 
     // Runs the batch. On return each span's kv->n_tokens has advanced by n, and logits

@@ -23,14 +23,19 @@ constexpr size_t kPiece = size_t(1) << 30;
 int mpi_broadcast(void *, void *buf, size_t bytes, int32_t root) {
     for (size_t off = 0; off < bytes; off += kPiece) {
         const int n = int(std::min(kPiece, bytes - off));
-        if (MPI_Bcast(static_cast<char *>(buf) + off, n, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) return 1;
+        if (MPI_Bcast(static_cast<char *>(buf) + off, n, MPI_BYTE, root, MPI_COMM_WORLD) !=
+            MPI_SUCCESS)
+            return 1;
     }
     return 0;
 }
 
 int mpi_all_gather(void *, const void *send, void *recv, size_t bytes) {
     if (bytes < kPiece) {
-        return MPI_Allgather(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : 1;
+        return MPI_Allgather(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE,
+                             MPI_COMM_WORLD) == MPI_SUCCESS
+                   ? 0
+                   : 1;
     }
     // Large: one rank's piece at a time, broadcast from its owner.
     int size = 0, rank = 0;
@@ -38,7 +43,9 @@ int mpi_all_gather(void *, const void *send, void *recv, size_t bytes) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int r = 0; r < size; ++r) {
         char *dst = static_cast<char *>(recv) + size_t(r) * bytes;
-        if (r == rank) std::copy(static_cast<const char *>(send), static_cast<const char *>(send) + bytes, dst);
+        if (r == rank)
+            std::copy(static_cast<const char *>(send), static_cast<const char *>(send) + bytes,
+                      dst);
         if (mpi_broadcast(nullptr, dst, bytes, r) != 0) return 1;
     }
     return 0;
@@ -61,7 +68,9 @@ const llmkv_tp_transport *mpi_transport(std::string *error) {
     }
     std::atexit(finalize);
     if (provided < MPI_THREAD_SERIALIZED) {
-        *error = "this MPI library does not allow calls from more than one thread (MPI_THREAD_SERIALIZED)";
+        *error =
+            "this MPI library does not allow calls from more than one thread "
+            "(MPI_THREAD_SERIALIZED)";
         return nullptr;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
