@@ -5,7 +5,8 @@
 #ifndef LLMKV_CAPI_COMMON_H
 #define LLMKV_CAPI_COMMON_H
 
-#include <cmocka.h>
+// clang-format off
+// cmocka.h needs setjmp.h, stdarg.h and stddef.h before it: this order is kept by hand.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
+// clang-format on
 
 #include "llmkv.h"
 
