@@ -20,9 +20,9 @@
  *    LLMKV_ERR_INVALID_ARGUMENT (a later library also accepts the older sizes).
  *  - Handles are opaque. Every _destroy / _release accepts NULL.
  *  - Threads: an engine and its sessions and prefixes may be called from any thread; calls
- *    on one engine serialize internally (in the order they arrive). Different engines are
- * independent. Callbacks run on the thread that called into the library and must not call back into
- * that engine. A host that must never wait for a forward pass runs the engine's own worker thread
+ *    on one engine serialize internally (in the order they arrive). Different engines are independent. Callbacks run on
+ *    the thread that called into the library and must not call back into that engine.
+ *    A host that must never wait for a forward pass runs the engine's own worker thread
  *    (llmkv_worker_start) and calls only the functions listed there from its hot thread.
  *  - No C++ exception or abort crosses this API. After LLMKV_ERR_BACKEND only destroy
  *    calls are valid on that engine.
@@ -68,12 +68,12 @@ typedef int32_t llmkv_status;
 #define LLMKV_OK 0
 #define LLMKV_ERR_INVALID_ARGUMENT (-1)
 #define LLMKV_ERR_OUT_OF_MEMORY (-2)
-#define LLMKV_ERR_KV_CAPACITY (-3) /* the request can never fit, even with offload */
+#define LLMKV_ERR_KV_CAPACITY (-3)   /* the request can never fit, even with offload */
 #define LLMKV_ERR_IO (-4)
 #define LLMKV_ERR_MODEL_FORMAT (-5)
 #define LLMKV_ERR_UNSUPPORTED (-6)
-#define LLMKV_ERR_BACKEND (-7) /* device lost: only destroy calls remain valid */
-#define LLMKV_ERR_STATE (-8)   /* call not valid in the object's current state */
+#define LLMKV_ERR_BACKEND (-7)       /* device lost: only destroy calls remain valid */
+#define LLMKV_ERR_STATE (-8)         /* call not valid in the object's current state */
 #define LLMKV_ERR_SNAPSHOT_FORMAT (-9)
 #define LLMKV_ERR_CANCELLED (-10)
 #define LLMKV_ERR_INTERNAL (-99)
@@ -180,34 +180,34 @@ typedef int (*llmkv_tp_broadcast_fn)(void *ctx, void *buf, size_t bytes, int32_t
 /* On return every rank's recv (size * bytes) holds each rank's send (bytes), in rank order. */
 typedef int (*llmkv_tp_all_gather_fn)(void *ctx, const void *send, void *recv, size_t bytes);
 typedef struct llmkv_tp_transport {
-    void *ctx;    /* passed back to the callbacks */
-    int32_t rank; /* this process: 0 runs the engine, 1..size-1 run llmkv_tp_serve */
-    int32_t size; /* ranks in all */
+    void *ctx;          /* passed back to the callbacks */
+    int32_t rank;       /* this process: 0 runs the engine, 1..size-1 run llmkv_tp_serve */
+    int32_t size;       /* ranks in all */
     llmkv_tp_broadcast_fn broadcast;
     llmkv_tp_all_gather_fn all_gather;
 } llmkv_tp_transport;
 
 typedef struct llmkv_engine_params {
     uint32_t struct_size;
-    const char *model_path; /* GGUF file; borrowed for the duration of create */
-    llmkv_backend backend;  /* AUTO picks CUDA when available and able to run the
-                               configuration (KV codec, shapes), else CPU (CUDA is
-                               experimental: compiled, never run on a GPU) */
-    const int32_t *devices; /* GPU ordinals; n_devices > 1 = tensor parallel, one rank
-                               per device (the CUDA backend; NCCL between distinct
-                               devices), see tp_size below. Experimental: compiled,
-                               never run on a GPU */
+    const char *model_path;    /* GGUF file; borrowed for the duration of create */
+    llmkv_backend backend;     /* AUTO picks CUDA when available and able to run the
+                                  configuration (KV codec, shapes), else CPU (CUDA is
+                                  experimental: compiled, never run on a GPU) */
+    const int32_t *devices;    /* GPU ordinals; n_devices > 1 = tensor parallel, one rank
+                                  per device (the CUDA backend; NCCL between distinct
+                                  devices), see tp_size below. Experimental: compiled,
+                                  never run on a GPU */
     uint32_t n_devices;
-    uint32_t n_threads;          /* CPU worker threads; 0 = all cores */
-    llmkv_kv_dtype kv_dtype_k;   /* dtype of sealed K blocks */
-    llmkv_kv_dtype kv_dtype_v;   /* dtype of sealed V blocks */
-    uint32_t kv_block_tokens;    /* tokens per block; 0 = 16 */
-    uint64_t kv_device_bytes;    /* device-tier KV budget; 0 = automatic */
-    uint64_t kv_host_bytes;      /* pinned host-tier budget; 0 = no host tier */
-    uint32_t max_batch_tokens;   /* token budget of one step; 0 = automatic (512) */
-    uint32_t max_context;        /* per-session token limit; 0 = the model's */
-    uint32_t flags;              /* LLMKV_ENGINE_* */
-    uint32_t max_sessions;       /* live sessions at once (each owns one tail block); 0 = 256 */
+    uint32_t n_threads;        /* CPU worker threads; 0 = all cores */
+    llmkv_kv_dtype kv_dtype_k; /* dtype of sealed K blocks */
+    llmkv_kv_dtype kv_dtype_v; /* dtype of sealed V blocks */
+    uint32_t kv_block_tokens;  /* tokens per block; 0 = 16 */
+    uint64_t kv_device_bytes;  /* device-tier KV budget; 0 = automatic */
+    uint64_t kv_host_bytes;    /* pinned host-tier budget; 0 = no host tier */
+    uint32_t max_batch_tokens; /* token budget of one step; 0 = automatic (512) */
+    uint32_t max_context;      /* per-session token limit; 0 = the model's */
+    uint32_t flags;            /* LLMKV_ENGINE_* */
+    uint32_t max_sessions;     /* live sessions at once (each owns one tail block); 0 = 256 */
     uint32_t kv_residual_tokens; /* newest tokens of a session always kept in full precision
                                     besides its partial block (0..4096); sealing waits until a
                                     full block is older than this */
@@ -295,12 +295,12 @@ LLMKV_API void llmkv_engine_destroy(llmkv_engine *e);
 typedef struct llmkv_engine_info {
     uint32_t struct_size;
     char model_name[128];
-    char architecture[32]; /* "llama" */
-    char backend_name[32]; /* "cpu" or "cuda" */
-    uint32_t backend;      /* llmkv_backend actually in use */
+    char architecture[32];      /* "llama" */
+    char backend_name[32];      /* "cpu" or "cuda" */
+    uint32_t backend;           /* llmkv_backend actually in use */
     uint32_t n_vocab;
-    uint32_t n_ctx_train; /* the model's trained context */
-    uint32_t max_context; /* per-session limit in effect */
+    uint32_t n_ctx_train;       /* the model's trained context */
+    uint32_t max_context;       /* per-session limit in effect */
     uint32_t n_layers;
     uint32_t n_embd;
     uint32_t n_heads;
@@ -312,26 +312,25 @@ typedef struct llmkv_engine_info {
     uint32_t kv_dtype_v;
     uint32_t tp_size;
     uint64_t n_params;
-    uint64_t weight_bytes;              /* bytes of weight tensors as loaded */
+    uint64_t weight_bytes;      /* bytes of weight tensors as loaded */
     uint64_t kv_bytes_per_token_device; /* sealed-block bytes per token (scales included) */
     uint64_t kv_bytes_per_token_tail;   /* full-precision tail bytes per token */
-    uint64_t kv_device_bytes;           /* device-tier budget in effect */
-    uint32_t kv_blocks_total;           /* sealed blocks in the device tier */
+    uint64_t kv_device_bytes;   /* device-tier budget in effect */
+    uint32_t kv_blocks_total;   /* sealed blocks in the device tier */
     uint32_t kv_tail_blocks_total;
     uint32_t kv_residual_tokens;
-    uint32_t kv_rotate_k; /* 1 when sealed K blocks are rotated */
+    uint32_t kv_rotate_k;       /* 1 when sealed K blocks are rotated */
     uint32_t kv_rotate_v;
-    int32_t bos_token; /* -1 if none */
-    int32_t eos_token; /* -1 if none */
-    int32_t eot_token; /* -1 if none */
+    int32_t bos_token;          /* -1 if none */
+    int32_t eos_token;          /* -1 if none */
+    int32_t eot_token;          /* -1 if none */
     /* ---- Appended in 0.2 (the 0.1 size is still accepted). ---- */
-    uint32_t
-        n_unrepresentable_bytes; /* byte values the vocabulary has no token for (dropped by
-                                    tokenization unless LLMKV_TOKENIZE_STRICT); 0 for most models */
+    uint32_t n_unrepresentable_bytes; /* byte values the vocabulary has no token for (dropped by
+                                         tokenization unless LLMKV_TOKENIZE_STRICT); 0 for most models */
     /* ---- Appended in 0.3 (the 0.1 and 0.2 sizes are still accepted). ---- */
-    uint32_t kv_window;       /* tokens a sliding-window layer sees; 0: the model has none */
-    uint32_t kv_layer_groups; /* 1, or with window release 1 + the sliding-window layer groups:
-                                 blocks of those groups are released once outside the window */
+    uint32_t kv_window;         /* tokens a sliding-window layer sees; 0: the model has none */
+    uint32_t kv_layer_groups;   /* 1, or with window release 1 + the sliding-window layer groups:
+                                   blocks of those groups are released once outside the window */
     uint64_t kv_bytes_per_token_global; /* with window release: sealed bytes per token once it is
                                    outside every window (the global layers'); else as
                                    kv_bytes_per_token_device */
@@ -347,10 +346,10 @@ LLMKV_API llmkv_status llmkv_engine_get_info(const llmkv_engine *e, llmkv_engine
 
 typedef struct llmkv_stats {
     uint32_t struct_size;
-    uint32_t blocks_total; /* device tier, sealed blocks */
+    uint32_t blocks_total;          /* device tier, sealed blocks */
     uint32_t blocks_free;
-    uint32_t blocks_cached; /* unreferenced, kept by the prefix cache */
-    uint32_t blocks_used;   /* referenced by sessions or prefixes */
+    uint32_t blocks_cached;         /* unreferenced, kept by the prefix cache */
+    uint32_t blocks_used;           /* referenced by sessions or prefixes */
     uint32_t tail_blocks_total;
     uint32_t tail_blocks_used;
     uint32_t sessions_total;
@@ -360,43 +359,43 @@ typedef struct llmkv_stats {
     uint32_t sessions_generating;
     uint32_t sessions_parked;
     uint32_t sessions_finished;
-    uint64_t kv_bytes_used; /* bytes of blocks in use (sealed + tail) */
-    uint64_t tokens_stored; /* tokens whose KV is held by live sessions */
+    uint64_t kv_bytes_used;         /* bytes of blocks in use (sealed + tail) */
+    uint64_t tokens_stored;         /* tokens whose KV is held by live sessions */
     uint64_t prefix_hit_tokens;
     uint64_t prefix_miss_tokens;
     uint64_t bytes_to_host;
     uint64_t bytes_to_device;
     uint64_t preemptions;
-    uint64_t tokens_prefilled; /* prompt tokens run through the model */
+    uint64_t tokens_prefilled;      /* prompt tokens run through the model */
     uint64_t tokens_generated;
     uint64_t steps;
     /* Host tier (all 0 without one). */
-    uint64_t host_bytes_total; /* the host region (rounded up to the arena granularity) */
-    uint64_t host_bytes_used;  /* bytes of host-resident blocks (at most kv_host_bytes) */
-    uint64_t host_blocks;      /* host-resident blocks: parked and swapped sessions', long
-                                  contexts' older blocks, demoted prefix blocks (tails count) */
-    uint64_t parks;      /* idle sessions moved to the host tier (explicit or under pressure) */
-    uint64_t swaps;      /* running sessions preempted to the host tier (not recomputed) */
-    uint64_t resumes;    /* parked or swapped sessions brought back */
-    uint64_t copy_ns;    /* time the copy engine spent copying */
-    uint64_t demotions;  /* prefix-cache blocks evicted from the device kept in the host tier */
-    uint64_t promotions; /* such blocks found by a later prompt and copied back */
+    uint64_t host_bytes_total;      /* the host region (rounded up to the arena granularity) */
+    uint64_t host_bytes_used;       /* bytes of host-resident blocks (at most kv_host_bytes) */
+    uint64_t host_blocks;           /* host-resident blocks: parked and swapped sessions', long
+                                       contexts' older blocks, demoted prefix blocks (tails count) */
+    uint64_t parks;                 /* idle sessions moved to the host tier (explicit or under pressure) */
+    uint64_t swaps;                 /* running sessions preempted to the host tier (not recomputed) */
+    uint64_t resumes;               /* parked or swapped sessions brought back */
+    uint64_t copy_ns;               /* time the copy engine spent copying */
+    uint64_t demotions;             /* prefix-cache blocks evicted from the device kept in the host tier */
+    uint64_t promotions;            /* such blocks found by a later prompt and copied back */
     /* ---- Appended in 0.2 (the 0.1 size is still accepted). ---- */
-    uint64_t sample_ns;               /* time spent choosing tokens (bias, masks, sampling) */
-    uint64_t grammar_mask_ns;         /* of which computing and applying grammar masks */
-    uint64_t grammar_masks;           /* masks applied (one per constrained token) */
+    uint64_t sample_ns;             /* time spent choosing tokens (bias, masks, sampling) */
+    uint64_t grammar_mask_ns;       /* of which computing and applying grammar masks */
+    uint64_t grammar_masks;         /* masks applied (one per constrained token) */
     uint64_t grammar_mask_cache_hits; /* of which served from a grammar's mask cache */
     /* ---- Appended in 0.5 (the 0.1 and 0.2 sizes are still accepted). ---- */
-    uint64_t kv_bytes_used_rank; /* tensor parallelism: kv_bytes_used on each rank (its KV
-                                    heads of the same blocks); else kv_bytes_used */
-    uint64_t tp_reduce_ns;       /* tensor parallelism: time rank 0 spent in the forward
-                                    passes' all-reduces and logit gathers (waiting for the
-                                    other ranks included); 0 with one rank. GPU ranks over
-                                    NCCL (experimental: compiled, never run on a GPU): the
-                                    logit gathers only (their all-reduces run on the
-                                    device, not the host) */
-    uint64_t tp_reduces;         /* how many such collectives (2 per layer and step, plus
-                                    one gather per step with logits) */
+    uint64_t kv_bytes_used_rank;    /* tensor parallelism: kv_bytes_used on each rank (its KV
+                                       heads of the same blocks); else kv_bytes_used */
+    uint64_t tp_reduce_ns;          /* tensor parallelism: time rank 0 spent in the forward
+                                       passes' all-reduces and logit gathers (waiting for the
+                                       other ranks included); 0 with one rank. GPU ranks over
+                                       NCCL (experimental: compiled, never run on a GPU): the
+                                       logit gathers only (their all-reduces run on the
+                                       device, not the host) */
+    uint64_t tp_reduces;            /* how many such collectives (2 per layer and step, plus
+                                       one gather per step with logits) */
 } llmkv_stats;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */
@@ -409,8 +408,7 @@ LLMKV_API llmkv_status llmkv_engine_validate(const llmkv_engine *e);
 
 /* ---- Tokens and text -------------------------------------------------------------------- */
 
-#define LLMKV_TOKENIZE_ADD_BOS                                                            \
-    0x1u                                  /* prepend BOS if the model's file asks for one \
+#define LLMKV_TOKENIZE_ADD_BOS 0x1u       /* prepend BOS if the model's file asks for one
                                              (tokenizer.ggml.add_bos_token) */
 #define LLMKV_TOKENIZE_PARSE_SPECIAL 0x2u /* "<|im_start|>" in text becomes its token */
 #define LLMKV_TOKENIZE_STRICT 0x4u        /* a byte the vocabulary has no token for is an error */
@@ -520,8 +518,8 @@ LLMKV_API size_t llmkv_prefix_n_tokens(const llmkv_prefix *p);
 
 /* Copies up to capacity of the prefix's tokens; *n_tokens receives the total count.
  * Errors: INVALID_ARGUMENT. */
-LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens,
-                                               size_t capacity, size_t *n_tokens);
+LLMKV_API llmkv_status llmkv_prefix_get_tokens(const llmkv_prefix *p, int32_t *tokens, size_t capacity,
+                                               size_t *n_tokens);
 
 /* Releases the handle; sessions created from it keep the blocks they share. NULL is fine. */
 LLMKV_API void llmkv_prefix_release(llmkv_prefix *p);
@@ -529,12 +527,12 @@ LLMKV_API void llmkv_prefix_release(llmkv_prefix *p);
 /* ---- Sessions ------------------------------------------------------------------------- */
 
 typedef struct llmkv_sampling {
-    float temperature;     /* 0 = greedy */
-    int32_t top_k;         /* 0 = off */
-    float top_p;           /* 1 = off */
-    float min_p;           /* 0 = off */
-    float repeat_penalty;  /* 1 = off; applies to the last repeat_last_n tokens */
-    uint64_t seed;         /* per-session RNG: results never depend on other sessions */
+    float temperature;    /* 0 = greedy */
+    int32_t top_k;        /* 0 = off */
+    float top_p;          /* 1 = off */
+    float min_p;          /* 0 = off */
+    float repeat_penalty; /* 1 = off; applies to the last repeat_last_n tokens */
+    uint64_t seed;        /* per-session RNG: results never depend on other sessions */
     int32_t repeat_last_n; /* window of repeat_penalty; 0 = 64, -1 = whole context */
 } llmkv_sampling;
 
@@ -549,21 +547,21 @@ typedef struct llmkv_logit_bias {
 /* session_params.grammar_kind, llmkv_session_set_grammar. */
 typedef enum llmkv_grammar_kind {
     LLMKV_GRAMMAR_NONE = 0,
-    LLMKV_GRAMMAR_GBNF = 1,       /* GBNF text (docs/GRAMMAR.md: the syntax supported) */
-    LLMKV_GRAMMAR_JSON_SCHEMA = 2 /* a JSON Schema document (docs/GRAMMAR.md: the subset) */
+    LLMKV_GRAMMAR_GBNF = 1,        /* GBNF text (docs/GRAMMAR.md: the syntax supported) */
+    LLMKV_GRAMMAR_JSON_SCHEMA = 2  /* a JSON Schema document (docs/GRAMMAR.md: the subset) */
 } llmkv_grammar_kind;
 
 typedef struct llmkv_session_params {
     uint32_t struct_size;
-    const llmkv_prefix *prefix; /* optional: start from this prefix (shares its blocks); the
-                                   prefix must belong to the same engine */
+    const llmkv_prefix *prefix;  /* optional: start from this prefix (shares its blocks); the
+                                    prefix must belong to the same engine */
     llmkv_sampling sampling;
-    uint32_t max_new_tokens;    /* default limit for generate(); 0 = until stop/context end */
-    const int32_t *stop_tokens; /* in addition to the model's end-of-generation tokens;
-                                   copied at create */
+    uint32_t max_new_tokens;     /* default limit for generate(); 0 = until stop/context end */
+    const int32_t *stop_tokens;  /* in addition to the model's end-of-generation tokens;
+                                    copied at create */
     uint32_t n_stop_tokens;
-    int32_t priority; /* higher runs first */
-    void *user_data;  /* handed back in events */
+    int32_t priority;            /* higher runs first */
+    void *user_data;             /* handed back in events */
     /* ---- Appended in 0.2 (a struct_size ending at user_data is still accepted: these are
      * then all zero). ---- */
     /* Stop strings: generation ends (LLMKV_FINISH_STOP) as soon as the text generated by this
@@ -591,10 +589,10 @@ typedef struct llmkv_session_params {
      * A grammar that admits no token the vocabulary can spell ends generation with
      * LLMKV_FINISH_CONSTRAINT. An invalid grammar is INVALID_ARGUMENT at create, with a
      * message giving the line and column (GBNF) or the JSON pointer (JSON Schema). */
-    uint32_t grammar_kind; /* llmkv_grammar_kind; NONE = unconstrained */
-    const char *grammar;   /* borrowed for the duration of create */
+    uint32_t grammar_kind;       /* llmkv_grammar_kind; NONE = unconstrained */
+    const char *grammar;         /* borrowed for the duration of create */
     size_t grammar_len;
-    const char *grammar_root; /* GBNF start rule; NULL = "root" */
+    const char *grammar_root;    /* GBNF start rule; NULL = "root" */
 } llmkv_session_params;
 
 typedef enum llmkv_session_state {
@@ -603,13 +601,13 @@ typedef enum llmkv_session_state {
     LLMKV_SESSION_PREFILLING = 2, /* its queued input is being run through the model */
     LLMKV_SESSION_GENERATING = 3,
     LLMKV_SESSION_PARKED = 4,
-    LLMKV_SESSION_FINISHED = 5 /* generation ended; append or generate continues it */
+    LLMKV_SESSION_FINISHED = 5    /* generation ended; append or generate continues it */
 } llmkv_session_state;
 
 typedef enum llmkv_finish_reason {
     LLMKV_FINISH_NONE = 0,
-    LLMKV_FINISH_STOP = 1,   /* end-of-generation or stop token */
-    LLMKV_FINISH_LENGTH = 2, /* max_new_tokens reached */
+    LLMKV_FINISH_STOP = 1,      /* end-of-generation or stop token */
+    LLMKV_FINISH_LENGTH = 2,    /* max_new_tokens reached */
     LLMKV_FINISH_CANCELLED = 3,
     LLMKV_FINISH_CONTEXT = 4,   /* max_context reached */
     LLMKV_FINISH_CONSTRAINT = 5 /* the grammar, logit bias and bans leave no token to sample */
@@ -625,8 +623,7 @@ LLMKV_API void llmkv_session_params_init(llmkv_session_params *p);
 LLMKV_API void llmkv_session_params_init_sized(llmkv_session_params *p, size_t size);
 
 #if !defined(LLMKV_BUILDING_LIBRARY) && !defined(LLMKV_NO_INIT_MACROS)
-#define llmkv_session_params_init(p) \
-    llmkv_session_params_init_sized((p), sizeof(llmkv_session_params))
+#define llmkv_session_params_init(p) llmkv_session_params_init_sized((p), sizeof(llmkv_session_params))
 #endif
 
 /* Creates an empty session. *out is owned by the caller until llmkv_session_destroy (or
@@ -662,9 +659,9 @@ LLMKV_API llmkv_status llmkv_session_cancel(llmkv_session *s);
  * build's copy stream, experimental: compiled, never run on a GPU); device blocks return to
  * the pool when the copy completes. Blocks the session shares with others (prefix blocks)
  * stay on the device. The next step that has work for the session (append + generate)
- * brings its KV back first: tokens are bitwise those of a session never parked. Under memory
- * pressure the scheduler parks idle sessions and swaps out preempted ones itself when the host tier
- * has room (and drops their KV for recomputation when it has not). Parking a parked session, or one
+ * brings its KV back first: tokens are bitwise those of a session never parked. Under memory pressure the scheduler parks
+ * idle sessions and swaps out preempted ones itself when the host tier has room (and
+ * drops their KV for recomputation when it has not). Parking a parked session, or one
  * with no computed KV, does nothing. Errors: UNSUPPORTED (no host tier: kv_host_bytes
  * is 0), STATE (generating), KV_CAPACITY (the host tier is full). */
 LLMKV_API llmkv_status llmkv_session_park(llmkv_session *s);
@@ -681,27 +678,26 @@ LLMKV_API llmkv_status llmkv_session_read_text(llmkv_session *s, char *buf, size
 
 typedef enum llmkv_tier {
     LLMKV_TIER_DEVICE = 0,
-    LLMKV_TIER_HOST = 1, /* parked or swapped out */
-    LLMKV_TIER_MIXED = 2 /* running with its older blocks in the host tier (context longer
-                            than the device pool holds); attention reads them there */
+    LLMKV_TIER_HOST = 1,   /* parked or swapped out */
+    LLMKV_TIER_MIXED = 2   /* running with its older blocks in the host tier (context longer
+                              than the device pool holds); attention reads them there */
 } llmkv_tier;
 
 typedef struct llmkv_session_info {
     uint32_t struct_size;
-    uint32_t state;         /* llmkv_session_state */
-    uint32_t finish_reason; /* llmkv_finish_reason of the last generation */
-    uint32_t n_tokens;      /* tokens in the context (prompt + generated) */
-    uint32_t n_cached;      /* tokens whose KV is computed */
-    uint32_t n_generated;   /* generated by the current / last generate() */
-    uint32_t n_blocks;      /* sealed blocks in its block table */
-    uint32_t tier;          /* llmkv_tier: where its KV lives (HOST while parked or swapped out) */
+    uint32_t state;          /* llmkv_session_state */
+    uint32_t finish_reason;  /* llmkv_finish_reason of the last generation */
+    uint32_t n_tokens;       /* tokens in the context (prompt + generated) */
+    uint32_t n_cached;       /* tokens whose KV is computed */
+    uint32_t n_generated;    /* generated by the current / last generate() */
+    uint32_t n_blocks;       /* sealed blocks in its block table */
+    uint32_t tier;           /* llmkv_tier: where its KV lives (HOST while parked or swapped out) */
     int32_t priority;
     /* ---- Appended in 0.2 (the 0.1 size is still accepted). ---- */
-    int32_t stop_string;  /* index of the stop string that ended the last generation; -1 none */
-    uint32_t text_held;   /* generated bytes read_text holds back (a possible stop string start) */
-    uint32_t has_grammar; /* 1 when a grammar constrains generation */
-    uint32_t
-        grammar_complete; /* 1 when the text generated under the grammar is a complete sentence */
+    int32_t stop_string;     /* index of the stop string that ended the last generation; -1 none */
+    uint32_t text_held;      /* generated bytes read_text holds back (a possible stop string start) */
+    uint32_t has_grammar;    /* 1 when a grammar constrains generation */
+    uint32_t grammar_complete; /* 1 when the text generated under the grammar is a complete sentence */
 } llmkv_session_info;
 
 /* Fills *out (out->struct_size must be set). */
@@ -730,8 +726,8 @@ LLMKV_API llmkv_status llmkv_session_to_prefix(llmkv_session *s, llmkv_prefix **
  * Errors: INVALID_ARGUMENT (bad kind, NULL text with len > 0, an invalid grammar: the
  * message gives the line and column or the JSON pointer; the previous grammar stays),
  * STATE (the session is generating). */
-LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind,
-                                                 const char *text, size_t len, const char *root);
+LLMKV_API llmkv_status llmkv_session_set_grammar(llmkv_session *s, llmkv_grammar_kind kind, const char *text,
+                                                 size_t len, const char *root);
 
 /* Frees the session and returns its blocks to the pool. Events already queued for it are
  * discarded. NULL is fine. */
@@ -747,11 +743,11 @@ typedef enum llmkv_event_kind {
 
 typedef struct llmkv_event {
     llmkv_session *session;
-    void *user_data;        /* the session's params.user_data */
-    uint32_t kind;          /* llmkv_event_kind */
-    int32_t token;          /* for TOKEN */
-    uint32_t finish_reason; /* for DONE */
-    int32_t status;         /* for ERROR */
+    void *user_data;         /* the session's params.user_data */
+    uint32_t kind;           /* llmkv_event_kind */
+    int32_t token;           /* for TOKEN */
+    uint32_t finish_reason;  /* for DONE */
+    int32_t status;          /* for ERROR */
 } llmkv_event;
 
 /* Runs at most one scheduling iteration (one forward pass over the batch) and returns the
@@ -820,9 +816,8 @@ LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, s
                                          uint32_t timeout_us, size_t *n_events);
 
 /* llmkv_session_submit_*: flags */
-#define LLMKV_SUBMIT_GENERATE                                       \
-    0x1u /* after appending, generate up to max_new_tokens (0 = the \
-            session's default), as llmkv_session_generate */
+#define LLMKV_SUBMIT_GENERATE 0x1u /* after appending, generate up to max_new_tokens (0 = the
+                                      session's default), as llmkv_session_generate */
 
 /* Queues "append this input, then (with LLMKV_SUBMIT_GENERATE) generate" for the session;
  * the next step carries it out (the worker's, or llmkv_step / llmkv_run without a worker),
@@ -835,9 +830,8 @@ LLMKV_API llmkv_status llmkv_worker_poll(llmkv_engine *e, llmkv_event *events, s
  * unknown flag bits). */
 LLMKV_API llmkv_status llmkv_session_submit_text(llmkv_session *s, const char *text, size_t len,
                                                  uint32_t flags, uint32_t max_new_tokens);
-LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens,
-                                                   size_t n, uint32_t flags,
-                                                   uint32_t max_new_tokens);
+LLMKV_API llmkv_status llmkv_session_submit_tokens(llmkv_session *s, const int32_t *tokens, size_t n,
+                                                   uint32_t flags, uint32_t max_new_tokens);
 
 /* Queues a cancel (as llmkv_session_cancel) for the next step. A session that is not
  * generating by then is left alone (no error event). Never waits for a step. Errors:
@@ -848,8 +842,8 @@ LLMKV_API llmkv_status llmkv_session_submit_cancel(llmkv_session *s);
  * none): as much as fits in capacity - 1 bytes is copied and NUL-terminated (when capacity
  * > 0); *n_bytes receives the message's full length. Never waits for a step. Errors:
  * INVALID_ARGUMENT (NULL session or n_bytes, NULL buf with capacity > 0). */
-LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf,
-                                                  size_t capacity, size_t *n_bytes);
+LLMKV_API llmkv_status llmkv_session_submit_error(const llmkv_session *s, char *buf, size_t capacity,
+                                                  size_t *n_bytes);
 
 #ifdef __cplusplus
 }

@@ -82,62 +82,62 @@ extern "C" {
 /* Every LLMKV_API function of llmkv.h, in the header's order: X(return type, name without
  * the llmkv_ prefix, parameter types). Appending a function to llmkv.h means appending it
  * here (the loader.function_list test says so). */
-#define LLMKV_LOADER_FUNCTIONS(X)                                                                \
-    X(int, version, (void))                                                                      \
-    X(const char *, version_string, (void))                                                      \
-    X(const char *, status_string, (llmkv_status))                                               \
-    X(const char *, last_error, (void))                                                          \
-    X(void, log_set, (llmkv_log_fn, void *, llmkv_log_level))                                    \
-    X(void, engine_params_init, (llmkv_engine_params *))                                         \
-    X(void, engine_params_init_sized, (llmkv_engine_params *, size_t))                           \
-    X(llmkv_status, engine_create, (const llmkv_engine_params *, llmkv_engine **))               \
-    X(llmkv_status, tp_serve, (const llmkv_engine_params *))                                     \
-    X(void, engine_destroy, (llmkv_engine *))                                                    \
-    X(llmkv_status, engine_get_info, (const llmkv_engine *, llmkv_engine_info *))                \
-    X(llmkv_status, engine_get_stats, (const llmkv_engine *, llmkv_stats *))                     \
-    X(llmkv_status, engine_validate, (const llmkv_engine *))                                     \
-    X(llmkv_status, tokenize,                                                                    \
-      (const llmkv_engine *, const char *, size_t, uint32_t, int32_t *, size_t, size_t *))       \
-    X(llmkv_status, detokenize,                                                                  \
-      (const llmkv_engine *, const int32_t *, size_t, char *, size_t, size_t *))                 \
-    X(llmkv_status, chat_format,                                                                 \
-      (const llmkv_engine *, const llmkv_chat_message *, size_t, int, char *, size_t, size_t *)) \
-    X(llmkv_status, prefix_create, (llmkv_engine *, const int32_t *, size_t, llmkv_prefix **))   \
-    X(llmkv_status, prefix_save, (const llmkv_prefix *, const char *))                           \
-    X(llmkv_status, prefix_load, (llmkv_engine *, const char *, llmkv_prefix **))                \
-    X(llmkv_status, prefix_load_ex, (llmkv_engine *, const char *, uint32_t, llmkv_prefix **))   \
-    X(size_t, prefix_n_tokens, (const llmkv_prefix *))                                           \
-    X(llmkv_status, prefix_get_tokens, (const llmkv_prefix *, int32_t *, size_t, size_t *))      \
-    X(void, prefix_release, (llmkv_prefix *))                                                    \
-    X(void, session_params_init, (llmkv_session_params *))                                       \
-    X(void, session_params_init_sized, (llmkv_session_params *, size_t))                         \
-    X(llmkv_status, session_create,                                                              \
-      (llmkv_engine *, const llmkv_session_params *, llmkv_session **))                          \
-    X(llmkv_status, session_append, (llmkv_session *, const int32_t *, size_t))                  \
-    X(llmkv_status, session_append_text, (llmkv_session *, const char *, size_t))                \
-    X(llmkv_status, session_generate, (llmkv_session *, uint32_t))                               \
-    X(llmkv_status, session_cancel, (llmkv_session *))                                           \
-    X(llmkv_status, session_park, (llmkv_session *))                                             \
-    X(llmkv_status, session_read_text, (llmkv_session *, char *, size_t, size_t *))              \
-    X(llmkv_status, session_get_info, (const llmkv_session *, llmkv_session_info *))             \
-    X(llmkv_status, session_get_tokens, (const llmkv_session *, int32_t *, size_t, size_t *))    \
-    X(llmkv_status, session_fork, (llmkv_session *, llmkv_session **))                           \
-    X(llmkv_status, session_to_prefix, (llmkv_session *, llmkv_prefix **))                       \
-    X(llmkv_status, session_set_grammar,                                                         \
-      (llmkv_session *, llmkv_grammar_kind, const char *, size_t, const char *))                 \
-    X(void, session_destroy, (llmkv_session *))                                                  \
-    X(llmkv_status, step, (llmkv_engine *, llmkv_event *, size_t, size_t *))                     \
-    X(size_t, pending_events, (const llmkv_engine *))                                            \
-    X(int, engine_has_work, (const llmkv_engine *))                                              \
-    X(llmkv_status, run, (llmkv_engine *, llmkv_event_fn, void *))                               \
-    X(llmkv_status, worker_start, (llmkv_engine *))                                              \
-    X(llmkv_status, worker_stop, (llmkv_engine *))                                               \
-    X(llmkv_status, worker_poll, (llmkv_engine *, llmkv_event *, size_t, uint32_t, size_t *))    \
-    X(llmkv_status, session_submit_text,                                                         \
-      (llmkv_session *, const char *, size_t, uint32_t, uint32_t))                               \
-    X(llmkv_status, session_submit_tokens,                                                       \
-      (llmkv_session *, const int32_t *, size_t, uint32_t, uint32_t))                            \
-    X(llmkv_status, session_submit_cancel, (llmkv_session *))                                    \
+#define LLMKV_LOADER_FUNCTIONS(X)                                                                 \
+    X(int, version, (void))                                                                       \
+    X(const char *, version_string, (void))                                                       \
+    X(const char *, status_string, (llmkv_status))                                                \
+    X(const char *, last_error, (void))                                                           \
+    X(void, log_set, (llmkv_log_fn, void *, llmkv_log_level))                                     \
+    X(void, engine_params_init, (llmkv_engine_params *))                                          \
+    X(void, engine_params_init_sized, (llmkv_engine_params *, size_t))                            \
+    X(llmkv_status, engine_create, (const llmkv_engine_params *, llmkv_engine **))                \
+    X(llmkv_status, tp_serve, (const llmkv_engine_params *))                                      \
+    X(void, engine_destroy, (llmkv_engine *))                                                     \
+    X(llmkv_status, engine_get_info, (const llmkv_engine *, llmkv_engine_info *))                 \
+    X(llmkv_status, engine_get_stats, (const llmkv_engine *, llmkv_stats *))                      \
+    X(llmkv_status, engine_validate, (const llmkv_engine *))                                      \
+    X(llmkv_status, tokenize,                                                                     \
+      (const llmkv_engine *, const char *, size_t, uint32_t, int32_t *, size_t, size_t *))        \
+    X(llmkv_status, detokenize,                                                                   \
+      (const llmkv_engine *, const int32_t *, size_t, char *, size_t, size_t *))                  \
+    X(llmkv_status, chat_format,                                                                  \
+      (const llmkv_engine *, const llmkv_chat_message *, size_t, int, char *, size_t, size_t *))  \
+    X(llmkv_status, prefix_create, (llmkv_engine *, const int32_t *, size_t, llmkv_prefix **))    \
+    X(llmkv_status, prefix_save, (const llmkv_prefix *, const char *))                            \
+    X(llmkv_status, prefix_load, (llmkv_engine *, const char *, llmkv_prefix **))                 \
+    X(llmkv_status, prefix_load_ex, (llmkv_engine *, const char *, uint32_t, llmkv_prefix **))    \
+    X(size_t, prefix_n_tokens, (const llmkv_prefix *))                                            \
+    X(llmkv_status, prefix_get_tokens, (const llmkv_prefix *, int32_t *, size_t, size_t *))       \
+    X(void, prefix_release, (llmkv_prefix *))                                                     \
+    X(void, session_params_init, (llmkv_session_params *))                                        \
+    X(void, session_params_init_sized, (llmkv_session_params *, size_t))                          \
+    X(llmkv_status, session_create,                                                               \
+      (llmkv_engine *, const llmkv_session_params *, llmkv_session **))                           \
+    X(llmkv_status, session_append, (llmkv_session *, const int32_t *, size_t))                   \
+    X(llmkv_status, session_append_text, (llmkv_session *, const char *, size_t))                 \
+    X(llmkv_status, session_generate, (llmkv_session *, uint32_t))                                \
+    X(llmkv_status, session_cancel, (llmkv_session *))                                            \
+    X(llmkv_status, session_park, (llmkv_session *))                                              \
+    X(llmkv_status, session_read_text, (llmkv_session *, char *, size_t, size_t *))               \
+    X(llmkv_status, session_get_info, (const llmkv_session *, llmkv_session_info *))              \
+    X(llmkv_status, session_get_tokens, (const llmkv_session *, int32_t *, size_t, size_t *))     \
+    X(llmkv_status, session_fork, (llmkv_session *, llmkv_session **))                            \
+    X(llmkv_status, session_to_prefix, (llmkv_session *, llmkv_prefix **))                        \
+    X(llmkv_status, session_set_grammar,                                                          \
+      (llmkv_session *, llmkv_grammar_kind, const char *, size_t, const char *))                  \
+    X(void, session_destroy, (llmkv_session *))                                                   \
+    X(llmkv_status, step, (llmkv_engine *, llmkv_event *, size_t, size_t *))                      \
+    X(size_t, pending_events, (const llmkv_engine *))                                             \
+    X(int, engine_has_work, (const llmkv_engine *))                                               \
+    X(llmkv_status, run, (llmkv_engine *, llmkv_event_fn, void *))                                \
+    X(llmkv_status, worker_start, (llmkv_engine *))                                               \
+    X(llmkv_status, worker_stop, (llmkv_engine *))                                                \
+    X(llmkv_status, worker_poll, (llmkv_engine *, llmkv_event *, size_t, uint32_t, size_t *))     \
+    X(llmkv_status, session_submit_text,                                                          \
+      (llmkv_session *, const char *, size_t, uint32_t, uint32_t))                                \
+    X(llmkv_status, session_submit_tokens,                                                        \
+      (llmkv_session *, const int32_t *, size_t, uint32_t, uint32_t))                             \
+    X(llmkv_status, session_submit_cancel, (llmkv_session *))                                     \
     X(llmkv_status, session_submit_error, (const llmkv_session *, char *, size_t, size_t *))
 
 #define LLMKV_LOADER_MEMBER_(ret, name, params) ret(*name) params;
@@ -165,11 +165,11 @@ typedef struct llmkv_api {
 
 /* llmkv_load results. */
 #define LLMKV_LOAD_OK 0
-#define LLMKV_LOAD_ERR_ARGUMENT (-1)  /* api is NULL */
-#define LLMKV_LOAD_ERR_OPEN (-2)      /* the file is missing or not a loadable library */
-#define LLMKV_LOAD_ERR_NOT_LLMKV (-3) /* a library without llmkv_version */
-#define LLMKV_LOAD_ERR_VERSION (-4)   /* too old, or another major version */
-#define LLMKV_LOAD_ERR_SYMBOL (-5)    /* a function of this header is missing */
+#define LLMKV_LOAD_ERR_ARGUMENT (-1)   /* api is NULL */
+#define LLMKV_LOAD_ERR_OPEN (-2)       /* the file is missing or not a loadable library */
+#define LLMKV_LOAD_ERR_NOT_LLMKV (-3)  /* a library without llmkv_version */
+#define LLMKV_LOAD_ERR_VERSION (-4)    /* too old, or another major version */
+#define LLMKV_LOAD_ERR_SYMBOL (-5)     /* a function of this header is missing */
 
 /* Opens the library (see "Which library" above), checks its version and resolves every
  * function into *api. Returns LLMKV_LOAD_OK, or an LLMKV_LOAD_ERR_* code with the reason in
