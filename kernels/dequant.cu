@@ -10,6 +10,7 @@
 #include "dequant.cuh"
 #include "dequant_formats.cuh"
 #include "device_math.cuh"
+#include "launch.cuh"
 
 namespace llmkv::cuda {
 
@@ -45,8 +46,8 @@ cudaError_t launch(const void *packed, size_t row_bytes, uint32_t rows, uint32_t
                    uint16_t *out, unsigned long long *first_bad, unsigned long long index_base,
                    cudaStream_t stream) {
     const uint32_t grid = rows < kMaxGrid ? rows : kMaxGrid;
-    dequant_f16_kernel<T><<<grid, kThreads, 0, stream>>>(
-        static_cast<const uint8_t *>(packed), row_bytes, rows, cols, out, first_bad, index_base);
+    LLMKV_LAUNCH(dequant_f16_kernel<T>, grid, kThreads, 0, stream)
+    (static_cast<const uint8_t *>(packed), row_bytes, rows, cols, out, first_bad, index_base);
     return cudaGetLastError();
 }
 
@@ -107,10 +108,10 @@ cudaError_t launch_gather_decoded_rows(uint32_t type, const void *packed, size_t
                                        cudaStream_t stream) {
     if (n == 0 || cols == 0) return cudaSuccess;
     switch (type) {
-#define LLMKV_DQ_CASE(name)                                                   \
-    case uint32_t(TensorType::name):                                          \
-        gather_decoded_kernel<TensorType::name><<<n, kThreads, 0, stream>>>(  \
-            static_cast<const uint8_t *>(packed), row_bytes, ids, cols, out); \
+#define LLMKV_DQ_CASE(name)                                                           \
+    case uint32_t(TensorType::name):                                                  \
+        LLMKV_LAUNCH(gather_decoded_kernel<TensorType::name>, n, kThreads, 0, stream) \
+        (static_cast<const uint8_t *>(packed), row_bytes, ids, cols, out);            \
         return cudaGetLastError();
         LLMKV_DQ_TYPES(LLMKV_DQ_CASE)
 #undef LLMKV_DQ_CASE

@@ -3,6 +3,7 @@
 // computes.
 #include "device_math.cuh"
 #include "elementwise.cuh"
+#include "launch.cuh"
 
 namespace llmkv::cuda {
 
@@ -61,7 +62,7 @@ __global__ void sum_parts_kernel(const float *__restrict__ parts, size_t n, uint
 
 cudaError_t launch_add(float *x, const float *y, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+    LLMKV_LAUNCH(add_kernel, grid_for(n), kThreads, 0, stream)(x, y, n);
     return cudaGetLastError();
 }
 
@@ -69,33 +70,33 @@ cudaError_t launch_add_bias(float *x, uint32_t cols, uint32_t rows, const float 
                             cudaStream_t stream) {
     const size_t n = size_t(rows) * cols;
     if (n == 0) return cudaSuccess;
-    add_bias_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, cols, bias, n);
+    LLMKV_LAUNCH(add_bias_kernel, grid_for(n), kThreads, 0, stream)(x, cols, bias, n);
     return cudaGetLastError();
 }
 
 cudaError_t launch_scale(float *x, size_t n, float s, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+    LLMKV_LAUNCH(scale_kernel, grid_for(n), kThreads, 0, stream)(x, s, n);
     return cudaGetLastError();
 }
 
 cudaError_t launch_f32_to_f16(const float *x, size_t n, uint16_t *out, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    to_f16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, out);
+    LLMKV_LAUNCH(to_f16_kernel, grid_for(n), kThreads, 0, stream)(x, n, out);
     return cudaGetLastError();
 }
 
 cudaError_t launch_gather_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
                                float *out, cudaStream_t stream) {
     if (n_rows == 0 || cols == 0) return cudaSuccess;
-    gather_rows_kernel<<<n_rows, kThreads, 0, stream>>>(x, cols, rows, out);
+    LLMKV_LAUNCH(gather_rows_kernel, n_rows, kThreads, 0, stream)(x, cols, rows, out);
     return cudaGetLastError();
 }
 
 cudaError_t launch_sum_parts(const float *parts, size_t n, uint32_t n_parts, float *out,
                              cudaStream_t stream) {
     if (n == 0 || n_parts == 0) return cudaSuccess;
-    sum_parts_kernel<<<grid_for(n), kThreads, 0, stream>>>(parts, n, n_parts, out);
+    LLMKV_LAUNCH(sum_parts_kernel, grid_for(n), kThreads, 0, stream)(parts, n, n_parts, out);
     return cudaGetLastError();
 }
 

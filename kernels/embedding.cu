@@ -3,6 +3,7 @@
 // One CTA per token row; threads stride over the row. Exact (fp16 -> f32 is exact).
 #include "device_math.cuh"
 #include "embedding.cuh"
+#include "launch.cuh"
 
 namespace llmkv::cuda {
 
@@ -21,7 +22,7 @@ __global__ void embedding_kernel(const uint16_t *__restrict__ table, uint32_t n_
 cudaError_t launch_embedding(const uint16_t *table, uint32_t n_embd, const int32_t *tokens,
                              uint32_t n_tokens, float *x, cudaStream_t stream) {
     if (n_tokens == 0) return cudaSuccess;
-    embedding_kernel<<<n_tokens, 256, 0, stream>>>(table, n_embd, tokens, x);
+    LLMKV_LAUNCH(embedding_kernel, n_tokens, 256, 0, stream)(table, n_embd, tokens, x);
     return cudaGetLastError();
 }
 

@@ -13,6 +13,7 @@
 
 #include "device_math.cuh"
 #include "kv_seal.cuh"
+#include "launch.cuh"
 
 namespace llmkv::cuda {
 
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
     seal_kernel(KvGeometry g, uint32_t layer, const uint16_t *__restrict__ window,
                 const StepSpan *__restrict__ spans, const SealJob *__restrict__ jobs,
                 uint8_t *__restrict__ pool) {
-    extern __shared__ float x[];  // f32 [B][D]
+    LLMKV_DYNAMIC_SHARED(float, x);  // f32 [B][D]
     const SealJob job = jobs[blockIdx.x];
     const StepSpan sp = spans[job.span];
     const uint32_t h = blockIdx.y;
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     encode_heads_kernel(uint32_t codec, bool rotate, bool is_v, const uint16_t *__restrict__ src,
                         uint32_t B, uint32_t D, size_t head_bytes, uint8_t *__restrict__ dst) {
-    extern __shared__ float x[];  // f32 [B][D]
+    LLMKV_DYNAMIC_SHARED(float, x);  // f32 [B][D]
     const size_t h = blockIdx.x;
     encode_head(codec, rotate, is_v, src + h * B * D, B, D, dst + h * head_bytes, x);
 }
@@ -188,8 +189,8 @@ cudaError_t launch_kv_seal(const KvGeometry &g, uint32_t layer, const uint16_t *
     if (n_jobs == 0) return cudaSuccess;
     if (kv_layout_unsupported(g)) return cudaErrorInvalidValue;
     const size_t smem = size_t(g.block_tokens) * g.head_dim * sizeof(float);
-    seal_kernel<<<dim3(n_jobs, g.n_kv_heads, 2), kThreads, smem, stream>>>(g, layer, window, spans,
-                                                                           jobs, pool);
+    LLMKV_LAUNCH(seal_kernel, dim3(n_jobs, g.n_kv_heads, 2), kThreads, smem, stream)
+    (g, layer, window, spans, jobs, pool);
     return cudaGetLastError();
 }
 
@@ -206,8 +207,8 @@ cudaError_t launch_codec_encode_heads(uint32_t codec, bool rotate, bool is_v, co
     g.rotate_k = g.rotate_v = rotate;
     if (kv_layout_unsupported(g)) return cudaErrorInvalidValue;
     const size_t smem = size_t(B) * D * sizeof(float);
-    encode_heads_kernel<<<n_heads, kThreads, smem, stream>>>(codec, rotate, is_v, src, B, D,
-                                                             kv_head_bytes(codec, is_v, B, D), dst);
+    LLMKV_LAUNCH(encode_heads_kernel, n_heads, kThreads, smem, stream)
+    (codec, rotate, is_v, src, B, D, kv_head_bytes(codec, is_v, B, D), dst);
     return cudaGetLastError();
 }
 

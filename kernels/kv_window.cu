@@ -6,6 +6,7 @@
 // 16-byte aligned); append: one CTA per batch row.
 #include "device_math.cuh"
 #include "kv_window.cuh"
+#include "launch.cuh"
 
 namespace llmkv::cuda {
 
@@ -76,8 +77,8 @@ cudaError_t launch_window_load_tail(const KvGeometry &g, uint32_t layer, const u
                                     const StepSpan *spans, uint32_t n_spans, uint16_t *window,
                                     cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    load_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, tails,
-                                                                              spans, window);
+    LLMKV_LAUNCH(load_tail_kernel, dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream)
+    (g, layer, tails, spans, window);
     return cudaGetLastError();
 }
 
@@ -85,7 +86,8 @@ cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t l
                                  uint32_t ld_v, const uint32_t *row_span, uint32_t n_rows,
                                  const StepSpan *spans, uint16_t *window, cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
-    append_kernel<<<n_rows, kThreads, 0, stream>>>(g, k, ld_k, v, ld_v, row_span, spans, window);
+    LLMKV_LAUNCH(append_kernel, n_rows, kThreads, 0, stream)
+    (g, k, ld_k, v, ld_v, row_span, spans, window);
     return cudaGetLastError();
 }
 
@@ -93,8 +95,8 @@ cudaError_t launch_window_store_tail(const KvGeometry &g, uint32_t layer, const 
                                      const StepSpan *spans, uint32_t n_spans, uint8_t *tails,
                                      cudaStream_t stream) {
     if (n_spans == 0) return cudaSuccess;
-    store_tail_kernel<<<dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream>>>(g, layer, window,
-                                                                               spans, tails);
+    LLMKV_LAUNCH(store_tail_kernel, dim3(n_spans, g.n_kv_heads, 2), kThreads, 0, stream)
+    (g, layer, window, spans, tails);
     return cudaGetLastError();
 }
 

@@ -9,6 +9,7 @@
 // consecutive weights (one k-quant super-block, or 8 of the small blocks) per step, and the
 // activation rows from L1/L2, shared by the CTA's 4 rows.
 #include "dequant.cuh"
+#include "launch.cuh"
 #include "matvec_q.cuh"
 #include "matvec_q_math.cuh"
 
@@ -63,8 +64,8 @@ template <TensorType T>
 cudaError_t launch(const void *w, size_t row_bytes, uint32_t rows, uint32_t cols, const float *x,
                    size_t ldx, uint32_t n_tokens, float *y, size_t ldy, cudaStream_t stream) {
     const uint32_t grid = (rows + kWarps - 1) / kWarps;
-    matvec_q_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t *>(w), row_bytes,
-                                                      rows, cols, x, ldx, n_tokens, y, ldy);
+    LLMKV_LAUNCH(matvec_q_kernel<T>, grid, kThreads, 0, stream)
+    (static_cast<const uint8_t *>(w), row_bytes, rows, cols, x, ldx, n_tokens, y, ldy);
     return cudaGetLastError();
 }
 

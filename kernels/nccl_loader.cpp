@@ -59,7 +59,9 @@ Loaded load() {
     Loaded l;
     std::vector<std::string> paths;
     if (const char *env = std::getenv("LLMKV_NCCL_LIBRARY"); env && *env) paths.push_back(env);
+#ifndef LLMKV_CUDA_EMU  // an emulated module takes the emulator's stand-in, never a real NCCL
     paths.push_back("libnccl.so.2");
+#endif
 #ifdef LLMKV_NCCL_BUILD_PATH
     paths.push_back(LLMKV_NCCL_BUILD_PATH);
 #endif

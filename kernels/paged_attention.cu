@@ -34,6 +34,7 @@
 #include <math.h>
 
 #include "device_math.cuh"
+#include "launch.cuh"
 #include "paged_attention.cuh"
 
 namespace llmkv::cuda {
@@ -164,7 +165,7 @@ constexpr unsigned kPartitionMinCtas = (KC == kINT4 && kInt4KeyMinCtas) ? 1u : 0
 template <uint32_t KC, uint32_t VC, uint32_t GMAX>
 __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
     attention_partition_kernel(const AttentionArgs a, const LaunchShape sh) {
-    extern __shared__ float smem[];
+    LLMKV_DYNAMIC_SHARED(float, smem);
     const KvGeometry &g = a.g;
     const uint32_t D = g.head_dim, B = g.block_tokens;
     const uint32_t item = sh.item_begin + blockIdx.x;
@@ -454,7 +455,7 @@ bool attention_partition_plan(const int32_t *position, uint32_t n_rows, uint32_t
 cudaError_t launch_attention_item_rows(const uint32_t *row_parts, uint32_t n_rows,
                                        uint32_t *item_row, cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
-    item_rows_kernel<<<n_rows, 128, 0, stream>>>(row_parts, item_row);
+    LLMKV_LAUNCH(item_rows_kernel, n_rows, 128, 0, stream)(row_parts, item_row);
     return cudaGetLastError();
 }
 
@@ -500,11 +501,13 @@ cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) 
         sh.row_end = row_end;
         sh.item_begin = base[row_begin];
         const uint32_t items = base[row_end] - base[row_begin];
-        kernel<<<dim3(items, g.n_kv_heads * head_chunks), kThreads, smem, stream>>>(a, sh);
+        LLMKV_LAUNCH(kernel, dim3(items, g.n_kv_heads * head_chunks), kThreads, smem, stream)
+        (a, sh);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        attention_merge_kernel<<<dim3(row_end - row_begin, a.n_heads), merge_threads, 0, stream>>>(
-            a, sh);
+        LLMKV_LAUNCH(attention_merge_kernel, dim3(row_end - row_begin, a.n_heads), merge_threads, 0,
+                     stream)
+        (a, sh);
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
         row_begin = row_end;

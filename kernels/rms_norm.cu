@@ -4,6 +4,7 @@
 // matches the CPU's except in rare last-bit cases, and x * scale * weight is evaluated in
 // the same order without FMA contraction. fp16 outputs are rounded to nearest even.
 #include "device_math.cuh"
+#include "launch.cuh"
 #include "rms_norm.cuh"
 
 namespace llmkv::cuda {
@@ -50,8 +51,8 @@ cudaError_t launch_rms_norm(const float *x, uint32_t ld_x, const int32_t *rows, 
                             float *out_f32, cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
     if ((out_f16 == nullptr) == (out_f32 == nullptr)) return cudaErrorInvalidValue;
-    rms_norm_kernel<<<n_rows, kThreads, 0, stream>>>(x, ld_x, rows, weight, n, eps, out_f16,
-                                                     out_f32);
+    LLMKV_LAUNCH(rms_norm_kernel, n_rows, kThreads, 0, stream)
+    (x, ld_x, rows, weight, n, eps, out_f16, out_f32);
     return cudaGetLastError();
 }
 

@@ -3,6 +3,7 @@
 // (head, pair). Same operation order as the CPU with no FMA contraction; cosf / sinf are
 // CUDA's accurate versions (<= 2 ulp vs glibc), so results agree with the CPU to a few ulp,
 // not bitwise.
+#include "launch.cuh"
 #include "rope.cuh"
 
 namespace llmkv::cuda {
@@ -40,8 +41,9 @@ cudaError_t launch_rope(float *x, uint32_t ld, uint32_t n_rows, const int32_t *p
     if (rope_dim > head_dim || rope_dim % 2 != 0 || size_t(n_heads) * head_dim > ld)
         return cudaErrorInvalidValue;
     const uint32_t half = rope_dim / 2;
-    rope_kernel<<<n_rows, 256, 0, stream>>>(x, ld, pos, n_heads, head_dim, half, halves ? half : 1u,
-                                            halves ? 1u : 2u, freq_scale, inv_freq);
+    LLMKV_LAUNCH(rope_kernel, n_rows, 256, 0, stream)
+    (x, ld, pos, n_heads, head_dim, half, halves ? half : 1u, halves ? 1u : 2u, freq_scale,
+     inv_freq);
     return cudaGetLastError();
 }
 

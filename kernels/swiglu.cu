@@ -1,6 +1,7 @@
 // SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of the gate and up projections,
 // contiguous); the result replaces gate (input of the down projection). Grid-stride over all
 // elements. expf is CUDA's accurate version (few ulp vs the CPU).
+#include "launch.cuh"
 #include "swiglu.cuh"
 
 namespace llmkv::cuda {
@@ -34,14 +35,16 @@ __global__ void geglu_kernel(float *__restrict__ gate, const float *__restrict__
 cudaError_t launch_geglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const size_t blocks = (n + 255) / 256;
-    geglu_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gate, up, n);
+    LLMKV_LAUNCH(geglu_kernel, unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream)
+    (gate, up, n);
     return cudaGetLastError();
 }
 
 cudaError_t launch_swiglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const size_t blocks = (n + 255) / 256;
-    swiglu_kernel<<<unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(gate, up, n);
+    LLMKV_LAUNCH(swiglu_kernel, unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream)
+    (gate, up, n);
     return cudaGetLastError();
 }
 

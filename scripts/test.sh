@@ -27,6 +27,8 @@ export LLMKV_GEMMA3_MODEL="$("$ROOT/scripts/fetch_model.sh" gemma3)"
 # it. The polling path keeps its own tests (ThreadPool.*, which set the spin explicitly; also
 # under ThreadSanitizer below), and the stage that runs one test at a time polls (fault).
 export LLMKV_SPIN_US=0
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
 
 echo "== Formatting: every C/C++/CUDA file as clang-format makes it (scripts/check_format.sh)" >&2
 "$ROOT/scripts/check_format.sh"
@@ -42,6 +44,19 @@ echo "== Windows: MinGW-w64 cross build, then under Wine the unit subset, every 
 "$ROOT/scripts/test_windows.sh" "$ROOT/build-win"
 echo "== Linux and Windows builds decode byte-identical text (greedy and sampled, SmolLM2 and Gemma 3; scripts/check_cross_os_tokens.sh)" >&2
 "$ROOT/scripts/check_cross_os_tokens.sh" "$ROOT/build-test" "$ROOT/build-win" "$LLMKV_MODEL" "$LLMKV_GEMMA3_MODEL"
+if [[ "${LLMKV_TEST_EMU:-1}" != 0 ]]; then
+    echo "== CUDA module under the device emulator (-DLLMKV_CUDA=EMU, kernels/emu/README.md): every gpu test, the emulator's own tests, and the defect modes (reverse thread order, held streams) over the kernel and backend tests" >&2
+    # Only what the gpu and emu tests need is built (the library, the module, the tests).
+    cmake -S "$ROOT" -B "$ROOT/build-emu" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DLLMKV_CUDA=EMU \
+        -DLLMKV_BUILD_BENCH=OFF -DLLMKV_BUILD_TOOLS=OFF >&2
+    cmake --build "$ROOT/build-emu" -j "$JOBS" --target llmkv_gpu_tests llmkv_emu_tests llmkv_cuda llmkv_nccl_emu >&2
+    EMU_T0=$SECONDS
+    # -j 1: the emulator spreads each launch's blocks over the cores itself.
+    ctest --test-dir "$ROOT/build-emu" --output-on-failure -L 'gpu|emu' | tee "$ROOT/build-emu/ctest-gpu.log"
+    builtin echo "emu: $(grep -cE '^ *[0-9]+/[0-9]+ Test .* Passed' "$ROOT/build-emu/ctest-gpu.log") passed, $(grep -cE '\*\*\*Skipped' "$ROOT/build-emu/ctest-gpu.log") skipped, in $(( SECONDS - EMU_T0 )) s" >&2
+    LLMKV_EMU=reverse,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -L gpu -R "$EMU_MODE_TESTS"
+    LLMKV_EMU=hold,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -L gpu -R "$EMU_MODE_TESTS"
+fi
 echo "== CUDA kernel resources for sm_90 (ptxas -v; fails if a hot kernel spills; skipped without the CUDA module)" >&2
 CUDA_RESOURCE_ARCHS="${CUDA_RESOURCE_ARCHS:-90}" JOBS="$JOBS" "$ROOT/tools/cuda-resources.sh" "$ROOT/build-test"
 echo "== Debian packages from the built tree (cpack, lintian, versions, shlibdeps); clean-system install (debootstrap, apt) with both consumers, then purge" >&2
@@ -49,8 +64,6 @@ echo "== Debian packages from the built tree (cpack, lintian, versions, shlibdep
 "$ROOT/scripts/package_install_test.sh" "$ROOT/build-test/debs" "$LLMKV_MODEL"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (with fault injection, inert until a test arms it)" >&2
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
 # Sanitizer builds at -O1 with line tables only (what the sanitizers' documentation suggests;
 # stack traces keep file:line): measured on engine.cpp and json_schema.cpp, 2.3x less compile
 # time than RelWithDebInfo's -O2 -g, which CI spent most of these stages on.

@@ -32,7 +32,7 @@ using gputest::DeviceBuffer;
 using gputest::random_f32;
 using testing::TinyModelSpec;
 
-TEST(ArchKernelParity, AddBiasAndScaleAreExactGegluWithinAFewUlp) {
+TEST(ArchKernelParity, AddBiasAndScaleAreExactGegluWithinTanhsUlps) {
     LLMKV_REQUIRE_DEVICE();
     const uint32_t rows = 5, cols = 640;
     const size_t n = size_t(rows) * cols;
@@ -57,8 +57,12 @@ TEST(ArchKernelParity, AddBiasAndScaleAreExactGegluWithinAFewUlp) {
     got = dx.download(n);
     for (size_t i = 0; i < n; ++i) {
         const float want = gelu_tanh(x[i]) * up[i];
-        // tanhf of CUDA and glibc differ by a few ulp; the rest is f32 in the same order.
-        EXPECT_NEAR(got[i], want, 4e-6f * std::fabs(want) + 1e-30f) << i;
+        // The CPU's tanh is correctly rounded, CUDA's tanhf (and the host's, under the
+        // emulator) within 2 ulp: up to 4 ulp of 1 (2^-22) in tanh, which 1 + tanh cancels
+        // for negative x (a relative error of 3e-5 at x = -2.5), scaled by 0.5 x up; the
+        // rest is f32 in the same order.
+        const float tanh_err = 0.5f * std::fabs(x[i] * up[i]) * 0x1p-22f;
+        EXPECT_NEAR(got[i], want, 4e-6f * std::fabs(want) + tanh_err + 1e-30f) << i;
     }
 }
 

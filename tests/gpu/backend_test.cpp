@@ -189,15 +189,22 @@ class TinyModelParity : public ::testing::TestWithParam<KvConfig> {};
 // Chunked prefill then decode of two sessions batched together; every step's logits are
 // compared with the CPU Forward's. Tolerance: the GPU keeps weights and GEMM inputs in fp16
 // (the CPU: f16 weights here, f32 activations), ~1e-3 relative per layer: 1% of the largest
-// logit (3% with fp8 / int4 KV). Greedy choices must agree wherever the CPU's top-1 leads
-// by more than twice the tolerance.
+// logit with 16-bit KV. With quantized KV each side writes its own KV from its own
+// activations, a value that lands across a rounding boundary moves by a whole step, and the
+// next layer and the later steps read it: 2.5% with int8 KV, 8% with fp8 / int4 (measured
+// under the emulator, whose f32 arithmetic is the GPU's: f16 0.20%, bf16 0.46%, int8 1.2%,
+// fp8 4.5%, int4 rot 5.2%, int8/int4 rot 2.8%). Given the same KV, one step agrees within
+// 0.5% whatever the codec (measured: at most 0.11%). Greedy choices must agree wherever the
+// CPU's top-1 leads by more than twice the tolerance.
 TEST_P(TinyModelParity, LogitsMatchTheCpuForward) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     const KvConfig kc = GetParam();
     // Quantized KV: a value rounding to the other side of a quantization boundary than on
     // the CPU moves a score by a whole step (fp8: 1/16 relative, int4: 1/15 of the range).
     auto coarse = [](llmkv_kv_dtype d) { return d == LLMKV_KV_FP8_E4M3 || d == LLMKV_KV_INT4; };
-    const double tolerance = coarse(kc.k) || coarse(kc.v) ? 0.03 : 0.01;
+    const double tolerance = coarse(kc.k) || coarse(kc.v)                     ? 0.08
+                             : kc.k == LLMKV_KV_INT8 || kc.v == LLMKV_KV_INT8 ? 0.025
+                                                                              : 0.01;
     TinyModelSpec spec;
     spec.weight_type = TensorType::F16;
     spec.embd_type = TensorType::F16;
@@ -278,10 +285,12 @@ TEST_P(TinyModelParity, LogitsMatchTheCpuForward) {
                     }
                     // One quantization step of disagreement allowed where the GPU's K/V
                     // (fp16 GEMM inputs) lands across a rounding boundary from the CPU's:
-                    // int4 1/15 of a range (<= 2 amax), fp8 up to 1/16 of amax, int8 1/127.
+                    // int4 1/15 of a range (<= 2 amax), fp8 up to 1/16 of amax, int8 1/127;
+                    // for int8 a few steps more beyond layer 0, whose input already carries
+                    // the earlier layers' flips (measured: 0.039 amax with int4 V below it).
                     const double tol = cs.dtype == LLMKV_KV_INT4       ? 0.2
                                        : cs.dtype == LLMKV_KV_FP8_E4M3 ? 0.1
-                                       : cs.dtype == LLMKV_KV_INT8     ? 0.03
+                                       : cs.dtype == LLMKV_KV_INT8     ? 0.06
                                                                        : 0.01;
                     EXPECT_LE(err, tol * amax + 1e-3)
                         << "block " << j << " layer " << l << " head " << h << " role " << role;
@@ -289,6 +298,20 @@ TEST_P(TinyModelParity, LogitsMatchTheCpuForward) {
             }
         }
     }
+    // Given the CPU's KV (its sealed blocks and tails copied into the device pools), one more
+    // step agrees within the fp16 tolerance whatever the codec: the codecs' decoding in the
+    // attention kernel is the CPU's; what the multi-step comparison above adds on top is the
+    // sessions' own KV, written by each side from its own activations.
+    for (size_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(c[i].blocks, d[i].blocks);
+        ASSERT_EQ(c[i].tail, d[i].tail);
+        for (uint32_t id : c[i].blocks) tw.write_block(id, tw.cpu_cache->sealed_data(id));
+        tw.write_tail(c[i].tail, tw.cpu_cache->tail_data(c[i].tail));
+    }
+    cmp = Compare{};
+    step({{3}, {5}});
+    if (HasFatalFailure()) return;
+    EXPECT_LE(cmp.max_err, 0.005 * cmp.max_ref) << "one step over the same KV";
     for (size_t i = 0; i < 2; ++i) {
         tw.cpu_cache->release(c[i]);
         tw.gpu_cache->release(d[i]);
