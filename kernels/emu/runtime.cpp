@@ -109,9 +109,11 @@ cudaError_t ret(cudaError_t e) {
 // ---- fibers -------------------------------------------------------------------------------
 
 #if defined(__x86_64__)
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,
-// stores the stack pointer in *save and continues on `to` (a stack saved the same way, or a
-// new one laid out by fiber_stack_init).
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save
+// and continues on `to` (a stack saved the same way, or a new one laid out by fiber_init).
+// MXCSR and the x87 control word are not switched: no kernel changes the floating-point
+// environment, so every fiber runs in its host thread's (ldmxcsr and fldcw cost more than
+// the rest of a switch).
 extern "C" void cudaemu_switch(void **save, void *to);
 extern "C" void cudaemu_fiber_start();
 asm(R"(
@@ -125,14 +127,8 @@ cudaemu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -219,11 +215,15 @@ struct Block {
     std::vector<unsigned char> slots;  // [warp][3][32 lanes][16 bytes]
     std::vector<unsigned> warp_gen;
     Worker *worker = nullptr;
+    unsigned pass_k = 0;  // the running pass's position (next_ready)
 };
 
-thread_local Worker *t_worker = nullptr;
-thread_local Block *t_block = nullptr;
-thread_local Fiber *t_fiber = nullptr;
+// initial-exec: read at every threadIdx, barrier and shuffle, and a shared library's
+// general-dynamic TLS goes through __tls_get_addr (a tenth of an emulated run's time).
+#define CUDAEMU_TLS thread_local __attribute__((tls_model("initial-exec")))
+CUDAEMU_TLS Worker *t_worker = nullptr;
+CUDAEMU_TLS Block *t_block = nullptr;
+CUDAEMU_TLS Fiber *t_fiber = nullptr;
 
 Worker &worker() {
     if (!t_worker) t_worker = new Worker();  // freed at thread exit would race fibers: kept
@@ -241,11 +241,28 @@ std::string where(const Block &b, const Fiber *f) {
     return s;
 }
 
+// The next thread of the running pass that is ready (in the pass's order), or nullptr.
+Fiber *next_ready(Block &b);
+
+// A thread that waits or ends hands over to the next ready thread of the pass directly (one
+// stack switch per hand-over instead of two through the scheduler); the pass's last thread
+// returns to the scheduler. Whoever switches to a fiber sets t_fiber first.
 void to_scheduler(Fiber *f) {
+    Fiber *n = next_ready(*t_block);
 #if defined(__x86_64__)
-    cudaemu_switch(&f->sp, t_worker->sched_sp);
+    if (n) {
+        t_fiber = n;
+        cudaemu_switch(&f->sp, n->sp);
+    } else {
+        cudaemu_switch(&f->sp, t_worker->sched_sp);
+    }
 #else
-    swapcontext(&f->uc, &t_worker->sched_uc);
+    if (n) {
+        t_fiber = n;
+        swapcontext(&f->uc, &n->uc);
+    } else {
+        swapcontext(&f->uc, &t_worker->sched_uc);
+    }
 #endif
 }
 
@@ -274,21 +291,22 @@ void fiber_main_uc(unsigned lo, unsigned hi) {
 
 void fiber_init(Worker &w, size_t i, Fiber *f) {
     char *base = w.stacks + i * w.stride + Worker::page();
-    char *top = base + config().stack_bytes;
+    // Stacks are a page-multiple apart, so their tops would share L1 sets: each fiber's top
+    // moves down by a cache line more than the previous one's (64 colours), or switching
+    // through a block's fibers evicts itself.
+    char *top = base + config().stack_bytes - (i % 64) * 64;
 #if defined(__x86_64__)
     top = reinterpret_cast<char *>(uintptr_t(top) & ~uintptr_t(15));
-    uint64_t *sp = reinterpret_cast<uint64_t *>(top - 16 - 64);
-    const uint32_t mxcsr = 0x1f80;
-    const uint16_t fcw = 0x037f;
-    std::memcpy(sp, &mxcsr, 4);
-    std::memcpy(reinterpret_cast<char *>(sp) + 4, &fcw, 2);
-    sp[1] = 0;                                          // r15
-    sp[2] = 0;                                          // r14
-    sp[3] = reinterpret_cast<uint64_t>(&fiber_main);    // r13: the entry
-    sp[4] = reinterpret_cast<uint64_t>(f);              // r12: its argument
-    sp[5] = 0;                                          // rbx
-    sp[6] = 0;                                          // rbp
-    sp[7] = reinterpret_cast<uint64_t>(&cudaemu_fiber_start);
+    // Six registers and the return address; after the ret, rsp is top - 16 (16-aligned
+    // before cudaemu_fiber_start's call, as the ABI wants).
+    uint64_t *sp = reinterpret_cast<uint64_t *>(top - 16 - 56);
+    sp[0] = 0;                                          // r15
+    sp[1] = 0;                                          // r14
+    sp[2] = reinterpret_cast<uint64_t>(&fiber_main);    // r13: the entry
+    sp[3] = reinterpret_cast<uint64_t>(f);              // r12: its argument
+    sp[4] = 0;                                          // rbx
+    sp[5] = 0;                                          // rbp
+    sp[6] = reinterpret_cast<uint64_t>(&cudaemu_fiber_start);
     f->sp = sp;
 #else
     getcontext(&f->uc);
@@ -299,6 +317,16 @@ void fiber_init(Worker &w, size_t i, Fiber *f) {
     makecontext(&f->uc, reinterpret_cast<void (*)()>(&fiber_main_uc), 2, unsigned(p),
                 unsigned(p >> 32));
 #endif
+}
+
+Fiber *next_ready(Block &b) {
+    Worker &w = *b.worker;
+    const bool rev = config().reverse;
+    while (++b.pass_k < b.n) {
+        Fiber &f = w.fibers[rev ? b.n - 1 - b.pass_k : b.pass_k];
+        if (f.state == kReady) return &f;
+    }
+    return nullptr;
 }
 
 // Runs every thread of `b` to its end: each pass resumes the ready threads (in order or in
@@ -317,12 +345,10 @@ void run_block(Block &b) {
     const unsigned n_warps = (b.n + 31) / 32;
     b.slots.assign(size_t(n_warps) * 3 * 32 * 16, 0);
     b.warp_gen.assign(n_warps, 0);
-    const bool rev = config().reverse;
     for (;;) {
-        for (unsigned k = 0; k < b.n; ++k) {
-            Fiber &f = w.fibers[rev ? b.n - 1 - k : k];
-            if (f.state == kReady) resume(w, &f);
-        }
+        // One pass: every ready thread runs until it waits or ends, in order (or reverse).
+        b.pass_k = ~0u;
+        if (Fiber *f = next_ready(b)) resume(w, f);
         bool released = false, all_done = true;
         for (unsigned wi = 0; wi < n_warps; ++wi) {
             const unsigned l0 = wi * 32, l1 = std::min(b.n, l0 + 32);
@@ -685,16 +711,26 @@ void shuffle(unsigned mask, const void *in, void *out, unsigned bytes, int src_l
     auto slot = [&](unsigned buf, unsigned l) {
         return &b.slots[((size_t(warp) * 3 + buf) * 32 + l) * 16];
     };
+    // Most shuffles move a float or an int: copied inline rather than through memcpy's PLT.
+    auto copy = [bytes](void *dst, const void *src) {
+        if (bytes == 4) {
+            uint32_t v;
+            __builtin_memcpy(&v, src, 4);
+            __builtin_memcpy(dst, &v, 4);
+        } else {
+            std::memcpy(dst, src, bytes);
+        }
+    };
     if (mask == 0xffffffffu) {
         // Double-buffered by the warp's barrier count: one barrier per shuffle.
         const unsigned buf = b.warp_gen[warp] & 1u;
-        std::memcpy(slot(buf, lane), in, bytes);
+        copy(slot(buf, lane), in);
         sync_warp(mask, file, line);
-        std::memcpy(out, slot(buf, unsigned(src_lane)), bytes);
+        copy(out, slot(buf, unsigned(src_lane)));
     } else {
-        std::memcpy(slot(2, lane), in, bytes);
+        copy(slot(2, lane), in);
         sync_warp(mask, file, line);
-        std::memcpy(out, slot(2, unsigned(src_lane)), bytes);
+        copy(out, slot(2, unsigned(src_lane)));
         sync_warp(mask, file, line);
     }
 }

@@ -67,7 +67,7 @@ protected:
             llmkv_session *x = nullptr;
             EXPECT_EQ(llmkv_session_create(e, &sp, &x), LLMKV_OK);
             std::mt19937 rng(100 + i);
-            std::vector<int32_t> prompt(20 + 37 * i);
+            std::vector<int32_t> prompt(20 + gputest::on_gpu_or_emulated(37, 11) * i);
             for (auto &t : prompt) t = int32_t(rng() % 256);
             EXPECT_EQ(llmkv_session_append(x, prompt.data(), prompt.size()), LLMKV_OK);
             EXPECT_EQ(llmkv_session_generate(x, gen), LLMKV_OK);
@@ -91,9 +91,9 @@ protected:
 };
 std::string *EngineCuda::path_ = nullptr;
 
-// Batch-invariant mode: six sessions batched together (prompts of 20-205 tokens prefilled in
-// shared 128-token batches, then decoded together) give exactly the tokens each session
-// gives alone.
+// Batch-invariant mode: six sessions batched together (prompts of 20-205 tokens, 20-75 under
+// the emulator, prefilled in shared 128-token batches, then decoded together) give exactly
+// the tokens each session gives alone.
 TEST_P(EngineCuda, BatchedSessionsEqualEachSessionAlone) {
     LLMKV_REQUIRE_DEVICE();
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
@@ -104,13 +104,14 @@ TEST_P(EngineCuda, BatchedSessionsEqualEachSessionAlone) {
     ASSERT_EQ(llmkv_engine_get_info(gpu, &info), LLMKV_OK);
     EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
     EXPECT_STREQ(info.backend_name, "cuda");
-    const auto together = run_sessions(gpu, 6, 12);
+    const uint32_t gen = gputest::on_gpu_or_emulated(12u, 6u);
+    const auto together = run_sessions(gpu, 6, gen);
     llmkv_engine_destroy(gpu);
     for (int i = 0; i < 6; ++i) {
         llmkv_engine *alone = make(LLMKV_BACKEND_CUDA, GetParam());
         // run_sessions(e, i + 1, ...) runs sessions 0..i with their own prompts: the last one
         // is session i, batched with fewer others.
-        const auto fewer = run_sessions(alone, i + 1, 12);
+        const auto fewer = run_sessions(alone, i + 1, gen);
         EXPECT_EQ(fewer.back(), together[size_t(i)]) << "session " << i;
         llmkv_engine_destroy(alone);
     }
@@ -122,7 +123,8 @@ TEST_P(EngineCuda, PreemptionAndTheHostTierKeepTokensAndInvariants) {
     // the tokens exactly those of the roomy run.
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
     llmkv_engine *roomy = make(LLMKV_BACKEND_CUDA, GetParam());
-    auto reference = run_sessions(roomy, 8, 24);
+    const uint32_t gen = gputest::on_gpu_or_emulated(24u, 12u);
+    auto reference = run_sessions(roomy, 8, gen);
     llmkv_engine_info info;
     info.struct_size = sizeof(info);
     ASSERT_EQ(llmkv_engine_get_info(roomy, &info), LLMKV_OK);
@@ -130,7 +132,7 @@ TEST_P(EngineCuda, PreemptionAndTheHostTierKeepTokensAndInvariants) {
     llmkv_engine_destroy(roomy);
     for (uint64_t host : {uint64_t(0), uint64_t(64) << 20}) {
         llmkv_engine *tight = make(LLMKV_BACKEND_CUDA, GetParam(), 24 * block, host);
-        EXPECT_EQ(run_sessions(tight, 8, 24), reference) << "host tier bytes " << host;
+        EXPECT_EQ(run_sessions(tight, 8, gen), reference) << "host tier bytes " << host;
         llmkv_engine_destroy(tight);
     }
 }
@@ -172,13 +174,14 @@ TEST_P(EngineCuda, PrefixSnapshotRoundTripsThroughTheDevice) {
 }
 
 // Long context beyond the device pool: 16 device blocks (256 tokens) and a host tier run a
-// 900-token prompt plus 100 generated tokens; the older blocks go to pinned host memory and
-// the attention kernels read them there in place. Batch-invariant mode: exactly the tokens
-// of a roomy engine.
+// 900-token prompt plus 100 generated tokens (under the emulator 400 plus 20); the older
+// blocks go to pinned host memory and the attention kernels read them there in place.
+// Batch-invariant mode: exactly the tokens of a roomy engine.
 TEST_P(EngineCuda, SessionBeyondTheDevicePoolReadsHostBlocksInPlace) {
     LLMKV_REQUIRE_DEVICE();
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
-    std::vector<int32_t> prompt(900);
+    std::vector<int32_t> prompt(gputest::on_gpu_or_emulated(900, 400));
+    const uint32_t gen = gputest::on_gpu_or_emulated(100u, 20u);
     std::mt19937 rng(4242);
     for (auto &t : prompt) t = int32_t(rng() % 256);
     auto run = [&](uint64_t device_blocks, uint64_t host_bytes, llmkv_stats *st,
@@ -195,7 +198,7 @@ TEST_P(EngineCuda, SessionBeyondTheDevicePoolReadsHostBlocksInPlace) {
         llmkv_session *x = nullptr;
         EXPECT_EQ(llmkv_session_create(e, &sp, &x), LLMKV_OK);
         EXPECT_EQ(llmkv_session_append(x, prompt.data(), prompt.size()), LLMKV_OK);
-        EXPECT_EQ(llmkv_session_generate(x, 100), LLMKV_OK);
+        EXPECT_EQ(llmkv_session_generate(x, gen), LLMKV_OK);
         *status = llmkv_run(e, nullptr, nullptr);
         std::vector<int32_t> t(2048);
         size_t count = 0;
@@ -213,7 +216,7 @@ TEST_P(EngineCuda, SessionBeyondTheDevicePoolReadsHostBlocksInPlace) {
     llmkv_status status = LLMKV_OK;
     const std::vector<int32_t> reference = run(4096, 0, nullptr, &status);
     ASSERT_EQ(status, LLMKV_OK);
-    ASSERT_EQ(reference.size(), 1000u);
+    ASSERT_EQ(reference.size(), prompt.size() + gen);
     llmkv_stats st{};
     EXPECT_EQ(run(16, 64ull << 20, &st, &status), reference);
     EXPECT_EQ(status, LLMKV_OK);

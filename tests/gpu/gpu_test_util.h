@@ -38,6 +38,20 @@ private:
     bool had_ = false;
 };
 
+// Under the device emulator (-DLLMKV_CUDA=EMU) a kernel runs at about a microsecond per
+// thread switch, so the engine-level tests run shorter prompts and generations there (the
+// same paths: shared batches, preemption, the host tier beyond the device pool); on a GPU
+// the full sizes. kernels/emu/README.md.
+#if defined(LLMKV_CUDA_EMU)
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+template <class T>
+constexpr T on_gpu_or_emulated(T gpu, T emulated) {
+    return kEmulated ? emulated : gpu;
+}
+
 // True when the CUDA runtime sees a device; otherwise *why says why not.
 inline bool device_present(std::string *why) {
     int n = 0;

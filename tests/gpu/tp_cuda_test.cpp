@@ -385,6 +385,7 @@ TEST(TpCudaEngineErrors, NcclForRanksSharingADeviceIsRefused) {
 // when there are three (NCCL), else all on device 0.
 TEST(TpCudaRealModel, SmolLM2OnThreeRanksGivesOneRanksGreedyTokens) {
     LLMKV_REQUIRE_MODULE_DEVICE();
+    LLMKV_SKIP_REAL_MODEL_UNDER_EMULATION();
     const char *model = std::getenv("LLMKV_MODEL");
     if (!model || !*model) {
         std::printf("[ SKIP REASON ] LLMKV_MODEL is not set\n");
