@@ -3,9 +3,11 @@
 // emulated device); a communicator is found by its unique id; ncclAllGather runs in its
 // stream's order and meets the other ranks' calls of the same round. Real NCCL (its
 // transports, its ordering across processes) is not emulated.
+#include <cuda_runtime_api.h>
+
 #include <condition_variable>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -13,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda_runtime_api.h"
 #include "emu_internal.h"
 
 typedef struct {
@@ -50,11 +51,22 @@ Registry &registry() {
 
 size_t type_size(ncclDataType_t t) {
     switch (t) {
-        case 0: case 1: return 1;          // int8, uint8
-        case 2: case 3: case 7: return 4;  // int32, uint32, float32
-        case 4: case 5: case 8: return 8;  // int64, uint64, float64
-        case 6: case 9: return 2;          // float16, bfloat16
-        default: return 0;
+        case 0:
+        case 1:
+            return 1;  // int8, uint8
+        case 2:
+        case 3:
+        case 7:
+            return 4;  // int32, uint32, float32
+        case 4:
+        case 5:
+        case 8:
+            return 8;  // int64, uint64, float64
+        case 6:
+        case 9:
+            return 2;  // float16, bfloat16
+        default:
+            return 0;
     }
 }
 
@@ -116,8 +128,7 @@ CUDAEMU_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int n_ranks, ncclUni
 }
 
 CUDAEMU_API ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
-                                       ncclDataType_t type, ncclComm_t comm,
-                                       cudaStream_t stream) {
+                                       ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
     const size_t es = type_size(type);
     if (!comm || es == 0 || (count > 0 && (!send || !recv))) return kInvalidArgument;
     const size_t bytes = count * es;
@@ -162,11 +173,16 @@ CUDAEMU_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 CUDAEMU_API const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
-        case 0: return "no error";
-        case 2: return "unhandled system error (llmkv's emulated NCCL: a rank aborted)";
-        case 4: return "invalid argument";
-        case 5: return "invalid usage";
-        default: return "unknown NCCL error";
+        case 0:
+            return "no error";
+        case 2:
+            return "unhandled system error (llmkv's emulated NCCL: a rank aborted)";
+        case 4:
+            return "invalid argument";
+        case 5:
+            return "invalid usage";
+        default:
+            return "unknown NCCL error";
     }
 }
 

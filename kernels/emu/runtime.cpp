@@ -12,6 +12,9 @@
 //                         order (a missing barrier shows), "hold" keeps every stream's work
 //                         back until a synchronisation demands it (missing stream ordering
 //                         shows), "quiet" drops the start-up line
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -32,9 +35,6 @@
 #include <thread>
 #include <vector>
 
-#include "cublas_v2.h"
-#include "cuda_fp16.h"
-#include "cuda_runtime.h"
 #include "emu_internal.h"
 
 #if !defined(__x86_64__)
@@ -85,8 +85,7 @@ const Config &config() {
         }
         if (!quiet && (k.reverse || k.hold))
             std::fprintf(stderr, "cudaemu: %d device(s) of %zu MiB, modes:%s%s\n", k.devices,
-                         k.device_bytes >> 20, k.reverse ? " reverse" : "",
-                         k.hold ? " hold" : "");
+                         k.device_bytes >> 20, k.reverse ? " reverse" : "", k.hold ? " hold" : "");
         return k;
     }();
     return c;
@@ -181,7 +180,9 @@ struct Worker {
         if (shared) munmap(shared, kSharedCap + page());
     }
     static constexpr size_t kSharedCap = 228 << 10;  // an H100's shared memory per block, opt-in
-    static size_t page() { return size_t(sysconf(_SC_PAGESIZE)); }
+    static size_t page() {
+        return size_t(sysconf(_SC_PAGESIZE));
+    }
     void ensure(size_t n) {
         if (!shared) {
             void *p = mmap(nullptr, kSharedCap + page(), PROT_READ | PROT_WRITE,
@@ -193,8 +194,8 @@ struct Worker {
         if (n <= n_stacks) return;
         if (stacks) munmap(stacks, n_stacks * stride);
         stride = config().stack_bytes + page();
-        void *p = mmap(nullptr, n * stride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+        void *p =
+            mmap(nullptr, n * stride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) die("mmap of fiber stacks failed");
         stacks = static_cast<char *>(p);
         n_stacks = n;
@@ -300,12 +301,12 @@ void fiber_init(Worker &w, size_t i, Fiber *f) {
     // Six registers and the return address; after the ret, rsp is top - 16 (16-aligned
     // before cudaemu_fiber_start's call, as the ABI wants).
     uint64_t *sp = reinterpret_cast<uint64_t *>(top - 16 - 56);
-    sp[0] = 0;                                          // r15
-    sp[1] = 0;                                          // r14
-    sp[2] = reinterpret_cast<uint64_t>(&fiber_main);    // r13: the entry
-    sp[3] = reinterpret_cast<uint64_t>(f);              // r12: its argument
-    sp[4] = 0;                                          // rbx
-    sp[5] = 0;                                          // rbp
+    sp[0] = 0;                                        // r15
+    sp[1] = 0;                                        // r14
+    sp[2] = reinterpret_cast<uint64_t>(&fiber_main);  // r13: the entry
+    sp[3] = reinterpret_cast<uint64_t>(f);            // r12: its argument
+    sp[4] = 0;                                        // rbx
+    sp[5] = 0;                                        // rbp
     sp[6] = reinterpret_cast<uint64_t>(&cudaemu_fiber_start);
     f->sp = sp;
 #else
@@ -369,12 +370,14 @@ void run_block(Block &b) {
                         ", which the block does not have");
                 const Fiber &o = w.fibers[l0 + lane];
                 if (o.state == kDone)
-                    die(where(b, first) + ": warp sync (mask 0x" + [&] {
-                        char h[16];
-                        std::snprintf(h, sizeof h, "%08x", mask);
-                        return std::string(h);
-                    }() + ") at " + first->file + ":" + std::to_string(first->line) +
-                        " after lane " + std::to_string(lane) + " exited");
+                    die(where(b, first) + ": warp sync (mask 0x" +
+                        [&] {
+                            char h[16];
+                            std::snprintf(h, sizeof h, "%08x", mask);
+                            return std::string(h);
+                        }() +
+                        ") at " + first->file + ":" + std::to_string(first->line) + " after lane " +
+                        std::to_string(lane) + " exited");
                 if (o.state == kAtBlockBarrier)
                     die(where(b, first) + ": lane " + std::to_string(lane) +
                         " waits at __syncthreads (" + o.file + ":" + std::to_string(o.line) +
@@ -401,9 +404,9 @@ void run_block(Block &b) {
                 at = &f;
             } else if (f.file != at->file || f.line != at->line) {
                 die(where(b, &f) + ": divergent __syncthreads: this thread waits at " + f.file +
-                    ":" + std::to_string(f.line) + ", thread (" + std::to_string(at->tid.x) +
-                    "," + std::to_string(at->tid.y) + "," + std::to_string(at->tid.z) +
-                    ") at " + at->file + ":" + std::to_string(at->line));
+                    ":" + std::to_string(f.line) + ", thread (" + std::to_string(at->tid.x) + "," +
+                    std::to_string(at->tid.y) + "," + std::to_string(at->tid.z) + ") at " +
+                    at->file + ":" + std::to_string(at->line));
             }
         }
         if (all_done) break;
@@ -618,7 +621,9 @@ void flush(Stream *s, uint64_t upto) {
         ++s->executed;
     }
 }
-void flush_all(Stream *s) { flush(s, UINT64_MAX); }
+void flush_all(Stream *s) {
+    flush(s, UINT64_MAX);
+}
 
 Stream *resolve(cudaStream_t s) {
     if (!s) return streams().legacy[size_t(std::min(t_device, int(streams().legacy.size()) - 1))];
@@ -662,16 +667,26 @@ uint64_t submit(Stream *s, Op op) {
     return seq;
 }
 
-bool valid_device(int d) { return d >= 0 && d < config().devices; }
+bool valid_device(int d) {
+    return d >= 0 && d < config().devices;
+}
 
 }  // namespace
 
 // ---- the scheduler's device-side interface -------------------------------------------------
 
-const uint3 &thread_idx() { return t_fiber->tid; }
-const uint3 &block_idx() { return t_block->idx; }
-const dim3 &block_dim() { return t_block->dim; }
-const dim3 &grid_dim() { return t_block->grid; }
+const uint3 &thread_idx() {
+    return t_fiber->tid;
+}
+const uint3 &block_idx() {
+    return t_block->idx;
+}
+const dim3 &block_dim() {
+    return t_block->dim;
+}
+const dim3 &grid_dim() {
+    return t_block->grid;
+}
 void *dynamic_shared() {
     if (t_block->shared_bytes == 0)
         die(where(*t_block, t_fiber) + ": dynamic shared memory used, launched with 0 bytes");
@@ -706,8 +721,8 @@ void shuffle(unsigned mask, const void *in, void *out, unsigned bytes, int src_l
     Fiber *f = t_fiber;
     const unsigned warp = f->linear / 32, lane = f->linear % 32;
     if (src_lane < 0 || src_lane > 31 || !(mask >> src_lane & 1u))
-        die(where(b, f) + ": shuffle at " + file + ":" + std::to_string(line) +
-            " reads lane " + std::to_string(src_lane) + ", which is not in its mask");
+        die(where(b, f) + ": shuffle at " + file + ":" + std::to_string(line) + " reads lane " +
+            std::to_string(src_lane) + ", which is not in its mask");
     auto slot = [&](unsigned buf, unsigned l) {
         return &b.slots[((size_t(warp) * 3 + buf) * 32 + l) * 16];
     };
@@ -755,8 +770,10 @@ cudaError_t launch(const char *kernel, dim3 grid, dim3 block, size_t shared_byte
     }
     if (shared_bytes > (48u << 10)) {
         // Beyond 48 KiB a kernel needs cudaFuncSetAttribute (which the module never calls).
-        std::fprintf(stderr, "cudaemu: launch of %s with %zu bytes of dynamic shared memory "
-                     "(48 KiB without an opt-in)\n", kernel, shared_bytes);
+        std::fprintf(stderr,
+                     "cudaemu: launch of %s with %zu bytes of dynamic shared memory "
+                     "(48 KiB without an opt-in)\n",
+                     kernel, shared_bytes);
         return ret(cudaErrorInvalidValue);
     }
     auto g = std::make_shared<Grid>();
@@ -800,10 +817,11 @@ void on_segv(int sig, siginfo_t *info, void *) {
             what = "out-of-range dynamic shared memory access (past the launch's bytes)";
         else if (w && a >= w->stacks && a < w->stacks + w->n_stacks * w->stride)
             what = "fiber stack overflow or access below a thread's stack (LLMKV_EMU_STACK_KIB)";
-        const int n = std::snprintf(
-            msg, sizeof msg, "cudaemu: %s at %p in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
-            what, info->si_addr, t_block->kernel, t_block->idx.x, t_block->idx.y, t_block->idx.z,
-            t_fiber->tid.x, t_fiber->tid.y, t_fiber->tid.z);
+        const int n =
+            std::snprintf(msg, sizeof msg,
+                          "cudaemu: %s at %p in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+                          what, info->si_addr, t_block->kernel, t_block->idx.x, t_block->idx.y,
+                          t_block->idx.z, t_fiber->tid.x, t_fiber->tid.y, t_fiber->tid.z);
         if (n > 0) (void)!write(2, msg, size_t(std::min(n, int(sizeof msg) - 1)));
     }
     signal(sig, SIG_DFL);
@@ -817,11 +835,11 @@ struct SegvHandler {
         ss.ss_sp = alt;
         ss.ss_size = sizeof alt;
         sigaltstack(&ss, nullptr);
-        struct sigaction sa{};
+        struct sigaction sa {};
         sa.sa_sigaction = on_segv;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
-        struct sigaction old{};
+        struct sigaction old {};
         sigaction(SIGSEGV, nullptr, &old);
         // Leave a handler someone else installed (a sanitizer) alone.
         if (old.sa_handler == SIG_DFL) sigaction(SIGSEGV, &sa, nullptr);
@@ -842,23 +860,35 @@ bool side_ok(const void *p, size_t bytes, Side side, bool *pinned) {
     return true;
 }
 
-cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                 cudaStream_t stream, bool async) {
+cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+                 bool async) {
     if (bytes == 0) return cudaSuccess;
     if (!dst || !src) return ret(cudaErrorInvalidValue);
     Side ds = Side::kAny, ss = Side::kAny;
     switch (kind) {
-        case cudaMemcpyHostToHost: ds = ss = Side::kHost; break;
-        case cudaMemcpyHostToDevice: ds = Side::kDevice, ss = Side::kHost; break;
-        case cudaMemcpyDeviceToHost: ds = Side::kHost, ss = Side::kDevice; break;
-        case cudaMemcpyDeviceToDevice: ds = ss = Side::kDevice; break;
-        case cudaMemcpyDefault: break;
-        default: return ret(cudaErrorInvalidMemcpyDirection);
+        case cudaMemcpyHostToHost:
+            ds = ss = Side::kHost;
+            break;
+        case cudaMemcpyHostToDevice:
+            ds = Side::kDevice, ss = Side::kHost;
+            break;
+        case cudaMemcpyDeviceToHost:
+            ds = Side::kHost, ss = Side::kDevice;
+            break;
+        case cudaMemcpyDeviceToDevice:
+            ds = ss = Side::kDevice;
+            break;
+        case cudaMemcpyDefault:
+            break;
+        default:
+            return ret(cudaErrorInvalidMemcpyDirection);
     }
     bool dst_pinned = false, src_pinned = false;
     if (!side_ok(dst, bytes, ds, &dst_pinned) || !side_ok(src, bytes, ss, &src_pinned)) {
-        std::fprintf(stderr, "cudaemu: cudaMemcpy%s of %zu bytes %p -> %p: a device range outside "
-                     "every allocation\n", async ? "Async" : "", bytes, src, dst);
+        std::fprintf(stderr,
+                     "cudaemu: cudaMemcpy%s of %zu bytes %p -> %p: a device range outside "
+                     "every allocation\n",
+                     async ? "Async" : "", bytes, src, dst);
         return ret(cudaErrorInvalidValue);
     }
     Stream *s = resolve(stream);
@@ -866,7 +896,8 @@ cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
     if (kind == cudaMemcpyHostToDevice && !src_pinned) {
         // From pageable memory the data is staged before the call returns.
         auto staged = std::make_shared<std::vector<unsigned char>>(
-            static_cast<const unsigned char *>(src), static_cast<const unsigned char *>(src) + bytes);
+            static_cast<const unsigned char *>(src),
+            static_cast<const unsigned char *>(src) + bytes);
         op.fn = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
     } else {
         op.fn = [dst, src, bytes] { std::memmove(dst, src, bytes); };
@@ -939,15 +970,32 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
     cudaDeviceProp p;
     if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) return e;
     switch (attr) {
-        case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
-        case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(p.sharedMemPerBlock); break;
-        case cudaDevAttrWarpSize: *value = 32; break;
-        case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
-        case cudaDevAttrUnifiedAddressing: *value = 1; break;
-        case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
-        case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(p.sharedMemPerBlockOptin); break;
-        default: return ret(cudaErrorInvalidValue);
+        case cudaDevAttrMaxThreadsPerBlock:
+            *value = p.maxThreadsPerBlock;
+            break;
+        case cudaDevAttrMaxSharedMemoryPerBlock:
+            *value = int(p.sharedMemPerBlock);
+            break;
+        case cudaDevAttrWarpSize:
+            *value = 32;
+            break;
+        case cudaDevAttrMultiProcessorCount:
+            *value = p.multiProcessorCount;
+            break;
+        case cudaDevAttrUnifiedAddressing:
+            *value = 1;
+            break;
+        case cudaDevAttrComputeCapabilityMajor:
+            *value = p.major;
+            break;
+        case cudaDevAttrComputeCapabilityMinor:
+            *value = p.minor;
+            break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+            *value = int(p.sharedMemPerBlockOptin);
+            break;
+        default:
+            return ret(cudaErrorInvalidValue);
     }
     return cudaSuccess;
 }
@@ -956,7 +1004,9 @@ cudaError_t cudaDeviceSynchronize(void) {
     device_barrier(t_device);
     return cudaSuccess;
 }
-cudaError_t cudaDeviceReset(void) { return cudaDeviceSynchronize(); }
+cudaError_t cudaDeviceReset(void) {
+    return cudaDeviceSynchronize();
+}
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     if (!valid_device(t_device)) return ret(cudaErrorNoDevice);
     Memory &mem = memory();
@@ -971,40 +1021,69 @@ cudaError_t cudaGetLastError(void) {
     t_last_error = cudaSuccess;
     return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+    return t_last_error;
+}
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
-        case cudaSuccess: return "cudaSuccess";
-        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-        case cudaErrorInitializationError: return "cudaErrorInitializationError";
-        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-        case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
-        case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-        case cudaErrorNoDevice: return "cudaErrorNoDevice";
-        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-        case cudaErrorNotReady: return "cudaErrorNotReady";
-        case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-        case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
-        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-        case cudaErrorNotSupported: return "cudaErrorNotSupported";
-        default: return "cudaErrorUnknown";
+        case cudaSuccess:
+            return "cudaSuccess";
+        case cudaErrorInvalidValue:
+            return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation:
+            return "cudaErrorMemoryAllocation";
+        case cudaErrorInitializationError:
+            return "cudaErrorInitializationError";
+        case cudaErrorInvalidConfiguration:
+            return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidPitchValue:
+            return "cudaErrorInvalidPitchValue";
+        case cudaErrorInvalidDevicePointer:
+            return "cudaErrorInvalidDevicePointer";
+        case cudaErrorInvalidMemcpyDirection:
+            return "cudaErrorInvalidMemcpyDirection";
+        case cudaErrorNoDevice:
+            return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice:
+            return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle:
+            return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady:
+            return "cudaErrorNotReady";
+        case cudaErrorIllegalAddress:
+            return "cudaErrorIllegalAddress";
+        case cudaErrorLaunchOutOfResources:
+            return "cudaErrorLaunchOutOfResources";
+        case cudaErrorLaunchFailure:
+            return "cudaErrorLaunchFailure";
+        case cudaErrorNotSupported:
+            return "cudaErrorNotSupported";
+        default:
+            return "cudaErrorUnknown";
     }
 }
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
-        case cudaSuccess: return "no error";
-        case cudaErrorInvalidValue: return "invalid argument";
-        case cudaErrorMemoryAllocation: return "out of memory";
-        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-        case cudaErrorInvalidDevice: return "invalid device ordinal";
-        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-        case cudaErrorNotReady: return "device not ready";
-        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-        default: return cudaGetErrorName(e);
+        case cudaSuccess:
+            return "no error";
+        case cudaErrorInvalidValue:
+            return "invalid argument";
+        case cudaErrorMemoryAllocation:
+            return "out of memory";
+        case cudaErrorInvalidConfiguration:
+            return "invalid configuration argument";
+        case cudaErrorNoDevice:
+            return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice:
+            return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle:
+            return "invalid resource handle";
+        case cudaErrorNotReady:
+            return "device not ready";
+        case cudaErrorInvalidMemcpyDirection:
+            return "invalid copy direction for memcpy";
+        default:
+            return cudaGetErrorName(e);
     }
 }
 cudaError_t cudaRuntimeGetVersion(int *v) {
@@ -1012,7 +1091,9 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
     *v = CUDART_VERSION;
     return cudaSuccess;
 }
-cudaError_t cudaDriverGetVersion(int *v) { return cudaRuntimeGetVersion(v); }
+cudaError_t cudaDriverGetVersion(int *v) {
+    return cudaRuntimeGetVersion(v);
+}
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     if (!ptr) return ret(cudaErrorInvalidValue);
@@ -1074,7 +1155,9 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
     *ptr = p;
     return cudaSuccess;
 }
-cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
+cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
+    return cudaHostAlloc(ptr, bytes, 0);
+}
 cudaError_t cudaFreeHost(void *ptr) {
     if (!ptr) return cudaSuccess;
     Memory &mem = memory();
@@ -1104,7 +1187,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
                             cudaStream_t stream) {
     return copy(dst, src, bytes, kind, stream, true);
 }
-cudaError_t cudaMemset(void *p, int v, size_t bytes) { return set(p, v, bytes, nullptr, false); }
+cudaError_t cudaMemset(void *p, int v, size_t bytes) {
+    return set(p, v, bytes, nullptr, false);
+}
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream) {
     return set(p, v, bytes, stream, true);
 }
@@ -1264,8 +1349,8 @@ std::vector<float> rows_of(const void *x, cudaDataType t, bool trans, int rows, 
     for (int r = 0; r < rows; ++r) {
         for (int l = 0; l < k; ++l) {
             // column-major X: element (i, j) at i + j * ld; op(X)(r, l) = trans ? X(l, r) : X(r, l)
-            const size_t at = trans ? size_t(l) + size_t(r) * size_t(ld)
-                                    : size_t(r) + size_t(l) * size_t(ld);
+            const size_t at =
+                trans ? size_t(l) + size_t(r) * size_t(ld) : size_t(r) + size_t(l) * size_t(ld);
             out[size_t(r) * size_t(k) + size_t(l)] =
                 t == CUDA_R_16F ? half_to_float(static_cast<const uint16_t *>(x)[at])
                                 : static_cast<const float *>(x)[at];
@@ -1328,23 +1413,35 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 
 const char *cublasGetStatusName(cublasStatus_t s) {
     switch (s) {
-        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-        case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-        case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-        case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-        case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case CUBLAS_STATUS_SUCCESS:
+            return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED:
+            return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED:
+            return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE:
+            return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_ARCH_MISMATCH:
+            return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case CUBLAS_STATUS_EXECUTION_FAILED:
+            return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR:
+            return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return "CUBLAS_STATUS_NOT_SUPPORTED";
     }
     return "CUBLAS_STATUS_UNKNOWN";
 }
 const char *cublasGetStatusString(cublasStatus_t s) {
     switch (s) {
-        case CUBLAS_STATUS_SUCCESS: return "success";
-        case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was used as an argument";
-        case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
-        default: return cublasGetStatusName(s);
+        case CUBLAS_STATUS_SUCCESS:
+            return "success";
+        case CUBLAS_STATUS_INVALID_VALUE:
+            return "an invalid value was used as an argument";
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+            return "the functionality requested is not supported";
+        default:
+            return cublasGetStatusName(s);
     }
 }
 

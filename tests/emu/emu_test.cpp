@@ -130,8 +130,8 @@ TEST(Emulator, ShufflesStaticSharedMemoryAndBarriersGiveExactSums) {
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> h = dout.get();
     for (unsigned b = 0; b < blocks; ++b) {
-        const float want = std::accumulate(x.begin() + b * threads, x.begin() + (b + 1) * threads,
-                                           0.0f);
+        const float want =
+            std::accumulate(x.begin() + b * threads, x.begin() + (b + 1) * threads, 0.0f);
         EXPECT_EQ(h[b], want) << b;
     }
 }

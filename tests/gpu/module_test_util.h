@@ -27,14 +27,15 @@
 // test. The tiny random-weight models cover the same path in CI; LLMKV_EMU_MODELS=1 runs
 // these too (scripts/test_emu_models.sh). On a GPU they always run.
 #if defined(LLMKV_CUDA_EMU)
-#define LLMKV_SKIP_REAL_MODEL_UNDER_EMULATION()                                                \
-    do {                                                                                       \
-        const char *all_ = std::getenv("LLMKV_EMU_MODELS");                                    \
-        if (!all_ || std::string(all_) != "1") {                                               \
-            std::printf("[ SKIP REASON ] a real model under the device emulator takes minutes " \
-                        "(LLMKV_EMU_MODELS=1 runs it)\n");                                     \
-            GTEST_SKIP() << "real model under emulation: LLMKV_EMU_MODELS=1 runs it";          \
-        }                                                                                      \
+#define LLMKV_SKIP_REAL_MODEL_UNDER_EMULATION()                                         \
+    do {                                                                                \
+        const char *all_ = std::getenv("LLMKV_EMU_MODELS");                             \
+        if (!all_ || std::string(all_) != "1") {                                        \
+            std::printf(                                                                \
+                "[ SKIP REASON ] a real model under the device emulator takes minutes " \
+                "(LLMKV_EMU_MODELS=1 runs it)\n");                                      \
+            GTEST_SKIP() << "real model under emulation: LLMKV_EMU_MODELS=1 runs it";   \
+        }                                                                               \
     } while (0)
 #else
 #define LLMKV_SKIP_REAL_MODEL_UNDER_EMULATION() \

@@ -9,8 +9,12 @@ struct __half {
     unsigned short x;
 };
 
-inline __half __ushort_as_half(unsigned short v) { return __half{v}; }
-inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline __half __ushort_as_half(unsigned short v) {
+    return __half{v};
+}
+inline unsigned short __half_as_ushort(__half h) {
+    return h.x;
+}
 
 inline float __half2float(__half h) {
     const uint32_t sign = uint32_t(h.x & 0x8000u) << 16;
@@ -35,7 +39,8 @@ inline __half __float2half_rn(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     const uint32_t sign = (x >> 16) & 0x8000u, abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) return __half{uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u))};
+    if (abs >= 0x7f800000u)
+        return __half{uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u))};
     if (abs >= 0x477ff000u) return __half{uint16_t(sign | 0x7c00u)};
     if (abs < 0x38800000u) {
         if (abs < 0x33000000u) return __half{uint16_t(sign)};
@@ -50,4 +55,6 @@ inline __half __float2half_rn(float f) {
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
     return __half{uint16_t(sign | h)};
 }
-inline __half __float2half(float f) { return __float2half_rn(f); }
+inline __half __float2half(float f) {
+    return __float2half_rn(f);
+}

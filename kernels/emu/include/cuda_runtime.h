@@ -29,7 +29,8 @@
 #define __host__
 #define __constant__ static
 #define __forceinline__ inline __attribute__((always_inline))
-// __noinline__ is not defined: library headers spell __attribute__((__noinline__)) (no kernel uses it)
+// __noinline__ is not defined: library headers spell __attribute__((__noinline__)) (no kernel uses
+// it)
 #define __launch_bounds__(...)
 // Static shared memory: one copy per host thread, which runs one block at a time, so every
 // thread (fiber) of a block sees the same variable.
@@ -108,7 +109,9 @@ constexpr int warpSize = 32;
 
 #define __syncthreads() ::cudaemu::sync_block(__FILE__, __LINE__)
 #define __syncwarp(...) ::cudaemu::sync_warp(cudaemu_mask_or_full(__VA_ARGS__), __FILE__, __LINE__)
-inline unsigned cudaemu_mask_or_full(unsigned m = 0xffffffffu) { return m; }
+inline unsigned cudaemu_mask_or_full(unsigned m = 0xffffffffu) {
+    return m;
+}
 
 // A lane's source lane for each shuffle, within segments of `width` lanes (CUDA's rules).
 #define __shfl_sync(mask, v, src, ...) \
@@ -146,16 +149,16 @@ inline T __ldg(const T *p) {
 template <class T>
 inline T atomicMin(T *p, T v) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v < old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED)) {
+    while (v < old &&
+           !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;
 }
 template <class T>
 inline T atomicMax(T *p, T v) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED)) {
+    while (v > old &&
+           !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;
 }
@@ -180,22 +183,48 @@ inline T atomicCAS(T *p, T cmp, T v) {
     __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return cmp;
 }
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence() {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 
 // Arithmetic with round-to-nearest and no contraction (the kernel files are compiled with
 // -ffp-contract=off, so these are single IEEE operations as on the GPU).
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline float __frcp_rn(float a) { return 1.0f / a; }
-inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-inline int __float2int_rn(float f) { return int(std::nearbyint(f)); }
-inline int __float2int_rz(float f) { return int(f); }
-inline unsigned __float2uint_rn(float f) { return unsigned(std::nearbyint(f)); }
-inline float __int2float_rn(int i) { return float(i); }
-inline float __uint2float_rn(unsigned u) { return float(u); }
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+    return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+    return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+inline float __fmaf_rn(float a, float b, float c) {
+    return std::fma(a, b, c);
+}
+inline float __frcp_rn(float a) {
+    return 1.0f / a;
+}
+inline float __fsqrt_rn(float a) {
+    return std::sqrt(a);
+}
+inline int __float2int_rn(float f) {
+    return int(std::nearbyint(f));
+}
+inline int __float2int_rz(float f) {
+    return int(f);
+}
+inline unsigned __float2uint_rn(float f) {
+    return unsigned(std::nearbyint(f));
+}
+inline float __int2float_rn(int i) {
+    return float(i);
+}
+inline float __uint2float_rn(unsigned u) {
+    return float(u);
+}
 inline unsigned __float_as_uint(float f) {
     unsigned u;
     memcpy(&u, &f, 4);
@@ -216,36 +245,98 @@ inline float __int_as_float(int i) {
     memcpy(&f, &i, 4);
     return f;
 }
-inline float __expf(float x) { return expf(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
-inline int __popc(unsigned x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
-inline int __ffsll(long long x) { return __builtin_ffsll(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
-inline int __ffs(int x) { return __builtin_ffs(x); }
+inline float __expf(float x) {
+    return expf(x);
+}
+inline float __logf(float x) {
+    return logf(x);
+}
+inline float __fdividef(float a, float b) {
+    return a / b;
+}
+inline float rsqrtf(float x) {
+    return 1.0f / sqrtf(x);
+}
+inline float __saturatef(float x) {
+    return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
+}
+inline int __popc(unsigned x) {
+    return __builtin_popcount(x);
+}
+inline int __popcll(unsigned long long x) {
+    return __builtin_popcountll(x);
+}
+inline int __clzll(long long x) {
+    return x == 0 ? 64 : __builtin_clzll((unsigned long long)x);
+}
+inline int __ffsll(long long x) {
+    return __builtin_ffsll(x);
+}
+inline int __clz(int x) {
+    return x == 0 ? 32 : __builtin_clz(unsigned(x));
+}
+inline int __ffs(int x) {
+    return __builtin_ffs(x);
+}
 
 // CUDA's integer and float min/max overloads (mixed signed/unsigned as CUDA resolves them).
-inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
-inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-inline unsigned min(int a, unsigned b) { return min(unsigned(a), b); }
-inline unsigned min(unsigned a, int b) { return min(a, unsigned(b)); }
-inline unsigned max(int a, unsigned b) { return max(unsigned(a), b); }
-inline unsigned max(unsigned a, int b) { return max(a, unsigned(b)); }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
-inline long long max(long long a, long long b) { return a > b ? a : b; }
-inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
-inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
-inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
-inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
-inline long min(long a, long b) { return a < b ? a : b; }
-inline long max(long a, long b) { return a > b ? a : b; }
-inline float min(float a, float b) { return fminf(a, b); }
-inline float max(float a, float b) { return fmaxf(a, b); }
-inline double min(double a, double b) { return fmin(a, b); }
-inline double max(double a, double b) { return fmax(a, b); }
+inline int min(int a, int b) {
+    return a < b ? a : b;
+}
+inline int max(int a, int b) {
+    return a > b ? a : b;
+}
+inline unsigned min(unsigned a, unsigned b) {
+    return a < b ? a : b;
+}
+inline unsigned max(unsigned a, unsigned b) {
+    return a > b ? a : b;
+}
+inline unsigned min(int a, unsigned b) {
+    return min(unsigned(a), b);
+}
+inline unsigned min(unsigned a, int b) {
+    return min(a, unsigned(b));
+}
+inline unsigned max(int a, unsigned b) {
+    return max(unsigned(a), b);
+}
+inline unsigned max(unsigned a, int b) {
+    return max(a, unsigned(b));
+}
+inline long long min(long long a, long long b) {
+    return a < b ? a : b;
+}
+inline long long max(long long a, long long b) {
+    return a > b ? a : b;
+}
+inline unsigned long long min(unsigned long long a, unsigned long long b) {
+    return a < b ? a : b;
+}
+inline unsigned long long max(unsigned long long a, unsigned long long b) {
+    return a > b ? a : b;
+}
+inline unsigned long min(unsigned long a, unsigned long b) {
+    return a < b ? a : b;
+}
+inline unsigned long max(unsigned long a, unsigned long b) {
+    return a > b ? a : b;
+}
+inline long min(long a, long b) {
+    return a < b ? a : b;
+}
+inline long max(long a, long b) {
+    return a > b ? a : b;
+}
+inline float min(float a, float b) {
+    return fminf(a, b);
+}
+inline float max(float a, float b) {
+    return fmaxf(a, b);
+}
+inline double min(double a, double b) {
+    return fmin(a, b);
+}
+inline double max(double a, double b) {
+    return fmax(a, b);
+}

@@ -120,7 +120,8 @@ CUDAEMU_API cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_p
 CUDAEMU_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes,
                                    enum cudaMemcpyKind kind);
 CUDAEMU_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
-                                        enum cudaMemcpyKind kind, cudaStream_t stream CUDAEMU_DEFAULT(0));
+                                        enum cudaMemcpyKind kind,
+                                        cudaStream_t stream CUDAEMU_DEFAULT(0));
 CUDAEMU_API cudaError_t cudaMemset(void *ptr, int value, size_t bytes);
 CUDAEMU_API cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes,
                                         cudaStream_t stream CUDAEMU_DEFAULT(0));

@@ -43,14 +43,24 @@ struct dim3 {
     constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
-inline constexpr int2 make_int2(int x, int y) { return int2{x, y}; }
-inline constexpr uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
-inline constexpr int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline constexpr int2 make_int2(int x, int y) {
+    return int2{x, y};
+}
+inline constexpr uint2 make_uint2(unsigned x, unsigned y) {
+    return uint2{x, y};
+}
+inline constexpr int4 make_int4(int x, int y, int z, int w) {
+    return int4{x, y, z, w};
+}
 inline constexpr uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
     return uint4{x, y, z, w};
 }
-inline constexpr float2 make_float2(float x, float y) { return float2{x, y}; }
+inline constexpr float2 make_float2(float x, float y) {
+    return float2{x, y};
+}
 inline constexpr float4 make_float4(float x, float y, float z, float w) {
     return float4{x, y, z, w};
 }
-inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
+inline constexpr uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
+    return uint3{x, y, z};
+}
