@@ -25,10 +25,14 @@ llmkv_cuda_status upload_weight(Ctx *ctx, const void *host, uint32_t rows, uint3
     const size_t bytes = size_t(rows) * cols * elem;
     void *dev = nullptr;
     CKS(ctx->alloc(dev, bytes, ctx->weight_bytes, matrix ? "a weight matrix" : "a weight vector"));
-    const cudaError_t e = cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+    // On the compute stream, waited for: a cudaMemcpy from pageable memory runs on the legacy
+    // stream and may return before its DMA lands, and the module's non-blocking compute
+    // stream is not ordered after the legacy stream (a first GEMM could read a partial weight).
+    cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, ctx->compute);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ctx->compute);
     if (e != cudaSuccess) {
         ctx->free_device(dev);
-        return ctx->cuda_fail("cudaMemcpy (weight upload)", e);
+        return ctx->cuda_fail("cudaMemcpyAsync (weight upload)", e);
     }
     ctx->weights.handles.push_back(DeviceWeight{dev, rows, cols, matrix});
     *out = llmkv_cuda_weight(ctx->weights.handles.size());

@@ -57,7 +57,9 @@ if [[ "${LLMKV_TEST_EMU:-1}" != 0 ]]; then
     # other kernels or orderings).
     EMU_MODE_TESTS='SealParity|KernelParity|AttentionParity|AttentionLongContext|DequantParity|MatvecParity|CudaBackend|CudaModuleAbi|TinyModelParity|ArchParity|TpCudaModule'
     LLMKV_EMU=reverse,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -j "$JOBS" -L gpu -R "$EMU_MODE_TESTS"
-    LLMKV_EMU=hold,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -j "$JOBS" -L gpu -R "$EMU_MODE_TESTS"
+    # Held streams also over the engine's host tier and preemption (its asynchronous copies).
+    LLMKV_EMU=hold,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -j "$JOBS" -L gpu \
+        -R "$EMU_MODE_TESTS|EngineCuda\.(Preemption|SessionBeyond).*/0"
 fi
 echo "== CUDA kernel resources for sm_90 (ptxas -v; fails if a hot kernel spills; skipped without the CUDA module)" >&2
 CUDA_RESOURCE_ARCHS="${CUDA_RESOURCE_ARCHS:-90}" JOBS="$JOBS" "$ROOT/tools/cuda-resources.sh" "$ROOT/build-test"

@@ -226,8 +226,24 @@ CUDAEMU_TLS Worker *t_worker = nullptr;
 CUDAEMU_TLS Block *t_block = nullptr;
 CUDAEMU_TLS Fiber *t_fiber = nullptr;
 
+// A signal stack for the calling thread (the SIGSEGV handler runs on it: SA_ONSTACK).
+void install_alt_stack() {
+    const size_t bytes = 1 << 16;
+    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;  // then a fault is a plain SIGSEGV, without the report
+    stack_t ss{};
+    ss.ss_sp = p;
+    ss.ss_size = bytes;
+    sigaltstack(&ss, nullptr);
+}
+
 Worker &worker() {
-    if (!t_worker) t_worker = new Worker();  // freed at thread exit would race fibers: kept
+    if (!t_worker) {
+        t_worker = new Worker();  // freed at thread exit would race fibers: kept
+        // Every thread that runs blocks reports a fault in a guard page itself, which needs a
+        // signal stack of its own (the fault is on the fiber's stack or past it).
+        install_alt_stack();
+    }
     return *t_worker;
 }
 
@@ -484,8 +500,16 @@ void run_blocks(Grid &g) {
         if (i >= g.total) break;
         b.idx = uint3{unsigned(i % g.grid.x), unsigned((i / g.grid.x) % g.grid.y),
                       unsigned(i / (uint64_t(g.grid.x) * g.grid.y))};
-        std::memset(b.shared, 0xff, g.shared_bytes);  // poison: NaN floats
+        // Poison (NaN floats), and the up to 15 bytes of alignment slack before the guard
+        // page too: a write there is past the launch's bytes, found after the block.
+        const size_t slack = size_t(w.shared + Worker::kSharedCap - b.shared) - g.shared_bytes;
+        std::memset(b.shared, 0xff, g.shared_bytes + slack);
         run_block(b);
+        for (size_t k = 0; k < slack; ++k)
+            if (static_cast<unsigned char>(b.shared[g.shared_bytes + k]) != 0xffu)
+                die(where(b, nullptr) + ": write to dynamic shared memory past the launch's " +
+                    std::to_string(g.shared_bytes) + " bytes (at byte " +
+                    std::to_string(g.shared_bytes + k) + ")");
     }
     t_block = saved;
 }
@@ -688,8 +712,8 @@ const dim3 &grid_dim() {
     return t_block->grid;
 }
 void *dynamic_shared() {
-    if (t_block->shared_bytes == 0)
-        die(where(*t_block, t_fiber) + ": dynamic shared memory used, launched with 0 bytes");
+    // A launch of 0 bytes gets the guard page's address: declaring the array is legal, the
+    // first access faults (and is reported as past the launch's bytes).
     return t_block->shared;
 }
 
@@ -830,11 +854,6 @@ void on_segv(int sig, siginfo_t *info, void *) {
 
 struct SegvHandler {
     SegvHandler() {
-        static char alt[1 << 16];
-        stack_t ss{};
-        ss.ss_sp = alt;
-        ss.ss_size = sizeof alt;
-        sigaltstack(&ss, nullptr);
         struct sigaction sa {};
         sa.sa_sigaction = on_segv;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;

@@ -107,6 +107,38 @@ __global__ void store_value(int *p, int v) {
     *p = v;
 }
 
+// Conversions as cvt.rni.sat: out of range saturates, NaN gives 0.
+__global__ void conversions(const float *x, int *i, unsigned *u, int n) {
+    for (int k = 0; k < n; ++k) {
+        i[k] = __float2int_rn(x[k]);
+        u[k] = __float2uint_rn(x[k]);
+    }
+}
+
+// Shuffles within 16-lane segments: xor by 16 reads the lower segment from the upper one only,
+// down by 8 stays inside the caller's segment.
+__global__ void segment_shuffles(int *xor16, int *down8) {
+    const int lane = int(threadIdx.x);
+    xor16[lane] = __shfl_xor_sync(0xffffffffu, lane, 16, 16);
+    down8[lane] = __shfl_down_sync(0xffffffffu, lane, 8, 16);
+}
+
+__global__ void float_atomics(float *sum, float *last) {
+    atomicAdd(sum, 0.5f);
+    atomicExch(last, float(threadIdx.x));
+}
+
+// Declares dynamic shared memory it never touches (legal with a launch of 0 bytes).
+__global__ void declares_shared_only(int *out) {
+    LLMKV_DYNAMIC_SHARED(float, s);
+    out[threadIdx.x] = s != nullptr ? 1 : 0;
+}
+
+__global__ void writes_one_past(unsigned n) {
+    LLMKV_DYNAMIC_SHARED(unsigned char, s);
+    if (threadIdx.x == 0) s[n] = 1;  // inside the 16-byte alignment slack, before the guard
+}
+
 // ---- what runs as CUDA defines it ---------------------------------------------------------
 
 TEST(Emulator, EveryThreadOfEveryBlockRunsWithItsIndices) {
@@ -195,7 +227,67 @@ TEST(Emulator, AnEventOrdersWorkAcrossStreams) {
     cudaStreamDestroy(b);
 }
 
+TEST(Emulator, FloatToIntegerConversionsSaturateAsTheGpuDoes) {
+    const std::vector<float> x = {2.5f, -2.5f, 3e9f, -3e9f, INFINITY, -INFINITY, NAN, -1.0f};
+    Buf<float> dx(x.size());
+    Buf<int> di(x.size());
+    Buf<unsigned> du(x.size());
+    CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    LLMKV_LAUNCH(conversions, 1, 1, 0, nullptr)(dx.p, di.p, du.p, int(x.size()));
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(di.get(), (std::vector<int>{2, -2, 2147483647, -2147483647 - 1, 2147483647,
+                                          -2147483647 - 1, 0, -1}));
+    EXPECT_EQ(du.get(), (std::vector<unsigned>{2u, 0u, 3000000000u, 0u, 4294967295u, 0u, 0u, 0u}));
+}
+
+TEST(Emulator, ShufflesKeepCudasSegmentRules) {
+    Buf<int> x(32), d(32);
+    LLMKV_LAUNCH(segment_shuffles, 1, 32, 0, nullptr)(x.p, d.p);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<int> hx = x.get(), hd = d.get();
+    for (int lane = 0; lane < 32; ++lane) {
+        EXPECT_EQ(hx[lane], lane < 16 ? lane : lane - 16) << lane;
+        EXPECT_EQ(hd[lane], (lane % 16) + 8 < 16 ? lane + 8 : lane) << lane;
+    }
+}
+
+TEST(Emulator, FloatAtomicsAddAndExchange) {
+    Buf<float> sum(1), last(1);
+    LLMKV_LAUNCH(float_atomics, 4, 64, 0, nullptr)(sum.p, last.p);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(sum.get()[0], 128.0f);
+    const float l = last.get()[0];
+    EXPECT_TRUE(l >= 0.0f && l < 64.0f && l == float(int(l))) << l;
+}
+
+TEST(Emulator, DynamicSharedMemoryMayBeDeclaredByALaunchOfZeroBytes) {
+    Buf<int> out(8);
+    LLMKV_LAUNCH(declares_shared_only, 1, 8, 0, nullptr)(out.p);
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int v : out.get()) EXPECT_EQ(v, 1);
+}
+
 // ---- the defects it stops on ------------------------------------------------------------------
+
+TEST(EmulatorDeathTest, AWriteIntoTheAlignmentSlackStops) {
+    EXPECT_DEATH(
+        {
+            // 20 bytes launched: bytes 20..31 are slack before the guard page.
+            LLMKV_LAUNCH(writes_one_past, 1, 1, 20, nullptr)(20u);
+            cudaDeviceSynchronize();
+        },
+        "writes_one_past.*past the launch's 20 bytes");
+}
+
+TEST(EmulatorDeathTest, AccessToDynamicSharedMemoryOfAZeroByteLaunchStops) {
+    EXPECT_DEATH(
+        {
+            Buf<int> out(1);
+            LLMKV_LAUNCH(shared_overrun, 1, 1, 0, nullptr)(out.p, 4u);
+            cudaDeviceSynchronize();
+        },
+        "dynamic shared memory.*shared_overrun");
+}
 
 TEST(EmulatorDeathTest, ABarrierSomeThreadsNeverReachStops) {
     EXPECT_DEATH(

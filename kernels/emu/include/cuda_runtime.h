@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -126,16 +127,18 @@ inline int cudaemu_src_idx(int src, int width = 32) {
     const int lane = int(::cudaemu::lane_id());
     return (lane & ~(width - 1)) + (src & (width - 1));
 }
+// As PTX shfl.bfly / down / up with CUDA's width segments: the source lane is valid up to the
+// end of the caller's segment (bfly may read an earlier segment), deltas use their low 5 bits.
 inline int cudaemu_src_xor(int lm, int width = 32) {
-    const int lane = int(::cudaemu::lane_id()), s = lane ^ lm;
-    return (s & ~(width - 1)) == (lane & ~(width - 1)) ? s : lane;
+    const int lane = int(::cudaemu::lane_id()), s = lane ^ (lm & 31);
+    return s <= (lane | (width - 1)) ? s : lane;
 }
 inline int cudaemu_src_down(unsigned d, int width = 32) {
-    const int lane = int(::cudaemu::lane_id()), s = lane + int(d);
-    return (s & ~(width - 1)) == (lane & ~(width - 1)) ? s : lane;
+    const int lane = int(::cudaemu::lane_id()), s = lane + int(d & 31u);
+    return s <= (lane | (width - 1)) ? s : lane;
 }
 inline int cudaemu_src_up(unsigned d, int width = 32) {
-    const int lane = int(::cudaemu::lane_id()), s = lane - int(d);
+    const int lane = int(::cudaemu::lane_id()), s = lane - int(d & 31u);
     return s >= (lane & ~(width - 1)) ? s : lane;
 }
 
@@ -165,9 +168,13 @@ inline T atomicMax(T *p, T v) {
 template <class T>
 inline T atomicAdd(T *p, T v) {
     if constexpr (std::is_floating_point<T>::value) {
-        T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(p, &old, T(old + v), true, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED)) {
+        // The generic builtins (the _n forms take integers and pointers only).
+        T old;
+        __atomic_load(p, &old, __ATOMIC_RELAXED);
+        T next = T(old + v);
+        while (
+            !__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            next = T(old + v);
         }
         return old;
     } else {
@@ -176,7 +183,9 @@ inline T atomicAdd(T *p, T v) {
 }
 template <class T>
 inline T atomicExch(T *p, T v) {
-    return __atomic_exchange_n(p, v, __ATOMIC_RELAXED);
+    T old;
+    __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
+    return old;
 }
 template <class T>
 inline T atomicCAS(T *p, T cmp, T v) {
@@ -210,14 +219,27 @@ inline float __frcp_rn(float a) {
 inline float __fsqrt_rn(float a) {
     return std::sqrt(a);
 }
+// Float to integer as the GPU's cvt.sat: out-of-range values saturate, NaN gives 0 (a plain
+// C++ cast is undefined there, and on x86 gives INT_MIN).
+inline int cudaemu_sat_int(float r) {
+    if (r != r) return 0;
+    if (r >= 2147483648.0f) return 2147483647;
+    if (r <= -2147483648.0f) return int(-2147483647 - 1);
+    return int(r);
+}
+inline unsigned cudaemu_sat_uint(float r) {
+    if (r != r || r <= 0.0f) return 0u;
+    if (r >= 4294967296.0f) return 4294967295u;
+    return unsigned(r);
+}
 inline int __float2int_rn(float f) {
-    return int(std::nearbyint(f));
+    return cudaemu_sat_int(std::nearbyint(f));
 }
 inline int __float2int_rz(float f) {
-    return int(f);
+    return cudaemu_sat_int(std::trunc(f));
 }
 inline unsigned __float2uint_rn(float f) {
-    return unsigned(std::nearbyint(f));
+    return cudaemu_sat_uint(std::nearbyint(f));
 }
 inline float __int2float_rn(int i) {
     return float(i);
@@ -226,24 +248,16 @@ inline float __uint2float_rn(unsigned u) {
     return float(u);
 }
 inline unsigned __float_as_uint(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
+    return std::bit_cast<unsigned>(f);
 }
 inline int __float_as_int(float f) {
-    int i;
-    memcpy(&i, &f, 4);
-    return i;
+    return std::bit_cast<int>(f);
 }
 inline float __uint_as_float(unsigned u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return std::bit_cast<float>(u);
 }
 inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
+    return std::bit_cast<float>(i);
 }
 inline float __expf(float x) {
     return expf(x);
