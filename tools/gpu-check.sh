@@ -6,6 +6,9 @@
 # racecheck), print a summary table (also $OUT/report.txt). Every stage has a timeout; nothing can hang. The
 # sanitizer stage comes last so the test and benchmark numbers are in first; it is bounded
 # by about 3 minutes (SANITIZER_TIMEOUT per tool), so with --prebuilt give the call ~600 s.
+# The same gpu tests pass in CI under the device emulator (-DLLMKV_CUDA=EMU, kernels/emu/README.md),
+# there with shorter engine prompts and without the real-model tests; what only this run shows:
+# nvcc's code generation, libdevice's math, cuBLAS, real NCCL, concurrency and speed.
 #
 #   tools/gpu-check.sh             build there, test, bench (about 3-5 minutes on 16 cores)
 #   tools/gpu-check.sh --pack      on a machine WITHOUT a GPU but with the build dependencies:
