@@ -22,10 +22,10 @@
         }                                                         \
     } while (0)
 
-// A real model (SmolLM2, 135M weights) under the device emulator runs at about a second
-// per decoded token (a fiber switch per shuffle of every row of every matvec): minutes per
-// test. The tiny random-weight models cover the same path in CI; LLMKV_EMU_MODELS=1 runs
-// these too (scripts/test_emu_models.sh). On a GPU they always run.
+// A real model (SmolLM2, 135M weights) under the device emulator takes minutes per test (a
+// fiber switch per shuffle of every row of every matvec; SmolLM2 on three ranks: 149 s). The tiny
+// random-weight models cover the same path in CI; LLMKV_EMU_MODELS=1 runs these too
+// (scripts/test_emu_models.sh). On a GPU they always run.
 #if defined(LLMKV_CUDA_EMU)
 #define LLMKV_SKIP_REAL_MODEL_UNDER_EMULATION()                                         \
     do {                                                                                \

@@ -294,18 +294,21 @@ inline int __ffs(int x) {
 }
 
 // CUDA's integer and float min/max overloads (mixed signed/unsigned as CUDA resolves them).
-inline int min(int a, int b) {
-    return a < b ? a : b;
-}
-inline int max(int a, int b) {
-    return a > b ? a : b;
-}
-inline unsigned min(unsigned a, unsigned b) {
-    return a < b ? a : b;
-}
-inline unsigned max(unsigned a, unsigned b) {
-    return a > b ? a : b;
-}
+// One min/max pair per type CUDA overloads them for.
+#define CUDAEMU_MINMAX(T)     \
+    inline T min(T a, T b) {  \
+        return a < b ? a : b; \
+    }                         \
+    inline T max(T a, T b) {  \
+        return a > b ? a : b; \
+    }
+CUDAEMU_MINMAX(int)
+CUDAEMU_MINMAX(unsigned)
+CUDAEMU_MINMAX(long)
+CUDAEMU_MINMAX(unsigned long)
+CUDAEMU_MINMAX(long long)
+CUDAEMU_MINMAX(unsigned long long)
+#undef CUDAEMU_MINMAX
 inline unsigned min(int a, unsigned b) {
     return min(unsigned(a), b);
 }
@@ -317,30 +320,6 @@ inline unsigned max(int a, unsigned b) {
 }
 inline unsigned max(unsigned a, int b) {
     return max(a, unsigned(b));
-}
-inline long long min(long long a, long long b) {
-    return a < b ? a : b;
-}
-inline long long max(long long a, long long b) {
-    return a > b ? a : b;
-}
-inline unsigned long long min(unsigned long long a, unsigned long long b) {
-    return a < b ? a : b;
-}
-inline unsigned long long max(unsigned long long a, unsigned long long b) {
-    return a > b ? a : b;
-}
-inline unsigned long min(unsigned long a, unsigned long b) {
-    return a < b ? a : b;
-}
-inline unsigned long max(unsigned long a, unsigned long b) {
-    return a > b ? a : b;
-}
-inline long min(long a, long b) {
-    return a < b ? a : b;
-}
-inline long max(long a, long b) {
-    return a > b ? a : b;
 }
 inline float min(float a, float b) {
     return fminf(a, b);
