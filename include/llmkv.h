@@ -161,10 +161,10 @@ typedef enum llmkv_kv_rotation {
  * docs/PERFORMANCE.md).
  * The sealed blocks and their bytes per token do not change; a session that takes its
  * first block from the prefix cache computes position 0 alone once (one token).
- * By default (neither flag) the sink is on with an INT4 or INT4_COMPACT codec on the CPU
- * backend (AUTO: when it picks the CPU), off otherwise and with kv_block_tokens = 1. KV_SINK
- * asks for it with any codec (AUTO then picks the CPU; UNSUPPORTED with the CUDA backend or
- * 1-token blocks); NO_KV_SINK turns it off. Both at once: INVALID_ARGUMENT.
+ * By default (neither flag) the sink is on with an INT4 or INT4_COMPACT codec, off otherwise
+ * and with kv_block_tokens = 1. KV_SINK asks for it with any codec (UNSUPPORTED with 1-token
+ * blocks); NO_KV_SINK turns it off. Both at once: INVALID_ARGUMENT. (Earlier 0.5.0 builds
+ * read no sink on the CUDA backend: its engines were made without it, KV_SINK UNSUPPORTED.)
  * Prefix snapshots record it: a snapshot loads only into an engine with the same setting
  * (SNAPSHOT_FORMAT, "codec differs", otherwise; int4 snapshots of earlier builds have none).
  * Added in 0.5. */

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
                 const StepSpan *__restrict__ spans, const SealJob *__restrict__ jobs,
                 uint8_t *__restrict__ pool) {
     LLMKV_DYNAMIC_SHARED(float, x);  // f32 [B][D]
-    const SealJob job = jobs[blockIdx.x];
+    const SealJob job = jobs[size_t(blockIdx.x) * g.n_groups + g.layer_group(layer)];
     const StepSpan sp = spans[job.span];
     const uint32_t h = blockIdx.y;
     const bool is_v = blockIdx.z != 0;

@@ -12,7 +12,8 @@ namespace llmkv::cuda {
 
 // For every job, head h < H and role (K, V) of layer `layer`: encodes window rows
 // [win_row, win_row + B) of the job's span into sealed block job.block_id.
-// window: fp16 window buffer (step.cuh); jobs: [n_jobs] (device); pool: sealed pool
+// window: fp16 window buffer (step.cuh); jobs: [n_jobs][g.n_groups] (device), the layer's
+// group's job taken from each; pool: sealed pool
 // [n_blocks][sealed_block_bytes] (device).
 cudaError_t launch_kv_seal(const KvGeometry &g, uint32_t layer, const uint16_t *window,
                            const StepSpan *spans, const SealJob *jobs, uint32_t n_jobs,

@@ -1,5 +1,6 @@
 // Window build / tail write-back. Layouts: tail slot (kv_layout.cuh) for each layer K
-// [H][B+R][D] fp16 then V [H][B+R][D]; window per span K [H][win_cap][D] then V (step.cuh);
+// [H][C'][D] fp16 then V [H][C'][D] (C' = B + R, one more with the KV sink, whose row the
+// store of a span with pos0 == 0 writes); window per span K [H][win_cap][D] then V (step.cuh);
 // K and V f32 rows [n_rows][ld_k] / [n_rows][ld_v]. Pure copies plus f32 -> fp16 (bit-exact port of
 // the CPU's fp32_to_fp16), so windows and tails are bitwise identical to the CPU's. Grids:
 // load/store: (n_spans, H, 2 = K/V) CTAs copying 16-byte vectors (D % 8 == 0, all row starts
@@ -43,12 +44,19 @@ __global__ void store_tail_kernel(KvGeometry g, uint32_t layer, const uint16_t *
     const uint32_t h = blockIdx.y, is_v = blockIdx.z;
     const uint32_t end = sp.pos0 + sp.n;
     const uint32_t tail_start = g.sealed_blocks(end) * g.block_tokens;
+    uint8_t *slot = tails + size_t(sp.tail_slot) * g.tail_block_bytes();
+    const uint16_t *head =
+        window + sp.win_offset + (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim;
+    // KV sink: the span that computes position 0 (window row 0) keeps it in the sink row.
+    if (g.sink && sp.pos0 == 0) {
+        copy_rows(head,
+                  reinterpret_cast<uint16_t *>(slot + (is_v ? g.tail_sink_v_offset(layer, h)
+                                                            : g.tail_sink_k_offset(layer, h))),
+                  1, g.head_dim);
+    }
     if (end <= tail_start) return;
-    uint8_t *tail = tails + size_t(sp.tail_slot) * g.tail_block_bytes() +
-                    (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
-    const uint16_t *src = window + sp.win_offset +
-                          (size_t(is_v) * g.n_kv_heads + h) * sp.win_cap * g.head_dim +
-                          size_t(tail_start - sp.win_start) * g.head_dim;
+    uint8_t *tail = slot + (is_v ? g.tail_v_offset(layer, h) : g.tail_k_offset(layer, h));
+    const uint16_t *src = head + size_t(tail_start - sp.win_start) * g.head_dim;
     copy_rows(src, reinterpret_cast<uint16_t *>(tail), end - tail_start, g.head_dim);
 }
 

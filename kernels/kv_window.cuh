@@ -26,7 +26,8 @@ cudaError_t launch_window_append(const KvGeometry &g, const float *k, uint32_t l
                                  const StepSpan *spans, uint16_t *window, cudaStream_t stream);
 
 // Tail slot rows [0, end - tail_start) of layer `layer` <- window rows from tail_start -
-// win_start, where end = pos0 + n and tail_start = sealed_blocks(end) * B.
+// win_start, where end = pos0 + n and tail_start = sealed_blocks(end) * B; with the KV sink
+// (g.sink), a span with pos0 == 0 also copies window row 0 to its heads' sink rows.
 cudaError_t launch_window_store_tail(const KvGeometry &g, uint32_t layer, const uint16_t *window,
                                      const StepSpan *spans, uint32_t n_spans, uint8_t *tails,
                                      cudaStream_t stream);

@@ -70,7 +70,37 @@ KvGeometry geometry_of(const llmkv_cuda_kv_desc &kv) {
     g.dtype_v = llmkv_kv_dtype(kv.dtype_v);
     g.rotate_k = kv.rotate_k != 0;
     g.rotate_v = kv.rotate_v != 0;
+    g.sink = kv.sink != 0;
+    g.window = kv.window;
+    g.n_groups = kv.n_groups;
+    g.group_layers = kv.group_layers;
+    g.local_mask[0] = kv.local_mask[0];
+    g.local_mask[1] = kv.local_mask[1];
     return g;
+}
+
+// Layer groups as set_layer_groups (src/kv/kv_cache.cpp) makes them, or none: nullptr, else
+// what is wrong. The kernels index blocks by layer_group / layer_slot, which must stay inside
+// the group's block and the span's block table.
+const char *groups_unsupported(const KvGeometry &g) {
+    if (g.n_groups == 1)
+        return g.window == 0 && g.group_layers == 0 && g.local_mask[0] == 0 && g.local_mask[1] == 0
+                   ? nullptr
+                   : "layer-group fields set with n_groups 1";
+    if (g.n_groups == 0) return "n_groups 0";
+    if (g.n_layers > 128) return "layer groups need at most 128 layers";
+    const uint64_t beyond[2] = {g.n_layers >= 64 ? 0 : ~uint64_t(0) << g.n_layers,
+                                g.n_layers >= 128  ? 0
+                                : g.n_layers <= 64 ? ~uint64_t(0)
+                                                   : ~uint64_t(0) << (g.n_layers - 64)};
+    if ((g.local_mask[0] & beyond[0]) || (g.local_mask[1] & beyond[1]))
+        return "a local layer past n_layers";
+    const uint32_t n_local = g.local_rank(g.n_layers), n_global = g.n_layers - n_local;
+    if (g.window == 0 || n_local == 0 || n_global == 0)
+        return "groups without a window, a local or a global layer";
+    if (g.group_layers != n_global || g.n_groups != 1 + (n_local + n_global - 1) / n_global)
+        return "group sizes disagree with the local layers";
+    return nullptr;
 }
 
 }  // namespace
@@ -193,6 +223,11 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
                                 why, g.head_dim, g.block_tokens, kv->dtype_k, kv->dtype_v,
                                 kv->rotate_k, kv->rotate_v));
     }
+    if (const char *why = groups_unsupported(g)) {
+        return ctx->fail(LLMKV_CUDA_ERR_INVALID,
+                         format("CUDA KV layer groups: %s (%u groups of %u layers, window %u)", why,
+                                g.n_groups, g.group_layers, g.window));
+    }
     if (g.sealed_block_bytes() != kv->sealed_block_bytes ||
         g.tail_block_bytes() != kv->tail_block_bytes) {
         return ctx->fail(
@@ -265,8 +300,8 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
     CKS(ctx->alloc(ctx->tables.d_row_span, T * 4, o, "batch row spans"));
     CKS(ctx->alloc(ctx->tables.d_spans, size_t(ctx->max_spans) * sizeof(StepSpan), o,
                    "batch spans"));
-    CKS(ctx->alloc(ctx->tables.d_jobs, size_t(ctx->tables.max_jobs) * sizeof(SealJob), o,
-                   "batch seal jobs"));
+    CKS(ctx->alloc(ctx->tables.d_jobs, size_t(ctx->tables.max_jobs) * g.n_groups * sizeof(SealJob),
+                   o, "batch seal jobs"));
     CKS(ctx->alloc_host(ctx->tables.h_tokens, T * 4, "batch tokens"));
     CKS(ctx->alloc_host(ctx->tables.h_pos, T * 4, "batch positions"));
     CKS(ctx->alloc_host(ctx->tables.h_row_parts, (T + 1) * 4, "attention work items"));
@@ -274,7 +309,8 @@ llmkv_cuda_status create_impl(Ctx *ctx, const llmkv_cuda_kv_desc *kv,
     CKS(ctx->alloc_host(ctx->tables.h_row_span, T * 4, "batch row spans"));
     CKS(ctx->alloc_host(ctx->tables.h_spans, size_t(ctx->max_spans) * sizeof(StepSpan),
                         "batch spans"));
-    CKS(ctx->alloc_host(ctx->tables.h_jobs, size_t(ctx->tables.max_jobs) * sizeof(SealJob),
+    CKS(ctx->alloc_host(ctx->tables.h_jobs,
+                        size_t(ctx->tables.max_jobs) * g.n_groups * sizeof(SealJob),
                         "batch seal jobs"));
     const size_t ids = std::max<size_t>(4096, size_t(ctx->kv.n_sealed));
     CKS(ctx->alloc(ctx->tables.d_block_ids, ids * 4, o, "batch block tables"));

@@ -99,6 +99,32 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
             return bad(ctx, "begin_batch",
                        format("span %u has %u sealed blocks, needs %u", i, s.n_blocks, need));
         const uint32_t first_sealed_here = g.sealed_blocks(s.pos0);  // the batch seals from here
+        if (g.grouped()) {
+            // Local-group blocks: pool blocks, or released where no query of the span sees
+            // them (KvGeometry::local_live_from) and the batch seals nothing.
+            if (need > 0 && !s.local_blocks)
+                return bad(ctx, "begin_batch", format("span %u has no local-group blocks", i));
+            const uint32_t released_below = std::min(g.local_live_from(s.pos0), first_sealed_here);
+            const uint32_t per = g.n_groups - 1;
+            for (uint32_t b = 0; b < need; ++b) {
+                if (s.blocks[b] == LLMKV_CUDA_HOST_BLOCK)
+                    return bad(
+                        ctx, "begin_batch",
+                        format("span %u block %u names host memory (not with layer groups)", i, b));
+                for (uint32_t k = 0; k < per; ++k) {
+                    const uint32_t id = s.local_blocks[size_t(b) * per + k];
+                    if (id == LLMKV_CUDA_RELEASED_BLOCK && b < released_below) continue;
+                    if (id >= ctx->kv.n_sealed)
+                        return bad(
+                            ctx, "begin_batch",
+                            format("span %u token block %u: local group %u block id %u is "
+                                   "%s",
+                                   i, b, k + 1, id,
+                                   id == LLMKV_CUDA_RELEASED_BLOCK ? "released but still visible"
+                                                                   : "out of range"));
+                }
+            }
+        }
         for (uint32_t b = 0; b < need; ++b) {
             if (s.blocks[b] == LLMKV_CUDA_HOST_BLOCK) {
                 const void *hp = s.host_blocks ? s.host_blocks[b] : nullptr;
@@ -126,7 +152,7 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
             max_token = std::max(max_token, s.tokens[t]);
         }
         T += s.n;
-        n_blocks_total += need;
+        n_blocks_total += uint64_t(need) * g.n_groups;
         n_logits += s.want_logits ? (s.all_logits ? s.n : 1) : 0;
         max_ctx = std::max(max_ctx, s.pos0 + s.n);
     }
@@ -167,16 +193,27 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
         d.win_offset = win_off;
         d.blocks_offset = uint32_t(blocks_off);
         d.n_blocks = need;
-        if (need) std::memcpy(ctx->tables.h_block_ids + blocks_off, s.blocks, size_t(need) * 4);
-        for (uint32_t b = 0; b < need; ++b) {  // host blocks: virtual ids past the pool
+        // The block table: per token block, its block of each group ([need][n_groups]; group
+        // 0 alone without groups). Host blocks (never with groups): virtual ids past the pool.
+        const uint32_t ng = g.n_groups;
+        uint32_t *table = ctx->tables.h_block_ids + blocks_off;
+        for (uint32_t b = 0; b < need; ++b) {
+            table[size_t(b) * ng] = s.blocks[b];
+            for (uint32_t k = 1; k < ng; ++k)
+                table[size_t(b) * ng + k] = s.local_blocks[size_t(b) * (ng - 1) + (k - 1)];
             if (s.blocks[b] != LLMKV_CUDA_HOST_BLOCK) continue;
             ctx->tables.h_host_blocks[n_host] = static_cast<const uint8_t *>(s.host_blocks[b]);
-            ctx->tables.h_block_ids[blocks_off + b] = ctx->kv.n_sealed + uint32_t(n_host++);
+            table[b] = ctx->kv.n_sealed + uint32_t(n_host++);
         }
+        // Seal jobs: per completed token block, one per group ([job][n_groups]: the seal of
+        // layer l takes its group's).
         for (uint32_t b = ws / B; b < need; ++b) {
             if (n_jobs >= ctx->tables.max_jobs)
                 return bad(ctx, "begin_batch", "too many blocks sealed in one batch");
-            ctx->tables.h_jobs[n_jobs++] = SealJob{i, s.blocks[b], b * B - ws};
+            for (uint32_t k = 0; k < ng; ++k)
+                ctx->tables.h_jobs[size_t(n_jobs) * ng + k] =
+                    SealJob{i, table[size_t(b) * ng + k], b * B - ws};
+            ++n_jobs;
         }
         for (uint32_t t = 0; t < s.n; ++t) {
             ctx->tables.h_tokens[row + t] = s.tokens[t];
@@ -188,7 +225,7 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
                 ctx->tables.h_logit_rows[n_lrows++] = int32_t(row + t);
         }
         win_off += 2ull * ctx->kv.kvd * cap;
-        blocks_off += need;
+        blocks_off += size_t(need) * ng;
         row += s.n;
     }
     if (win_off > ctx->work.window_elems)
@@ -212,7 +249,8 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
                             size_t(n_spans) * sizeof(StepSpan), cudaMemcpyHostToDevice, st));
     if (n_jobs)
         CK(ctx, cudaMemcpyAsync(ctx->tables.d_jobs, ctx->tables.h_jobs,
-                                size_t(n_jobs) * sizeof(SealJob), cudaMemcpyHostToDevice, st));
+                                size_t(n_jobs) * g.n_groups * sizeof(SealJob),
+                                cudaMemcpyHostToDevice, st));
     if (n_lrows)
         CK(ctx, cudaMemcpyAsync(ctx->tables.d_logit_rows, ctx->tables.h_logit_rows,
                                 size_t(n_lrows) * 4, cudaMemcpyHostToDevice, st));

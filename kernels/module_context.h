@@ -112,7 +112,7 @@ struct BatchTables {
     int32_t *d_tokens = nullptr, *d_pos = nullptr, *d_logit_rows = nullptr;  // [T]
     uint32_t *d_row_span = nullptr;                                          // [T]
     StepSpan *d_spans = nullptr;                                             // [max_spans]
-    SealJob *d_jobs = nullptr;                                               // [max_jobs]
+    SealJob *d_jobs = nullptr;  // [max_jobs][n_groups]: per token block, each group's block
     int32_t *h_tokens = nullptr, *h_pos = nullptr, *h_logit_rows = nullptr;
     // attention work items per row (attention_partition_plan): [T + 1] prefix sums
     uint32_t *d_row_parts = nullptr, *h_row_parts = nullptr;

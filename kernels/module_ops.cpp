@@ -247,6 +247,7 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.pool = ctx->kv.pool;
         aa.block_ids = ctx->tables.d_block_ids;
         aa.window = ctx->work.window;
+        aa.tails = ctx->kv.tails;
         aa.spans = ctx->tables.d_spans;
         aa.row_span = ctx->tables.d_row_span;
         aa.n_rows = ctx->batch.T;

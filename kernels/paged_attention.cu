@@ -16,7 +16,10 @@
 // Semantics (cpu::paged_attention): the query at position p reads sealed_blocks(p) sealed
 // blocks in their codec and positions [sealed_blocks(p) * B, p] from the fp16 window; with a
 // sliding window W only positions [lo, p], lo = max(0, p + 1 - W), and no sealed block wholly
-// before lo is read (a partition before lo is an empty partial);
+// before lo is read (a partition before lo is an empty partial); with layer groups the
+// blocks of the layer's group are read (block table entry [token block][layer_group]); with
+// the KV sink, a sealed position 0 is read from the tail slot's fp16 sink row instead (its
+// sealed copy weighs 0; the row is attended after the sealed part, in the unrotated domain);
 // rotated K codecs score against H q, rotated V codecs accumulate in the rotated domain and
 // H is applied once to the sealed part of the sum.
 //
@@ -221,27 +224,29 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
         }
     };
 
-    // Sealed part: positions [t0, min(t1, S)).
+    // Sealed part: positions [t0, min(t1, S)); with the sink, position 0 comes after it.
     const uint32_t seal_end = min(t1, S);
     if (t0 < seal_end) {
+        const bool sink_here = g.sink && t0 == 0;
         load_q(g.rotate_k);
         const size_t block_bytes = g.sealed_block_bytes();
         const size_t k_off = g.sealed_k_offset(a.layer, kvh),
                      v_off = g.sealed_v_offset(a.layer, kvh);
         const uint32_t *ids = a.block_ids + sp.blocks_offset;
+        const uint32_t n_groups_kv = g.n_groups, layer_group = g.layer_group(a.layer);
         uint32_t cached_block = 0xffffffffu;
         float k_scale[8], k_min[8];  // int4 K: per-channel parameters of cached_block
 #pragma unroll
         for (int j = 0; j < 8; ++j) k_scale[j] = k_min[j] = 0.0f;
         for (uint32_t base = t0; base < seal_end; base += n_groups) {
             const uint32_t t = base + grp;
-            const bool valid = t < seal_end;
+            const bool valid = t < seal_end && !(sink_here && t == 0);
             float k[8], v[8], ks = 1.0f, vs = 0.0f, vz = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; ++j) k[j] = v[j] = 0.0f;
             if (valid && active) {
                 const uint32_t blk = t / B, ti = t % B;
-                const uint32_t id = ids[blk];
+                const uint32_t id = ids[blk * n_groups_kv + layer_group];
                 const uint8_t *block = id < a.n_pool_blocks ? a.pool + size_t(id) * block_bytes
                                                             : a.host_blocks[id - a.n_pool_blocks];
                 const uint8_t *kh = block + k_off;
@@ -281,6 +286,22 @@ __global__ void __launch_bounds__(kThreads, kPartitionMinCtas<KC>)
             for (uint32_t h = 0; h < GMAX; ++h) {
                 if (h < nh) group_hadamard(acc[h], lanes, sh.hadamard_scale);
             }
+        }
+        if (sink_here) {  // position 0 from the sink row (fp16), by the first row group
+            if (g.rotate_k) load_q(false);
+            float k[8], v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) k[j] = v[j] = 0.0f;
+            const bool mine = grp == 0;
+            if (mine && active) {
+                const uint8_t *slot = a.tails + size_t(sp.tail_slot) * g.tail_block_bytes();
+                uint32_t w[4];
+                load_words<4>(slot + g.tail_sink_k_offset(a.layer, kvh) + size_t(d0) * 2, true, w);
+                unpack_16bit(w, false, k);
+                load_words<4>(slot + g.tail_sink_v_offset(a.layer, kvh) + size_t(d0) * 2, true, w);
+                unpack_16bit(w, false, v);
+            }
+            attend_row<GMAX>(q, k, 1.0f, v, 1.0f, 0.0f, mine, nh, lanes, a.scale, m, l, acc);
         }
     }
 
@@ -462,7 +483,8 @@ cudaError_t launch_attention_item_rows(const uint32_t *row_parts, uint32_t n_row
 cudaError_t launch_paged_attention(const AttentionArgs &a, cudaStream_t stream) {
     if (a.n_rows == 0) return cudaSuccess;
     const KvGeometry &g = a.g;
-    if (kv_layout_unsupported(g) || a.n_heads == 0 || a.n_heads % g.n_kv_heads != 0)
+    if (kv_layout_unsupported(g) || a.n_heads == 0 || a.n_heads % g.n_kv_heads != 0 ||
+        (g.sink && a.tails == nullptr))
         return cudaErrorInvalidValue;
     if ((a.out_f32 == nullptr) == (a.out_f16 == nullptr) || a.workspace == nullptr ||
         a.row_parts == nullptr || a.row_parts_host == nullptr || a.item_row == nullptr)

@@ -32,9 +32,13 @@ struct AttentionArgs {
     // id reaches n_pool_blocks.
     uint32_t n_pool_blocks = 0xffffffffu;
     const uint8_t *const *host_blocks = nullptr;
-    const uint32_t *block_ids =
-        nullptr;                         // uint32 block ids; a span's at [blocks_offset, +n_blocks)
-    const uint16_t *window = nullptr;    // fp16 window buffer (step.cuh)
+    const uint32_t *block_ids = nullptr;  // uint32 block ids; a span's at [blocks_offset, +
+                                          // n_blocks * g.n_groups) (step.cuh)
+    const uint16_t *window = nullptr;     // fp16 window buffer (step.cuh)
+    // Tail pool [n_tail_slots][tail_block_bytes]: with the KV sink (g.sink), position 0's K / V
+    // of a span whose position 0 is sealed come from its tail slot's sink rows. Unused (may be
+    // null) without the sink.
+    const uint8_t *tails = nullptr;
     const StepSpan *spans = nullptr;     // [n_spans]
     const uint32_t *row_span = nullptr;  // uint32 [n_rows]: span of each row
     uint32_t n_rows = 0;

@@ -49,10 +49,8 @@ BackendCapabilities backend_capabilities(llmkv_backend kind, int device) {
             why = strprintf("device %d does not exist (%d devices)", device, n_devices);
         }
         if (n_devices > 0 && device >= 0 && device < n_devices) {
-            // The CUDA attention reads neither the KV sink nor layer-group tables yet.
+            // The CUDA attention reads the KV sink's rows and layer-group block tables.
             c.kind = LLMKV_BACKEND_CUDA;
-            c.kv_sink = false;
-            c.layer_groups = false;
             c.reads_host_blocks = true;
             c.device_collectives = true;
             return c;

@@ -54,10 +54,9 @@ void plan_gpu_ranks(TpSetup &setup, uint32_t tp_size, const std::vector<int32_t>
 BackendCapabilities rank_capabilities(llmkv_backend rank_backend) {
     BackendCapabilities c;
     if (rank_backend == LLMKV_BACKEND_CUDA) {
-        // What the CUDA kernels read, as with one GPU (plan_gpu_ranks checks the devices).
+        // What the CUDA kernels read, as with one GPU (plan_gpu_ranks checks the devices):
+        // the KV sink and layer groups too.
         c.kind = LLMKV_BACKEND_CUDA;
-        c.kv_sink = false;
-        c.layer_groups = false;
         c.device_collectives = true;
     }
     c.reads_host_blocks = false;

@@ -26,14 +26,14 @@ KvGeometry plan_kv_geometry(const EngineConfig &config, BackendCapabilities &cap
     if (g.sink && !caps.kv_sink) {
         if (config.sink_required) {
             if (!auto_backend) {
-                fail(
-                    LLMKV_ERR_UNSUPPORTED,
-                    "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink yet (CPU only)",
-                    caps.kind == LLMKV_BACKEND_CUDA ? "CUDA" : backend_label(caps.kind));
+                fail(LLMKV_ERR_UNSUPPORTED,
+                     "LLMKV_ENGINE_KV_SINK: the %s backend does not read the KV sink",
+                     caps.kind == LLMKV_BACKEND_CUDA ? "CUDA" : backend_label(caps.kind));
             }
             caps = backend_capabilities(LLMKV_BACKEND_CPU, 0);  // AUTO: the backend that reads it
         } else {
-            LLMKV_LOG_INFO_F("%s backend: no KV sink (CPU only so far)", backend_label(caps.kind));
+            LLMKV_LOG_INFO_F("%s backend: no KV sink (it does not read one)",
+                             backend_label(caps.kind));
             g.sink = false;
         }
     }

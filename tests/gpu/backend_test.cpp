@@ -633,9 +633,9 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
 
     EXPECT_EQ(api->embed(ctx, h_table, x), LLMKV_CUDA_ERR_INVALID);  // no batch
     std::vector<int32_t> tokens = {1, 2};
-    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0, nullptr};
+    llmkv_cuda_span bad_slot{nullptr, 0, 5, 0, tokens.data(), 2, 1, 0, nullptr, nullptr};
     EXPECT_EQ(api->begin_batch(ctx, &bad_slot, 1, nullptr, nullptr), LLMKV_CUDA_ERR_INVALID);
-    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0, nullptr};
+    llmkv_cuda_span good{nullptr, 0, 0, 0, tokens.data(), 2, 1, 0, nullptr, nullptr};
     uint32_t n = 0, n_logits = 0;
     ASSERT_EQ(api->begin_batch(ctx, &good, 1, &n, &n_logits), LLMKV_CUDA_OK)
         << api->last_error(ctx);
@@ -664,6 +664,69 @@ TEST(CudaModuleAbi, ArgumentErrorsChangeNothingAndAreNotSticky) {
 // fit (nothing left allocated: the device's free memory is back where it was), an activation
 // buffer, a weight matrix of either kind. Each is LLMKV_CUDA_ERR_OUT_OF_MEMORY naming the
 // buffer, is not sticky, and leaves the context's usage counters and working state unchanged.
+// Layer groups through the ABI: create refuses group fields that disagree with the local
+// layers; begin_batch refuses a span without its local-group table, a released local block a
+// query of the span can still see, an out-of-range local id and host blocks (none with
+// groups), and accepts released blocks before the window. Nothing is sticky.
+TEST(CudaModuleAbi, LayerGroupTablesAreChecked) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    const llmkv_cuda_api *api = CudaModule::get().api();
+    KvGeometry g;
+    g.n_layers = 4;
+    g.n_kv_heads = 1;
+    g.head_dim = 16;
+    g.block_tokens = 4;
+    set_layer_groups(g, {0, 8, 8, 0});  // layers 1 and 2 local (window 8): 2 groups of 2
+    ASSERT_EQ(g.n_groups, 2u);
+    llmkv_cuda_status st = LLMKV_CUDA_OK;
+    std::string err;
+    KvGeometry bad = g;
+    bad.group_layers = 1;  // disagrees with 2 global layers
+    EXPECT_FALSE(gputest::create_context(api, bad, 16, 2, 16, &st, &err));
+    EXPECT_EQ(st, LLMKV_CUDA_ERR_INVALID);
+    EXPECT_NE(err.find("layer groups"), std::string::npos) << err;
+    bad = g;
+    bad.local_mask[0] |= uint64_t(1) << 7;  // a local layer past n_layers
+    EXPECT_FALSE(gputest::create_context(api, bad, 16, 2, 16, &st, &err));
+    EXPECT_EQ(st, LLMKV_CUDA_ERR_INVALID);
+
+    gputest::ContextPtr guard = gputest::create_context(api, g, 16, 2, 16, &st, &err);
+    ASSERT_TRUE(guard) << err;
+    llmkv_cuda_context *ctx = guard.get();
+    // A decode at position 20: 5 sealed token blocks; the window (8) of position 20 starts in
+    // token block 3, so local blocks 0..2 may be released.
+    const std::vector<uint32_t> blocks = {0, 1, 2, 3, 4};
+    std::vector<uint32_t> local = {5, 6, 7, 8, 9};
+    const int32_t token = 3;
+    llmkv_cuda_span sp{blocks.data(), 5, 0, 20, &token, 1, 1, 0, nullptr, nullptr};
+    uint32_t n = 0, n_logits = 0;
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_ERR_INVALID);  // no table
+    EXPECT_NE(std::string(api->last_error(ctx)).find("local-group"), std::string::npos)
+        << api->last_error(ctx);
+    sp.local_blocks = local.data();
+    local[0] = local[1] = local[2] = LLMKV_CUDA_RELEASED_BLOCK;
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(api->end_batch(ctx), LLMKV_CUDA_OK);
+    local[3] = LLMKV_CUDA_RELEASED_BLOCK;  // token block 3 is inside the window
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_NE(std::string(api->last_error(ctx)).find("released but still visible"),
+              std::string::npos)
+        << api->last_error(ctx);
+    local[3] = 16;  // past the pool
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_ERR_INVALID);
+    local[3] = 8;
+    std::vector<uint32_t> host = blocks;
+    host[0] = LLMKV_CUDA_HOST_BLOCK;
+    sp.blocks = host.data();
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_ERR_INVALID);
+    EXPECT_NE(std::string(api->last_error(ctx)).find("host memory"), std::string::npos)
+        << api->last_error(ctx);
+    sp.blocks = blocks.data();
+    EXPECT_EQ(api->begin_batch(ctx, &sp, 1, &n, &n_logits), LLMKV_CUDA_OK) << api->last_error(ctx);
+    EXPECT_EQ(n, 1u);
+    EXPECT_EQ(api->end_batch(ctx), LLMKV_CUDA_OK);
+}
+
 TEST(CudaModuleAbi, OutOfMemoryChangesNothing) {
     LLMKV_REQUIRE_MODULE_DEVICE();
     const llmkv_cuda_api *api = CudaModule::get().api();

@@ -2,11 +2,12 @@
 // kept encoded on the device; every KV codec): in batch-invariant mode
 // (LLMKV_CUDA_BATCH_INVARIANT=1) sessions batched together, preempted, recomputed or moved
 // through the host tier give exactly the tokens each gives alone; a prefix snapshot saved by
-// a CUDA engine loads into a fresh one; AUTO picks CUDA. The comparison with the CPU backend
-// is not here: on random tiny weights the logits are too flat for greedy tokens to be a
-// fair test of arithmetic that differs by rounding; backend_test.cpp (TinyModelParity)
-// compares the logits step by step with a tolerance, and the SmolLM2 tests the greedy tokens
-// where the CPU's choice has a margin. Skipped (with the reason) without a device.
+// a CUDA engine loads into a fresh one; AUTO picks CUDA; the KV sink's sessions from cached
+// blocks give the uncached tokens (engine_cuda_window_test.cpp: the sliding-window layers). The
+// comparison with the CPU backend is not here: on random tiny weights the logits are too flat for
+// greedy tokens to be a fair test of arithmetic that differs by rounding; backend_test.cpp
+// (TinyModelParity) compares the logits step by step with a tolerance, and the SmolLM2 tests the
+// greedy tokens where the CPU's choice has a margin. Skipped (with the reason) without a device.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -245,44 +246,111 @@ TEST(EngineCudaAuto, AutoPicksCudaWhenADeviceExists) {
     std::remove(path.c_str());
 }
 
-// The KV sink is CPU-only so far: asked for on CUDA it is refused; by default (an int4 codec)
-// the CUDA engine is made without it.
-TEST(EngineCudaAuto, KvSinkIsRefusedWhenAskedForAndLeftOutByDefault) {
+// The KV sink on CUDA (the CPU's EngineTest.KvSinkSessionsFromCachedBlocksGiveTheUncachedTokens
+// with int4, the CUDA codec the sink is on by default for): the tail slot has one row more;
+// a session that takes block 0 from the prefix cache, a prefix handle made over cached blocks
+// (and its snapshot, loaded in a fresh engine) and a handle made from such a session compute
+// position 0 alone, and must then give the tokens of an engine without the prefix cache, bit
+// for bit in batch-invariant mode (a sink row left unwritten, or not read, would change what
+// every later position attends to); and the sink changes tokens on some prompt, so the test
+// can fail.
+TEST(EngineCudaSink, SessionsFromCachedBlocksGiveTheUncachedTokens) {
     LLMKV_REQUIRE_DEVICE();
-    testing::TinyModelSpec spec;
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
+    testing::TinyModelSpec spec;  // 2 layers x 2 KV heads x head_dim 16
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    spec.n_ctx = 128;
     const std::string path = testing::temp_path("engine_cuda_sink.gguf");
     testing::write_tiny_model(spec, path);
-    llmkv_engine_params p;
-    llmkv_engine_params_init(&p);
-    p.model_path = path.c_str();
-    p.backend = LLMKV_BACKEND_CUDA;
-    p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4;
-    p.flags |= LLMKV_ENGINE_KV_SINK;
-    llmkv_engine *e = nullptr;
-    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(llmkv_last_error()).find("KV sink"), std::string::npos)
-        << llmkv_last_error();
-    p.flags &= ~LLMKV_ENGINE_KV_SINK;
-    ASSERT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
-    llmkv_engine_info info;
-    info.struct_size = sizeof(info);
-    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
-    EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
-    llmkv_stats st;
-    st.struct_size = sizeof(st);
-    llmkv_session *s = nullptr;
-    llmkv_session_params sp;
-    llmkv_session_params_init(&sp);
-    ASSERT_EQ(llmkv_session_create(e, &sp, &s), LLMKV_OK);
-    const int32_t t[3] = {5, 6, 7};
-    ASSERT_EQ(llmkv_session_append(s, t, 3), LLMKV_OK);
-    ASSERT_EQ(llmkv_session_generate(s, 1), LLMKV_OK);
-    ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
-    ASSERT_EQ(llmkv_engine_get_stats(e, &st), LLMKV_OK);
-    // One tail slot of C = 16 position rows, no sink row.
-    EXPECT_EQ(st.kv_bytes_used, uint64_t(16) * info.kv_bytes_per_token_tail);
-    llmkv_session_destroy(s);
-    llmkv_engine_destroy(e);
+    auto make = [&](uint32_t flags) {
+        llmkv_engine_params p;
+        llmkv_engine_params_init(&p);
+        p.model_path = path.c_str();
+        p.backend = LLMKV_BACKEND_CUDA;
+        p.kv_block_tokens = 4;
+        p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4;
+        p.flags = flags;
+        llmkv_engine *e = nullptr;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+        return e;
+    };
+    using testing::solo;
+    for (uint32_t sink_flag : {0u, LLMKV_ENGINE_NO_KV_SINK}) {
+        llmkv_engine *e = make(LLMKV_ENGINE_PREFIX_CACHE | sink_flag);
+        ASSERT_NE(e, nullptr);
+        llmkv_engine_info info;
+        info.struct_size = sizeof(info);
+        ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+        EXPECT_EQ(info.backend, uint32_t(LLMKV_BACKEND_CUDA));
+        EXPECT_EQ(info.kv_bytes_per_token_tail, 256u);  // 2 layers x 2 heads x K,V x 16 fp16
+        // One session of 3 tokens in 4-token blocks: one tail slot, 4 rows (5 with the sink).
+        llmkv_session *s =
+            testing::start(e, testing::sampling(0, 1), testing::byte_tokens(3, 5), 1);
+        ASSERT_EQ(llmkv_run(e, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(testing::stats(e).kv_bytes_used, (sink_flag ? 4u : 5u) * 256u);
+        llmkv_session_destroy(s);
+        llmkv_engine_destroy(e);
+    }
+    const uint32_t n_seeds = gputest::on_gpu_or_emulated(8u, 3u);
+    int sink_changes_tokens = 0;
+    for (uint32_t seed = 0; seed < n_seeds; ++seed) {
+        const std::vector<int32_t> shared = testing::byte_tokens(42, 200 + seed),
+                                   suffix = testing::byte_tokens(7, 400 + seed);
+        std::vector<int32_t> second = shared;
+        second.insert(second.end(), suffix.begin(), suffix.end());
+        const llmkv_session_params sp = testing::sampling(seed % 2 ? 0.9f : 0.0f, seed);
+        llmkv_engine *plain = make(0);
+        const auto want_shared = solo(plain, sp, shared, 12);
+        const auto want_second = solo(plain, sp, second, 12);
+        llmkv_engine_destroy(plain);
+        llmkv_engine *without = make(LLMKV_ENGINE_NO_KV_SINK);
+        sink_changes_tokens += solo(without, sp, second, 12) != want_second;
+        llmkv_engine_destroy(without);
+        llmkv_engine *cached = make(LLMKV_ENGINE_PREFIX_CACHE);
+        // Tail slots are reused: a session that starts with another token leaves its own
+        // position 0 in the slot's sink rows before each use of the cached blocks.
+        std::vector<int32_t> other = testing::byte_tokens(9, 300 + seed);
+        other[0] = shared[0] == 1 ? 2 : 1;
+        auto scrub = [&] { solo(cached, sp, other, 2); };
+        auto from_prefix = [&](llmkv_engine *e, llmkv_prefix *prefix) {
+            llmkv_session_params with = sp;
+            with.prefix = prefix;
+            return solo(e, with, suffix, 12);
+        };
+        EXPECT_EQ(solo(cached, sp, shared, 12), want_shared);
+        scrub();
+        const uint64_t hits0 = testing::stats(cached).prefix_hit_tokens;
+        EXPECT_EQ(solo(cached, sp, second, 12), want_second);  // blocks 0..9 from the cache
+        EXPECT_EQ(testing::stats(cached).prefix_hit_tokens - hits0, 40u);
+        scrub();
+        llmkv_prefix *prefix = nullptr;
+        ASSERT_EQ(llmkv_prefix_create(cached, shared.data(), shared.size(), &prefix), LLMKV_OK)
+            << llmkv_last_error();
+        EXPECT_EQ(from_prefix(cached, prefix), want_second);
+        const std::string snap = testing::temp_path("engine_cuda_sink.llmkvsnap");
+        ASSERT_EQ(llmkv_prefix_save(prefix, snap.c_str()), LLMKV_OK) << llmkv_last_error();
+        llmkv_prefix_release(prefix);
+        llmkv_engine *fresh = make(LLMKV_ENGINE_PREFIX_CACHE);
+        llmkv_prefix *loaded = nullptr;
+        ASSERT_EQ(llmkv_prefix_load(fresh, snap.c_str(), &loaded), LLMKV_OK) << llmkv_last_error();
+        EXPECT_EQ(from_prefix(fresh, loaded), want_second);
+        llmkv_prefix_release(loaded);
+        llmkv_engine_destroy(fresh);
+        std::remove(snap.c_str());
+        scrub();
+        llmkv_session *s = nullptr;
+        ASSERT_EQ(llmkv_session_create(cached, &sp, &s), LLMKV_OK);
+        ASSERT_EQ(llmkv_session_append(s, shared.data(), shared.size()), LLMKV_OK);
+        llmkv_prefix *from_session = nullptr;
+        ASSERT_EQ(llmkv_session_to_prefix(s, &from_session), LLMKV_OK) << llmkv_last_error();
+        llmkv_session_destroy(s);
+        EXPECT_EQ(from_prefix(cached, from_session), want_second);
+        llmkv_prefix_release(from_session);
+        EXPECT_EQ(llmkv_engine_validate(cached), LLMKV_OK) << llmkv_last_error();
+        llmkv_engine_destroy(cached);
+    }
+    EXPECT_GT(sink_changes_tokens, 0) << "no prompt where position 0's rows matter";
     std::remove(path.c_str());
 }
 

@@ -424,7 +424,7 @@ void synthetic_layer_bench() {
             while (s < batch && pos[s] < context && used < T) {
                 const uint32_t n = std::min(context - pos[s], T - used);
                 spans.push_back(llmkv_cuda_span{blocks[s].data(), blocks_per_session, s, pos[s],
-                                                tokens.data(), n, 0, 0, nullptr});
+                                                tokens.data(), n, 0, 0, nullptr, nullptr});
                 pos[s] += n;
                 used += n;
                 if (pos[s] == context) ++s;
@@ -435,9 +435,16 @@ void synthetic_layer_bench() {
             const int steps = g_quick ? 8 : 32;
             spans.assign(batch, llmkv_cuda_span{});
             for (uint32_t s = 0; s < batch; ++s)
-                spans[s] = llmkv_cuda_span{
-                    blocks[s].data(), blocks_per_session, s, pos[s], tokens.data(), 1, 0, 0,
-                    nullptr};
+                spans[s] = llmkv_cuda_span{blocks[s].data(),
+                                           blocks_per_session,
+                                           s,
+                                           pos[s],
+                                           tokens.data(),
+                                           1,
+                                           0,
+                                           0,
+                                           nullptr,
+                                           nullptr};
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < steps; ++i) {
                 for (uint32_t s = 0; s < batch; ++s) spans[s].pos0 = pos[s] + uint32_t(i);
@@ -456,7 +463,8 @@ void synthetic_layer_bench() {
         std::vector<uint32_t> blk(T / 16 + 1);
         for (size_t i = 0; i < blk.size(); ++i) blk[i] = uint32_t(i);
         std::vector<int32_t> tokens(T, 1);
-        llmkv_cuda_span sp{blk.data(), uint32_t(blk.size()), 0, 0, tokens.data(), T, 0, 0, nullptr};
+        llmkv_cuda_span sp{blk.data(), uint32_t(blk.size()), 0, 0, tokens.data(), T, 0, 0, nullptr,
+                           nullptr};
         const auto t0 = std::chrono::steady_clock::now();
         if (layer({sp})) {
             const double sec =

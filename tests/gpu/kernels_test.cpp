@@ -13,7 +13,8 @@
 #include <random>
 
 #include "backend/cpu/attention.h"
-#include "backend/cpu/cpu_backend.h"  // rms_norm, rope_rotate: the CPU twins
+#include "backend/cpu/cpu_backend.h"   // rms_norm, rope_rotate: the CPU twins
+#include "backend/cuda/cuda_module.h"  // LLMKV_CUDA_RELEASED_BLOCK
 #include "common/thread_pool.h"
 #include "elementwise.cuh"
 #include "embedding.cuh"
@@ -297,10 +298,13 @@ std::string attn_name(const ::testing::TestParamInfo<AttnCase> &info) {
 // K/V rows (f32 -> fp16, round to nearest even), store the rows that stay unsealed back to
 // the tail slot; every byte against a host statement of the layout (step.cuh, kv_layout.h),
 // for spans with and without tail rows, one that seals a block mid-span and one with
-// residual rows, on a layer other than 0 (other layers' tail bytes untouched).
-TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
-    LLMKV_REQUIRE_DEVICE();
+// residual rows, on a layer other than 0 (other layers' tail bytes untouched); with the KV
+// sink, the span with pos0 == 0 also writes position 0 to its heads' sink rows (the others'
+// stay as they were).
+void check_window_kernels(bool sink) {
+    SCOPED_TRACE(sink ? "with the KV sink" : "without the KV sink");
     KvGeometry g;
+    g.sink = sink;
     g.n_layers = 3;
     g.n_kv_heads = 2;
     g.head_dim = 24;
@@ -382,6 +386,11 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
                                           << " window row " << r << " dim " << d;
                     }
                 }
+                if (sink && st.pos0 == 0) {  // the sink row: position 0
+                    const size_t at = i * tb + (is_v ? g.tail_sink_v_offset(layer, h)
+                                                     : g.tail_sink_k_offset(layer, h));
+                    std::memcpy(want_tails.data() + at, w, D * 2);
+                }
                 // Expected tail after store: rows [0, end - tail_start) from the window.
                 const uint32_t end = st.pos0 + st.n;
                 const uint32_t tail_start = g.sealed_blocks(end) * g.block_tokens;
@@ -397,10 +406,26 @@ TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
         << "tail slots after store (other layers untouched)";
 }
 
+TEST(KernelParity, WindowLoadAppendStoreMoveEveryRow) {
+    LLMKV_REQUIRE_DEVICE();
+    check_window_kernels(false);
+    check_window_kernels(true);
+}
+
 class AttentionParity : public ::testing::TestWithParam<AttnCase> {};
 
 struct SpanSpec {
     uint32_t pos0, n;
+};
+
+// What else a launch may read: the KV sink's tail rows, a sliding window, layer groups
+// (six layers, windows {0, W, W, 0, W, W}: three groups of two layers; `layer` 5 is local,
+// 3 global), the local blocks no query sees released.
+struct AttnLayout {
+    bool sink = false;
+    uint32_t window = 0;
+    bool grouped = false;
+    uint32_t layer = 1;
 };
 
 // The spans `specs` in one launch, every block filled with valid random codec bytes,
@@ -410,9 +435,10 @@ struct SpanSpec {
 // first row alone (a row's result does not depend on the rest of the batch, whose rows
 // may have far more or fewer partitions); and the launch repeated. Last, the fp16 output
 // path gives those values rounded with fp32_to_fp16.
-void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
+void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs,
+                     const AttnLayout &x = {}) {
     KvGeometry g;
-    g.n_layers = 2;
+    g.n_layers = x.grouped ? 6 : 2;
     g.n_kv_heads = c.n_kv_heads;
     g.head_dim = c.head_dim;
     g.block_tokens = c.block_tokens;
@@ -421,10 +447,22 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
     g.dtype_v = c.v;
     g.rotate_k = c.rotate_k;
     g.rotate_v = c.rotate_v;
-    const uint32_t D = g.head_dim, H = g.n_kv_heads, B = g.block_tokens;
+    g.sink = x.sink;
+    if (x.grouped) {
+        set_layer_groups(g, {0, x.window, x.window, 0, x.window, x.window});
+        ASSERT_EQ(g.n_groups, 3u);
+    }
+    // The layer's sliding window (none for a global layer of a grouped model).
+    const uint32_t sliding = x.grouped && !g.layer_local(x.layer) ? 0 : x.window;
+    const uint32_t D = g.head_dim, H = g.n_kv_heads, B = g.block_tokens, NG = g.n_groups;
     uint32_t total_blocks = 0;
-    for (const SpanSpec &s : specs) total_blocks += g.sealed_blocks(s.pos0 + s.n);
+    for (const SpanSpec &s : specs) total_blocks += g.sealed_blocks(s.pos0 + s.n) * NG;
     KvCache cache(g, total_blocks + 3, uint32_t(specs.size()));
+    // Tail slots (the sink rows): random finite fp16.
+    for (uint32_t slot = 0; slot < specs.size(); ++slot) {
+        const std::vector<uint16_t> t = random_fp16(g.tail_block_bytes() / 2, 500 + slot);
+        std::memcpy(cache.tail_data(slot), t.data(), g.tail_block_bytes());
+    }
 
     // Fill every block of the pool (all layers, heads) with encodings of random rows.
     const CodecSpec ck = codec_spec_k(g), cv = codec_spec_v(g);
@@ -458,12 +496,26 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
     std::vector<float> q = random_f32(size_t(n_rows) * QD, 99);
     std::vector<float> want(size_t(n_rows) * QD), fast(size_t(n_rows) * QD);
     std::vector<size_t> win_offsets;
+    std::vector<uint32_t> table;  // the device block table: per token block, each group's id
     uint32_t row = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
         const SpanSpec &s = specs[i];
         const uint32_t need = g.sealed_blocks(s.pos0 + s.n);
         kvs[i].blocks.assign(ids.begin() + next_id, ids.begin() + next_id + need);
+        kvs[i].local.assign(ids.begin() + next_id + need, ids.begin() + next_id + need * NG);
         kvs[i].n_tokens = s.pos0;
+        // Released: the local blocks before the window of the span's first query.
+        const uint32_t live_from = std::min(g.local_live_from(s.pos0), g.sealed_blocks(s.pos0));
+        for (size_t e = 0; e < size_t(live_from) * (NG - 1); ++e)
+            kvs[i].local[e] = SessionKv::kReleased;
+        const uint32_t table_offset = uint32_t(table.size());
+        for (uint32_t j = 0; j < need; ++j) {
+            table.push_back(kvs[i].blocks[j]);
+            for (uint32_t k = 1; k < NG; ++k) {
+                const uint32_t id = kvs[i].local[size_t(j) * (NG - 1) + k - 1];
+                table.push_back(id == SessionKv::kReleased ? LLMKV_CUDA_RELEASED_BLOCK : id);
+            }
+        }
         const uint32_t ws = g.sealed_blocks(s.pos0) * B, cap = s.pos0 - ws + s.n;
         const size_t off = window.size();
         std::vector<uint16_t> w = random_fp16(size_t(2) * H * cap * D, 1000 + uint32_t(i));
@@ -477,13 +529,13 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
         st.win_start = ws;
         st.win_cap = cap;
         st.win_offset = off;
-        st.blocks_offset = next_id;
+        st.blocks_offset = table_offset;
         st.n_blocks = need;
         for (uint32_t t = 0; t < s.n; ++t) {
             row_span.push_back(uint32_t(i));
             positions.push_back(int32_t(s.pos0 + t));
         }
-        next_id += need;
+        next_id += need * NG;
         row += s.n;
     }
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -496,9 +548,11 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
         a.pos0 = specs[i].pos0;
         a.n = specs[i].n;
         a.q = q.data() + size_t(steps[i].row0) * QD;
+        a.sink = g.sink ? cache.tail_data(uint32_t(i)) : nullptr;
     }
     cpu::AttentionParams ap{};
-    ap.layer = 1;
+    ap.layer = x.layer;
+    ap.window = sliding;
     ap.n_heads = c.n_heads;
     ap.scale = 1.0f / std::sqrt(float(D));
     ap.q_stride = QD;
@@ -515,7 +569,9 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
     // GPU.
     const size_t pool_bytes = size_t(total_blocks + 3) * g.sealed_block_bytes();
     DeviceBuffer<uint8_t> d_pool(pool_bytes);
-    DeviceBuffer<uint32_t> d_ids(std::max<size_t>(ids.size(), 1)), d_row_span(row_span.size());
+    DeviceBuffer<uint32_t> d_ids(std::max<size_t>(table.size(), 1)), d_row_span(row_span.size());
+    const size_t tail_bytes = specs.size() * g.tail_block_bytes();
+    DeviceBuffer<uint8_t> d_tails(tail_bytes);
     DeviceBuffer<uint16_t> d_window(window.size());
     DeviceBuffer<cuda::StepSpan> d_steps(steps.size());
     DeviceBuffer<float> d_q(q.size()), d_out(q.size());
@@ -526,12 +582,15 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs) {
     ws_bytes = std::max(ws_bytes, 2 * min_ws);
     DeviceBuffer<uint8_t> d_ws(ws_bytes);
     ASSERT_TRUE(d_pool.upload(cache.sealed_data(0), pool_bytes));
-    ASSERT_TRUE(ids.empty() || d_ids.upload(ids));
+    ASSERT_TRUE(table.empty() || d_ids.upload(table));
+    ASSERT_TRUE(d_tails.upload(cache.tail_data(0), tail_bytes));
     ASSERT_TRUE(d_row_span.upload(row_span) && d_window.upload(window) && d_steps.upload(steps) &&
                 d_q.upload(q));
     cuda::AttentionArgs a;
     a.g = g;  // the kernels take the one KV layout description as it is
-    a.layer = 1;
+    a.layer = x.layer;
+    a.sliding_window = sliding;
+    a.tails = d_tails.get();
     a.n_heads = c.n_heads;
     a.scale = ap.scale;
     a.q = d_q.get();
@@ -624,6 +683,41 @@ TEST(AttentionLongContext, WideHeadsAtLongContext) {
                     {{16383, 1}, {700, 4}, {0, 2}});
     check_attention(AttnCase{LLMKV_KV_FP8_E4M3, LLMKV_KV_INT8, true, true, 128, 16, 0, 32, 4},
                     {{9000, 1}, {1, 7}, {511, 1}});
+}
+
+// The KV sink (a sealed position 0 read from the tail's fp16 sink row, with rotated and
+// plain codecs, with residual rows), sliding windows (blocks kept, queries before and past
+// the window's start) and layer groups (a local layer reading its group's blocks, the local
+// blocks outside every window released; a global layer of the same model), each against the
+// CPU reference with the CPU's own layouts.
+TEST(AttentionLayouts, SinkWindowsAndLayerGroupsMatchTheCpuReference) {
+    LLMKV_REQUIRE_DEVICE();
+    const std::vector<SpanSpec> specs = {{700, 1}, {37, 29}, {0, 13}, {49, 1}, {255, 2}};
+    const AttnCase rot{LLMKV_KV_INT4, LLMKV_KV_INT4, true, true, 64, 16, 0, 8, 2};
+    const AttnCase plain{LLMKV_KV_INT8, LLMKV_KV_FP8_E4M3, false, false, 32, 8, 5, 6, 3};
+    for (const AttnCase &c : {rot, plain}) {
+        SCOPED_TRACE(codec_name(c.k));
+        {
+            SCOPED_TRACE("sink");
+            check_attention(c, specs, {true, 0, false, 1});
+        }
+        {
+            SCOPED_TRACE("sliding window 100, blocks kept");
+            check_attention(c, specs, {false, 100, false, 1});
+        }
+        {
+            SCOPED_TRACE("sink and sliding window 100");
+            check_attention(c, specs, {true, 100, false, 1});
+        }
+        {
+            SCOPED_TRACE("layer groups, local layer 5");
+            check_attention(c, specs, {true, 100, true, 5});
+        }
+        {
+            SCOPED_TRACE("layer groups, global layer 3");
+            check_attention(c, specs, {true, 100, true, 3});
+        }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -3,10 +3,14 @@
 // tokens of an engine that keeps every block (LLMKV_ENGINE_KEEP_WINDOW_BLOCKS), through
 // chunked prefill, batching, the prefix cache, prefix handles and their snapshots, and
 // preemption to the host tier; and holds exactly the blocks the window needs.
+// The same source runs on the CUDA backend (tests/gpu/engine_cuda_window_test.cpp defines
+// LLMKV_WINDOW_TEST_CUDA): suite EngineWindowCuda, in batch-invariant mode, skipped without a
+// device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -15,8 +19,19 @@
 #include "session_helpers.h"
 #include "tiny_model.h"
 
+#if defined(LLMKV_WINDOW_TEST_CUDA)
+#include "../gpu/gpu_test_util.h"
+#define EngineWindowTest EngineWindowCuda
+#endif
+
 namespace llmkv {
 namespace {
+
+#if defined(LLMKV_WINDOW_TEST_CUDA)
+constexpr llmkv_backend kBackend = LLMKV_BACKEND_CUDA;
+#else
+constexpr llmkv_backend kBackend = LLMKV_BACKEND_CPU;
+#endif
 
 using testing::byte_tokens;
 using testing::stats;
@@ -27,6 +42,17 @@ constexpr uint32_t kWindow = 12, kBlock = 4;
 
 class EngineWindowTest : public ::testing::Test {
 protected:
+#if defined(LLMKV_WINDOW_TEST_CUDA)
+    // Batched, chunked and recomputed sessions give the tokens of each alone only when a
+    // row's arithmetic does not depend on the batch.
+    void SetUp() override {
+        LLMKV_REQUIRE_DEVICE();
+        setenv("LLMKV_CUDA_BATCH_INVARIANT", "1", 1);
+    }
+    void TearDown() override {
+        unsetenv("LLMKV_CUDA_BATCH_INVARIANT");
+    }
+#endif
     static void SetUpTestSuite() {
         TinyModelSpec spec;
         spec.arch = "gemma3";
@@ -38,7 +64,8 @@ protected:
         spec.window_pattern = 3;
         spec.weight_type = TensorType::Q8_0;
         spec.embd_type = TensorType::Q8_0;
-        path_ = new std::string(testing::temp_path("engine_window.gguf"));
+        path_ = new std::string(testing::temp_path(
+            kBackend == LLMKV_BACKEND_CUDA ? "engine_window_cuda.gguf" : "engine_window.gguf"));
         testing::write_tiny_model(spec, *path_);
     }
     static void TearDownTestSuite() {
@@ -51,7 +78,7 @@ protected:
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path_->c_str();
-        p.backend = LLMKV_BACKEND_CPU;
+        p.backend = kBackend;
         p.n_threads = 2;
         p.kv_block_tokens = kBlock;
         p.max_batch_tokens = max_batch_tokens;
@@ -185,7 +212,8 @@ TEST_F(EngineWindowTest, PrefixHandlesAndTheirSnapshotsContinueExactly) {
     ASSERT_EQ(llmkv_prefix_create(e, system.data(), system.size(), &prefix), LLMKV_OK)
         << llmkv_last_error();
     EXPECT_EQ(run(e, question, 25, prefix), expect);
-    const std::string snap = testing::temp_path("engine_window.snap");
+    const std::string snap = testing::temp_path(
+        kBackend == LLMKV_BACKEND_CUDA ? "engine_window_cuda.snap" : "engine_window.snap");
     ASSERT_EQ(llmkv_prefix_save(prefix, snap.c_str()), LLMKV_OK) << llmkv_last_error();
     llmkv_prefix_release(prefix);
 

@@ -114,6 +114,12 @@ llmkv_cuda_kv_desc cuda_kv_desc(const KvGeometry &g, uint32_t n_sealed_blocks,
     kd.n_tail_slots = n_tail_slots;
     kd.sealed_block_bytes = g.sealed_block_bytes();
     kd.tail_block_bytes = g.tail_block_bytes();
+    kd.sink = g.sink ? 1 : 0;
+    kd.window = g.window;
+    kd.n_groups = g.n_groups;
+    kd.group_layers = g.group_layers;
+    kd.local_mask[0] = g.local_mask[0];
+    kd.local_mask[1] = g.local_mask[1];
     return kd;
 }
 
@@ -253,9 +259,6 @@ public:
         }
         device_name_ = name;
 
-        // The module's kernels do not read the KV sink's tail rows (nor lay them out).
-        if (geometry_.sink)
-            fail(LLMKV_ERR_UNSUPPORTED, "CUDA backend: the KV sink is CPU only so far");
         const llmkv_cuda_kv_desc kd =
             cuda_kv_desc(geometry_, options_.n_sealed_blocks, options_.n_tail_slots);
         llmkv_cuda_context_params cp{};
@@ -336,6 +339,8 @@ public:
     void begin_batch(const std::vector<ForwardSpan> &spans, const BatchShape &shape) override {
         static_assert(SessionKv::kHostBlock == LLMKV_CUDA_HOST_BLOCK,
                       "host-tier blocks are named the same way on both sides");
+        static_assert(SessionKv::kReleased == LLMKV_CUDA_RELEASED_BLOCK,
+                      "released local blocks are named the same way on both sides");
         spans_.resize(spans.size());
         for (size_t i = 0; i < spans.size(); ++i) {
             const ForwardSpan &s = spans[i];
@@ -352,6 +357,8 @@ public:
             c.n = s.n;
             c.want_logits = s.want_logits ? 1 : 0;
             c.all_logits = s.all_logits ? 1 : 0;
+            // Layer groups: each sealed token block's local-group blocks.
+            c.local_blocks = geometry_.grouped() ? s.kv->local.data() : nullptr;
         }
         uint32_t n_tokens = 0, n_logit_rows = 0;
         check(api_->begin_batch(ctx_, spans_.data(), uint32_t(spans_.size()), &n_tokens,

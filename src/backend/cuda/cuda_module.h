@@ -25,7 +25,8 @@
  *    batch's (the tables then double; a failed growth changes nothing).
  *
  * Level of the ABI (version 3: version 2 plus the sliding window of attention and the ops
- * add_bias, scale, geglu; version 5: the collectives of tensor-parallel ranks): OPERATIONS,
+ * add_bias, scale, geglu; version 5: the collectives of tensor-parallel ranks; version 6: the
+ * KV sink and layer groups, llmkv_cuda_kv_desc's and llmkv_cuda_span's last fields): OPERATIONS,
  * not a model. The architecture's forward pass is
  * written once in libllmkv (src/model/arch/) against the Backend interface
  * (src/backend/backend.h); the module executes its ops on the device. One batch is
@@ -58,7 +59,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 5u
+#define LLMKV_CUDA_ABI_VERSION 6u
 /* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
  * (os::shared_library_file). */
 #define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
@@ -99,6 +100,17 @@ typedef struct llmkv_cuda_kv_desc {
     uint32_t n_tail_slots;    /* device tail pool: slot ids [0, n_tail_slots) */
     uint64_t sealed_block_bytes;
     uint64_t tail_block_bytes;
+    /* Version 6. KV sink (KvGeometry::sink): 1 = each tail head has one row more, holding
+     * position 0's K / V in fp16 (written by the write_kv of a span with pos0 == 0); attention
+     * reads position 0 there instead of sealed block 0. */
+    uint32_t sink;
+    /* Layer groups (KvGeometry::window / n_groups / group_layers / local_mask): n_groups 1 =
+     * none (the other three 0). With groups, llmkv_cuda_span.local_blocks holds each sealed
+     * token block's local-group blocks. */
+    uint32_t window;
+    uint32_t n_groups;
+    uint32_t group_layers;
+    uint64_t local_mask[2];
 } llmkv_cuda_kv_desc;
 
 /* Limits of one context. */
@@ -119,6 +131,8 @@ typedef struct llmkv_cuda_context_params {
 
 /* A block id of llmkv_cuda_span.blocks that names a block in host memory (host_blocks). */
 #define LLMKV_CUDA_HOST_BLOCK 0xffffffffu
+/* A local_blocks entry whose block was released (SessionKv::kReleased). */
+#define LLMKV_CUDA_RELEASED_BLOCK 0xfffffffeu
 
 /* Bytes of a communicator id (comm_unique_id, comm_init): NCCL's ncclUniqueId. */
 #define LLMKV_CUDA_COMM_ID_BYTES 128u
@@ -141,6 +155,12 @@ typedef struct llmkv_cuda_span {
      * batch seals. The bytes must stay until the batch's work is done (end_batch and the
      * next synchronizing call). */
     const void *const *host_blocks;
+    /* Version 6, with layer groups (n_groups > 1): local_blocks[j * (n_groups - 1) + (g - 1)]
+     * is token block j's block of local group g (SessionKv::local), for j < sealed_blocks(pos0
+     * + n); entries of token blocks before local_live_from(pos0) (KvGeometry) may be released
+     * (LLMKV_CUDA_RELEASED_BLOCK: no query of the span can see them). Every other id names a
+     * pool block (no host blocks with groups). NULL without groups. */
+    const uint32_t *local_blocks;
 } llmkv_cuda_span;
 
 /* An activation: rows x cols f32 values, row-major (row stride = cols), at a device address
