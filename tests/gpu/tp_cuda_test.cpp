@@ -357,6 +357,70 @@ INSTANTIATE_TEST_SUITE_P(Codecs, TpCudaCodec,
                          ::testing::Values(LLMKV_KV_F16, LLMKV_KV_BF16, LLMKV_KV_FP8_E4M3,
                                            LLMKV_KV_INT8, LLMKV_KV_INT4));
 
+// Sliding-window layers on two CUDA ranks sharing device 0 (a tiny Gemma 3 layout, window 12,
+// 4-token blocks, one KV head per rank): the ranks release the local layers' blocks outside
+// the window (three layer groups) and give bitwise the tokens of ranks that keep every block,
+// batched and alone; int4 KV, so the KV sink is on too.
+TEST(TpCudaWindow, RanksReleasingWindowBlocksGiveTheKeptTokens) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    testing::TinyModelSpec spec;
+    spec.arch = "gemma3";
+    spec.n_layers = 6;  // pattern 3: layers 2 and 5 global
+    spec.n_heads = 4;
+    spec.n_kv_heads = 2;
+    spec.n_ff = 128;  // 64 per rank: whole Q8_0 blocks
+    spec.n_ctx = 512;
+    spec.sliding_window = 12;
+    spec.window_pattern = 3;
+    spec.weight_type = TensorType::Q8_0;
+    spec.embd_type = TensorType::Q8_0;
+    const std::string path = testing::temp_path("tp_cuda_window.gguf");
+    testing::write_tiny_model(spec, path);
+    ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
+    const int32_t device0[1] = {0};
+    auto make = [&](uint32_t flags) {
+        llmkv_engine_params p;
+        llmkv_engine_params_init(&p);
+        p.model_path = path.c_str();
+        p.backend = LLMKV_BACKEND_CUDA;
+        p.devices = device0;
+        p.n_devices = 1;
+        p.tp_size = 2;
+        p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4;
+        p.kv_block_tokens = 4;
+        p.max_batch_tokens = 16;
+        p.flags = flags;
+        llmkv_engine *e = nullptr;
+        EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_OK) << llmkv_last_error();
+        return e;
+    };
+    llmkv_engine *released = make(0), *kept = make(LLMKV_ENGINE_KEEP_WINDOW_BLOCKS);
+    ASSERT_TRUE(released && kept);
+    llmkv_engine_info info;
+    info.struct_size = sizeof info;
+    ASSERT_EQ(llmkv_engine_get_info(released, &info), LLMKV_OK);
+    EXPECT_EQ(info.tp_size, 2u);
+    EXPECT_EQ(info.kv_layer_groups, 3u);
+    std::vector<std::vector<int32_t>> prompts, expected;
+    for (int i = 0; i < 3; ++i) {
+        prompts.push_back(byte_tokens(30 + 9 * i, 700 + i));
+        expected.push_back(solo(kept, sampling(i % 2 ? 0.8f : 0.0f, 40 + i), prompts.back(), 24));
+        EXPECT_EQ(solo(released, sampling(i % 2 ? 0.8f : 0.0f, 40 + i), prompts.back(), 24),
+                  expected.back())
+            << "session " << i << " alone";
+    }
+    std::vector<llmkv_session *> s;
+    for (int i = 0; i < 3; ++i)
+        s.push_back(start(released, sampling(i % 2 ? 0.8f : 0.0f, 40 + i), prompts[i], 24));
+    ASSERT_EQ(llmkv_run(released, nullptr, nullptr), LLMKV_OK) << llmkv_last_error();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(tokens_of(s[i]), expected[i]) << "session " << i;
+    for (llmkv_session *x : s) llmkv_session_destroy(x);
+    EXPECT_EQ(llmkv_engine_validate(released), LLMKV_OK) << llmkv_last_error();
+    llmkv_engine_destroy(released);
+    llmkv_engine_destroy(kept);
+    std::remove(path.c_str());
+}
+
 // Ranks sharing a device cannot use NCCL: asking for it is refused with the reason.
 TEST(TpCudaEngineErrors, NcclForRanksSharingADeviceIsRefused) {
     LLMKV_REQUIRE_MODULE_DEVICE();
