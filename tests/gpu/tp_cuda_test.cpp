@@ -374,6 +374,7 @@ TEST(TpCudaWindow, RanksReleasingWindowBlocksGiveTheKeptTokens) {
     spec.window_pattern = 3;
     spec.weight_type = TensorType::Q8_0;
     spec.embd_type = TensorType::Q8_0;
+    spec.embd_scale = 0.05f;  // tokens follow what the local layers read (engine_window_test)
     const std::string path = testing::temp_path("tp_cuda_window.gguf");
     testing::write_tiny_model(spec, path);
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");

@@ -112,7 +112,7 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
         w.add_tensor(name, dims, type, std::move(bytes));
     };
     const uint32_t kvd = s.n_kv_heads * hd, qd = s.n_heads * hd;
-    tensor("token_embd.weight", {E, V}, s.embd_type, 1.0f);
+    tensor("token_embd.weight", {E, V}, s.embd_type, s.embd_scale);
     tensor("output_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
     if (!s.tied_output) tensor("output.weight", {E, V}, s.weight_type, 0.2f);
     for (uint32_t l = 0; l < s.n_layers; ++l) {

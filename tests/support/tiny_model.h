@@ -27,6 +27,10 @@ struct TinyModelSpec {
     TensorType embd_type = TensorType::F32;    // token embedding (and tied output head)
     bool tied_output = true;
     uint64_t seed = 42;
+    // Standard deviation of token_embd's values. Below 1 the layers' outputs weigh more against
+    // the embedding in the residual stream (gemma3 scales it by sqrt(n_embd)), so tokens depend
+    // on what attention reads.
+    float embd_scale = 1.0f;
     // attention.key_length / value_length (0: not written, head_dim = n_embd / n_heads).
     uint32_t head_dim = 0;
     // gemma3: attention.sliding_window (0: not written) and attention.sliding_window_pattern

@@ -64,6 +64,9 @@ protected:
         spec.window_pattern = 3;
         spec.weight_type = TensorType::Q8_0;
         spec.embd_type = TensorType::Q8_0;
+        // A small embedding, so that tokens follow what the local layers read: a local layer
+        // reading another group's blocks changes them (with 1.0 it did not).
+        spec.embd_scale = 0.05f;
         path_ = new std::string(testing::temp_path(
             kBackend == LLMKV_BACKEND_CUDA ? "engine_window_cuda.gguf" : "engine_window.gguf"));
         testing::write_tiny_model(spec, *path_);
