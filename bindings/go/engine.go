@@ -42,7 +42,7 @@ type EngineOptions struct {
 	// KeepWindowBlocks sets LLMKV_ENGINE_KEEP_WINDOW_BLOCKS.
 	KeepWindowBlocks bool
 	// KVSink: position 0's K and V kept in fp16 (LLMKV_ENGINE_KV_SINK / NO_KV_SINK);
-	// KVSinkAuto (the default) = on with an int4 codec on the CPU backend.
+	// KVSinkAuto (the default) = on with an int4 codec.
 	KVSink KVSinkMode
 	// MaxSessions is live sessions and prefixes at once; 0 = 256.
 	MaxSessions uint32

@@ -38,7 +38,7 @@ const (
 type KVSinkMode int
 
 const (
-	KVSinkAuto KVSinkMode = iota // neither flag: on with an int4 codec on the CPU backend
+	KVSinkAuto KVSinkMode = iota // neither flag: on with an int4 codec
 	KVSinkOn                     // LLMKV_ENGINE_KV_SINK
 	KVSinkOff                    // LLMKV_ENGINE_NO_KV_SINK
 )

@@ -219,7 +219,7 @@ impl EngineBuilder {
         self
     }
     /// The KV sink: position 0's K and V kept in fp16 (`LLMKV_ENGINE_KV_SINK` when true,
-    /// `LLMKV_ENGINE_NO_KV_SINK` when false). Not called: on with an int4 codec on the CPU.
+    /// `LLMKV_ENGINE_NO_KV_SINK` when false). Not called: on with an int4 codec.
     pub fn kv_sink(mut self, on: bool) -> Self {
         self.set_flag(sys::LLMKV_ENGINE_KV_SINK, on);
         self.set_flag(sys::LLMKV_ENGINE_NO_KV_SINK, !on);
