@@ -306,6 +306,23 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TpCudaEngine, ::testing::Values(false, true),
 // Every KV codec on two ranks sharing device 0 (each rank's pool holds its KV head in the
 // codec, scales computed per shard): batched sessions give solo runs' tokens, and blocks moved
 // out and back through the host tier (a park) keep them.
+// Engine parameters of two CUDA ranks sharing device 0 (host collectives) for the model at
+// `path`, K and V in `dtype`, blocks of `block_tokens`.
+llmkv_engine_params two_ranks_on_device_zero(const std::string &path, llmkv_kv_dtype dtype,
+                                             uint32_t block_tokens) {
+    static const int32_t device0[1] = {0};
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path.c_str();
+    p.backend = LLMKV_BACKEND_CUDA;
+    p.devices = device0;
+    p.n_devices = 1;
+    p.tp_size = 2;
+    p.kv_dtype_k = p.kv_dtype_v = dtype;
+    p.kv_block_tokens = block_tokens;
+    return p;
+}
+
 class TpCudaCodec : public ::testing::TestWithParam<llmkv_kv_dtype> {};
 
 TEST_P(TpCudaCodec, TwoRanksBatchAndParkBitwise) {
@@ -320,16 +337,7 @@ TEST_P(TpCudaCodec, TwoRanksBatchAndParkBitwise) {
     const std::string path = testing::temp_path("tp_cuda_codec.gguf");
     testing::write_tiny_model(spec, path);
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
-    const int32_t device0[1] = {0};
-    llmkv_engine_params p;
-    llmkv_engine_params_init(&p);
-    p.model_path = path.c_str();
-    p.backend = LLMKV_BACKEND_CUDA;
-    p.devices = device0;
-    p.n_devices = 1;
-    p.tp_size = 2;
-    p.kv_dtype_k = p.kv_dtype_v = GetParam();
-    p.kv_block_tokens = 16;
+    llmkv_engine_params p = two_ranks_on_device_zero(path, GetParam(), 16);
     p.kv_host_bytes = 8ull << 20;
     p.max_batch_tokens = 64;
     llmkv_engine *e = nullptr;
@@ -378,17 +386,8 @@ TEST(TpCudaWindow, RanksReleasingWindowBlocksGiveTheKeptTokens) {
     const std::string path = testing::temp_path("tp_cuda_window.gguf");
     testing::write_tiny_model(spec, path);
     ScopedEnv invariant("LLMKV_CUDA_BATCH_INVARIANT", "1");
-    const int32_t device0[1] = {0};
     auto make = [&](uint32_t flags) {
-        llmkv_engine_params p;
-        llmkv_engine_params_init(&p);
-        p.model_path = path.c_str();
-        p.backend = LLMKV_BACKEND_CUDA;
-        p.devices = device0;
-        p.n_devices = 1;
-        p.tp_size = 2;
-        p.kv_dtype_k = p.kv_dtype_v = LLMKV_KV_INT4;
-        p.kv_block_tokens = 4;
+        llmkv_engine_params p = two_ranks_on_device_zero(path, LLMKV_KV_INT4, 4);
         p.max_batch_tokens = 16;
         p.flags = flags;
         llmkv_engine *e = nullptr;
