@@ -67,6 +67,24 @@ ARCHS = {
     "gemma3": dict(arch="gemma3", name="Gemma 3 Tiny Test", n_embd=64, n_layer=6, n_head=2, n_kv=1, head_dim=32,
                    n_ff=32, rope_base=1_000_000.0, eps=1e-6, tied=True, tok="llama", pre="default",
                    sliding_window=16, qk_norm=True, n_merges=48),
+    # Mixtures of experts. transformers' GGUF loader has no expert tensors for these, so the
+    # script builds the HF model from its config and the very tensors it wrote (checked
+    # bit for bit as for the others). 8 experts, 2 per token; router weights of gain 3 so the
+    # experts' ranking is clear (each fixture records its smallest routing gap).
+    # Qwen3-MoE (Qwen3-30B-A3B style): qwen3's attention, softmax router, norm_topk_prob.
+    "qwen3moe": dict(arch="qwen3moe", name="Qwen3 MoE Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2,
+                     head_dim=32, n_ff=96, rope_base=1_000_000.0, eps=1e-6, tied=True, tok="gpt2", pre="qwen2",
+                     qk_norm=True, n_merges=96, moe=dict(n_expert=8, n_used=2, n_ff_exp=32)),
+    # Qwen1.5/2-MoE style: biases on Q/K/V, no normalisation of the top-k weights, a shared
+    # expert gated by sigmoid(ffn_gate_inp_shexp . x), untied output.
+    "qwen2moe": dict(arch="qwen2moe", name="Qwen2 MoE Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2,
+                     head_dim=16, n_ff=96, rope_base=1_000_000.0, eps=1e-6, tied=False, tok="gpt2", pre="qwen2",
+                     qkv_bias=True, n_merges=96, moe=dict(n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)),
+    # Mixtral as llama.cpp writes it: architecture "llama" with expert tensors, SentencePiece
+    # vocabulary, permuted Q/K, experts feed_forward_length wide, untied output.
+    "mixtral": dict(arch="llama", name="Mixtral Tiny Test", n_embd=64, n_layer=2, n_head=4, n_kv=2, head_dim=16,
+                    n_ff=32, rope_base=1_000_000.0, eps=1e-5, tied=False, tok="llama", pre="default",
+                    permute_qk=True, n_merges=80, moe=dict(n_expert=8, n_used=2, n_ff_exp=32)),
 }
 
 
@@ -209,6 +227,20 @@ def make_tensors(cfg, n_vocab, rng):
         if gemma:
             t[p + "post_attention_norm.weight"] = norm(E)
         t[p + "ffn_norm.weight"] = norm(E)
+        moe = cfg.get("moe")
+        if moe:
+            NE, FE = moe["n_expert"], moe["n_ff_exp"]
+            t[p + "ffn_gate_inp.weight"] = mat(NE, E, gain=3.0)
+            t[p + "ffn_gate_exps.weight"] = np.stack([mat(FE, E) for _ in range(NE)])
+            t[p + "ffn_up_exps.weight"] = np.stack([mat(FE, E) for _ in range(NE)])
+            t[p + "ffn_down_exps.weight"] = np.stack([mat(E, FE) for _ in range(NE)])
+            if moe.get("n_ff_shexp"):
+                FS = moe["n_ff_shexp"]
+                t[p + "ffn_gate_inp_shexp.weight"] = (rng.standard_normal(E) / math.sqrt(E)).astype(np.float32)
+                t[p + "ffn_gate_shexp.weight"] = mat(FS, E)
+                t[p + "ffn_up_shexp.weight"] = mat(FS, E)
+                t[p + "ffn_down_shexp.weight"] = mat(E, FS)
+            continue
         if cfg.get("fused"):
             t[p + "ffn_up.weight"] = mat(2 * F, E)  # rows: gate, then up
         else:
@@ -244,7 +276,15 @@ def write_gguf(path, cfg, voc, tensors):
     if a == "llama":
         w.add_vocab_size(len(voc["tokens"]))
         w.add_rope_dimension_count(cfg["head_dim"])
-    if a in ("qwen3", "gemma3"):
+    moe = cfg.get("moe")
+    if moe:
+        w.add_expert_count(moe["n_expert"])
+        w.add_expert_used_count(moe["n_used"])
+        if a != "llama":
+            w.add_expert_feed_forward_length(moe["n_ff_exp"])
+        if moe.get("n_ff_shexp"):
+            w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
+    if a in ("qwen3", "qwen3moe", "gemma3"):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     if a == "phi3":
@@ -274,7 +314,7 @@ def write_gguf(path, cfg, voc, tensors):
         w.add_add_space_prefix(voc["add_space_prefix"])
 
     for name, arr in tensors.items():
-        if arr.ndim == 2 and name != "rope_freqs.weight":
+        if arr.ndim >= 2 and name != "rope_freqs.weight" and "gate_inp" not in name:
             w.add_tensor(name, arr.astype(np.float16))
         else:
             w.add_tensor(name, arr.astype(np.float32))
@@ -302,9 +342,25 @@ def hf_expected_state(cfg, tensors):
         "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.gate_up_proj" if cfg.get("fused") else "mlp.up_proj",
         "ffn_down": "mlp.down_proj",
     }
+    moe_names = {"ffn_gate_inp": "mlp.gate", "ffn_down_exps": "mlp.experts.down_proj",
+                 "ffn_gate_inp_shexp": "mlp.shared_expert_gate", "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+                 "ffn_up_shexp": "mlp.shared_expert.up_proj", "ffn_down_shexp": "mlp.shared_expert.down_proj"}
     for name, arr in tensors.items():
         if name == "rope_freqs.weight":
             continue
+        if cfg.get("moe") and name.startswith("blk."):
+            _, layer, base, kind = name.split(".")
+            pre = f"model.layers.{layer}."
+            if base == "ffn_gate_exps":  # HF fuses gate and up: rows [gate; up] per expert
+                up = tensors[name.replace("gate_exps", "up_exps")]
+                out[pre + "mlp.experts.gate_up_proj"] = np.concatenate([arr, up], axis=1)
+                continue
+            if base == "ffn_up_exps":
+                continue
+            if base in moe_names:
+                key = pre + moe_names[base] + ("" if base == "ffn_down_exps" else "." + kind)
+                out[key] = arr.reshape(1, -1) if base == "ffn_gate_inp_shexp" else arr
+                continue
         if name == "token_embd.weight":
             key = "model.embed_tokens.weight"
         elif name == "output_norm.weight":
@@ -347,7 +403,7 @@ class Fp16KvAttention:
         self.mod.eager_attention_forward = self.orig
 
 
-def run_arch(key, cfg, outdir, rng):
+def run_arch(key, cfg, outdir, rng, seed):
     import gguf
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -361,6 +417,61 @@ def run_arch(key, cfg, outdir, rng):
 
     notes = []
     d, f = os.path.split(path)
+    if cfg.get("moe"):
+        model, overrides = build_hf_moe(key, cfg, tensors, n_vocab, voc)
+        notes.append("transformers' GGUF loader reads no expert tensors: the model is built from its config "
+                     "(hf_config_overrides) and the GGUF's tensors, checked bit for bit below")
+    else:
+        model, overrides = load_hf_gguf(key, cfg, tensors, d, f, notes)
+    model.eval()
+    return finish_arch(key, cfg, voc, tensors, path, size, model, overrides, notes, seed)
+
+
+def build_hf_moe(key, cfg, tensors, n_vocab, voc):
+    """The HF model of a mixture-of-experts fixture, from its config and the GGUF's tensors."""
+    import torch
+    import transformers as tf
+
+    moe = cfg["moe"]
+    common = dict(vocab_size=n_vocab, hidden_size=cfg["n_embd"], num_hidden_layers=cfg["n_layer"],
+                  num_attention_heads=cfg["n_head"], num_key_value_heads=cfg["n_kv"], rms_norm_eps=cfg["eps"],
+                  max_position_embeddings=256, tie_word_embeddings=cfg["tied"], num_experts_per_tok=moe["n_used"],
+                  rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_base"]},
+                  bos_token_id=voc["bos"], eos_token_id=voc["eos"])
+    if key == "qwen3moe":
+        conf = dict(head_dim=cfg["head_dim"], intermediate_size=cfg["n_ff"], num_experts=moe["n_expert"],
+                    moe_intermediate_size=moe["n_ff_exp"], norm_topk_prob=True, decoder_sparse_step=1,
+                    mlp_only_layers=[])
+        hf_cfg, cls = tf.Qwen3MoeConfig(**common, **conf), tf.Qwen3MoeForCausalLM
+    elif key == "qwen2moe":
+        conf = dict(intermediate_size=cfg["n_ff"], num_experts=moe["n_expert"], moe_intermediate_size=moe["n_ff_exp"],
+                    shared_expert_intermediate_size=moe["n_ff_shexp"], norm_topk_prob=False, decoder_sparse_step=1,
+                    mlp_only_layers=[], qkv_bias=True)
+        hf_cfg, cls = tf.Qwen2MoeConfig(**common, **conf), tf.Qwen2MoeForCausalLM
+    else:
+        conf = dict(intermediate_size=cfg["n_ff"], num_local_experts=moe["n_expert"], head_dim=cfg["head_dim"],
+                    sliding_window=None, router_jitter_noise=0.0)
+        hf_cfg, cls = tf.MixtralConfig(**common, **conf), tf.MixtralForCausalLM
+    hf_cfg._attn_implementation = "eager"
+    model = cls(hf_cfg).to(torch.float32)
+    want = hf_expected_state(cfg, tensors)
+    sd = model.state_dict()
+    missing = [k for k in sd if k not in want and not (cfg["tied"] and k == "lm_head.weight")]
+    if missing:
+        raise SystemExit(f"{key}: no GGUF tensor for {missing}")
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)).reshape(sd[k].shape)
+                           for k, v in want.items()}, strict=False)
+    if cfg["tied"]:
+        model.tie_weights()
+    return model, {k: v for k, v in {**common, **conf}.items() if k != "rope_parameters"} | {
+        "rope_theta": cfg["rope_base"], "class": cls.__name__}
+
+
+def load_hf_gguf(key, cfg, tensors, d, f, notes):
+    """transformers' own GGUF loader on the file, with the settings it does not read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     hf_cfg = AutoConfig.from_pretrained(d, gguf_file=f)
     # Settings llama.cpp has that transformers' GGUF loader does not read (each checked below).
     overrides = {}
@@ -383,7 +494,35 @@ def run_arch(key, cfg, outdir, rng):
         setattr(hf_cfg, k, v)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, config=hf_cfg, dtype=torch.float32,
                                                  attn_implementation="eager")
-    model.eval()
+    return model, overrides
+
+
+class RoutingTooClose(Exception):
+    """A mixture-of-experts fixture whose expert choice could flip with rounding."""
+
+
+def router_gaps(model, run):
+    """Runs run() with a hook on every MoE router: for each (layer, token), its router logits."""
+    captured = []
+    hooks = []
+    for name, mod in model.named_modules():
+        if name.endswith("mlp.gate") and hasattr(mod, "top_k"):
+            hooks.append(mod.register_forward_hook(
+                lambda m, inp, out: captured.append(out[0].detach().double().numpy().copy())))
+    try:
+        result = run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return result, captured
+
+
+def finish_arch(key, cfg, voc, tensors, path, size, model, overrides, notes, seed):
+    import torch
+    from transformers import AutoTokenizer
+
+    d, f = os.path.split(path)
+    n_vocab = len(voc["tokens"])
 
     # Weights: every tensor equals what the file holds (after the converter's inverse).
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
@@ -441,6 +580,10 @@ def run_arch(key, cfg, outdir, rng):
         tf = model(input_ids=full, use_cache=False).logits[0, len(ids) - 1:].double().numpy()
         with Fp16KvAttention(model):
             sim = model(input_ids=x, use_cache=False).logits[0].double().numpy()
+            if cfg.get("moe"):
+                _, routers_sim = router_gaps(model, lambda: model(input_ids=full, use_cache=False))
+        if cfg.get("moe"):
+            _, routers = router_gaps(model, lambda: model(input_ids=full, use_cache=False))
         window_effect = None
         if key == "gemma3":
             # The fixture must depend on the window: without it the logits move by this much.
@@ -450,6 +593,20 @@ def run_arch(key, cfg, outdir, rng):
             window_effect = float(np.abs(nowin - logits).max())
             assert np.abs(nowin[: cfg["sliding_window"]] - logits[: cfg["sliding_window"]]).max() < 1e-5
             assert window_effect > 0.1, window_effect
+    routing = None
+    if cfg.get("moe"):
+        # The experts each token picks (prompt and generated tokens) must not hinge on
+        # rounding: the smallest gap between a token's n_used-th and next router logit, against
+        # how far f16 K/V moves the router logits.
+        k = cfg["moe"]["n_used"]
+        z = np.concatenate(routers)
+        srt = -np.sort(-z, axis=1)
+        gap = float((srt[:, k - 1] - srt[:, k]).min())
+        moved = float(np.abs(np.concatenate(routers_sim) - z).max())
+        routing = {"router_calls": len(routers), "min_topk_gap": gap, "fp16_kv_router_max_abs_diff": moved}
+        assert len(routers) == cfg["n_layer"], (key, len(routers))
+        if gap < 4 * moved or gap < 1e-3:
+            raise RoutingTooClose(f"{key}: routing gap {gap:.2e} vs f16-KV router change {moved:.2e}")
     cache_diff = float(np.abs(tf - gen_logits).max())
     assert cache_diff < 1e-4, (key, cache_diff)
     margins = []
@@ -480,6 +637,7 @@ def run_arch(key, cfg, outdir, rng):
         "gguf_architecture": cfg["arch"],
         "gguf_file": f"{key}.gguf",
         "gguf_bytes": size,
+        "seed": seed,
         "description": f"{cfg['name']}: random F16 weights; logits of transformers "
                        f"(float32, eager) after loading the GGUF with from_pretrained(gguf_file=...).",
         "config": {k: v for k, v in cfg.items() if k not in ("name",)},
@@ -497,6 +655,7 @@ def run_arch(key, cfg, outdir, rng):
             "fp16_kv_sim_max_abs_diff": sim_diff,
             "logits_abs_max": scale,
             "sliding_window_effect_max_abs_diff": window_effect,
+            "routing": routing,
         },
         "tolerance": {"logit_abs": tol_abs, "robust_margin": max(4 * tol_abs, 0.02)},
         "prompt_ids": [int(i) for i in ids],
@@ -505,7 +664,7 @@ def run_arch(key, cfg, outdir, rng):
         "generated_margins": margins,
         "tokenizer_cases": tok_cases,
     }
-    with open(os.path.join(outdir, f"{key}.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(d, f"{key}.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1, ensure_ascii=False)
         fh.write("\n")
     print(f"[arch] {key}: {type(model).__name__}, {size} bytes, vocab {n_vocab}, |logits| <= {scale:.2f}, "
@@ -530,10 +689,19 @@ def main() -> int:
     keys = [k for k in ARCHS if not args.only or k in args.only.split(",")]
     summary = {}
     for i, key in enumerate(ARCHS):
-        rng = np.random.default_rng(SEED + i)
         if key not in keys:
             continue
-        doc = run_arch(key, ARCHS[key], args.out, rng)
+        # Seeds SEED + i; a mixture of experts whose routing is too close to call takes the
+        # next of SEED + i + 1000 k (the seed is recorded in the fixture).
+        for attempt in range(64):
+            seed = SEED + i + 1000 * attempt
+            try:
+                doc = run_arch(key, ARCHS[key], args.out, np.random.default_rng(seed), seed)
+                break
+            except RoutingTooClose as e:
+                print(f"[arch] seed {seed}: {e}", file=sys.stderr)
+        else:
+            raise SystemExit(f"{key}: no seed with clear routing")
         summary[key] = {"hf_model_class": doc["hf_model_class"], "hf_load_notes": doc["hf_load_notes"]}
     versions = {
         "transformers": transformers.__version__, "torch": torch.__version__,

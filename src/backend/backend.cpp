@@ -36,6 +36,22 @@ BatchShape validate_batch(const std::vector<ForwardSpan> &spans, const KvGeometr
     return {uint32_t(T), uint32_t(n_logits)};
 }
 
+void Backend::route_experts(Tensor, const ExpertRouting &, Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
+}
+
+void Backend::matmul_experts(const WeightMatrix *, uint32_t, Tensor, Tensor, uint32_t, Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
+}
+
+void Backend::combine_experts(Tensor, Tensor, uint32_t, Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
+}
+
+void Backend::mul_sigmoid(Tensor, Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
+}
+
 void Backend::all_reduce(Tensor) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
 }

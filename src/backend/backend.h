@@ -170,6 +170,25 @@ public:
     // gate = gelu_tanh(gate) * up (elementwise, gate.rows rows), where gelu_tanh(g) =
     // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's GeGLU).
     virtual void geglu(Tensor gate, Tensor up) = 0;
+
+    // ---- mixture of experts (BackendCapabilities::moe; others: UNSUPPORTED) -------------
+    // routes (T, 2 * r.n_used) = for each row t of logits (T, r.n_expert, a token's router
+    // logits): the ids of the token's r.n_used experts as ExpertRouting picks them (integers
+    // held exactly as floats), best first, then their weights in the same order.
+    virtual void route_experts(Tensor logits, const ExpertRouting &r, Tensor routes);
+    // For each token t of routes (T rows, n_used experts each) and its i-th expert
+    // e = routes[t][i]: row t * n_used + i of y (T * n_used, experts[e].rows) =
+    // x_row * experts[e]^T, where x_row is x[t] when x.rows == T (a token's experts read its
+    // one row) and x[t * n_used + i] when x.rows == T * n_used. Only the chosen experts'
+    // matrices are read; a row's result depends only on its expert and its x row.
+    virtual void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x,
+                                Tensor routes, uint32_t n_used, Tensor y);
+    // out[t] (T = routes.rows) = sum over i = 0 .. n_used - 1, in that order, of token t's
+    // weight i (routes[t][n_used + i]) times y[t * n_used + i].
+    virtual void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out);
+    // x[t] *= sigmoid(g[t][0]) for each row t (g: x.rows x 1; qwen2moe's shared-expert gate).
+    virtual void mul_sigmoid(Tensor x, Tensor g);
+
     // out's first shape.logit_rows rows = the rows of x whose logits the batch wants, in
     // span order (every row of an all_logits span).
     virtual void gather_logit_rows(Tensor x, Tensor out) = 0;

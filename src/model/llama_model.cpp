@@ -1,6 +1,7 @@
 // LlamaModel: reads llama-family hyperparameters and binds weight tensors in place.
 #include "model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -42,7 +43,8 @@ uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ull) {
 }
 
 bool is_supported_arch(const std::string &a) {
-    return a == "llama" || a == "gemma3" || a == "qwen2" || a == "qwen3" || a == "phi3";
+    return a == "llama" || a == "gemma3" || a == "qwen2" || a == "qwen3" || a == "phi3" ||
+           a == "qwen2moe" || a == "qwen3moe";
 }
 
 // Rows [row0, row0 + n) of a matrix: a view of a fused tensor (Phi-3's attn_qkv, ffn_up).
@@ -51,6 +53,43 @@ WeightMatrix row_range(const WeightMatrix &w, uint32_t row0, uint32_t n) {
     r.data = static_cast<const uint8_t *>(w.data) + size_t(row0) * w.row_bytes;
     r.rows = n;
     return r;
+}
+
+// The mixture-of-experts keys (llama.cpp's names): qwen2moe and qwen3moe always have experts,
+// llama has them when expert_count > 1 (Mixtral; llama.cpp treats 0 and 1 as dense).
+void read_moe_config(const GgufFile &f, const std::string &p, LlamaConfig &c) {
+    const std::string &a = c.architecture;
+    const bool qwen_moe = a == "qwen2moe" || a == "qwen3moe";
+    if (!qwen_moe && a != "llama") return;
+    MoeConfig &m = c.moe;
+    ExpertRouting &r = m.routing;
+    const uint32_t n_expert = qwen_moe ? require_u32(f, p + "expert_count", 1, 1024)
+                                       : optional_u32(f, p + "expert_count", 0, 0, 1024);
+    if (n_expert <= 1 && !qwen_moe) return;
+    r.n_expert = n_expert;
+    auto used = f.get_uint(p + "expert_used_count");
+    if (!used) fail(LLMKV_ERR_MODEL_FORMAT, "missing metadata key %sexpert_used_count", p.c_str());
+    if (*used < 1 || *used > n_expert) {
+        fail(LLMKV_ERR_MODEL_FORMAT, "metadata %sexpert_used_count = %llu: must be 1 to expert_count %u",
+             p.c_str(), (unsigned long long)*used, n_expert);
+    }
+    r.n_used = uint32_t(*used);
+    // One expert's width: expert_feed_forward_length, else (as llama.cpp) n_ff / n_used for the
+    // Qwen families; Mixtral's experts are feed_forward_length wide.
+    m.n_ff_expert = qwen_moe ? optional_u32(f, p + "expert_feed_forward_length",
+                                            std::max(1u, c.n_ff / r.n_used), 1, 1u << 20)
+                             : c.n_ff;
+    if (a == "qwen2moe") {
+        m.n_ff_shared =
+            optional_u32(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, 1u << 20);
+    }
+    r.gating = ExpertRouting::Gating::kSoftmax;
+    r.norm_weights = a != "qwen2moe";  // llama.cpp: Mixtral and Qwen3-MoE normalize, Qwen2-MoE not
+    if (auto s = f.get_float(p + "expert_weights_scale")) {
+        if (!(*s >= 0 && *s < 1e6))
+            fail(LLMKV_ERR_MODEL_FORMAT, "%sexpert_weights_scale = %g out of range", p.c_str(), *s);
+        if (*s != 0) r.weight_scale = float(*s);  // 0: not set
+    }
 }
 
 }  // namespace
@@ -115,6 +154,73 @@ WeightMatrix LlamaModel::matrix(const std::string &name, uint32_t rows, uint32_t
     return w;
 }
 
+std::vector<WeightMatrix> LlamaModel::matrices(const std::string &name, uint32_t n, uint32_t rows,
+                                               uint32_t cols) {
+    const GgufTensor *t = file_->find_tensor(name);
+    if (!t) fail(LLMKV_ERR_MODEL_FORMAT, "missing tensor %s", name.c_str());
+    if (t->dims.size() != 3 || t->dims[0] != int64_t(cols) || t->dims[1] != int64_t(rows) ||
+        t->dims[2] != int64_t(n)) {
+        std::string got;
+        for (size_t i = 0; i < t->dims.size(); ++i)
+            got += strprintf("%s%lld", i ? ", " : "", (long long)t->dims[i]);
+        fail(LLMKV_ERR_MODEL_FORMAT, "tensor %s: expected shape [%u, %u, %u] (%u experts), got [%s]",
+             name.c_str(), cols, rows, n, n, got.c_str());
+    }
+    n_params_ += t->n_elements;
+    weight_bytes_ += t->n_bytes;
+    expert_params_ += t->n_elements;
+    expert_bytes_ += t->n_bytes;
+    std::vector<WeightMatrix> v(n);
+    const size_t row_bytes = t->row_bytes();
+    for (uint32_t e = 0; e < n; ++e) {
+        WeightMatrix &w = v[e];
+        w.type = t->type;
+        w.data = t->data + size_t(e) * rows * row_bytes;
+        w.rows = rows;
+        w.cols = cols;
+        w.row_bytes = row_bytes;
+    }
+    return v;
+}
+
+void LlamaModel::bind_moe(LlamaLayer &L, const std::string &b) {
+    const LlamaConfig &c = config_;
+    const MoeConfig &m = c.moe;
+    const uint32_t n = m.routing.n_expert;
+    L.router = matrix(b + "ffn_gate_inp.weight", n, c.n_embd);
+    L.gate_exps = matrices(b + "ffn_gate_exps.weight", n, m.n_ff_expert, c.n_embd);
+    L.up_exps = matrices(b + "ffn_up_exps.weight", n, m.n_ff_expert, c.n_embd);
+    L.down_exps = matrices(b + "ffn_down_exps.weight", n, c.n_embd, m.n_ff_expert);
+    if (m.n_ff_shared == 0) return;
+    // The shared expert's gate is one row: GGUF [n_embd] (as llama.cpp's converter writes it)
+    // or [n_embd, 1].
+    const std::string g = b + "ffn_gate_inp_shexp.weight";
+    const GgufTensor *t = file_->find_tensor(g);
+    if (!t) fail(LLMKV_ERR_MODEL_FORMAT, "missing tensor %s", g.c_str());
+    if (t->dims.size() == 1 && t->dims[0] == int64_t(c.n_embd)) {
+        n_params_ += t->n_elements;
+        weight_bytes_ += t->n_bytes;
+        L.shared_gate = WeightMatrix{t->type, t->data, 1, c.n_embd, t->row_bytes()};
+    } else {
+        L.shared_gate = matrix(g, 1, c.n_embd);
+    }
+    L.w_gate = matrix(b + "ffn_gate_shexp.weight", m.n_ff_shared, c.n_embd);
+    L.w_up = matrix(b + "ffn_up_shexp.weight", m.n_ff_shared, c.n_embd);
+    L.w_down = matrix(b + "ffn_down_shexp.weight", c.n_embd, m.n_ff_shared);
+}
+
+uint64_t LlamaModel::n_active_params() const {
+    const ExpertRouting &r = config_.moe.routing;
+    if (r.n_expert == 0) return n_params_;
+    return n_params_ - expert_params_ + expert_params_ / r.n_expert * r.n_used;
+}
+
+uint64_t LlamaModel::active_weight_bytes() const {
+    const ExpertRouting &r = config_.moe.routing;
+    if (r.n_expert == 0) return weight_bytes_;
+    return weight_bytes_ - expert_bytes_ + expert_bytes_ / r.n_expert * r.n_used;
+}
+
 void LlamaModel::read_config() {
     const GgufFile &f = *file_;
     LlamaConfig &c = config_;
@@ -122,7 +228,8 @@ void LlamaModel::read_config() {
     if (!arch) fail(LLMKV_ERR_MODEL_FORMAT, "missing metadata key general.architecture");
     if (!is_supported_arch(*arch)) {
         fail(LLMKV_ERR_UNSUPPORTED,
-             "architecture '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, phi3)",
+             "architecture '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, phi3, "
+             "qwen2moe, qwen3moe)",
              arch->c_str());
     }
     c.architecture = *arch;
@@ -190,9 +297,10 @@ void LlamaModel::read_config() {
         // query_pre_attn_scalar: head_dim, except Gemma 3 27B (62 layers) where it is
         // n_embd / n_heads; GGUF has no key for it (attention.scale overrides below).
         if (c.n_layers == 62) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_heads));
-    } else if (a == "qwen3") {
+    } else if (a == "qwen3" || a == "qwen3moe") {
         c.qk_norm = true;
     }
+    read_moe_config(f, p, c);
     if (auto s = f.get_float(p + "attention.scale")) {
         if (!(*s > 0 && *s < 1e3))
             fail(LLMKV_ERR_MODEL_FORMAT, "%sattention.scale = %g out of range", p.c_str(), *s);
@@ -302,7 +410,9 @@ void LlamaModel::bind_weights() {
             L.wv = matrix(b + "attn_v.weight", c.kv_dim(), c.n_embd);
         }
         L.wo = matrix(b + "attn_output.weight", c.n_embd, c.q_dim());
-        if (c.architecture == "qwen2") {
+        // Q/K/V biases: always on qwen2, where the file has them on qwen2moe (Qwen1.5-MoE).
+        if (c.architecture == "qwen2" ||
+            (c.architecture == "qwen2moe" && f.find_tensor(b + "attn_q.bias"))) {
             L.bq = f32_vector(b + "attn_q.bias", c.q_dim(), true);
             L.bk = f32_vector(b + "attn_k.bias", c.kv_dim(), true);
             L.bv = f32_vector(b + "attn_v.bias", c.kv_dim(), true);
@@ -317,6 +427,10 @@ void LlamaModel::bind_weights() {
             L.post_ffn_norm = f32_vector(b + "post_ffw_norm.weight", c.n_embd, true);
         }
         L.ffn_norm = f32_vector(b + "ffn_norm.weight", c.n_embd, true);
+        if (c.is_moe()) {
+            bind_moe(L, b);
+            continue;
+        }
         if (phi3) {
             WeightMatrix up = matrix(b + "ffn_up.weight", 2 * c.n_ff, c.n_embd);
             L.w_gate = row_range(up, 0, c.n_ff);
@@ -347,6 +461,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
             desc += strprintf("|%u:%g:%g", c.window(l), double(r.freq_base), double(r.freq_scale));
         }
         desc += strprintf("|%g|%g", double(c.attn_scale), double(c.embd_scale));
+    }
+    if (c.is_moe()) {
+        const MoeConfig &mo = c.moe;
+        const ExpertRouting &r = mo.routing;
+        desc += strprintf("|moe:%u:%u:%u:%u:%d:%d:%g", r.n_expert, r.n_used, mo.n_ff_expert,
+                          mo.n_ff_shared, int(r.gating), int(r.norm_weights),
+                          double(r.weight_scale));
     }
     uint64_t h = fnv1a(desc);
     for (const GgufTensor &t : f.tensors()) {

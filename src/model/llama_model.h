@@ -1,6 +1,6 @@
 // The model description of every decoder-only architecture llmkv runs (GGUF
-// general.architecture "llama" (Llama 2/3, Mistral, SmolLM2, TinyLlama), "gemma3", "qwen2",
-// "qwen3", "phi3"): hyperparameters read from GGUF metadata, per-layer attention shape
+// general.architecture "llama" (Llama 2/3, Mistral, SmolLM2, TinyLlama, Mixtral), "gemma3",
+// "qwen2", "qwen3", "phi3", and the mixtures of experts "qwen2moe" and "qwen3moe"): hyperparameters read from GGUF metadata, per-layer attention shape
 // (sliding window or full, RoPE parameters), and the weight tensors bound in place (still in
 // their GGUF formats) for the forward pass (model/arch/). The names LlamaModel / LlamaConfig
 // are historical: one description serves every architecture above.
@@ -29,8 +29,20 @@ enum class FfnActivation : uint8_t {
     kGeluTanh,  // down(gelu_tanh(gate) * up)   Gemma
 };
 
+// The mixture-of-experts feed-forward of a model (routing.n_expert 0: every layer is dense).
+// Each token's router logits (ffn_gate_inp) pick its routing.n_used experts; the layer's
+// output is the weighted sum of their SwiGLU FFNs (ffn_{gate,up,down}_exps), plus a shared
+// expert where the family has one (qwen2moe: ffn_*_shexp, scaled by
+// sigmoid(ffn_gate_inp_shexp . x)).
+struct MoeConfig {
+    ExpertRouting routing;     // expert_count, expert_used_count, gating, normalisation, scale
+    uint32_t n_ff_expert = 0;  // one expert's feed-forward width
+    uint32_t n_ff_shared = 0;  // the shared expert's width (0: none)
+};
+
 struct LlamaConfig {
-    std::string architecture;  // GGUF general.architecture: llama, gemma3, qwen2, qwen3, phi3
+    std::string architecture;  // GGUF general.architecture: llama, gemma3, qwen2, qwen3, phi3,
+                               // qwen2moe, qwen3moe
     std::string name;
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;
@@ -55,6 +67,7 @@ struct LlamaConfig {
     bool qkv_bias = false;    // q/k/v projections have biases (Qwen2)
     bool post_norms = false;  // RMSNorm of the attention and FFN outputs before the
                               // residual adds (Gemma 2/3: post_attention_norm, post_ffw_norm)
+    MoeConfig moe;            // n_expert > 0: the feed-forward is a mixture of experts
 
     // ---- per layer ------------------------------------------------------------------------
     // Sliding-window size of each layer: the query at position p attends to positions j with
@@ -68,6 +81,7 @@ struct LlamaConfig {
     std::vector<LayerRope> ropes;
     uint32_t sliding_window = 0;  // the file's attention.sliding_window (0: none)
 
+    bool is_moe() const { return moe.routing.n_expert > 0; }
     uint32_t q_dim() const { return n_heads * head_dim; }
     uint32_t kv_dim() const { return n_kv_heads * head_dim; }
     bool is_local(uint32_t layer) const {
@@ -93,6 +107,15 @@ struct LlamaLayer {
     WeightMatrix w_gate, w_up;
     WeightMatrix w_down;                   // (n_embd, n_ff)
     const float *post_ffn_norm = nullptr;  // (n_embd), or null
+
+    // ---- mixture of experts (LlamaConfig::is_moe()) -----------------------------
+    // Then w_gate, w_up and w_down are the shared expert's (n_ff_shared wide) or empty
+    // (rows 0, data null) without one.
+    WeightMatrix router{};  // ffn_gate_inp (n_expert, n_embd)
+    // Expert e's matrices: views of the 3-D ffn_{gate,up,down}_exps tensors, n_expert each:
+    // gate and up (n_ff_expert, n_embd), down (n_embd, n_ff_expert).
+    std::vector<WeightMatrix> gate_exps, up_exps, down_exps;
+    WeightMatrix shared_gate{};  // ffn_gate_inp_shexp (1, n_embd), or empty
 };
 
 class LlamaModel {
@@ -112,6 +135,10 @@ public:
     const GgufFile &file() const { return *file_; }
     uint64_t n_params() const { return n_params_; }
     uint64_t weight_bytes() const { return weight_bytes_; }
+    // What one decoded token reads: every parameter of a dense model; of a mixture of experts
+    // all but the unchosen experts' (n_used of n_expert experts per layer).
+    uint64_t n_active_params() const;
+    uint64_t active_weight_bytes() const;
     // Hex SHA-like fingerprint of hyperparameters and tensor layout (used to salt caches).
     const std::string &fingerprint() const { return fingerprint_; }
 
@@ -119,6 +146,10 @@ private:
     LlamaModel() = default;
     const float *f32_vector(const std::string &name, uint32_t n, bool required);
     WeightMatrix matrix(const std::string &name, uint32_t rows, uint32_t cols);
+    // The n views of a 3-D tensor [cols, rows, n] (GGUF dims): n matrices of rows x cols.
+    std::vector<WeightMatrix> matrices(const std::string &name, uint32_t n, uint32_t rows,
+                                       uint32_t cols);
+    void bind_moe(LlamaLayer &L, const std::string &blk);
     void read_config();
     void bind_weights();
 
@@ -132,6 +163,7 @@ private:
     std::vector<std::vector<float>> owned_vectors_;  // norms stored as f16/bf16 in the file
     uint64_t n_params_ = 0;
     uint64_t weight_bytes_ = 0;
+    uint64_t expert_params_ = 0, expert_bytes_ = 0;  // of the routed experts' tensors
     std::string fingerprint_;
 };
 

@@ -26,11 +26,18 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
         return strprintf("%u KV heads neither split over %u ranks nor replicate evenly on them",
                          c.n_kv_heads, size);
     }
-    if (c.n_ff % size != 0)
-        return strprintf("%u feed-forward columns do not split over %u ranks", c.n_ff, size);
+    // The dense FFN's columns, or a mixture's: every expert's and the shared expert's.
+    const uint32_t n_ff = c.is_moe() ? c.moe.n_ff_shared : c.n_ff;
+    if (n_ff % size != 0)
+        return strprintf("%u feed-forward columns do not split over %u ranks", n_ff, size);
+    if (c.is_moe() && c.moe.n_ff_expert % size != 0) {
+        return strprintf("%u feed-forward columns of each expert do not split over %u ranks",
+                         c.moe.n_ff_expert, size);
+    }
     if (c.n_vocab < size)
         return strprintf("a vocabulary of %u tokens does not split over %u ranks", c.n_vocab, size);
-    const uint32_t q_cols = c.n_heads / size * c.head_dim, ff_cols = c.n_ff / size;
+    const uint32_t q_cols = c.n_heads / size * c.head_dim, ff_cols = n_ff / size;
+    const uint32_t expert_cols = c.moe.n_ff_expert / size;
     for (size_t l = 0; l < model.layers().size(); ++l) {
         const LlamaLayer &L = model.layers()[l];
         if (q_cols % block_elements(L.wo) != 0) {
@@ -38,10 +45,17 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
                 "layer %zu: attn_output is %s, whose %lld-value blocks do not split at %u columns",
                 l, tensor_type_name(L.wo.type), (long long)block_elements(L.wo), q_cols);
         }
-        if (ff_cols % block_elements(L.w_down) != 0) {
+        if (L.w_down.data && ff_cols % block_elements(L.w_down) != 0) {
             return strprintf(
                 "layer %zu: ffn_down is %s, whose %lld-value blocks do not split at %u columns", l,
                 tensor_type_name(L.w_down.type), (long long)block_elements(L.w_down), ff_cols);
+        }
+        if (!L.down_exps.empty() && expert_cols % block_elements(L.down_exps[0]) != 0) {
+            return strprintf(
+                "layer %zu: ffn_down_exps is %s, whose %lld-value blocks do not split at %u "
+                "columns",
+                l, tensor_type_name(L.down_exps[0].type), (long long)block_elements(L.down_exps[0]),
+                expert_cols);
         }
     }
     return "";
@@ -60,8 +74,10 @@ ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size) {
         r.kv_head0 = rank / r.kv_replicas;
         r.kv_primary = rank % r.kv_replicas == 0;
     }
-    r.n_ff = c.n_ff / size;
+    r.n_ff = (c.is_moe() ? c.moe.n_ff_shared : c.n_ff) / size;
     r.ff0 = rank * r.n_ff;
+    r.n_ff_expert = c.moe.n_ff_expert / size;
+    r.ff_expert0 = rank * r.n_ff_expert;
     r.vocab_stride = (c.n_vocab + size - 1) / size;
     r.vocab0 = std::min(c.n_vocab, rank * r.vocab_stride);
     r.n_vocab = std::min(r.vocab_stride, c.n_vocab - r.vocab0);
@@ -111,6 +127,12 @@ uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
              row_part(L.wv, uint64_t(r.n_kv_heads) * c.head_dim) +
              col_part(L.wo, uint64_t(r.n_q_heads) * c.head_dim) + row_part(L.w_gate, r.n_ff) +
              row_part(L.w_up, r.n_ff) + col_part(L.w_down, r.n_ff);
+        n += uint64_t(L.router.rows) * L.router.row_bytes +
+             uint64_t(L.shared_gate.rows) * L.shared_gate.row_bytes;
+        for (size_t e = 0; e < L.gate_exps.size(); ++e) {
+            n += row_part(L.gate_exps[e], r.n_ff_expert) + row_part(L.up_exps[e], r.n_ff_expert) +
+                 col_part(L.down_exps[e], r.n_ff_expert);
+        }
     }
     // The embedding whole on every rank; a separate output head's vocabulary rows (a tied
     // head is a view of the embedding).
@@ -124,7 +146,10 @@ uint64_t shard_weight_elements(const LlamaConfig &c, const ShardRanges &r, bool 
     const uint64_t E = c.n_embd, D = c.head_dim;
     const uint64_t per_layer = 2 * uint64_t(r.n_q_heads) * D * E     // wq rows, wo columns
                                + 2 * uint64_t(r.n_kv_heads) * D * E  // wk, wv rows
-                               + 3 * uint64_t(r.n_ff) * E;           // gate, up rows; down columns
+                               + 3 * uint64_t(r.n_ff) * E            // gate, up rows; down columns
+                               + uint64_t(c.moe.routing.n_expert) *  // experts' slices, router
+                                     (3 * uint64_t(r.n_ff_expert) * E + E) +
+                               (c.moe.n_ff_shared ? E : 0);  // shared expert's gate
     return per_layer * c.n_layers + uint64_t(c.n_vocab) * E +
            (tied_output ? 0 : uint64_t(r.n_vocab) * E);
 }
@@ -145,7 +170,9 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
     s->config_ = c;
     s->config_.n_heads = r.n_q_heads;
     s->config_.n_kv_heads = r.n_kv_heads;
-    s->config_.n_ff = r.n_ff;
+    s->config_.n_ff = c.is_moe() ? c.n_ff : r.n_ff;
+    s->config_.moe.n_ff_expert = r.n_ff_expert;
+    s->config_.moe.n_ff_shared = c.is_moe() ? r.n_ff : 0;
     const int64_t D = c.head_dim;
     for (const LlamaLayer &L : model.layers()) {
         LlamaLayer o = L;
@@ -158,9 +185,16 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
             o.bk = L.bk + r.kv_head0 * D;
             o.bv = L.bv + r.kv_head0 * D;
         }
-        o.w_gate = s->rows(L.w_gate, r.ff0, r.n_ff);
-        o.w_up = s->rows(L.w_up, r.ff0, r.n_ff);
-        o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
+        if (L.w_gate.data) {
+            o.w_gate = s->rows(L.w_gate, r.ff0, r.n_ff);
+            o.w_up = s->rows(L.w_up, r.ff0, r.n_ff);
+            o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
+        }
+        for (size_t e = 0; e < L.gate_exps.size(); ++e) {
+            o.gate_exps[e] = s->rows(L.gate_exps[e], r.ff_expert0, r.n_ff_expert);
+            o.up_exps[e] = s->rows(L.up_exps[e], r.ff_expert0, r.n_ff_expert);
+            o.down_exps[e] = s->columns(L.down_exps[e], r.ff_expert0, r.n_ff_expert);
+        }
         s->layers_.push_back(o);
     }
     s->output_ = s->rows(model.output(), r.vocab0, r.n_vocab);

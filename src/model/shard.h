@@ -6,6 +6,9 @@
 //                              over the ranks: an all-reduce after each)
 //   output head                split by vocabulary rows (the logits are gathered)
 //   token embedding, norms     replicated
+// A mixture of experts splits every expert (and the shared one) like the dense FFN: gate and
+// up rows, down columns; the router and the shared expert's gate are replicated, so every rank
+// picks the same experts and its partial sum is added in the all-reduce.
 // KV heads are split with the query heads; when there are fewer KV heads than ranks each KV
 // head is held by size / n_kv_heads ranks (replicated), and every rank's query heads use
 // the one it holds.
@@ -26,7 +29,8 @@ struct ShardRanges {
     uint32_t kv_head0 = 0, n_kv_heads = 0;  // KV heads it holds
     uint32_t kv_replicas = 1;               // ranks holding each of its KV heads
     bool kv_primary = true;                 // the lowest rank holding these KV heads
-    uint32_t ff0 = 0, n_ff = 0;             // feed-forward columns
+    uint32_t ff0 = 0, n_ff = 0;             // feed-forward columns (a mixture: the shared expert's)
+    uint32_t ff_expert0 = 0, n_ff_expert = 0;  // each expert's feed-forward columns
     uint32_t vocab0 = 0, n_vocab = 0;       // output-head rows
     uint32_t vocab_stride = 0;              // rank r's rows start at r * vocab_stride
 };

@@ -112,6 +112,11 @@ public:
     void scale(Tensor x, float s) override;
     void swiglu(Tensor gate, Tensor up) override;
     void geglu(Tensor gate, Tensor up) override;
+    void route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) override;
+    void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x, Tensor routes,
+                        uint32_t n_used, Tensor y) override;
+    void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) override;
+    void mul_sigmoid(Tensor x, Tensor g) override;
     void gather_logit_rows(Tensor x, Tensor out) override;
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override;

@@ -193,6 +193,19 @@ void TpBackend::swiglu(Tensor gate, Tensor up) {
 void TpBackend::geglu(Tensor gate, Tensor up) {
     local().geglu(gate, up);
 }
+void TpBackend::route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) {
+    local().route_experts(logits, r, routes);
+}
+void TpBackend::matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x,
+                               Tensor routes, uint32_t n_used, Tensor y) {
+    local().matmul_experts(experts, n_expert, x, routes, n_used, y);
+}
+void TpBackend::combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) {
+    local().combine_experts(y, routes, n_used, out);
+}
+void TpBackend::mul_sigmoid(Tensor x, Tensor g) {
+    local().mul_sigmoid(x, g);
+}
 void TpBackend::gather_logit_rows(Tensor x, Tensor out) {
     local().gather_logit_rows(x, out);
 }

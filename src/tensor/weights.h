@@ -23,6 +23,21 @@ struct WeightMatrix {
     const void *packed = nullptr;
 };
 
+// How a mixture-of-experts layer picks and weighs a token's experts from its router logits
+// (one logit per expert): the n_used experts of highest probability, ties to the lower id,
+// best first; their weights the probabilities, divided by their sum (clamped below at
+// 2^-14, as llama.cpp does) with norm_weights, then multiplied by weight_scale.
+struct ExpertRouting {
+    enum class Gating : uint8_t {
+        kSoftmax,  // probabilities = softmax over all n_expert logits
+    };
+    Gating gating = Gating::kSoftmax;
+    uint32_t n_expert = 0;
+    uint32_t n_used = 0;
+    bool norm_weights = false;
+    float weight_scale = 1.0f;
+};
+
 // Decodes n elements (a multiple of the type's block size) to f32 in plain scalar code:
 // exactly the GGUF definition evaluated in f32 (q4_1: nibble * d + m rounded after each
 // operation). Throws LLMKV_ERR_UNSUPPORTED for a type it does not know.

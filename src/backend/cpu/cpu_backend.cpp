@@ -294,6 +294,135 @@ void CpuBackend::swiglu(Tensor gate, Tensor up) {
                        [&](size_t b, size_t e) { glu(g + b, u + b, e - b); });
 }
 
+// A token's experts: softmax over its router logits (exp_float: the same bits on every C
+// runtime), the n_used best by probability (ties to the lower id), their weights.
+void CpuBackend::route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) {
+    const uint32_t N = r.n_expert, K = r.n_used;
+    if (logits.cols != N || routes.cols != 2 * K || routes.rows != logits.rows || K == 0 || K > N)
+        fail(LLMKV_ERR_BACKEND, "route_experts: %u experts of %u, logits %ux%u, routes %ux%u", K, N,
+             logits.rows, logits.cols, routes.rows, routes.cols);
+    pool_.parallel_for(logits.rows, 4, [&](size_t b, size_t e) {
+        std::vector<float> p(N);
+        std::vector<uint8_t> taken(N);
+        for (size_t t = b; t < e; ++t) {
+            const float *z = rows(logits) + t * N;
+            float *out = rows(routes) + t * 2 * K;
+            float zmax = z[0];
+            for (uint32_t i = 1; i < N; ++i) zmax = std::max(zmax, z[i]);
+            float sum = 0.0f;
+            for (uint32_t i = 0; i < N; ++i) sum += (p[i] = exp_float(z[i] - zmax));
+            for (uint32_t i = 0; i < N; ++i) p[i] /= sum;
+            std::fill(taken.begin(), taken.end(), uint8_t(0));
+            float wsum = 0.0f;
+            for (uint32_t k = 0; k < K; ++k) {
+                uint32_t best = N;
+                for (uint32_t i = 0; i < N; ++i) {
+                    if (!taken[i] && (best == N || p[i] > p[best])) best = i;
+                }
+                taken[best] = 1;
+                out[k] = float(best);
+                out[K + k] = p[best];
+                wsum += p[best];
+            }
+            if (r.norm_weights) {
+                wsum = std::max(wsum, 6.103515625e-5f);
+                for (uint32_t k = 0; k < K; ++k) out[K + k] /= wsum;
+            }
+            if (r.weight_scale != 1.0f) {
+                for (uint32_t k = 0; k < K; ++k) out[K + k] *= r.weight_scale;
+            }
+        }
+    });
+}
+
+// Each chosen expert once, over the rows routed to it (gathered in row order, so prefill
+// reads an expert's matrix once for all its tokens and decode reads only the chosen ones);
+// matmul's results depend only on the weight row and the x row, so a row's result does not
+// depend on which other rows share its expert.
+void CpuBackend::matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x,
+                                Tensor routes, uint32_t n_used, Tensor y) {
+    const uint32_t T = routes.rows, S = T * n_used;
+    if (routes.cols != 2 * n_used || (x.rows != T && x.rows != S) || y.rows != S)
+        fail(LLMKV_ERR_BACKEND, "matmul_experts: routes %ux%u, x %u rows, y %u rows for %u tokens",
+             routes.rows, routes.cols, x.rows, y.rows, T);
+    const bool per_slot = x.rows == S && n_used > 1;
+    const float *rs = rows(routes);
+    expert_count_.assign(n_expert + 1, 0);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < n_used; ++i) {
+            const float id = rs[size_t(t) * 2 * n_used + i];
+            if (!(id >= 0.0f && id < float(n_expert)))
+                fail(LLMKV_ERR_BACKEND, "matmul_experts: expert %g of %u", double(id), n_expert);
+            ++expert_count_[uint32_t(id) + 1];
+        }
+    }
+    for (uint32_t e = 0; e < n_expert; ++e) expert_count_[e + 1] += expert_count_[e];
+    expert_rows_.resize(S);
+    {
+        std::vector<uint32_t> next(expert_count_.begin(), expert_count_.end() - 1);
+        for (uint32_t t = 0; t < T; ++t) {
+            for (uint32_t i = 0; i < n_used; ++i) {
+                const uint32_t e = uint32_t(rs[size_t(t) * 2 * n_used + i]);
+                expert_rows_[next[e]++] = t * n_used + i;
+            }
+        }
+    }
+    const uint32_t C = x.cols;
+    for (uint32_t e = 0; e < n_expert; ++e) {
+        const uint32_t b = expert_count_[e], n = expert_count_[e + 1] - b;
+        if (n == 0) continue;
+        const WeightMatrix &w = experts[e];
+        if (w.cols != C || w.rows != y.cols)
+            fail(LLMKV_ERR_BACKEND, "matmul_experts: expert %u is %lldx%lld for x %u, y %u columns",
+                 e, (long long)w.rows, (long long)w.cols, C, y.cols);
+        if (expert_x_.size() < size_t(n) * C) expert_x_.resize(size_t(n) * C);
+        if (expert_y_.size() < size_t(n) * y.cols) expert_y_.resize(size_t(n) * y.cols);
+        for (uint32_t j = 0; j < n; ++j) {
+            const uint32_t slot = expert_rows_[b + j];
+            const uint32_t src = per_slot ? slot : slot / n_used;
+            std::memcpy(expert_x_.data() + size_t(j) * C, rows(x) + size_t(src) * C,
+                        size_t(C) * sizeof(float));
+        }
+        cpu::matmul(with_packed(w), expert_x_.data(), C, n, expert_y_.data(), y.cols, pool_,
+                    matmul_scratch_);
+        for (uint32_t j = 0; j < n; ++j) {
+            std::memcpy(rows(y) + size_t(expert_rows_[b + j]) * y.cols,
+                        expert_y_.data() + size_t(j) * y.cols, size_t(y.cols) * sizeof(float));
+        }
+    }
+}
+
+void CpuBackend::combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) {
+    const uint32_t T = routes.rows, C = out.cols;
+    if (y.rows != T * n_used || y.cols != C || out.rows != T || routes.cols != 2 * n_used)
+        fail(LLMKV_ERR_BACKEND, "combine_experts: y %ux%u, out %ux%u, routes %ux%u", y.rows,
+             y.cols, out.rows, out.cols, routes.rows, routes.cols);
+    const float *ys = rows(y), *rs = rows(routes);
+    float *os = rows(out);
+    pool_.parallel_for(T, 4, [&](size_t b, size_t e) {
+        for (size_t t = b; t < e; ++t) {
+            float *o = os + t * C;
+            const float *w = rs + t * 2 * n_used + n_used;
+            for (uint32_t c = 0; c < C; ++c) o[c] = 0.0f;
+            for (uint32_t i = 0; i < n_used; ++i) {
+                const float *yr = ys + (t * n_used + i) * C;
+                for (uint32_t c = 0; c < C; ++c) o[c] += w[i] * yr[c];
+            }
+        }
+    });
+}
+
+void CpuBackend::mul_sigmoid(Tensor x, Tensor g) {
+    if (g.rows != x.rows || g.cols != 1)
+        fail(LLMKV_ERR_BACKEND, "mul_sigmoid: gate %ux%u for %u rows", g.rows, g.cols, x.rows);
+    float *xs = rows(x);
+    const float *gs = rows(g);
+    for (uint32_t t = 0; t < x.rows; ++t) {
+        const float s = 1.0f / (1.0f + exp_float(-gs[t]));
+        for (uint32_t c = 0; c < x.cols; ++c) xs[size_t(t) * x.cols + c] *= s;
+    }
+}
+
 void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {
     uint32_t k = 0;
     for (size_t i = 0; i < spans_->size(); ++i) {

@@ -43,6 +43,11 @@ public:
     void scale(Tensor x, float s) override;
     void swiglu(Tensor gate, Tensor up) override;
     void geglu(Tensor gate, Tensor up) override;
+    void route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) override;
+    void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x, Tensor routes,
+                        uint32_t n_used, Tensor y) override;
+    void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) override;
+    void mul_sigmoid(Tensor x, Tensor g) override;
     void gather_logit_rows(Tensor x, Tensor out) override;
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override { spans_ = nullptr; }
@@ -69,6 +74,9 @@ private:
     std::vector<std::unique_ptr<float[]>> buffers_;  // alloc()
     uint64_t buffer_bytes_ = 0;
     cpu::MatmulScratch matmul_scratch_;
+    // matmul_experts: each expert's rows gathered, its results, and the rows in expert order.
+    std::vector<float> expert_x_, expert_y_;
+    std::vector<uint32_t> expert_rows_, expert_count_;
     // Packed copies of the matrices of packed types (load_weights), by data pointer and rows.
     struct PackedKey {
         const void *data;

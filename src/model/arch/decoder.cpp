@@ -13,17 +13,22 @@
 //     x += o
 //     xn = rms_norm(x, ffn_norm)
 //     f = (act(xn Wgate) * xn Wup) Wdown   act = silu, or gelu_tanh (Gemma)
+//     or, a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE: LlamaConfig::moe):
+//       routes = route_experts(xn Wrouter)     each token's n_used experts and weights
+//       f = sum_i w_i (silu(xn Wgate_e_i) * xn Wup_e_i) Wdown_e_i   (e_i: its i-th expert)
+//       [f += sigmoid(xn Wshared_gate) * (silu(xn Wgate_sh) * xn Wup_sh) Wdown_sh]   Qwen2-MoE
 //     [f = rms_norm(f, post_ffw_norm)]                                     Gemma 3
 //     x += f
 //   logits = rms_norm(x, output_norm) Wout   (rows that want logits)
 //
 // Tensor parallelism (a ModelShard): the same sequence on one rank's heads and feed-forward
-// columns, with x += all_reduce(o) and x += all_reduce(f) (each rank's partial product of
+// columns (of every expert, with the router and the shared gate whole on each rank), with x += all_reduce(o) and x += all_reduce(f) (each rank's partial product of
 // Wo and Wdown summed over the ranks before the post norms), and the logits of the rank's
 // vocabulary rows gathered from every rank.
 //
 // Llama 2/3, Mistral, SmolLM2, TinyLlama ("llama"), Qwen2/2.5 ("qwen2"), Qwen3 ("qwen3"),
-// Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3").
+// Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3"),
+// Mixtral ("llama" with experts), Qwen1.5/2-MoE ("qwen2moe"), Qwen3-MoE ("qwen3moe").
 #include <cmath>
 
 #include "common/error.h"
@@ -53,8 +58,25 @@ public:
         v_ = be_.alloc(T, cfg_.kv_dim());
         attn_ = be_.alloc(T, cfg_.q_dim());
         tmp_ = be_.alloc(T, cfg_.n_embd);
-        gate_ = be_.alloc(T, cfg_.n_ff);
-        up_ = be_.alloc(T, cfg_.n_ff);
+        const MoeConfig &moe = cfg_.moe;
+        // The dense FFN's buffers; a mixture of experts uses them for its shared expert.
+        const uint32_t ff = cfg_.is_moe() ? moe.n_ff_shared : cfg_.n_ff;
+        if (ff > 0) {
+            gate_ = be_.alloc(T, ff);
+            up_ = be_.alloc(T, ff);
+        }
+        if (cfg_.is_moe()) {
+            const uint32_t S = T * moe.routing.n_used;
+            router_ = be_.alloc(T, moe.routing.n_expert);
+            routes_ = be_.alloc(T, 2 * moe.routing.n_used);
+            expert_gate_ = be_.alloc(S, moe.n_ff_expert);
+            expert_up_ = be_.alloc(S, moe.n_ff_expert);
+            expert_out_ = be_.alloc(S, cfg_.n_embd);
+            if (ff > 0) {
+                shared_out_ = be_.alloc(T, cfg_.n_embd);
+                shared_gate_ = be_.alloc(T, 1);
+            }
+        }
         last_ = be_.alloc(T, cfg_.n_embd);
         last_norm_ = be_.alloc(T, cfg_.n_embd);
 
@@ -90,9 +112,12 @@ public:
             if (p) w.vectors.push_back({p, n});
         };
         for (const LlamaLayer &L : layers_) {
-            for (const WeightMatrix *m :
-                 {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-                w.matrices.push_back(m);
+            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up,
+                                          &L.w_down, &L.router, &L.shared_gate}) {
+                if (m->data) w.matrices.push_back(m);
+            }
+            for (const std::vector<WeightMatrix> *ex : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+                for (const WeightMatrix &m : *ex) w.matrices.push_back(&m);
             }
             vec(L.attn_norm, cfg_.n_embd);
             vec(L.ffn_norm, cfg_.n_embd);
@@ -118,7 +143,7 @@ public:
         const uint32_t T = shape.tokens, n_logits = shape.logit_rows;
         Tensor x = x_.first_rows(T), xn = xn_.first_rows(T), q = q_.first_rows(T),
                k = k_.first_rows(T), v = v_.first_rows(T), attn = attn_.first_rows(T),
-               tmp = tmp_.first_rows(T), gate = gate_.first_rows(T), up = up_.first_rows(T);
+               tmp = tmp_.first_rows(T);
         const uint32_t D = cfg_.head_dim;
 
         be_.begin_batch(spans, shape);
@@ -150,14 +175,11 @@ public:
             be_.add(x, tmp);
 
             be_.rms_norm(x, L.ffn_norm, cfg_.rms_eps, xn);
-            be_.matmul(L.w_gate, xn, gate);
-            be_.matmul(L.w_up, xn, up);
-            if (cfg_.activation == FfnActivation::kGeluTanh) {
-                be_.geglu(gate, up);
+            if (cfg_.is_moe()) {
+                experts(L, xn, tmp);
             } else {
-                be_.swiglu(gate, up);
+                dense_ffn(L, xn, tmp);
             }
-            be_.matmul(L.w_down, gate, tmp);
             if (shard_) be_.all_reduce(tmp);
             if (L.post_ffn_norm) be_.rms_norm(tmp, L.post_ffn_norm, cfg_.rms_eps, tmp);
             be_.add(x, tmp);
@@ -183,6 +205,43 @@ public:
     }
 
 private:
+    // out = the gated FFN of the layer's w_gate / w_up / w_down over xn.
+    void dense_ffn(const LlamaLayer &L, Tensor xn, Tensor out) {
+        const uint32_t T = xn.rows;
+        Tensor gate = gate_.first_rows(T), up = up_.first_rows(T);
+        be_.matmul(L.w_gate, xn, gate);
+        be_.matmul(L.w_up, xn, up);
+        if (cfg_.activation == FfnActivation::kGeluTanh) {
+            be_.geglu(gate, up);
+        } else {
+            be_.swiglu(gate, up);
+        }
+        be_.matmul(L.w_down, gate, out);
+    }
+
+    // out = the weighted sum of each token's experts [+ the gated shared expert].
+    void experts(const LlamaLayer &L, Tensor xn, Tensor out) {
+        const ExpertRouting &r = cfg_.moe.routing;
+        const uint32_t T = xn.rows, S = T * r.n_used, n = r.n_expert;
+        Tensor router = router_.first_rows(T), routes = routes_.first_rows(T),
+               eg = expert_gate_.first_rows(S), eu = expert_up_.first_rows(S),
+               eo = expert_out_.first_rows(S);
+        be_.matmul(L.router, xn, router);
+        be_.route_experts(router, r, routes);
+        be_.matmul_experts(L.gate_exps.data(), n, xn, routes, r.n_used, eg);
+        be_.matmul_experts(L.up_exps.data(), n, xn, routes, r.n_used, eu);
+        be_.swiglu(eg, eu);
+        be_.matmul_experts(L.down_exps.data(), n, eg, routes, r.n_used, eo);
+        be_.combine_experts(eo, routes, r.n_used, out);
+        if (L.shared_gate.data) {
+            Tensor sh = shared_out_.first_rows(T), sg = shared_gate_.first_rows(T);
+            dense_ffn(L, xn, sh);
+            be_.matmul(L.shared_gate, xn, sg);
+            be_.mul_sigmoid(sh, sg);
+            be_.add(out, sh);
+        }
+    }
+
     const LlamaModel &model_;
     const ModelShard *shard_;  // null: the whole model on one rank
     const LlamaConfig &cfg_;
@@ -191,6 +250,7 @@ private:
     Backend &be_;
     uint32_t max_tokens_;
     Tensor x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_, last_, last_norm_;
+    Tensor router_, routes_, expert_gate_, expert_up_, expert_out_, shared_out_, shared_gate_;
     std::vector<std::vector<float>> inv_freq_;
     std::vector<RopeParams> ropes_;
     std::vector<float> local_logits_;  // this rank's vocabulary columns (tensor parallelism)
@@ -202,7 +262,7 @@ std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backe
                                          uint32_t max_tokens, const ModelShard *shard) {
     const std::string &arch = model.config().architecture;
     if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" ||
-        arch == "phi3") {
+        arch == "phi3" || arch == "qwen2moe" || arch == "qwen3moe") {
         return std::make_unique<DecoderForward>(model, backend, max_tokens, shard);
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no forward pass for architecture '%s'", arch.c_str());
