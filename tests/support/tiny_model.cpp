@@ -1,6 +1,7 @@
 // Tiny synthetic Llama models: writer and the naive f32 reference forward pass.
 #include "tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -72,6 +73,13 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
     if (s.sliding_window) w.add_uint32(p + "attention.sliding_window", s.sliding_window);
     if (s.window_pattern) w.add_uint32(p + "attention.sliding_window_pattern", s.window_pattern);
     if (a == "llama") w.add_uint32(p + "vocab_size", V);
+    const uint32_t FE = a == "llama" ? s.n_ff : s.n_ff_expert;
+    if (s.n_expert) {
+        w.add_uint32(p + "expert_count", s.n_expert);
+        w.add_uint32(p + "expert_used_count", s.n_expert_used);
+        if (a != "llama") w.add_uint32(p + "expert_feed_forward_length", FE);
+        if (s.n_ff_shared) w.add_uint32(p + "expert_shared_feed_forward_length", s.n_ff_shared);
+    }
 
     std::vector<std::string> tokens;
     std::vector<int32_t> types;
@@ -125,12 +133,12 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
             tensor(b + "attn_k.weight", {E, kvd}, s.weight_type, 0.25f);
             tensor(b + "attn_v.weight", {E, kvd}, s.weight_type, 0.25f);
         }
-        if (a == "qwen2") {
+        if (a == "qwen2" || a == "qwen2moe") {
             tensor(b + "attn_q.bias", {qd}, TensorType::F32, 0.3f);
             tensor(b + "attn_k.bias", {kvd}, TensorType::F32, 0.3f);
             tensor(b + "attn_v.bias", {kvd}, TensorType::F32, 0.3f);
         }
-        if (a == "gemma3" || a == "qwen3") {
+        if (a == "gemma3" || a == "qwen3" || a == "qwen3moe") {
             tensor(b + "attn_q_norm.weight", {hd}, TensorType::F32, 0.1f, 1.0f);
             tensor(b + "attn_k_norm.weight", {hd}, TensorType::F32, 0.1f, 1.0f);
         }
@@ -138,6 +146,20 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
         if (a == "gemma3")
             tensor(b + "post_attention_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
         tensor(b + "ffn_norm.weight", {E}, TensorType::F32, 0.1f, 1.0f);
+        if (s.n_expert) {
+            const uint32_t NE = s.n_expert;
+            tensor(b + "ffn_gate_inp.weight", {E, NE}, TensorType::F32, s.router_scale);
+            tensor(b + "ffn_gate_exps.weight", {E, FE, NE}, s.weight_type, 0.2f);
+            tensor(b + "ffn_up_exps.weight", {E, FE, NE}, s.weight_type, 0.2f);
+            tensor(b + "ffn_down_exps.weight", {FE, E, NE}, s.weight_type, 0.1f);
+            if (s.n_ff_shared) {
+                tensor(b + "ffn_gate_inp_shexp.weight", {E}, TensorType::F32, 0.3f);
+                tensor(b + "ffn_gate_shexp.weight", {E, s.n_ff_shared}, s.weight_type, 0.2f);
+                tensor(b + "ffn_up_shexp.weight", {E, s.n_ff_shared}, s.weight_type, 0.2f);
+                tensor(b + "ffn_down_shexp.weight", {s.n_ff_shared, E}, s.weight_type, 0.1f);
+            }
+            continue;
+        }
         if (a == "phi3") {
             tensor(b + "ffn_up.weight", {E, 2 * s.n_ff}, s.weight_type, 0.2f);
         } else {
@@ -213,6 +235,55 @@ std::vector<float> rows_of(const std::vector<float> &m, size_t cols, size_t row0
     return std::vector<float>(m.begin() + row0 * cols, m.begin() + (row0 + n) * cols);
 }
 
+// SwiGLU FFN of a (n_ff, E) gate and up and an (E, n_ff) down: down (silu(gate x) * up x).
+std::vector<double> swiglu_ffn(const std::vector<float> &gate, const std::vector<float> &up,
+                               const std::vector<float> &down, uint32_t n_ff, uint32_t E,
+                               const std::vector<double> &x, TensorType type) {
+    std::vector<double> g = matvec(gate, n_ff, E, x, type), u = matvec(up, n_ff, E, x, type);
+    for (uint32_t i = 0; i < n_ff; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    return matvec(down, E, n_ff, g, type);
+}
+
+// The mixture of experts in double precision: softmax over the router logits, the n_used
+// most probable experts (ties to the lower id), their probabilities as weights (divided by
+// their sum except on qwen2moe), plus qwen2moe's sigmoid-gated shared expert.
+std::vector<double> moe_ref(const TinyModelSpec &s, std::map<std::string, std::vector<float>> &v,
+                            const std::string &b, const std::vector<double> &xn) {
+    const uint32_t E = s.n_embd, NE = s.n_expert, K = s.n_expert_used;
+    const uint32_t FE = s.arch == "llama" ? s.n_ff : s.n_ff_expert;
+    std::vector<double> z = matvec(v[b + "ffn_gate_inp.weight"], NE, E, xn);
+    const double zmax = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double &e : z) sum += (e = std::exp(e - zmax));
+    for (double &e : z) e /= sum;
+    std::vector<uint32_t> order(NE);
+    for (uint32_t i = 0; i < NE; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t i, uint32_t j) { return z[i] > z[j]; });
+    double wsum = 0;
+    for (uint32_t k = 0; k < K; ++k) wsum += z[order[k]];
+    std::vector<double> out(E, 0.0);
+    for (uint32_t k = 0; k < K; ++k) {
+        const uint32_t e = order[k];
+        const double w = s.arch == "qwen2moe" ? z[e] : z[e] / wsum;
+        const size_t m = size_t(FE) * E;
+        auto slice = [&](const std::string &n) {
+            const std::vector<float> &all = v[b + n];
+            return std::vector<float>(all.begin() + e * m, all.begin() + (e + 1) * m);
+        };
+        std::vector<double> f = swiglu_ffn(slice("ffn_gate_exps.weight"), slice("ffn_up_exps.weight"),
+                                           slice("ffn_down_exps.weight"), FE, E, xn, s.weight_type);
+        for (uint32_t i = 0; i < E; ++i) out[i] += w * f[i];
+    }
+    if (s.n_ff_shared) {
+        std::vector<double> f =
+            swiglu_ffn(v[b + "ffn_gate_shexp.weight"], v[b + "ffn_up_shexp.weight"],
+                       v[b + "ffn_down_shexp.weight"], s.n_ff_shared, E, xn, s.weight_type);
+        const double g = matvec(v[b + "ffn_gate_inp_shexp.weight"], 1, E, xn)[0];
+        for (uint32_t i = 0; i < E; ++i) out[i] += f[i] / (1.0 + std::exp(-g));
+    }
+    return out;
+}
+
 }  // namespace
 
 std::vector<uint8_t> build_tiny_model(const TinyModelSpec &spec) {
@@ -234,7 +305,8 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s,
     build(s, &W);
     auto &v = W.values;
     const std::string &a = s.arch;
-    const bool gemma = a == "gemma3", neox = a != "llama", qk_norm = gemma || a == "qwen3";
+    const bool gemma = a == "gemma3", neox = a != "llama",
+               qk_norm = gemma || a == "qwen3" || a == "qwen3moe";
     const uint32_t E = s.n_embd, hd = s.hd(), qd = s.n_heads * hd, kvd = s.n_kv_heads * hd,
                    V = TinyVocab::kSize;
     const uint32_t group = s.n_heads / s.n_kv_heads;
@@ -280,7 +352,7 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s,
                 k = matvec(v[b + "attn_k.weight"], kvd, E, xn, s.weight_type);
                 val = matvec(v[b + "attn_v.weight"], kvd, E, xn, s.weight_type);
             }
-            if (a == "qwen2") {
+            if (a == "qwen2" || a == "qwen2moe") {
                 for (uint32_t i = 0; i < qd; ++i) q[i] += v[b + "attn_q.bias"][i];
                 for (uint32_t i = 0; i < kvd; ++i) k[i] += v[b + "attn_k.bias"][i];
                 for (uint32_t i = 0; i < kvd; ++i) val[i] += v[b + "attn_v.bias"][i];
@@ -324,6 +396,11 @@ std::vector<std::vector<float>> reference_logits(const TinyModelSpec &s,
             }
             for (uint32_t i = 0; i < E; ++i) x[i] += o[i];
             rms_norm_ref(x, v[b + "ffn_norm.weight"], xn);
+            if (s.n_expert) {
+                std::vector<double> f = moe_ref(s, v, b, xn);
+                for (uint32_t i = 0; i < E; ++i) x[i] += f[i];
+                continue;
+            }
             std::vector<double> g, u;
             if (a == "phi3") {
                 const auto &gu = v[b + "ffn_up.weight"];

@@ -15,7 +15,8 @@
 namespace llmkv::testing {
 
 struct TinyModelSpec {
-    std::string arch = "llama";  // general.architecture: llama, gemma3, qwen2, qwen3, phi3
+    std::string arch = "llama";  // general.architecture: llama, gemma3, qwen2, qwen3, phi3,
+                                 // qwen2moe, qwen3moe
     uint32_t n_layers = 2;
     uint32_t n_embd = 64;
     uint32_t n_ff = 96;
@@ -38,6 +39,16 @@ struct TinyModelSpec {
     uint32_t sliding_window = 0;
     uint32_t window_pattern = 0;
     float rope_base_local = 10000.0f;  // gemma3: RoPE base of the sliding-window layers
+    // A mixture of experts (arch llama, qwen2moe, qwen3moe): n_expert > 0 writes expert_count,
+    // expert_used_count, ffn_gate_inp (F32, values of deviation router_scale) and
+    // ffn_{gate,up,down}_exps (weight_type) n_ff_expert wide instead of the dense FFN
+    // (llama: feed_forward_length is the experts' width, n_ff_expert unused); n_ff_shared > 0
+    // adds qwen2moe's shared expert and its gate.
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 2;
+    uint32_t n_ff_expert = 64;
+    uint32_t n_ff_shared = 0;
+    float router_scale = 1.0f;
 
     uint32_t hd() const { return head_dim ? head_dim : n_embd / n_heads; }
 };

@@ -1,5 +1,5 @@
 // The forward pass of every architecture (gemma3, qwen2, qwen3, phi3, llama with its
-// variants) on tiny synthetic models in each architecture's GGUF layout: agreement with the
+// variants, the mixtures of experts qwen3moe, qwen2moe and Mixtral-style llama) on tiny synthetic models in each architecture's GGUF layout: agreement with the
 // independent double-precision reference of tests/support/tiny_model.cpp, bitwise
 // independence from chunking and batching, Gemma 3's sliding window across KV blocks (and
 // that blocks wholly outside every window are never read), the new ops against plain
@@ -143,6 +143,35 @@ const ArchCase kArchCases[] = {
          s.n_layers = 3;
          s.sliding_window = 5;
          s.window_pattern = 2;  // layers 0, 2 local; 1 global
+     }},
+    // Mixtures of experts: 8 (or 4) experts, 2 per token.
+    {"qwen3moe",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen3moe";
+         s.head_dim = 32;
+         s.n_expert = 8;
+         s.n_ff_expert = 32;
+     }},
+    {"qwen2moe_shared",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen2moe";
+         s.tied_output = false;
+         s.n_expert = 4;
+         s.n_ff_expert = 32;
+         s.n_ff_shared = 64;
+     }},
+    {"mixtral",
+     [](TinyModelSpec &s) {
+         s.n_expert = 4;
+         s.n_ff = 32;
+         s.tied_output = false;
+     }},
+    {"qwen3moe_one_expert",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen3moe";
+         s.n_expert = 8;
+         s.n_expert_used = 1;
+         s.n_ff_expert = 32;
      }},
 };
 

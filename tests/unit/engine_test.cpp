@@ -31,7 +31,17 @@ protected:
         spec.weight_type = TensorType::Q4_1;
         spec.embd_type = TensorType::Q8_0;
         spec.n_ctx = 128;
+#if LLMKV_ENGINE_TEST_MOE
+        // A Qwen3-MoE-style model: 8 experts of 32 columns, 2 per token (Q4_1, packed).
+        spec.arch = "qwen3moe";
+        spec.n_expert = 8;
+        spec.n_ff_expert = 32;
+        spec.router_scale = 2.0f;
+        spec.embd_scale = 0.05f;  // the layers outweigh the embedding (tokens depend on the KV)
+        path_ = new std::string(testing::temp_path("engine_tiny_moe.gguf"));
+#else
         path_ = new std::string(testing::temp_path("engine_tiny.gguf"));
+#endif
         testing::write_tiny_model(spec, *path_);
     }
     static void TearDownTestSuite() {
