@@ -76,7 +76,7 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
     const uint32_t FE = a == "llama" ? s.n_ff : s.n_ff_expert;
     if (s.n_expert) {
         w.add_uint32(p + "expert_count", s.n_expert);
-        w.add_uint32(p + "expert_used_count", s.n_expert_used);
+        if (s.write_expert_used) w.add_uint32(p + "expert_used_count", s.n_expert_used);
         if (a != "llama") w.add_uint32(p + "expert_feed_forward_length", FE);
         if (s.n_ff_shared) w.add_uint32(p + "expert_shared_feed_forward_length", s.n_ff_shared);
     }
@@ -151,7 +151,8 @@ std::vector<uint8_t> build(const TinyModelSpec &s, Weights *out) {
             tensor(b + "ffn_gate_inp.weight", {E, NE}, TensorType::F32, s.router_scale);
             tensor(b + "ffn_gate_exps.weight", {E, FE, NE}, s.weight_type, 0.2f);
             tensor(b + "ffn_up_exps.weight", {E, FE, NE}, s.weight_type, 0.2f);
-            tensor(b + "ffn_down_exps.weight", {FE, E, NE}, s.weight_type, 0.1f);
+            tensor(b + "ffn_down_exps.weight", {FE, E, s.n_expert_down ? s.n_expert_down : NE},
+                   s.weight_type, 0.1f);
             if (s.n_ff_shared) {
                 tensor(b + "ffn_gate_inp_shexp.weight", {E}, TensorType::F32, 0.3f);
                 tensor(b + "ffn_gate_shexp.weight", {E, s.n_ff_shared}, s.weight_type, 0.2f);

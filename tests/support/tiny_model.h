@@ -49,6 +49,10 @@ struct TinyModelSpec {
     uint32_t n_ff_expert = 64;
     uint32_t n_ff_shared = 0;
     float router_scale = 1.0f;
+    // Hostile files (loader tests): experts written in ffn_down_exps (0: n_expert), and whether
+    // expert_used_count is written.
+    uint32_t n_expert_down = 0;
+    bool write_expert_used = true;
 
     uint32_t hd() const { return head_dim ? head_dim : n_embd / n_heads; }
 };

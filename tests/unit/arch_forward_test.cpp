@@ -234,6 +234,83 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchForward, ::testing::ValuesIn(kArchCa
                              return std::string(i.param.name);
                          });
 
+// A mixture of experts' configuration as the loader reads it, and the parameters a decoded
+// token reads.
+TEST(ArchConfig, MixtureOfExpertsKeysAndActiveParameters) {
+    for (const char *name : {"qwen3moe", "qwen2moe_shared", "mixtral"}) {
+        const ArchCase *ac = nullptr;
+        for (const ArchCase &c : kArchCases) {
+            if (std::string(c.name) == name) ac = &c;
+        }
+        ASSERT_NE(ac, nullptr);
+        TinyModelSpec spec = spec_of(*ac);
+        Harness h(spec);
+        const LlamaConfig &c = h.model->config();
+        const ExpertRouting &r = c.moe.routing;
+        SCOPED_TRACE(name);
+        EXPECT_TRUE(c.is_moe());
+        EXPECT_EQ(r.n_expert, spec.n_expert);
+        EXPECT_EQ(r.n_used, 2u);
+        EXPECT_EQ(c.moe.n_ff_expert, spec.arch == "llama" ? spec.n_ff : spec.n_ff_expert);
+        EXPECT_EQ(c.moe.n_ff_shared, spec.n_ff_shared);
+        EXPECT_EQ(r.norm_weights, spec.arch != "qwen2moe");  // as llama.cpp
+        EXPECT_FLOAT_EQ(r.weight_scale, 1.0f);
+        // Every expert's parameters count in the total; a token reads n_used of n_expert.
+        const uint64_t E = spec.n_embd, FE = c.moe.n_ff_expert;
+        const uint64_t expert_params = uint64_t(spec.n_layers) * r.n_expert * 3 * FE * E;
+        EXPECT_EQ(h.model->n_params() - h.model->n_active_params(),
+                  expert_params / r.n_expert * (r.n_expert - r.n_used));
+        EXPECT_LT(h.model->active_weight_bytes(), h.model->weight_bytes());
+        ASSERT_EQ(h.model->layers()[0].gate_exps.size(), r.n_expert);
+        EXPECT_EQ(h.model->layers()[0].shared_gate.data != nullptr, spec.n_ff_shared > 0);
+    }
+    Harness dense(spec_of(kArchCases[0]));
+    EXPECT_FALSE(dense.model->config().is_moe());
+    EXPECT_EQ(dense.model->n_active_params(), dense.model->n_params());
+}
+
+// Hostile mixture-of-experts files: counts out of range, a missing key, an expert tensor whose
+// expert dimension disagrees. Each is refused with MODEL_FORMAT naming what is wrong.
+TEST(ArchConfig, HostileMixtureOfExpertsFilesAreRefused) {
+    struct Case {
+        const char *what;
+        std::function<void(TinyModelSpec &)> spoil;
+        const char *message;
+    };
+    const Case cases[] = {
+        {"used > count", [](TinyModelSpec &s) { s.n_expert_used = 9; },
+         "expert_used_count = 9: must be 1 to expert_count 8"},
+        {"used 0", [](TinyModelSpec &s) { s.n_expert_used = 0; }, "expert_used_count = 0"},
+        {"no used count", [](TinyModelSpec &s) { s.write_expert_used = false; },
+         "missing metadata key qwen3moe.expert_used_count"},
+        {"too many experts", [](TinyModelSpec &s) { s.n_expert = 2000; },
+         "qwen3moe.expert_count = 2000 out of range"},
+        {"down with 7 experts", [](TinyModelSpec &s) { s.n_expert_down = 7; },
+         "tensor blk.0.ffn_down_exps.weight: expected shape [32, 64, 8] (8 experts), got [32, 64, "
+         "7]"},
+        {"no experts", [](TinyModelSpec &s) { s.n_expert = 0; },
+         "missing metadata key qwen3moe.expert_count"},
+    };
+    for (const Case &c : cases) {
+        TinyModelSpec spec;
+        spec.arch = "qwen3moe";
+        spec.n_expert = 8;
+        spec.n_ff_expert = 32;
+        c.spoil(spec);
+        if (spec.n_expert > 64) spec.n_layers = 1;  // keep the file small
+        std::vector<uint8_t> bytes = testing::build_tiny_model(spec);
+        auto file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
+        try {
+            LlamaModel::load(file);
+            ADD_FAILURE() << c.what << ": loaded";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.status(), LLMKV_ERR_MODEL_FORMAT) << c.what;
+            EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
+                << c.what << ": " << e.what();
+        }
+    }
+}
+
 TEST(ArchConfig, LayerKindsWindowsAndRopeOfGemma3) {
     TinyModelSpec spec = spec_of(kArchCases[6]);
     Harness h(spec);

@@ -179,10 +179,31 @@ std::vector<TpCase> tp_cases() {
     gemma.n_layers = 6;
     gemma.sliding_window = 7;
     gemma.n_ff = 128;
+    // Mixtures of experts: every expert split by its feed-forward columns, the router whole
+    // on each rank.
+    TinyModelSpec qwen3moe;
+    qwen3moe.arch = "qwen3moe";
+    qwen3moe.head_dim = 32;
+    qwen3moe.n_expert = 8;
+    qwen3moe.n_ff_expert = 64;
+    TinyModelSpec qwen2moe = qwen3moe;  // and the shared expert, split like a dense FFN
+    qwen2moe.arch = "qwen2moe";
+    qwen2moe.head_dim = 0;
+    qwen2moe.tied_output = false;
+    qwen2moe.n_ff_shared = 64;
+    // 6 heads on 3 ranks, 32 columns of each expert per rank. F32: with Q8_0 weights (seed 42)
+    // two positions differ by 1e-2 and 5e-3 while the rest agree to 3e-6: layer 0 routes them
+    // alike on 1 and 3 ranks, but an activation the ranks' sums rounded differently crossed
+    // a q8 rounding boundary (layer 1's router logits then differ by 3e-3, not 1e-6).
+    TinyModelSpec mixtral = spec_6_heads();
+    mixtral.weight_type = mixtral.embd_type = TensorType::F32;
+    mixtral.n_expert = 4;
+    mixtral.n_ff = 96;
     return {{"llama_tp2", llama, 2},           {"llama_tp4_replicated", llama, 4},
             {"replicated_tp2", replicated, 2}, {"replicated_tp4", replicated, 4},
             {"q8_tp3", spec_6_heads(), 3},     {"qwen2_tp2", qwen2, 2},
-            {"gemma3_tp2", gemma, 2}};
+            {"gemma3_tp2", gemma, 2},          {"qwen3moe_tp2", qwen3moe, 2},
+            {"qwen2moe_tp2", qwen2moe, 2},     {"mixtral_tp3", mixtral, 3}};
 }
 
 class TpForward : public ::testing::TestWithParam<TpCase> {};
