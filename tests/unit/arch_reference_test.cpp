@@ -212,6 +212,15 @@ TEST_P(ArchReference, GreedyTokensMatchTransformers) {
         ASSERT_EQ(llmkv_session_get_tokens(s, all.data(), all.size(), &n), LLMKV_OK);
         std::vector<int32_t> got(all.begin() + long(prompt_.size()), all.begin() + long(n));
         EXPECT_EQ(got, std::vector<int32_t>(expected.begin(), expected.begin() + long(n_expected)));
+        // The second reference where the fixture has one: llama.cpp's greedy tokens on the
+        // same file (the same robust prefix).
+        if (doc_.contains("llama_cpp")) {
+            std::vector<int32_t> lc =
+                doc_.at("llama_cpp").at("generated_ids").get<std::vector<int32_t>>();
+            ASSERT_GE(lc.size(), n_expected);
+            EXPECT_EQ(got, std::vector<int32_t>(lc.begin(), lc.begin() + long(n_expected)))
+                << "llama.cpp's tokens";
+        }
     }
     std::printf("[arch] %-8s greedy: %zu of %zu tokens compared (robust margin %.3f)\n",
                 GetParam().c_str(), n_expected, expected.size(), robust_margin_);

@@ -13,6 +13,8 @@
 #include "bench_json.h"
 #include "cli_common.h"
 #include "llmkv.h"
+#include "model/gguf.h"
+#include "model/llama_model.h"
 
 namespace llmkv_cli {
 
@@ -127,6 +129,17 @@ struct BenchOptions {
     std::string json;
 };
 
+// Weight bytes one decoded token reads: of a mixture of experts, all but the experts it was
+// not routed to (read from the file's header; the engine's info has the total only).
+uint64_t weights_read_per_token(const std::string &path, const llmkv_engine_info &info) {
+    try {
+        std::shared_ptr<llmkv::GgufFile> file(llmkv::GgufFile::open(path));
+        return llmkv::LlamaModel::load(file)->active_weight_bytes();
+    } catch (const std::exception &) {
+        return info.weight_bytes;
+    }
+}
+
 int cmd_bench(BenchOptions o, BenchReport &rep) {
     const std::string &model = o.model;
     std::vector<uint32_t> &threads_list = o.threads_list;
@@ -219,8 +232,9 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
             }
             std::vector<RunResult> longs;
             for (uint32_t c : contexts) longs.push_back(run_once(e, c, n_gen));
-            // Bytes read per decoded token at short context: all weights plus the session's KV.
-            double bytes = double(info.weight_bytes) +
+            // Bytes read per decoded token at short context: the weights a token reads (all, or
+            // of a mixture of experts all but the unchosen experts') plus the session's KV.
+            double bytes = double(weights_read_per_token(model, info)) +
                            double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
             double roofline = bw[ti] * 1e9 / bytes;
             std::printf("| %u | %.1f | %.1f |", threads_list[ti], best_short.prefill_tps,
@@ -285,7 +299,8 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
         if (dtype_sweep) std::printf("\n");
     }
     std::printf(
-        "\nweights are read once per decoded token; roofline = read bandwidth / (weight bytes + KV "
+        "\nweights are read once per decoded token (a mixture of experts: those of the chosen "
+        "experts); roofline = read bandwidth / (weight bytes read + KV "
         "bytes of the context)\n");
     return 0;
 }

@@ -76,6 +76,21 @@ int cmd_inspect(const std::string &path, uint32_t tp) {
             double(c.rope_freq_scale), double(c.rms_eps), c.tied_output ? "tied" : "separate");
         std::printf("parameters %.1f M, weight bytes %.1f MiB\n", model->n_params() / 1e6,
                     model->weight_bytes() / 1048576.0);
+        if (c.is_moe()) {
+            const llmkv::MoeConfig &m = c.moe;
+            std::printf(
+                "mixture of experts: %u experts of %u feed-forward columns, %u per token (softmax "
+                "router%s%s)%s\n",
+                m.routing.n_expert, m.n_ff_expert, m.routing.n_used,
+                m.routing.norm_weights ? ", weights normalised" : "",
+                m.routing.weight_scale != 1.0f ? ", weights scaled" : "",
+                m.n_ff_shared ? (", shared expert of " + std::to_string(m.n_ff_shared) +
+                                 " columns").c_str()
+                              : "");
+        }
+        // What one decoded token reads: the whole model, or all but the unchosen experts.
+        std::printf("per decoded token: %.1f M active parameters, %.1f MiB of weights read\n",
+                    model->n_active_params() / 1e6, model->active_weight_bytes() / 1048576.0);
         std::printf("rope %s, attention scale %g, embedding scale %g, ffn %s%s%s%s\n",
                     c.rope_neox ? "neox (halves)" : "adjacent pairs", double(c.attn_scale),
                     double(c.embd_scale),
