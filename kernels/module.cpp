@@ -437,6 +437,10 @@ const llmkv_cuda_api kApi = {
     api_comm_prepare,
     api_comm_init,
     api_all_reduce_sum,
+    api_route_experts,
+    api_matmul_experts,
+    api_combine_experts,
+    api_mul_sigmoid,
 };
 
 }  // namespace

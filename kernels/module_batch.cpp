@@ -18,37 +18,6 @@ namespace llmkv::cuda::abi {
 
 namespace {
 
-// Grows a per-batch table to hold `need` entries (capacity doubled from max(cap, min_cap)):
-// the device buffer and, when h is given, its pinned host mirror. The new buffers are
-// allocated before the old ones go, so an out-of-memory keeps the old tables and capacity;
-// the old ones may still be read by queued work and are freed after it (rare: a new
-// high-water mark).
-template <class T>
-llmkv_cuda_status grow_table(Ctx *ctx, T *&d, T **h, size_t &cap, size_t need, size_t min_cap,
-                             const char *what) {
-    if (need <= cap) return LLMKV_CUDA_OK;
-    size_t n = std::max(cap, min_cap);
-    while (n < need) n *= 2;
-    T *nd = nullptr, *nh = nullptr;
-    CKS(ctx->alloc(nd, n * sizeof(T), ctx->other_bytes, what));
-    if (h) {
-        const llmkv_cuda_status s = ctx->alloc_host(nh, n * sizeof(T), what);
-        if (s != LLMKV_CUDA_OK) {
-            ctx->free_device(nd);
-            return s;
-        }
-    }
-    CK(ctx, cudaStreamSynchronize(ctx->compute));
-    ctx->free_device(d);
-    d = nd;
-    if (h) {
-        ctx->free_host(*h);
-        *h = nh;
-    }
-    cap = n;
-    return LLMKV_CUDA_OK;
-}
-
 // A host-tier block the kernels may read: 16-byte aligned, its sealed_block_bytes inside one
 // allocation of api_host_alloc (mapped pinned memory).
 bool host_block_ok(const Ctx *ctx, const void *p) {
@@ -282,6 +251,7 @@ llmkv_cuda_status begin_batch_impl(Ctx *ctx, const llmkv_cuda_span *spans, uint3
 
 llmkv_cuda_status api_begin_batch(llmkv_cuda_context *ctx, const llmkv_cuda_span *spans,
                                   uint32_t n_spans, uint32_t *n_tokens, uint32_t *n_logit_rows) {
+    ctx->experts.routes_data = nullptr;  // routes of an earlier batch are not this one's
     return guarded(ctx,
                    [&] { return begin_batch_impl(ctx, spans, n_spans, n_tokens, n_logit_rows); });
 }

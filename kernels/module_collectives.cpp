@@ -37,6 +37,7 @@ llmkv_cuda_status api_read_activation(llmkv_cuda_context *ctx, llmkv_cuda_tensor
 
 llmkv_cuda_status api_write_activation(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
                                        const float *host) {
+    ctx->experts.routes_data = nullptr;  // the host's routes may be stale now (matmul_experts)
     return activation_copy(ctx, x, x.data, host, cudaMemcpyHostToDevice, "write_activation");
 }
 

@@ -154,6 +154,23 @@ struct CopyTickets {
 
 // Tensor parallelism (comm_prepare, comm_init; module_collectives.cpp): the NCCL
 // communicator and the all-gather buffer of one chunk.
+// Mixture-of-experts state: the host's copy of the last routes (route_experts), the rows of
+// matmul_experts in expert order, and the gathered rows and their products (grown by
+// doubling, kept for the context's life).
+struct ExpertScratch {
+    std::vector<float> logits, routes, p;  // host
+    std::vector<uint8_t> taken;
+    const void *routes_data = nullptr;  // the device tensor the host routes were written to
+    uint32_t routes_rows = 0;
+    std::vector<int32_t> src, dst;  // per gathered row: x row, y row
+    std::vector<int32_t> rows;      // src then dst, as uploaded
+    std::vector<uint32_t> count;
+    int32_t *d_rows = nullptr;  // [2 S]
+    size_t rows_cap = 0;
+    float *d_x = nullptr, *d_y = nullptr;
+    size_t x_cap = 0, y_cap = 0;  // floats
+};
+
 struct Collectives {
     ncclComm_t comm = nullptr;
     uint32_t n_ranks = 0, rank = 0;
@@ -184,6 +201,7 @@ struct llmkv_cuda_context {
     llmkv::cuda::abi::OpenBatch batch;
     llmkv::cuda::abi::CopyTickets copies;
     llmkv::cuda::abi::Collectives tp;
+    llmkv::cuda::abi::ExpertScratch experts;
 
     llmkv_cuda_status sticky = LLMKV_CUDA_OK;
     std::string err;
@@ -358,6 +376,37 @@ llmkv_cuda_status guarded(Ctx *ctx, F &&f) {
 
 // ---- shared between the files -------------------------------------------------------------
 
+// Grows a per-batch table to hold `need` entries (capacity doubled from max(cap, min_cap)):
+// the device buffer and, when h is given, its pinned host mirror. The new buffers are
+// allocated before the old ones go, so an out-of-memory keeps the old tables and capacity;
+// the old ones may still be read by queued work and are freed after it (rare: a new
+// high-water mark).
+template <class T>
+inline llmkv_cuda_status grow_table(Ctx *ctx, T *&d, T **h, size_t &cap, size_t need,
+                                    size_t min_cap, const char *what) {
+    if (need <= cap) return LLMKV_CUDA_OK;
+    size_t n = std::max(cap, min_cap);
+    while (n < need) n *= 2;
+    T *nd = nullptr, *nh = nullptr;
+    CKS(ctx->alloc(nd, n * sizeof(T), ctx->other_bytes, what));
+    if (h) {
+        const llmkv_cuda_status s = ctx->alloc_host(nh, n * sizeof(T), what);
+        if (s != LLMKV_CUDA_OK) {
+            ctx->free_device(nd);
+            return s;
+        }
+    }
+    CK(ctx, cudaStreamSynchronize(ctx->compute));
+    ctx->free_device(d);
+    d = nd;
+    if (h) {
+        ctx->free_host(*h);
+        *h = nh;
+    }
+    cap = n;
+    return LLMKV_CUDA_OK;
+}
+
 // module_weights.cpp: the argument checks of the ops (cheap: a handful of buffers).
 // The tensor lies inside one buffer of alloc_activation.
 llmkv_cuda_status check_tensor(Ctx *ctx, const llmkv_cuda_tensor &t, const char *op,
@@ -466,5 +515,17 @@ llmkv_cuda_status api_comm_prepare(llmkv_cuda_context *ctx, uint32_t n_ranks,
 llmkv_cuda_status api_comm_init(llmkv_cuda_context *ctx, const uint8_t id[LLMKV_CUDA_COMM_ID_BYTES],
                                 uint32_t n_ranks, uint32_t rank);
 llmkv_cuda_status api_all_reduce_sum(llmkv_cuda_context *ctx, llmkv_cuda_tensor x);
+llmkv_cuda_status api_route_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor logits,
+                                    uint32_t n_expert, uint32_t n_used, uint32_t flags,
+                                    float weight_scale, llmkv_cuda_tensor routes);
+llmkv_cuda_status api_matmul_experts(llmkv_cuda_context *ctx, const llmkv_cuda_weight *experts,
+                                     uint32_t n_expert, llmkv_cuda_tensor x,
+                                     llmkv_cuda_tensor routes, uint32_t n_used,
+                                     llmkv_cuda_tensor y);
+llmkv_cuda_status api_combine_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                      llmkv_cuda_tensor routes, uint32_t n_used,
+                                      llmkv_cuda_tensor out);
+llmkv_cuda_status api_mul_sigmoid(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                  llmkv_cuda_tensor g);
 
 }  // namespace llmkv::cuda::abi

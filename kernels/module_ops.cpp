@@ -16,10 +16,12 @@
 #include "kv_window.cuh"
 #include "matvec_q.cuh"
 #include "module_context.h"
+#include "moe.cuh"
 #include "paged_attention.cuh"
 #include "rms_norm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
+#include "tensor/expert_routing.h"
 #include "tensor/tensor_type.h"
 
 namespace llmkv::cuda::abi {
@@ -372,6 +374,193 @@ llmkv_cuda_status api_logits(llmkv_cuda_context *ctx, llmkv_cuda_weight weight, 
                                     nc * row_bytes, cudaMemcpyDeviceToHost, ctx->compute));
         }
         CK(ctx, cudaStreamSynchronize(ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+}  // namespace llmkv::cuda::abi
+
+// ---- mixture of experts ---------------------------------------------------------------------
+
+namespace llmkv::cuda::abi {
+
+namespace {
+
+// The host's copy of a routes tensor: the last route_experts output, or copied back now.
+llmkv_cuda_status host_routes(Ctx *ctx, const llmkv_cuda_tensor &routes, const char *op) {
+    ExpertScratch &m = ctx->experts;
+    if (m.routes_data == routes.data && m.routes_rows == routes.rows &&
+        m.routes.size() == size_t(routes.rows) * routes.cols)
+        return LLMKV_CUDA_OK;
+    m.routes.resize(size_t(routes.rows) * routes.cols);
+    CK(ctx, cudaMemcpyAsync(m.routes.data(), routes.data, m.routes.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost, ctx->compute));
+    CK(ctx, cudaStreamSynchronize(ctx->compute));
+    m.routes_data = routes.data;
+    m.routes_rows = routes.rows;
+    (void)op;
+    return LLMKV_CUDA_OK;
+}
+
+// Grows a gathered-rows buffer to n floats (the old one may be read by queued work: wait).
+llmkv_cuda_status grow_floats(Ctx *ctx, float *&d, size_t &cap, size_t n, const char *what) {
+    return grow_table<float>(ctx, d, nullptr, cap, n, 1 << 16, what);
+}
+
+}  // namespace
+
+llmkv_cuda_status api_route_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor logits,
+                                    uint32_t n_expert, uint32_t n_used, uint32_t flags,
+                                    float weight_scale, llmkv_cuda_tensor routes) {
+    return guarded(ctx, [&] {
+        const char *op = "route_experts";
+        CKS(check_tensor(ctx, logits, op, "logits"));
+        CKS(check_tensor(ctx, routes, op, "routes"));
+        if (n_expert == 0 || n_used == 0 || n_used > n_expert || logits.cols != n_expert ||
+            routes.cols != 2 * n_used || routes.rows != logits.rows)
+            return bad(ctx, op,
+                       format("%u of %u experts, logits %u x %u, routes %u x %u", n_used, n_expert,
+                              logits.rows, logits.cols, routes.rows, routes.cols));
+        ExpertScratch &m = ctx->experts;
+        m.logits.resize(size_t(logits.rows) * n_expert);
+        CK(ctx, cudaMemcpyAsync(m.logits.data(), logits.data, m.logits.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost, ctx->compute));
+        CK(ctx, cudaStreamSynchronize(ctx->compute));
+        ExpertRouting r;
+        r.n_expert = n_expert;
+        r.n_used = n_used;
+        r.norm_weights = (flags & LLMKV_CUDA_MOE_NORM_WEIGHTS) != 0;
+        r.weight_scale = weight_scale;
+        m.p.resize(n_expert);
+        m.taken.resize(n_expert);
+        m.routes.resize(size_t(routes.rows) * routes.cols);
+        for (uint32_t t = 0; t < logits.rows; ++t)
+            route_token(m.logits.data() + size_t(t) * n_expert, r, m.p.data(), m.taken.data(),
+                        m.routes.data() + size_t(t) * routes.cols);
+        // Pageable memory: the copy has taken the host values when it returns.
+        CK(ctx, cudaMemcpyAsync(routes.data, m.routes.data(), m.routes.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, ctx->compute));
+        m.routes_data = routes.data;
+        m.routes_rows = routes.rows;
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_matmul_experts(llmkv_cuda_context *ctx, const llmkv_cuda_weight *experts,
+                                     uint32_t n_expert, llmkv_cuda_tensor x,
+                                     llmkv_cuda_tensor routes, uint32_t n_used,
+                                     llmkv_cuda_tensor y) {
+    return guarded(ctx, [&] {
+        const char *op = "matmul_experts";
+        CKS(check_tensor(ctx, x, op, "x"));
+        CKS(check_tensor(ctx, routes, op, "routes"));
+        CKS(check_tensor(ctx, y, op, "y"));
+        const uint32_t T = routes.rows, S = T * n_used;
+        if (!experts || n_used == 0 || routes.cols != 2 * n_used || (x.rows != T && x.rows != S) ||
+            y.rows != S || x.data == y.data)
+            return bad(ctx, op,
+                       format("routes %u x %u, x %u x %u, y %u x %u, %u experts per token",
+                              routes.rows, routes.cols, x.rows, x.cols, y.rows, y.cols, n_used));
+        for (uint32_t e = 0; e < n_expert; ++e) {
+            if (!experts[e]) continue;
+            const DeviceWeight *w = weight_of(ctx, experts[e], true);
+            if (!w) return bad(ctx, op, format("expert %u is not a matrix handle", e));
+            if (w->cols != x.cols || w->rows != y.cols)
+                return bad(ctx, op,
+                           format("expert %u is %u x %u for x %u, y %u columns", e, w->rows,
+                                  w->cols, x.cols, y.cols));
+        }
+        CKS(host_routes(ctx, routes, op));
+        ExpertScratch &m = ctx->experts;
+        // The slots of each expert in slot order (a counting sort), gathered end to end.
+        m.count.assign(n_expert + 1, 0);
+        for (uint32_t t = 0; t < T; ++t) {
+            for (uint32_t i = 0; i < n_used; ++i) {
+                const float id = m.routes[size_t(t) * routes.cols + i];
+                if (!(id >= 0.0f && id < float(n_expert)))
+                    return bad(ctx, op,
+                               format("token %u: expert %g of %u", t, double(id), n_expert));
+                ++m.count[uint32_t(id) + 1];
+            }
+        }
+        for (uint32_t e = 0; e < n_expert; ++e) m.count[e + 1] += m.count[e];
+        m.src.resize(S);
+        m.dst.resize(S);
+        {
+            std::vector<uint32_t> next(m.count.begin(), m.count.end() - 1);
+            const bool per_slot = x.rows == S && n_used > 1;
+            for (uint32_t t = 0; t < T; ++t) {
+                for (uint32_t i = 0; i < n_used; ++i) {
+                    const uint32_t e = uint32_t(m.routes[size_t(t) * routes.cols + i]);
+                    const uint32_t slot = t * n_used + i, j = next[e]++;
+                    m.dst[j] = int32_t(slot);
+                    m.src[j] = int32_t(per_slot ? slot : t);
+                }
+            }
+        }
+        // One table: the gathered rows' sources, then their destinations.
+        CKS(grow_table<int32_t>(ctx, m.d_rows, nullptr, m.rows_cap, 2 * size_t(S), 256,
+                                "expert row tables"));
+        const size_t xn = size_t(S) * x.cols, yn = size_t(S) * y.cols;
+        CKS(grow_floats(ctx, m.d_x, m.x_cap, xn, "gathered expert inputs"));
+        CKS(grow_floats(ctx, m.d_y, m.y_cap, yn, "gathered expert outputs"));
+        m.rows.resize(2 * size_t(S));
+        std::copy(m.src.begin(), m.src.end(), m.rows.begin());
+        std::copy(m.dst.begin(), m.dst.end(), m.rows.begin() + S);
+        CK(ctx, cudaMemcpyAsync(m.d_rows, m.rows.data(), m.rows.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, ctx->compute));
+        CK(ctx, launch_gather_rows(static_cast<const float *>(x.data), x.cols, m.d_rows, S, m.d_x,
+                                   ctx->compute));
+        for (uint32_t e = 0; e < n_expert; ++e) {
+            const uint32_t b = m.count[e], n = m.count[e + 1] - b;
+            if (n == 0) continue;
+            float *ye = m.d_y + size_t(b) * y.cols;
+            if (!experts[e]) {  // another rank's expert: zero rows in this rank's partial sum
+                CK(ctx, cudaMemsetAsync(ye, 0, size_t(n) * y.cols * sizeof(float), ctx->compute));
+                continue;
+            }
+            const llmkv_cuda_tensor xe{m.d_x + size_t(b) * x.cols, n, x.cols};
+            bool xh_ready = false;
+            CKS(product(ctx, op, *weight_of(ctx, experts[e], true), xe, 0, n, &xh_ready, ye,
+                        y.cols));
+        }
+        CK(ctx, launch_scatter_rows(m.d_y, y.cols, m.d_rows + S, S, static_cast<float *>(y.data),
+                                    ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_combine_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                      llmkv_cuda_tensor routes, uint32_t n_used,
+                                      llmkv_cuda_tensor out) {
+    return guarded(ctx, [&] {
+        const char *op = "combine_experts";
+        CKS(check_tensor(ctx, y, op, "y"));
+        CKS(check_tensor(ctx, routes, op, "routes"));
+        CKS(check_tensor(ctx, out, op, "out"));
+        const uint32_t T = routes.rows;
+        if (n_used == 0 || routes.cols != 2 * n_used || y.rows != T * n_used ||
+            y.cols != out.cols || out.rows != T)
+            return bad(ctx, op,
+                       format("y %u x %u, routes %u x %u, out %u x %u", y.rows, y.cols, routes.rows,
+                              routes.cols, out.rows, out.cols));
+        CK(ctx, launch_combine_experts(static_cast<const float *>(y.data),
+                                       static_cast<const float *>(routes.data), n_used, T, out.cols,
+                                       static_cast<float *>(out.data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_mul_sigmoid(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                  llmkv_cuda_tensor g) {
+    return guarded(ctx, [&] {
+        const char *op = "mul_sigmoid";
+        CKS(check_tensor(ctx, x, op, "x"));
+        CKS(check_tensor(ctx, g, op, "g"));
+        if (g.rows != x.rows || g.cols != 1)
+            return bad(ctx, op, format("g %u x %u for x %u rows", g.rows, g.cols, x.rows));
+        CK(ctx, launch_mul_sigmoid(static_cast<float *>(x.data), x.cols, x.rows,
+                                   static_cast<const float *>(g.data), ctx->compute));
         return LLMKV_CUDA_OK;
     });
 }

@@ -180,7 +180,8 @@ public:
     // e = routes[t][i]: row t * n_used + i of y (T * n_used, experts[e].rows) =
     // x_row * experts[e]^T, where x_row is x[t] when x.rows == T (a token's experts read its
     // one row) and x[t * n_used + i] when x.rows == T * n_used. Only the chosen experts'
-    // matrices are read; a row's result depends only on its expert and its x row.
+    // matrices are read; a row's result depends only on its expert and its x row. An empty
+    // matrix (data null: the expert lives on another tensor-parallel rank) gives zero rows.
     virtual void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x,
                                 Tensor routes, uint32_t n_used, Tensor y);
     // out[t] (T = routes.rows) = sum over i = 0 .. n_used - 1, in that order, of token t's

@@ -53,12 +53,10 @@ BackendCapabilities backend_capabilities(llmkv_backend kind, int device) {
             c.kind = LLMKV_BACKEND_CUDA;
             c.reads_host_blocks = true;
             c.device_collectives = true;
-            c.moe = false;  // no CUDA mixture-of-experts kernels yet
             return c;
         }
         if (kind == LLMKV_BACKEND_CUDA) {
             c.kind = LLMKV_BACKEND_CUDA;
-            c.moe = false;
             c.available = false;
             c.why = why;
             return c;

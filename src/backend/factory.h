@@ -43,7 +43,6 @@ struct BackendCapabilities {
     bool layer_groups = true;         // attention reads layer-group block tables (window release)
     bool reads_host_blocks = true;    // attention reads host-tier blocks in place (long contexts)
     bool device_collectives = false;  // ranks of this kind can all-reduce on their devices (NCCL)
-    bool moe = true;                  // mixture-of-experts ops (Backend::route_experts ...)
     uint32_t layer_kinds = kLayerPagedAttention;
 };
 

@@ -70,8 +70,9 @@ void read_moe_config(const GgufFile &f, const std::string &p, LlamaConfig &c) {
     auto used = f.get_uint(p + "expert_used_count");
     if (!used) fail(LLMKV_ERR_MODEL_FORMAT, "missing metadata key %sexpert_used_count", p.c_str());
     if (*used < 1 || *used > n_expert) {
-        fail(LLMKV_ERR_MODEL_FORMAT, "metadata %sexpert_used_count = %llu: must be 1 to expert_count %u",
-             p.c_str(), (unsigned long long)*used, n_expert);
+        fail(LLMKV_ERR_MODEL_FORMAT,
+             "metadata %sexpert_used_count = %llu: must be 1 to expert_count %u", p.c_str(),
+             (unsigned long long)*used, n_expert);
     }
     r.n_used = uint32_t(*used);
     // One expert's width: expert_feed_forward_length, else (as llama.cpp) n_ff / n_used for the
@@ -163,8 +164,9 @@ std::vector<WeightMatrix> LlamaModel::matrices(const std::string &name, uint32_t
         std::string got;
         for (size_t i = 0; i < t->dims.size(); ++i)
             got += strprintf("%s%lld", i ? ", " : "", (long long)t->dims[i]);
-        fail(LLMKV_ERR_MODEL_FORMAT, "tensor %s: expected shape [%u, %u, %u] (%u experts), got [%s]",
-             name.c_str(), cols, rows, n, n, got.c_str());
+        fail(LLMKV_ERR_MODEL_FORMAT,
+             "tensor %s: expected shape [%u, %u, %u] (%u experts), got [%s]", name.c_str(), cols,
+             rows, n, n, got.c_str());
     }
     n_params_ += t->n_elements;
     weight_bytes_ += t->n_bytes;
@@ -465,9 +467,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
     if (c.is_moe()) {
         const MoeConfig &mo = c.moe;
         const ExpertRouting &r = mo.routing;
-        desc += strprintf("|moe:%u:%u:%u:%u:%d:%d:%g", r.n_expert, r.n_used, mo.n_ff_expert,
-                          mo.n_ff_shared, int(r.gating), int(r.norm_weights),
-                          double(r.weight_scale));
+        desc +=
+            strprintf("|moe:%u:%u:%u:%u:%d:%d:%g", r.n_expert, r.n_used, mo.n_ff_expert,
+                      mo.n_ff_shared, int(r.gating), int(r.norm_weights), double(r.weight_scale));
     }
     uint64_t h = fnv1a(desc);
     for (const GgufTensor &t : f.tensors()) {

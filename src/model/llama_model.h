@@ -1,9 +1,10 @@
 // The model description of every decoder-only architecture llmkv runs (GGUF
 // general.architecture "llama" (Llama 2/3, Mistral, SmolLM2, TinyLlama, Mixtral), "gemma3",
-// "qwen2", "qwen3", "phi3", and the mixtures of experts "qwen2moe" and "qwen3moe"): hyperparameters read from GGUF metadata, per-layer attention shape
-// (sliding window or full, RoPE parameters), and the weight tensors bound in place (still in
-// their GGUF formats) for the forward pass (model/arch/). The names LlamaModel / LlamaConfig
-// are historical: one description serves every architecture above.
+// "qwen2", "qwen3", "phi3", and the mixtures of experts "qwen2moe" and "qwen3moe"): hyperparameters
+// read from GGUF metadata, per-layer attention shape (sliding window or full, RoPE parameters), and
+// the weight tensors bound in place (still in their GGUF formats) for the forward pass
+// (model/arch/). The names LlamaModel / LlamaConfig are historical: one description serves every
+// architecture above.
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,11 @@ int64_t block_elements(const WeightMatrix &w) {
 
 }  // namespace
 
-std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
+const char *expert_split_name(ExpertSplit s) {
+    return s == ExpertSplit::kWhole ? "whole" : "columns";
+}
+
+std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size, ExpertSplit experts) {
     const LlamaConfig &c = model.config();
     if (size == 0) return "0 ranks";
     if (size == 1) return "";
@@ -30,7 +34,12 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
     const uint32_t n_ff = c.is_moe() ? c.moe.n_ff_shared : c.n_ff;
     if (n_ff % size != 0)
         return strprintf("%u feed-forward columns do not split over %u ranks", n_ff, size);
-    if (c.is_moe() && c.moe.n_ff_expert % size != 0) {
+    const bool whole = experts == ExpertSplit::kWhole;
+    if (c.is_moe() && whole && c.moe.routing.n_expert < size) {
+        return strprintf("%u experts cannot be held whole by %u ranks", c.moe.routing.n_expert,
+                         size);
+    }
+    if (c.is_moe() && !whole && c.moe.n_ff_expert % size != 0) {
         return strprintf("%u feed-forward columns of each expert do not split over %u ranks",
                          c.moe.n_ff_expert, size);
     }
@@ -50,7 +59,7 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
                 "layer %zu: ffn_down is %s, whose %lld-value blocks do not split at %u columns", l,
                 tensor_type_name(L.w_down.type), (long long)block_elements(L.w_down), ff_cols);
         }
-        if (!L.down_exps.empty() && expert_cols % block_elements(L.down_exps[0]) != 0) {
+        if (!whole && !L.down_exps.empty() && expert_cols % block_elements(L.down_exps[0]) != 0) {
             return strprintf(
                 "layer %zu: ffn_down_exps is %s, whose %lld-value blocks do not split at %u "
                 "columns",
@@ -61,7 +70,7 @@ std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size) {
     return "";
 }
 
-ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size) {
+ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size, ExpertSplit experts) {
     ShardRanges r;
     r.n_q_heads = c.n_heads / size;
     r.q_head0 = rank * r.n_q_heads;
@@ -76,8 +85,16 @@ ShardRanges shard_ranges(const LlamaConfig &c, uint32_t rank, uint32_t size) {
     }
     r.n_ff = (c.is_moe() ? c.moe.n_ff_shared : c.n_ff) / size;
     r.ff0 = rank * r.n_ff;
-    r.n_ff_expert = c.moe.n_ff_expert / size;
-    r.ff_expert0 = rank * r.n_ff_expert;
+    const uint32_t n_expert = c.moe.routing.n_expert;
+    if (experts == ExpertSplit::kWhole) {
+        r.n_ff_expert = c.moe.n_ff_expert;
+        r.expert0 = uint32_t(uint64_t(rank) * n_expert / size);
+        r.n_experts = uint32_t(uint64_t(rank + 1) * n_expert / size) - r.expert0;
+    } else {
+        r.n_ff_expert = c.moe.n_ff_expert / size;
+        r.ff_expert0 = rank * r.n_ff_expert;
+        r.n_experts = n_expert;
+    }
     r.vocab_stride = (c.n_vocab + size - 1) / size;
     r.vocab0 = std::min(c.n_vocab, rank * r.vocab_stride);
     r.n_vocab = std::min(r.vocab_stride, c.n_vocab - r.vocab0);
@@ -129,7 +146,7 @@ uint64_t shard_weight_bytes(const LlamaModel &model, const ShardRanges &r) {
              row_part(L.w_up, r.n_ff) + col_part(L.w_down, r.n_ff);
         n += uint64_t(L.router.rows) * L.router.row_bytes +
              uint64_t(L.shared_gate.rows) * L.shared_gate.row_bytes;
-        for (size_t e = 0; e < L.gate_exps.size(); ++e) {
+        for (size_t e = r.expert0; e < r.expert0 + r.n_experts && e < L.gate_exps.size(); ++e) {
             n += row_part(L.gate_exps[e], r.n_ff_expert) + row_part(L.up_exps[e], r.n_ff_expert) +
                  col_part(L.down_exps[e], r.n_ff_expert);
         }
@@ -147,16 +164,16 @@ uint64_t shard_weight_elements(const LlamaConfig &c, const ShardRanges &r, bool 
     const uint64_t per_layer = 2 * uint64_t(r.n_q_heads) * D * E     // wq rows, wo columns
                                + 2 * uint64_t(r.n_kv_heads) * D * E  // wk, wv rows
                                + 3 * uint64_t(r.n_ff) * E            // gate, up rows; down columns
-                               + uint64_t(c.moe.routing.n_expert) *  // experts' slices, router
-                                     (3 * uint64_t(r.n_ff_expert) * E + E) +
-                               (c.moe.n_ff_shared ? E : 0);  // shared expert's gate
+                               + uint64_t(r.n_experts) * 3 * r.n_ff_expert * E  // its experts
+                               + uint64_t(c.moe.routing.n_expert) * E           // the router
+                               + (c.moe.n_ff_shared ? E : 0);  // shared expert's gate
     return per_layer * c.n_layers + uint64_t(c.n_vocab) * E +
            (tied_output ? 0 : uint64_t(r.n_vocab) * E);
 }
 
-std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank,
-                                             uint32_t size) {
-    const std::string why = shard_unsupported_reason(model, size);
+std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t rank, uint32_t size,
+                                             ExpertSplit experts) {
+    const std::string why = shard_unsupported_reason(model, size, experts);
     if (!why.empty())
         fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", size, why.c_str());
     if (rank >= size)
@@ -165,7 +182,7 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
     const LlamaConfig &c = model.config();
     s->rank_ = rank;
     s->size_ = size;
-    s->ranges_ = shard_ranges(c, rank, size);
+    s->ranges_ = shard_ranges(c, rank, size, experts);
     const ShardRanges &r = s->ranges_;
     s->config_ = c;
     s->config_.n_heads = r.n_q_heads;
@@ -191,9 +208,15 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
             o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
         }
         for (size_t e = 0; e < L.gate_exps.size(); ++e) {
-            o.gate_exps[e] = s->rows(L.gate_exps[e], r.ff_expert0, r.n_ff_expert);
-            o.up_exps[e] = s->rows(L.up_exps[e], r.ff_expert0, r.n_ff_expert);
-            o.down_exps[e] = s->columns(L.down_exps[e], r.ff_expert0, r.n_ff_expert);
+            if (e < r.expert0 || e >= r.expert0 + r.n_experts) {
+                o.gate_exps[e] = o.up_exps[e] = o.down_exps[e] = WeightMatrix{};  // another rank's
+            } else if (experts == ExpertSplit::kWhole) {
+                continue;  // the model's own views, whole
+            } else {
+                o.gate_exps[e] = s->rows(L.gate_exps[e], r.ff_expert0, r.n_ff_expert);
+                o.up_exps[e] = s->rows(L.up_exps[e], r.ff_expert0, r.n_ff_expert);
+                o.down_exps[e] = s->columns(L.down_exps[e], r.ff_expert0, r.n_ff_expert);
+            }
         }
         s->layers_.push_back(o);
     }

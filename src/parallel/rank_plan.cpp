@@ -58,7 +58,6 @@ BackendCapabilities rank_capabilities(llmkv_backend rank_backend) {
         // the KV sink and layer groups too.
         c.kind = LLMKV_BACKEND_CUDA;
         c.device_collectives = true;
-        c.moe = false;  // no CUDA mixture-of-experts kernels yet
     }
     c.reads_host_blocks = false;
     return c;

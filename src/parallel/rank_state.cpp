@@ -36,7 +36,7 @@ std::unique_ptr<RankState> make_rank(const LlamaModel &model, const TpSetup &set
              kMaxTpRanks);
     const bool cuda = setup.backend == LLMKV_BACKEND_CUDA;
     auto rs = std::make_unique<RankState>();
-    rs->shard = ModelShard::make(model, comm.rank(), comm.size());
+    rs->shard = ModelShard::make(model, comm.rank(), comm.size(), ExpertSplit(setup.expert_split));
     rs->local = rank_geometry(setup.geometry, rs->shard->ranges());
     // A device rank's pools live on its device: this cache only gives their sizes (its
     // anonymous memory is never touched).

@@ -68,6 +68,8 @@ struct TpSetup {
     // set-up stage resolved them (every rank computes alike).
     uint8_t cuda_fp16_weights = 0;
     uint8_t cuda_batch_invariant = 0;
+    // A mixture of experts' split (ExpertSplit: 0 columns, 1 whole experts per rank).
+    uint8_t expert_split = 0;
 };
 
 // One rank's state: shard, pools, threads, backend.

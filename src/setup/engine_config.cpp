@@ -38,6 +38,14 @@ Collectives collectives_from_env() {
     fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_TP_COLLECTIVES=\"%s\": expected auto, nccl or host", v);
 }
 
+// LLMKV_TP_EXPERTS: how tensor-parallel ranks divide a mixture of experts' experts.
+ExpertSplit expert_split_from_env() {
+    const char *v = std::getenv("LLMKV_TP_EXPERTS");
+    if (!v || !*v || std::strcmp(v, "columns") == 0) return ExpertSplit::kColumns;
+    if (std::strcmp(v, "whole") == 0) return ExpertSplit::kWhole;
+    fail(LLMKV_ERR_INVALID_ARGUMENT, "LLMKV_TP_EXPERTS=\"%s\": expected columns or whole", v);
+}
+
 }  // namespace
 
 bool cuda_fp16_weights_from_env() {
@@ -175,6 +183,7 @@ EngineConfig resolve_engine_config(const llmkv_engine_params &p, const LlamaConf
                            gpu_device_count(nullptr) > 0);
         cfg.rank_backend = cuda ? LLMKV_BACKEND_CUDA : LLMKV_BACKEND_CPU;
         cfg.collectives = collectives_from_env();
+        cfg.expert_split = expert_split_from_env();
     }
     cfg.cuda_fp16_weights = cuda_fp16_weights_from_env();
     cfg.cuda_batch_invariant = cuda_batch_invariant_from_env();

@@ -10,6 +10,7 @@
 #include "kv/kv_layout.h"
 #include "llmkv.h"
 #include "model/llama_model.h"
+#include "model/shard.h"
 #include "parallel/rank_plan.h"
 
 namespace llmkv {
@@ -30,9 +31,10 @@ struct EngineConfig {
     // AUTO with one device named and CUDA there), over a transport (rank 0 of its processes).
     uint32_t tp_size = 1;
     llmkv_backend rank_backend = LLMKV_BACKEND_CPU;
-    const llmkv_tp_transport *transport = nullptr;  // borrowed for set-up only
-    Collectives collectives = Collectives::kAuto;   // LLMKV_TP_COLLECTIVES
-    unsigned n_threads = 1;                         // compute threads asked for (0 resolved)
+    const llmkv_tp_transport *transport = nullptr;     // borrowed for set-up only
+    Collectives collectives = Collectives::kAuto;      // LLMKV_TP_COLLECTIVES
+    ExpertSplit expert_split = ExpertSplit::kColumns;  // LLMKV_TP_EXPERTS (columns, whole)
+    unsigned n_threads = 1;                            // compute threads asked for (0 resolved)
     uint32_t max_sessions = kDefaultMaxSessions;
     uint32_t max_batch_tokens = kDefaultMaxBatchTokens;
     uint32_t max_context = 0;             // the model's trained context at most

@@ -54,16 +54,6 @@ void set_up_single(EngineParts &e) {
     if (!caps.available)
         fail(LLMKV_ERR_UNSUPPORTED, "the CUDA backend is not available: %s", caps.why.c_str());
     const bool auto_backend = cfg.backend == LLMKV_BACKEND_AUTO;
-    if (e.model->config().is_moe() && !caps.moe) {
-        if (!auto_backend) {
-            fail(LLMKV_ERR_UNSUPPORTED,
-                 "the CUDA backend does not run mixture-of-experts models yet ('%s' has %u "
-                 "experts per layer); use the CPU backend",
-                 e.model->config().architecture.c_str(), e.model->config().moe.routing.n_expert);
-        }
-        LLMKV_LOG_INFO_F("backend AUTO: using the CPU (the CUDA backend runs no mixture of experts)");
-        caps = backend_capabilities(LLMKV_BACKEND_CPU, 0);
-    }
     KvGeometry g = plan_kv_geometry(cfg, caps, auto_backend);
     e.pool =
         std::make_unique<ThreadPool>(cfg.n_threads, cfg.params.spin_us, cfg.params.thread_priority);
@@ -82,15 +72,11 @@ void set_up_single(EngineParts &e) {
 // a TpBackend over threads of this process or the transport's processes.
 void set_up_ranks(EngineParts &e, bool &ranks_told) {
     const EngineConfig &cfg = e.config;
-    const std::string why = shard_unsupported_reason(*e.model, cfg.tp_size);
+    const std::string why = shard_unsupported_reason(*e.model, cfg.tp_size, cfg.expert_split);
     if (!why.empty())
         fail(LLMKV_ERR_UNSUPPORTED, "tensor parallelism over %u ranks: %s", cfg.tp_size,
              why.c_str());
     BackendCapabilities caps = rank_capabilities(cfg.rank_backend);
-    if (e.model->config().is_moe() && !caps.moe) {
-        fail(LLMKV_ERR_UNSUPPORTED,
-             "GPU tensor-parallel ranks do not run mixture-of-experts models yet; use CPU ranks");
-    }
     const KvGeometry g = plan_kv_geometry(cfg, caps, false);
     e.kv_manager = std::make_unique<KvManager>(
         plan_kv_pools(cfg, g, e.model->fingerprint(), &e.kv_device_bytes));
@@ -102,6 +88,7 @@ void set_up_ranks(EngineParts &e, bool &ranks_told) {
     setup.max_tokens = cfg.max_batch_tokens;
     setup.cuda_fp16_weights = cfg.cuda_fp16_weights;
     setup.cuda_batch_invariant = cfg.cuda_batch_invariant;
+    setup.expert_split = uint8_t(cfg.expert_split);
     if (cfg.rank_backend == LLMKV_BACKEND_CUDA) {
         plan_gpu_ranks(setup, cfg.tp_size, cfg.devices, cfg.transport == nullptr, cfg.collectives);
     }

@@ -1,8 +1,9 @@
 // The architectures beyond Llama on the CUDA backend: the kernels of the ops they added
 // (bias add, scale, GeGLU) against the CPU, and the forward pass of tiny gemma3 (sliding
-// window across 16-token blocks), qwen2, qwen3 and phi3 models against the same forward pass
-// on the CPU backend, including a Gemma 3 session whose blocks outside every window are
-// poisoned on the device (they must not be read). Every test skips without a device.
+// window across 16-token blocks), qwen2, qwen3, phi3 and the mixtures of experts qwen3moe,
+// qwen2moe and Mixtral-style llama against the same forward pass on the CPU backend, including a
+// Gemma 3 session whose blocks outside every window are poisoned on the device (they must not be
+// read). Every test skips without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -174,6 +175,33 @@ const ArchCase kCases[] = {
          s.rope_base = 1e6f;
          s.n_ctx = 512;
          s.weight_type = TensorType::Q4_0;
+         s.embd_type = TensorType::Q8_0;
+     },
+     16, 0.06},
+    // Mixtures of experts (module ABI 7): the experts chosen on the host by the CPU's routing.
+    {"qwen3moe",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen3moe";
+         s.head_dim = 32;
+         s.n_expert = 8;
+         s.n_ff_expert = 32;
+     },
+     4},
+    {"qwen2moe_shared",
+     [](TinyModelSpec &s) {
+         s.arch = "qwen2moe";
+         s.tied_output = false;
+         s.n_expert = 4;
+         s.n_ff_expert = 32;
+         s.n_ff_shared = 64;
+     },
+     4},
+    {"mixtral_q8_0",
+     [](TinyModelSpec &s) {
+         s.n_expert = 4;
+         s.n_ff = 64;
+         s.tied_output = false;
+         s.weight_type = TensorType::Q8_0;
          s.embd_type = TensorType::Q8_0;
      },
      16, 0.06},

@@ -50,7 +50,8 @@ RULES = {
     "src/parallel": {"platform", "common", "kv", "model", "model/arch", "backend/backend.h",
                      "backend/factory.h", "parallel"},
     "kernels": {"kernels", "kv/kv_layout.h", "backend/cuda/cuda_module.h",
-                "tensor/tensor_type.h"},  # the packed block layouts the device decoders read
+                "tensor/tensor_type.h",  # the packed block layouts the device decoders read
+                "tensor/expert_routing.h"},  # the host side of route_experts: the CPU's choice
 }
 ALWAYS_OK = {"llmkv.h", "snapshot_generated.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -259,7 +259,8 @@ std::vector<double> moe_ref(const TinyModelSpec &s, std::map<std::string, std::v
     for (double &e : z) e /= sum;
     std::vector<uint32_t> order(NE);
     for (uint32_t i = 0; i < NE; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t i, uint32_t j) { return z[i] > z[j]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t i, uint32_t j) { return z[i] > z[j]; });
     double wsum = 0;
     for (uint32_t k = 0; k < K; ++k) wsum += z[order[k]];
     std::vector<double> out(E, 0.0);
@@ -271,8 +272,9 @@ std::vector<double> moe_ref(const TinyModelSpec &s, std::map<std::string, std::v
             const std::vector<float> &all = v[b + n];
             return std::vector<float>(all.begin() + e * m, all.begin() + (e + 1) * m);
         };
-        std::vector<double> f = swiglu_ffn(slice("ffn_gate_exps.weight"), slice("ffn_up_exps.weight"),
-                                           slice("ffn_down_exps.weight"), FE, E, xn, s.weight_type);
+        std::vector<double> f =
+            swiglu_ffn(slice("ffn_gate_exps.weight"), slice("ffn_up_exps.weight"),
+                       slice("ffn_down_exps.weight"), FE, E, xn, s.weight_type);
         for (uint32_t i = 0; i < E; ++i) out[i] += w * f[i];
     }
     if (s.n_ff_shared) {

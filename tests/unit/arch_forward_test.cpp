@@ -1,9 +1,9 @@
 // The forward pass of every architecture (gemma3, qwen2, qwen3, phi3, llama with its
-// variants, the mixtures of experts qwen3moe, qwen2moe and Mixtral-style llama) on tiny synthetic models in each architecture's GGUF layout: agreement with the
-// independent double-precision reference of tests/support/tiny_model.cpp, bitwise
-// independence from chunking and batching, Gemma 3's sliding window across KV blocks (and
-// that blocks wholly outside every window are never read), the new ops against plain
-// loops, and the real Gemma 3 270M file when it is present.
+// variants, the mixtures of experts qwen3moe, qwen2moe and Mixtral-style llama) on tiny synthetic
+// models in each architecture's GGUF layout: agreement with the independent double-precision
+// reference of tests/support/tiny_model.cpp, bitwise independence from chunking and batching, Gemma
+// 3's sliding window across KV blocks (and that blocks wholly outside every window are never read),
+// the new ops against plain loops, and the real Gemma 3 270M file when it is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>

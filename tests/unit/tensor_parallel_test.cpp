@@ -55,17 +55,18 @@ struct TpHarness {
     KvGeometry g;
 
     TpHarness(const TinyModelSpec &spec, uint32_t ranks, llmkv_kv_dtype dtype = LLMKV_KV_F16,
-              uint32_t block = 4)
+              uint32_t block = 4, ExpertSplit experts = ExpertSplit::kColumns)
         : bytes(testing::build_tiny_model(spec)) {
         init(std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size())), ranks,
-             dtype, block);
+             dtype, block, experts);
     }
     // A model file (the real SmolLM2).
     TpHarness(const std::string &path, uint32_t ranks) {
         init(std::shared_ptr<GgufFile>(GgufFile::open(path)), ranks, LLMKV_KV_F16, 16);
     }
 
-    void init(std::shared_ptr<GgufFile> f, uint32_t ranks, llmkv_kv_dtype dtype, uint32_t block) {
+    void init(std::shared_ptr<GgufFile> f, uint32_t ranks, llmkv_kv_dtype dtype, uint32_t block,
+              ExpertSplit experts = ExpertSplit::kColumns) {
         file = std::move(f);
         model = LlamaModel::load(file);
         const LlamaConfig &c = model->config();
@@ -93,6 +94,7 @@ struct TpHarness {
         setup.n_sealed_blocks = 128;
         setup.n_tail_slots = 8;
         setup.max_tokens = 160;
+        setup.expert_split = uint8_t(experts);
         auto comms = InProcessGroup::make(ranks);
         comm0 = std::move(comms[0]);
         comms.erase(comms.begin());
@@ -162,6 +164,7 @@ struct TpCase {
     const char *name;
     TinyModelSpec spec;
     uint32_t ranks;
+    ExpertSplit experts = ExpertSplit::kColumns;
 };
 
 std::vector<TpCase> tp_cases() {
@@ -195,15 +198,30 @@ std::vector<TpCase> tp_cases() {
     // two positions differ by 1e-2 and 5e-3 while the rest agree to 3e-6: layer 0 routes them
     // alike on 1 and 3 ranks, but an activation the ranks' sums rounded differently crossed
     // a q8 rounding boundary (layer 1's router logits then differ by 3e-3, not 1e-6).
+    TinyModelSpec qwen3moe6 = spec_6_heads();  // 6 heads for 3 ranks
+    qwen3moe6.arch = "qwen3moe";
+    qwen3moe6.weight_type = qwen3moe6.embd_type = TensorType::F32;
+    qwen3moe6.n_expert = 8;
+    qwen3moe6.n_ff_expert = 32;
     TinyModelSpec mixtral = spec_6_heads();
     mixtral.weight_type = mixtral.embd_type = TensorType::F32;
     mixtral.n_expert = 4;
     mixtral.n_ff = 96;
-    return {{"llama_tp2", llama, 2},           {"llama_tp4_replicated", llama, 4},
-            {"replicated_tp2", replicated, 2}, {"replicated_tp4", replicated, 4},
-            {"q8_tp3", spec_6_heads(), 3},     {"qwen2_tp2", qwen2, 2},
-            {"gemma3_tp2", gemma, 2},          {"qwen3moe_tp2", qwen3moe, 2},
-            {"qwen2moe_tp2", qwen2moe, 2},     {"mixtral_tp3", mixtral, 3}};
+    return {{"llama_tp2", llama, 2},
+            {"llama_tp4_replicated", llama, 4},
+            {"replicated_tp2", replicated, 2},
+            {"replicated_tp4", replicated, 4},
+            {"q8_tp3", spec_6_heads(), 3},
+            {"qwen2_tp2", qwen2, 2},
+            {"gemma3_tp2", gemma, 2},
+            {"qwen3moe_tp2", qwen3moe, 2},
+            {"qwen2moe_tp2", qwen2moe, 2},
+            {"mixtral_tp3", mixtral, 3},
+            // Expert parallelism: whole experts per rank (8 over 3: 2, 3, 3).
+            {"qwen3moe_ep2", qwen3moe, 2, ExpertSplit::kWhole},
+            {"qwen3moe_ep3", qwen3moe6, 3, ExpertSplit::kWhole},
+            {"qwen2moe_ep2", qwen2moe, 2, ExpertSplit::kWhole},
+            {"mixtral_ep3", mixtral, 3, ExpertSplit::kWhole}};
 }
 
 class TpForward : public ::testing::TestWithParam<TpCase> {};
@@ -211,7 +229,7 @@ class TpForward : public ::testing::TestWithParam<TpCase> {};
 TEST_P(TpForward, LogitsMatchOneRankAndGreedyTokensAgree) {
     const TpCase &c = GetParam();
     const std::vector<int32_t> tokens = tokens_of_seed(37, 11);
-    TpHarness one(c.spec, 1), many(c.spec, c.ranks);
+    TpHarness one(c.spec, 1), many(c.spec, c.ranks, LLMKV_KV_F16, 4, c.experts);
     SessionKv a, b;
     const std::vector<float> ref = one.run(a, tokens, 37);
     const std::vector<float> got = many.run(b, tokens, 37);
@@ -226,13 +244,13 @@ TEST_P(TpForward, LogitsMatchOneRankAndGreedyTokensAgree) {
 TEST_P(TpForward, ChunkedAndRepeatedRunsAreBitwiseEqual) {
     const TpCase &c = GetParam();
     const std::vector<int32_t> tokens = tokens_of_seed(29, 5);
-    TpHarness h(c.spec, c.ranks);
+    TpHarness h(c.spec, c.ranks, LLMKV_KV_F16, 4, c.experts);
     SessionKv a, b;
     const std::vector<float> whole = h.run(a, tokens, 29);
     const std::vector<float> chunked = h.run(b, tokens, 6);
     ASSERT_EQ(whole.size(), chunked.size());
     EXPECT_EQ(std::memcmp(whole.data(), chunked.data(), whole.size() * sizeof(float)), 0);
-    TpHarness again(c.spec, c.ranks);
+    TpHarness again(c.spec, c.ranks, LLMKV_KV_F16, 4, c.experts);
     SessionKv d;
     const std::vector<float> rerun = again.run(d, tokens, 29);
     EXPECT_EQ(std::memcmp(whole.data(), rerun.data(), whole.size() * sizeof(float)), 0);
@@ -421,6 +439,53 @@ TEST(TpShard, PlansThatDoNotDivideAreRefusedWithTheReason) {
     EXPECT_TRUE(r2.kv_primary);
     EXPECT_FALSE(r3.kv_primary);
     EXPECT_EQ(r3.q_head0, 3u);
+}
+
+// A mixture of experts' plans: each expert's columns (Q8_0 blocks must divide), or whole
+// experts (at least one per rank; 8 over 3 ranks: 2, 3, 3), with their bytes.
+TEST(TpShard, MixtureOfExpertsPlansSplitColumnsOrWholeExperts) {
+    TinyModelSpec spec;
+    spec.arch = "qwen3moe";
+    spec.n_expert = 8;
+    spec.n_ff_expert = 96;  // 48 columns per rank on 2: not whole Q8_0 blocks
+    spec.weight_type = TensorType::Q8_0;
+    const std::vector<uint8_t> bytes = testing::build_tiny_model(spec);
+    auto file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
+    auto model = LlamaModel::load(file);
+    EXPECT_NE(shard_unsupported_reason(*model, 2).find("ffn_down_exps is Q8_0"), std::string::npos)
+        << shard_unsupported_reason(*model, 2);
+    EXPECT_EQ(shard_unsupported_reason(*model, 2, ExpertSplit::kWhole), "");
+    {
+        TinyModelSpec two = spec;  // 2 experts over 4 ranks: two of them would hold none
+        two.n_expert = 2;
+        const std::vector<uint8_t> b2 = testing::build_tiny_model(two);
+        auto f2 = std::shared_ptr<GgufFile>(GgufFile::from_memory(b2.data(), b2.size()));
+        auto m2 = LlamaModel::load(f2);
+        EXPECT_EQ(shard_unsupported_reason(*m2, 4, ExpertSplit::kWhole),
+                  "2 experts cannot be held whole by 4 ranks");
+    }
+    const LlamaConfig &c = model->config();
+    uint32_t held = 0;
+    for (uint32_t r = 0; r < 3; ++r) {
+        const ShardRanges s = shard_ranges(c, r, 3, ExpertSplit::kWhole);
+        EXPECT_EQ(s.expert0, held);
+        EXPECT_EQ(s.n_experts, r == 0 ? 2u : 3u);
+        EXPECT_EQ(s.n_ff_expert, 96u);
+        held += s.n_experts;
+    }
+    EXPECT_EQ(held, 8u);
+    // Rank 1 of 2 holds experts 4-7 whole and none of 0-3; its bytes are half the experts'.
+    auto shard = ModelShard::make(*model, 1, 2, ExpertSplit::kWhole);
+    const LlamaLayer &L = shard->layers()[0];
+    for (uint32_t e = 0; e < 8; ++e) {
+        EXPECT_EQ(L.gate_exps[e].data != nullptr, e >= 4) << e;
+        if (e >= 4) {
+            EXPECT_EQ(L.down_exps[e].data, model->layers()[0].down_exps[e].data);
+        }
+    }
+    EXPECT_EQ(shard_weight_bytes(*model, shard_ranges(c, 1, 2, ExpertSplit::kWhole)),
+              shard->weight_bytes());
+    EXPECT_LT(shard->weight_bytes(), model->weight_bytes());
 }
 
 TEST(TpCommunicator, InProcessCollectivesAddInRankOrderOnEveryRank) {

@@ -21,19 +21,24 @@ namespace {
 
 // The tensor-parallel plan over tp ranks: each rank's heads, columns and vocabulary rows,
 // its weight bytes and KV bytes per token (the engine's own split, model/shard.h).
-void print_tp_plan(const llmkv::LlamaModel &model, const llmkv::KvGeometry &whole, uint32_t tp) {
+void print_tp_plan(const llmkv::LlamaModel &model, const llmkv::KvGeometry &whole, uint32_t tp,
+                   llmkv::ExpertSplit experts) {
     const llmkv::LlamaConfig &c = model.config();
-    std::printf("\ntensor parallelism over %u ranks:\n", tp);
-    const std::string why = llmkv::shard_unsupported_reason(model, tp);
+    std::printf("\ntensor parallelism over %u ranks%s:\n", tp,
+                !c.is_moe() ? ""
+                : experts == llmkv::ExpertSplit::kWhole
+                    ? ", whole experts per rank (LLMKV_TP_EXPERTS=whole)"
+                    : ", every expert's columns split (LLMKV_TP_EXPERTS=columns, the default)");
+    const std::string why = llmkv::shard_unsupported_reason(model, tp, experts);
     if (!why.empty()) {
         std::printf("  not possible: %s\n", why.c_str());
         return;
     }
-    std::printf("  %-5s %-12s %-14s %-14s %-16s %12s %14s %14s\n", "rank", "query heads",
+    std::printf("  %-5s %-12s %-14s %-14s %-16s %12s %14s %14s%s\n", "rank", "query heads",
                 "KV heads", "ffn columns", "vocab rows", "weights MiB", "f16 KV B/tok",
-                "int8 KV B/tok");
+                "int8 KV B/tok", c.is_moe() ? "  experts" : "");
     for (uint32_t r = 0; r < tp; ++r) {
-        const llmkv::ShardRanges s = llmkv::shard_ranges(c, r, tp);
+        const llmkv::ShardRanges s = llmkv::shard_ranges(c, r, tp, experts);
         llmkv::KvGeometry g = whole;
         g.n_kv_heads = s.n_kv_heads;
         g.dtype_k = g.dtype_v = LLMKV_KV_F16;
@@ -44,11 +49,18 @@ void print_tp_plan(const llmkv::LlamaModel &model, const llmkv::KvGeometry &whol
             std::to_string(s.kv_head0) + "-" + std::to_string(s.kv_head0 + s.n_kv_heads - 1) +
             (s.kv_replicas > 1 ? " (x" + std::to_string(s.kv_replicas) + ")" : "");
         std::printf(
-            "  %-5u %-12s %-14s %-14s %-16s %12.1f %14.0f %14.0f\n", r,
+            "  %-5u %-12s %-14s %-14s %-16s %12.1f %14.0f %14.0f", r,
             (std::to_string(s.q_head0) + "-" + std::to_string(s.q_head0 + s.n_q_heads - 1)).c_str(),
             kv.c_str(), (std::to_string(s.ff0) + "-" + std::to_string(s.ff0 + s.n_ff - 1)).c_str(),
             (std::to_string(s.vocab0) + "-" + std::to_string(s.vocab0 + s.n_vocab - 1)).c_str(),
             llmkv::shard_weight_bytes(model, s) / 1048576.0, f16, i8);
+        if (c.is_moe() && experts == llmkv::ExpertSplit::kWhole) {
+            std::printf("  %u-%u whole", s.expert0, s.expert0 + s.n_experts - 1);
+        } else if (c.is_moe()) {
+            std::printf("  all, columns %u-%u of each", s.ff_expert0,
+                        s.ff_expert0 + s.n_ff_expert - 1);
+        }
+        std::printf("\n");
     }
     std::printf(
         "  per token and layer two all-reduces of %u floats (%.1f KiB per token for all %u "
@@ -84,9 +96,9 @@ int cmd_inspect(const std::string &path, uint32_t tp) {
                 m.routing.n_expert, m.n_ff_expert, m.routing.n_used,
                 m.routing.norm_weights ? ", weights normalised" : "",
                 m.routing.weight_scale != 1.0f ? ", weights scaled" : "",
-                m.n_ff_shared ? (", shared expert of " + std::to_string(m.n_ff_shared) +
-                                 " columns").c_str()
-                              : "");
+                m.n_ff_shared
+                    ? (", shared expert of " + std::to_string(m.n_ff_shared) + " columns").c_str()
+                    : "");
         }
         // What one decoded token reads: the whole model, or all but the unchosen experts.
         std::printf("per decoded token: %.1f M active parameters, %.1f MiB of weights read\n",
@@ -197,7 +209,10 @@ int cmd_inspect(const std::string &path, uint32_t tp) {
                         double(all.held_blocks(4096)) * all.sealed_block_bytes() / 1048576.0,
                         double(all.held_blocks(32768)) * all.sealed_block_bytes() / 1048576.0);
         }
-        if (tp > 1) print_tp_plan(*model, g, tp);
+        if (tp > 1) {
+            print_tp_plan(*model, g, tp, llmkv::ExpertSplit::kColumns);
+            if (c.is_moe()) print_tp_plan(*model, g, tp, llmkv::ExpertSplit::kWhole);
+        }
         return 0;
     } catch (const llmkv::Error &e) {
         std::fprintf(stderr, "llmkv inspect: %s: %s\n", llmkv_status_string(e.status()), e.what());

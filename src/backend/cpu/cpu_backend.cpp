@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/float_math.h"
 #include "common/half.h"
+#include "tensor/expert_routing.h"
 
 namespace llmkv {
 
@@ -294,8 +295,7 @@ void CpuBackend::swiglu(Tensor gate, Tensor up) {
                        [&](size_t b, size_t e) { glu(g + b, u + b, e - b); });
 }
 
-// A token's experts: softmax over its router logits (exp_float: the same bits on every C
-// runtime), the n_used best by probability (ties to the lower id), their weights.
+// Each token's experts as tensor/expert_routing.h picks them.
 void CpuBackend::route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) {
     const uint32_t N = r.n_expert, K = r.n_used;
     if (logits.cols != N || routes.cols != 2 * K || routes.rows != logits.rows || K == 0 || K > N)
@@ -305,32 +305,7 @@ void CpuBackend::route_experts(Tensor logits, const ExpertRouting &r, Tensor rou
         std::vector<float> p(N);
         std::vector<uint8_t> taken(N);
         for (size_t t = b; t < e; ++t) {
-            const float *z = rows(logits) + t * N;
-            float *out = rows(routes) + t * 2 * K;
-            float zmax = z[0];
-            for (uint32_t i = 1; i < N; ++i) zmax = std::max(zmax, z[i]);
-            float sum = 0.0f;
-            for (uint32_t i = 0; i < N; ++i) sum += (p[i] = exp_float(z[i] - zmax));
-            for (uint32_t i = 0; i < N; ++i) p[i] /= sum;
-            std::fill(taken.begin(), taken.end(), uint8_t(0));
-            float wsum = 0.0f;
-            for (uint32_t k = 0; k < K; ++k) {
-                uint32_t best = N;
-                for (uint32_t i = 0; i < N; ++i) {
-                    if (!taken[i] && (best == N || p[i] > p[best])) best = i;
-                }
-                taken[best] = 1;
-                out[k] = float(best);
-                out[K + k] = p[best];
-                wsum += p[best];
-            }
-            if (r.norm_weights) {
-                wsum = std::max(wsum, 6.103515625e-5f);
-                for (uint32_t k = 0; k < K; ++k) out[K + k] /= wsum;
-            }
-            if (r.weight_scale != 1.0f) {
-                for (uint32_t k = 0; k < K; ++k) out[K + k] *= r.weight_scale;
-            }
+            route_token(rows(logits) + t * N, r, p.data(), taken.data(), rows(routes) + t * 2 * K);
         }
     });
 }
@@ -372,6 +347,13 @@ void CpuBackend::matmul_experts(const WeightMatrix *experts, uint32_t n_expert, 
         const uint32_t b = expert_count_[e], n = expert_count_[e + 1] - b;
         if (n == 0) continue;
         const WeightMatrix &w = experts[e];
+        if (!w.data) {  // another rank's expert: its rows are zero in this rank's partial sum
+            for (uint32_t j = 0; j < n; ++j) {
+                std::memset(rows(y) + size_t(expert_rows_[b + j]) * y.cols, 0,
+                            size_t(y.cols) * sizeof(float));
+            }
+            continue;
+        }
         if (w.cols != C || w.rows != y.cols)
             fail(LLMKV_ERR_BACKEND, "matmul_experts: expert %u is %lldx%lld for x %u, y %u columns",
                  e, (long long)w.rows, (long long)w.cols, C, y.cols);
@@ -395,8 +377,8 @@ void CpuBackend::matmul_experts(const WeightMatrix *experts, uint32_t n_expert, 
 void CpuBackend::combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) {
     const uint32_t T = routes.rows, C = out.cols;
     if (y.rows != T * n_used || y.cols != C || out.rows != T || routes.cols != 2 * n_used)
-        fail(LLMKV_ERR_BACKEND, "combine_experts: y %ux%u, out %ux%u, routes %ux%u", y.rows,
-             y.cols, out.rows, out.cols, routes.rows, routes.cols);
+        fail(LLMKV_ERR_BACKEND, "combine_experts: y %ux%u, out %ux%u, routes %ux%u", y.rows, y.cols,
+             out.rows, out.cols, routes.rows, routes.cols);
     const float *ys = rows(y), *rs = rows(routes);
     float *os = rows(out);
     pool_.parallel_for(T, 4, [&](size_t b, size_t e) {

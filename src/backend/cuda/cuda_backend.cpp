@@ -403,6 +403,28 @@ public:
     void geglu(Tensor gate, Tensor up) override {
         check(api_->geglu(ctx_, dev(gate), dev(up)), "geglu");
     }
+    void route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) override {
+        check(api_->route_experts(ctx_, dev(logits), r.n_expert, r.n_used,
+                                  r.norm_weights ? LLMKV_CUDA_MOE_NORM_WEIGHTS : 0u, r.weight_scale,
+                                  dev(routes)),
+              "route_experts");
+    }
+    void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x, Tensor routes,
+                        uint32_t n_used, Tensor y) override {
+        expert_handles_.resize(n_expert);
+        for (uint32_t e = 0; e < n_expert; ++e)  // 0: another rank's expert
+            expert_handles_[e] = experts[e].data ? matrix(experts[e]) : 0;
+        check(api_->matmul_experts(ctx_, expert_handles_.data(), n_expert, dev(x), dev(routes),
+                                   n_used, dev(y)),
+              "matmul_experts");
+    }
+    void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) override {
+        check(api_->combine_experts(ctx_, dev(y), dev(routes), n_used, dev(out)),
+              "combine_experts");
+    }
+    void mul_sigmoid(Tensor x, Tensor g) override {
+        check(api_->mul_sigmoid(ctx_, dev(x), dev(g)), "mul_sigmoid");
+    }
     void gather_logit_rows(Tensor x, Tensor out) override {
         check(api_->gather_logit_rows(ctx_, dev(x), dev(out)), "gather_logit_rows");
     }
@@ -548,6 +570,7 @@ private:
     // By WeightMatrix::data, then shape (a tied head and a rank's rows of it share an address).
     std::unordered_map<const void *, std::vector<Matrix>> matrices_;
     std::unordered_map<const float *, llmkv_cuda_weight> vectors_;
+    std::vector<llmkv_cuda_weight> expert_handles_;  // matmul_experts: one layer's experts
     std::unordered_map<const float *, RopeFreq> rope_freqs_;
     std::vector<llmkv_cuda_span> spans_;  // scratch of begin_batch
     Communicator *comm_ = nullptr;        // tensor-parallel ranks (not owned)

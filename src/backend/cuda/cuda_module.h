@@ -26,7 +26,9 @@
  *
  * Level of the ABI (version 3: version 2 plus the sliding window of attention and the ops
  * add_bias, scale, geglu; version 5: the collectives of tensor-parallel ranks; version 6: the
- * KV sink and layer groups, llmkv_cuda_kv_desc's and llmkv_cuda_span's last fields): OPERATIONS,
+ * KV sink and layer groups, llmkv_cuda_kv_desc's and llmkv_cuda_span's last fields; version 7:
+ * the mixture-of-experts ops route_experts, matmul_experts, combine_experts and mul_sigmoid,
+ * which synchronize once per layer to pick experts on the host): OPERATIONS,
  * not a model. The architecture's forward pass is
  * written once in libllmkv (src/model/arch/) against the Backend interface
  * (src/backend/backend.h); the module executes its ops on the device. One batch is
@@ -59,7 +61,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 6u
+#define LLMKV_CUDA_ABI_VERSION 7u
 /* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
  * (os::shared_library_file). */
 #define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
@@ -386,7 +388,41 @@ typedef struct llmkv_cuda_api {
      * or tree all-reduce promises neither. Queued on the compute stream; every rank must call
      * it in the same order with the same shape. INVALID without comm_init. */
     llmkv_cuda_status (*all_reduce_sum)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x);
+    /* ---- version 7: mixture-of-experts layers --------------------------------------------- */
+    /* routes (T x 2 n_used, T = logits.rows) = for each row of logits (T x n_expert, a token's
+     * router logits) the ids of its n_used experts (exact as floats), best first, then their
+     * weights: chosen on the host by libllmkv's own routing (src/tensor/expert_routing.h,
+     * softmax, top n_used, ties to the lower id, divided by their sum with
+     * LLMKV_CUDA_MOE_NORM_WEIGHTS, times weight_scale) after copying the logits back, so the
+     * experts and weights are bitwise the CPU backend's for the same logits. Synchronizes the
+     * compute stream (once per layer); the routes stay known to the host for matmul_experts. */
+    llmkv_cuda_status (*route_experts)(llmkv_cuda_context *ctx, llmkv_cuda_tensor logits,
+                                       uint32_t n_expert, uint32_t n_used, uint32_t flags,
+                                       float weight_scale, llmkv_cuda_tensor routes);
+    /* For token t of routes (T rows) and its i-th expert e: row t n_used + i of y
+     * (T n_used x rows of the experts) = x_row . experts[e]^T, x_row = x[t] when x.rows == T,
+     * x[t n_used + i] when x.rows == T n_used. experts[e] == 0: the expert is held by another
+     * rank, its rows of y are zero. The rows routed to one expert are gathered and multiplied
+     * together (the matmul path of their count), then scattered back. Reads the host's copy
+     * of the routes when routes is the output of the last route_experts (with no
+     * write_activation or begin_batch since: no op may write that tensor in between), else
+     * copies them back first. */
+    llmkv_cuda_status (*matmul_experts)(llmkv_cuda_context *ctx, const llmkv_cuda_weight *experts,
+                                        uint32_t n_expert, llmkv_cuda_tensor x,
+                                        llmkv_cuda_tensor routes, uint32_t n_used,
+                                        llmkv_cuda_tensor y);
+    /* out[t] = sum over i < n_used, in that order, of routes[t][n_used + i] * y[t n_used + i]
+     * (rounded multiplies and adds, bitwise the CPU's). */
+    llmkv_cuda_status (*combine_experts)(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                         llmkv_cuda_tensor routes, uint32_t n_used,
+                                         llmkv_cuda_tensor out);
+    /* x[t] *= 1 / (1 + e^-g[t][0]) (g: x.rows x 1). */
+    llmkv_cuda_status (*mul_sigmoid)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
+                                     llmkv_cuda_tensor g);
 } llmkv_cuda_api;
+
+/* route_experts flags. */
+#define LLMKV_CUDA_MOE_NORM_WEIGHTS 1u
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);
 

@@ -22,9 +22,10 @@
 //   logits = rms_norm(x, output_norm) Wout   (rows that want logits)
 //
 // Tensor parallelism (a ModelShard): the same sequence on one rank's heads and feed-forward
-// columns (of every expert, with the router and the shared gate whole on each rank), with x += all_reduce(o) and x += all_reduce(f) (each rank's partial product of
-// Wo and Wdown summed over the ranks before the post norms), and the logits of the rank's
-// vocabulary rows gathered from every rank.
+// columns (of every expert, with the router and the shared gate whole on each rank), with x +=
+// all_reduce(o) and x += all_reduce(f) (each rank's partial product of Wo and Wdown summed over the
+// ranks before the post norms), and the logits of the rank's vocabulary rows gathered from every
+// rank.
 //
 // Llama 2/3, Mistral, SmolLM2, TinyLlama ("llama"), Qwen2/2.5 ("qwen2"), Qwen3 ("qwen3"),
 // Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3"),
@@ -66,12 +67,18 @@ public:
             up_ = be_.alloc(T, ff);
         }
         if (cfg_.is_moe()) {
-            const uint32_t S = T * moe.routing.n_used;
+            const uint32_t K = moe.routing.n_used;
             router_ = be_.alloc(T, moe.routing.n_expert);
-            routes_ = be_.alloc(T, 2 * moe.routing.n_used);
-            expert_gate_ = be_.alloc(S, moe.n_ff_expert);
-            expert_up_ = be_.alloc(S, moe.n_ff_expert);
-            expert_out_ = be_.alloc(S, cfg_.n_embd);
+            routes_ = be_.alloc(T, 2 * K);
+            // One row per (token, expert) slot: buffers of T rows of K slots each (a backend's
+            // buffers have at most max_tokens rows), seen as T * K rows.
+            auto slots = [&](uint32_t cols) {
+                Tensor t = be_.alloc(T, K * cols);
+                return Tensor{t.data, T * K, cols};
+            };
+            expert_gate_ = slots(moe.n_ff_expert);
+            expert_up_ = slots(moe.n_ff_expert);
+            expert_out_ = slots(cfg_.n_embd);
             if (ff > 0) {
                 shared_out_ = be_.alloc(T, cfg_.n_embd);
                 shared_gate_ = be_.alloc(T, 1);
@@ -112,12 +119,14 @@ public:
             if (p) w.vectors.push_back({p, n});
         };
         for (const LlamaLayer &L : layers_) {
-            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up,
-                                          &L.w_down, &L.router, &L.shared_gate}) {
+            for (const WeightMatrix *m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                                          &L.router, &L.shared_gate}) {
                 if (m->data) w.matrices.push_back(m);
             }
             for (const std::vector<WeightMatrix> *ex : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-                for (const WeightMatrix &m : *ex) w.matrices.push_back(&m);
+                for (const WeightMatrix &m : *ex) {
+                    if (m.data) w.matrices.push_back(&m);  // (empty: another rank's expert)
+                }
             }
             vec(L.attn_norm, cfg_.n_embd);
             vec(L.ffn_norm, cfg_.n_embd);

@@ -1,0 +1,48 @@
+// The expert choice of one token of a mixture-of-experts layer (ExpertRouting, weights.h),
+// written once for every backend so that they all pick the same experts with the same weights
+// bit for bit: softmax over the router logits with exp_float (the same bits on every C
+// runtime and on the host side of the CUDA module), the n_used most probable experts (ties to
+// the lower id), best first, their weights normalised and scaled as the routing says.
+#pragma once
+
+#include <cstdint>
+
+#include "common/float_math.h"
+#include "tensor/weights.h"
+
+namespace llmkv {
+
+// out[0 .. n_used) = the experts' ids (exact as floats), out[n_used .. 2 n_used) = their
+// weights; z: the token's r.n_expert router logits; p and taken: r.n_expert scratch values.
+inline void route_token(const float *z, const ExpertRouting &r, float *p, uint8_t *taken,
+                        float *out) {
+    const uint32_t N = r.n_expert, K = r.n_used;
+    float zmax = z[0];
+    for (uint32_t i = 1; i < N; ++i) zmax = z[i] > zmax ? z[i] : zmax;
+    float sum = 0.0f;
+    for (uint32_t i = 0; i < N; ++i) sum += (p[i] = exp_float(z[i] - zmax));
+    for (uint32_t i = 0; i < N; ++i) {
+        p[i] /= sum;
+        taken[i] = 0;
+    }
+    float wsum = 0.0f;
+    for (uint32_t k = 0; k < K; ++k) {
+        uint32_t best = N;
+        for (uint32_t i = 0; i < N; ++i) {
+            if (!taken[i] && (best == N || p[i] > p[best])) best = i;
+        }
+        taken[best] = 1;
+        out[k] = float(best);
+        out[K + k] = p[best];
+        wsum += p[best];
+    }
+    if (r.norm_weights) {
+        wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
+        for (uint32_t k = 0; k < K; ++k) out[K + k] /= wsum;
+    }
+    if (r.weight_scale != 1.0f) {
+        for (uint32_t k = 0; k < K; ++k) out[K + k] *= r.weight_scale;
+    }
+}
+
+}  // namespace llmkv
