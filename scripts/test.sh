@@ -55,7 +55,7 @@ if [[ "${LLMKV_TEST_EMU:-1}" != 0 ]]; then
     builtin echo "emu: $(grep -cE '^ *[0-9]+/[0-9]+ Test .* Passed' "$ROOT/build-emu/ctest-gpu.log") passed, $(grep -cE '\*\*\*Skipped' "$ROOT/build-emu/ctest-gpu.log") skipped, in $(( SECONDS - EMU_T0 )) s" >&2
     # The defect modes over the kernel parity and backend tests (the engine tests add time, not
     # other kernels or orderings).
-    EMU_MODE_TESTS='SealParity|KernelParity|AttentionParity|AttentionLayouts|AttentionLongContext|DequantParity|MatvecParity|CudaBackend|CudaModuleAbi|TinyModelParity|ArchParity|TpCudaModule'
+    EMU_MODE_TESTS='SealParity|KernelParity|AttentionParity|AttentionLayouts|AttentionLongContext|DequantParity|MatvecParity|CudaBackend|CudaModuleAbi|TinyModelParity|ArchParity|TpCudaModule|MoeModule'
     LLMKV_EMU=reverse,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -j "$JOBS" -L gpu -R "$EMU_MODE_TESTS"
     # Held streams also over the engine's host tier and preemption (its asynchronous copies).
     LLMKV_EMU=hold,quiet ctest --test-dir "$ROOT/build-emu" --output-on-failure -j "$JOBS" -L gpu \

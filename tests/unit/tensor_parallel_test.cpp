@@ -887,3 +887,64 @@ TEST_F(TpEngine, RanksServedThroughATransportMatchInProcessRanks) {
 
 }  // namespace
 }  // namespace llmkv
+
+namespace llmkv {
+namespace {
+
+// A mixture of experts on 2 thread ranks through the C API, each expert split by columns and
+// whole experts per rank (LLMKV_TP_EXPERTS): greedy tokens equal one rank's, a rank's weight
+// bytes a share; an unknown split is refused naming the value.
+TEST(TpEngineMoe, ColumnsAndWholeExpertsGiveOneRanksTokens) {
+    TinyModelSpec spec;
+    spec.arch = "qwen3moe";
+    spec.head_dim = 32;
+    spec.n_expert = 8;
+    spec.n_ff_expert = 64;
+    spec.embd_scale = 0.05f;
+    const std::string path = testing::temp_path("tp_moe.gguf");
+    testing::write_tiny_model(spec, path);
+    auto run = [&](uint32_t tp, const char *split, uint64_t *rank_bytes) {
+        if (split) setenv("LLMKV_TP_EXPERTS", split, 1);
+        llmkv_engine_params p;
+        llmkv_engine_params_init(&p);
+        p.model_path = path.c_str();
+        p.backend = LLMKV_BACKEND_CPU;
+        p.n_threads = 1;
+        p.kv_block_tokens = 4;
+        p.tp_size = tp;
+        llmkv_engine *e = nullptr;
+        const llmkv_status st = llmkv_engine_create(&p, &e);
+        unsetenv("LLMKV_TP_EXPERTS");
+        EXPECT_EQ(st, LLMKV_OK) << llmkv_last_error();
+        if (st != LLMKV_OK) return std::vector<int32_t>{};
+        llmkv_engine_info info;
+        info.struct_size = sizeof info;
+        EXPECT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+        *rank_bytes = info.weight_bytes_rank;
+        std::vector<int32_t> t =
+            testing::solo(e, testing::sampling(0.0f, 1), testing::byte_tokens(21, 3), 16);
+        llmkv_engine_destroy(e);
+        return t;
+    };
+    uint64_t one = 0, cols = 0, whole = 0;
+    const std::vector<int32_t> ref = run(1, nullptr, &one);
+    EXPECT_EQ(run(2, "columns", &cols), ref);
+    EXPECT_EQ(run(2, "whole", &whole), ref);
+    EXPECT_LT(cols, one);
+    EXPECT_LT(whole, one);
+    setenv("LLMKV_TP_EXPERTS", "halves", 1);
+    llmkv_engine_params p;
+    llmkv_engine_params_init(&p);
+    p.model_path = path.c_str();
+    p.tp_size = 2;
+    llmkv_engine *e = nullptr;
+    EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(llmkv_last_error()).find("LLMKV_TP_EXPERTS=\"halves\""),
+              std::string::npos)
+        << llmkv_last_error();
+    unsetenv("LLMKV_TP_EXPERTS");
+    std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace llmkv
