@@ -38,8 +38,8 @@ __global__ void mul_sigmoid_kernel(float *__restrict__ x, uint32_t cols,
 
 }  // namespace
 
-cudaError_t launch_scatter_rows(const float *x, uint32_t cols, const int32_t *rows,
-                                uint32_t n_rows, float *out, cudaStream_t stream) {
+cudaError_t launch_scatter_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
+                                float *out, cudaStream_t stream) {
     if (n_rows == 0) return cudaSuccess;
     LLMKV_LAUNCH(scatter_rows_kernel, n_rows, kThreads, 0, stream)(x, cols, rows, out);
     return cudaGetLastError();

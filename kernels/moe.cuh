@@ -10,8 +10,8 @@
 namespace llmkv::cuda {
 
 // out row rows[i] = x row i for i < n_rows (f32 rows of `cols`; rows int32, device).
-cudaError_t launch_scatter_rows(const float *x, uint32_t cols, const int32_t *rows,
-                                uint32_t n_rows, float *out, cudaStream_t stream);
+cudaError_t launch_scatter_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
+                                float *out, cudaStream_t stream);
 
 // out[t][c] = sum over i < n_used, in that order, of routes[t][n_used + i] * y[t n_used + i][c]
 // for t < n_tokens, c < cols: one rounded multiply and one rounded add per term, as the CPU's

@@ -163,7 +163,8 @@ TEST(MoeModule, ExpertProductsCombineAndTheSharedGate) {
         for (uint32_t c = 0; c < kEmbd; ++c) {
             float s = 0.0f;
             for (uint32_t i = 0; i < kUsed; ++i)
-                s += rs[size_t(t) * 2 * kUsed + kUsed + i] * ys[(size_t(t) * kUsed + i) * kEmbd + c];
+                s +=
+                    rs[size_t(t) * 2 * kUsed + kUsed + i] * ys[(size_t(t) * kUsed + i) * kEmbd + c];
             ASSERT_EQ(sum[size_t(t) * kEmbd + c], s) << t << ", " << c;
         }
     }
