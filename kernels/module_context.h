@@ -162,10 +162,9 @@ struct ExpertScratch {
     std::vector<uint8_t> taken;
     const void *routes_data = nullptr;  // the device tensor the host routes were written to
     uint32_t routes_rows = 0;
-    std::vector<int32_t> src, dst;  // per gathered row: x row, y row
-    std::vector<int32_t> rows;      // src then dst, as uploaded
-    std::vector<uint32_t> count;
-    int32_t *d_rows = nullptr;  // [2 S]
+    std::vector<uint32_t> count, order;  // order_slots_by_expert's first and slots
+    std::vector<int32_t> rows;           // per gathered row its x row, then its y row
+    int32_t *d_rows = nullptr;           // [2 S]
     size_t rows_cap = 0;
     float *d_x = nullptr, *d_y = nullptr;
     size_t x_cap = 0, y_cap = 0;  // floats

@@ -402,6 +402,15 @@ llmkv_cuda_status host_routes(Ctx *ctx, const llmkv_cuda_tensor &routes, const c
     return LLMKV_CUDA_OK;
 }
 
+// INVALID naming the token and the expert id of slot `slot` of the routes.
+llmkv_cuda_status bad_route(Ctx *ctx, const char *op, const std::vector<float> &routes,
+                            uint32_t slot, uint32_t n_used, uint32_t n_expert) {
+    const uint32_t t = slot / n_used;
+    return bad(ctx, op,
+               format("token %u: expert %g of %u", t,
+                      double(routes[size_t(t) * 2 * n_used + slot % n_used]), n_expert));
+}
+
 // Grows a gathered-rows buffer to n floats (the old one may be read by queued work: wait).
 llmkv_cuda_status grow_floats(Ctx *ctx, float *&d, size_t &cap, size_t n, const char *what) {
     return grow_table<float>(ctx, d, nullptr, cap, n, 1 << 16, what);
@@ -472,31 +481,16 @@ llmkv_cuda_status api_matmul_experts(llmkv_cuda_context *ctx, const llmkv_cuda_w
         }
         CKS(host_routes(ctx, routes, op));
         ExpertScratch &m = ctx->experts;
-        // The slots of each expert in slot order (a counting sort), gathered end to end.
-        m.count.assign(n_expert + 1, 0);
-        for (uint32_t t = 0; t < T; ++t) {
-            for (uint32_t i = 0; i < n_used; ++i) {
-                const float id = m.routes[size_t(t) * routes.cols + i];
-                if (!(id >= 0.0f && id < float(n_expert)))
-                    return bad(ctx, op,
-                               format("token %u: expert %g of %u", t, double(id), n_expert));
-                ++m.count[uint32_t(id) + 1];
-            }
-        }
-        for (uint32_t e = 0; e < n_expert; ++e) m.count[e + 1] += m.count[e];
-        m.src.resize(S);
-        m.dst.resize(S);
-        {
-            std::vector<uint32_t> next(m.count.begin(), m.count.end() - 1);
-            const bool per_slot = x.rows == S && n_used > 1;
-            for (uint32_t t = 0; t < T; ++t) {
-                for (uint32_t i = 0; i < n_used; ++i) {
-                    const uint32_t e = uint32_t(m.routes[size_t(t) * routes.cols + i]);
-                    const uint32_t slot = t * n_used + i, j = next[e]++;
-                    m.dst[j] = int32_t(slot);
-                    m.src[j] = int32_t(per_slot ? slot : t);
-                }
-            }
+        // The slots of each expert in slot order, gathered end to end.
+        const int64_t bad_slot =
+            order_slots_by_expert(m.routes.data(), T, n_used, n_expert, m.count, m.order);
+        if (bad_slot >= 0)
+            return bad_route(ctx, op, m.routes, uint32_t(bad_slot), n_used, n_expert);
+        const bool per_slot = x.rows == S && n_used > 1;
+        m.rows.resize(2 * size_t(S));
+        for (uint32_t j = 0; j < S; ++j) {
+            m.rows[j] = int32_t(per_slot ? m.order[j] : m.order[j] / n_used);  // source row
+            m.rows[S + j] = int32_t(m.order[j]);                               // destination
         }
         // One table: the gathered rows' sources, then their destinations.
         CKS(grow_table<int32_t>(ctx, m.d_rows, nullptr, m.rows_cap, 2 * size_t(S), 256,
@@ -504,9 +498,6 @@ llmkv_cuda_status api_matmul_experts(llmkv_cuda_context *ctx, const llmkv_cuda_w
         const size_t xn = size_t(S) * x.cols, yn = size_t(S) * y.cols;
         CKS(grow_floats(ctx, m.d_x, m.x_cap, xn, "gathered expert inputs"));
         CKS(grow_floats(ctx, m.d_y, m.y_cap, yn, "gathered expert outputs"));
-        m.rows.resize(2 * size_t(S));
-        std::copy(m.src.begin(), m.src.end(), m.rows.begin());
-        std::copy(m.dst.begin(), m.dst.end(), m.rows.begin() + S);
         CK(ctx, cudaMemcpyAsync(m.d_rows, m.rows.data(), m.rows.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, ctx->compute));
         CK(ctx, launch_gather_rows(static_cast<const float *>(x.data), x.cols, m.d_rows, S, m.d_x,

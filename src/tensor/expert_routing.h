@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/float_math.h"
 #include "tensor/weights.h"
@@ -43,6 +44,34 @@ inline void route_token(const float *z, const ExpertRouting &r, float *p, uint8_
     if (r.weight_scale != 1.0f) {
         for (uint32_t k = 0; k < K; ++k) out[K + k] *= r.weight_scale;
     }
+}
+
+// The slots of a batch's routes (T tokens x n_used experts, routes as route_token writes them,
+// row stride 2 n_used) ordered by expert, each expert's in slot order: slots[first[e] ..
+// first[e + 1]) are expert e's slots t n_used + i; first has n_expert + 1 entries. Returns the
+// first slot whose expert id is not one of the n_expert (-1 when all are), leaving the output
+// incomplete. Every backend's matmul_experts groups the rows by this order.
+inline int64_t order_slots_by_expert(const float *routes, uint32_t T, uint32_t n_used,
+                                     uint32_t n_expert, std::vector<uint32_t> &first,
+                                     std::vector<uint32_t> &slots) {
+    first.assign(n_expert + 1, 0);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < n_used; ++i) {
+            const float id = routes[size_t(t) * 2 * n_used + i];
+            if (!(id >= 0.0f && id < float(n_expert))) return int64_t(t) * n_used + i;
+            ++first[uint32_t(id) + 1];
+        }
+    }
+    for (uint32_t e = 0; e < n_expert; ++e) first[e + 1] += first[e];
+    slots.resize(size_t(T) * n_used);
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < n_used; ++i) {
+            const uint32_t e = uint32_t(routes[size_t(t) * 2 * n_used + i]);
+            slots[next[e]++] = t * n_used + i;
+        }
+    }
+    return -1;
 }
 
 }  // namespace llmkv

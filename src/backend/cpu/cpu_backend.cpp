@@ -322,26 +322,11 @@ void CpuBackend::matmul_experts(const WeightMatrix *experts, uint32_t n_expert, 
              routes.rows, routes.cols, x.rows, y.rows, T);
     const bool per_slot = x.rows == S && n_used > 1;
     const float *rs = rows(routes);
-    expert_count_.assign(n_expert + 1, 0);
-    for (uint32_t t = 0; t < T; ++t) {
-        for (uint32_t i = 0; i < n_used; ++i) {
-            const float id = rs[size_t(t) * 2 * n_used + i];
-            if (!(id >= 0.0f && id < float(n_expert)))
-                fail(LLMKV_ERR_BACKEND, "matmul_experts: expert %g of %u", double(id), n_expert);
-            ++expert_count_[uint32_t(id) + 1];
-        }
-    }
-    for (uint32_t e = 0; e < n_expert; ++e) expert_count_[e + 1] += expert_count_[e];
-    expert_rows_.resize(S);
-    {
-        std::vector<uint32_t> next(expert_count_.begin(), expert_count_.end() - 1);
-        for (uint32_t t = 0; t < T; ++t) {
-            for (uint32_t i = 0; i < n_used; ++i) {
-                const uint32_t e = uint32_t(rs[size_t(t) * 2 * n_used + i]);
-                expert_rows_[next[e]++] = t * n_used + i;
-            }
-        }
-    }
+    const int64_t bad_slot =
+        order_slots_by_expert(rs, T, n_used, n_expert, expert_count_, expert_rows_);
+    if (bad_slot >= 0)
+        fail(LLMKV_ERR_BACKEND, "matmul_experts: expert %g of %u",
+             double(rs[bad_slot / n_used * 2 * n_used + bad_slot % n_used]), n_expert);
     const uint32_t C = x.cols;
     for (uint32_t e = 0; e < n_expert; ++e) {
         const uint32_t b = expert_count_[e], n = expert_count_[e + 1] - b;
