@@ -49,6 +49,28 @@ check() {  # MODEL RANKS
 }
 check "$SMOL" 3
 [[ -n "$GEMMA" ]] && check "$GEMMA" 2
+# A mixture of experts (the tests' tiny Qwen3-MoE-style model, random weights, no chat
+# template) on 2 ranks, every expert split by columns and whole experts per rank
+# (LLMKV_TP_EXPERTS, carried to the MPI ranks in the set-up message): MPI = threads, and the
+# greedy text equals one rank's.
+WRITER="$BUILD/tools/soak/llmkv_write_tiny_model"
+if [[ -x "$WRITER" ]]; then
+    MOE=$(mktemp --suffix=.gguf)
+    trap 'rm -f "$MOE"' EXIT
+    "$WRITER" "$MOE" 256 moe
+    one=$("$LLMKV" run -m "$MOE" -p "the quick brown fox" -n 24 -t 2 --temp 0 2>/dev/null)
+    for split in columns whole; do
+        threads=$(LLMKV_TP_EXPERTS=$split "$LLMKV" run -m "$MOE" -p "the quick brown fox" -n 24 -t 2 --tp 2 --temp 0 2>/dev/null)
+        mpi=$(LLMKV_TP_EXPERTS=$split "${MPIRUN[@]}" -x LLMKV_TP_EXPERTS -np 2 "$MPI_BIN" run -m "$MOE" -p "the quick brown fox" -n 24 -t 1 --mpi --temp 0 2>/dev/null)
+        printf 'tiny qwen3moe tp=2 experts=%s\n  tp=1: %q\n  threads: %q\n  mpi: %q\n' "$split" "$one" "$threads" "$mpi"
+        if [[ -z "$one" || "$mpi" != "$threads" || "$threads" != "$one" ]]; then
+            echo "check_tp_mpi: FAIL: the mixture of experts (experts $split) differs between one rank, 2 thread ranks and 2 MPI ranks" >&2
+            fail=1
+        fi
+    done
+else
+    echo "check_tp_mpi: mixture of experts SKIPPED: no $WRITER (built with the tests)" >&2
+fi
 # A rank whose model file is missing: rank 0 reports it and every process exits non-zero.
 if "${MPIRUN[@]}" -np 2 "$MPI_BIN" run -m /nonexistent.gguf -p hi -n 1 --mpi >/dev/null 2>&1; then
     echo "check_tp_mpi: FAIL: a missing model did not fail the MPI run" >&2

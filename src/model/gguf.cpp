@@ -515,7 +515,7 @@ void GgufFile::parse_tensor_info(GgufCursor &cur, uint64_t index) {
         if (const char *known = ggml_type_name(type_id)) {
             fail(LLMKV_ERR_UNSUPPORTED,
                  "tensor %s: type %s (%u) is not supported (supported: F32, F16, BF16, Q8_0, "
-                 "Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+                 "Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                  nm, known, type_id);
         }
         fail(LLMKV_ERR_MODEL_FORMAT, "tensor %s: type id %u is unknown", nm, type_id);

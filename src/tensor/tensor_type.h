@@ -24,6 +24,7 @@ enum class TensorType : uint32_t {
     Q8_K = 15,
     IQ4_NL = 20,
     BF16 = 30,
+    MXFP4 = 39,  // gpt-oss's experts
 };
 
 // One past the largest GGML type id this code knows a name for.
@@ -133,6 +134,7 @@ constexpr bool tensor_type_supported(uint32_t id) {
         case uint32_t(TensorType::Q6_K):
         case uint32_t(TensorType::IQ4_NL):
         case uint32_t(TensorType::BF16):
+        case uint32_t(TensorType::MXFP4):
             return true;
         default:
             return false;
@@ -171,6 +173,7 @@ constexpr int64_t tensor_type_block_elements(TensorType t) {
         case TensorType::Q5_1:
         case TensorType::Q8_0:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
             return 32;
         default:
             return 1;
@@ -210,6 +213,8 @@ constexpr size_t tensor_type_block_bytes(TensorType t) {
             return 292;
         case TensorType::IQ4_NL:
             return 18;
+        case TensorType::MXFP4:
+            return 17;
     }
     return 0;
 }
@@ -271,6 +276,24 @@ static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block is 18 bytes");
 // The 16 non-uniform levels of IQ4_NL, indexed by the 4-bit code.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// MXFP4 (OCP microscaling FP4, gpt-oss): value = kMxfp4Values[nibble] * 2^(e - 128), nibble
+// layout as Q4_0. kMxfp4Values are twice the E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives), so the block's E8M0 scale 2^(e - 127) enters halved: mxfp4_scale(e), exact in f32
+// for every e (2^-128 and 2^-127 subnormal), as llama.cpp defines the type.
+struct BlockMXFP4 {
+    uint8_t e;
+    uint8_t qs[kQuantBlock / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17, "MXFP4 block is 17 bytes");
+
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as f32 bits.
+constexpr uint32_t mxfp4_scale_bits(uint32_t e) {
+    return e < 2 ? 0x00200000u << e : (e - 1) << 23;
+}
 
 // ---- k-quants: 256 elements per super-block, sub-blocks of 16 or 32 with their own scales ----
 //
@@ -360,6 +383,7 @@ static_assert(tensor_type_block_bytes(TensorType::Q5_0) == sizeof(BlockQ5_0));
 static_assert(tensor_type_block_bytes(TensorType::Q5_1) == sizeof(BlockQ5_1));
 static_assert(tensor_type_block_bytes(TensorType::Q8_0) == sizeof(BlockQ8_0));
 static_assert(tensor_type_block_bytes(TensorType::IQ4_NL) == sizeof(BlockIQ4_NL));
+static_assert(tensor_type_block_bytes(TensorType::MXFP4) == sizeof(BlockMXFP4));
 static_assert(tensor_type_block_bytes(TensorType::Q2_K) == sizeof(BlockQ2_K));
 static_assert(tensor_type_block_bytes(TensorType::Q3_K) == sizeof(BlockQ3_K));
 static_assert(tensor_type_block_bytes(TensorType::Q4_K) == sizeof(BlockQ4_K));

@@ -191,6 +191,19 @@ void dequantize_row_reference(TensorType type, const void *src, float *dst, int6
                 }
             }
             return;
+        case TensorType::MXFP4:
+            for (int64_t b = 0; b < n / kBlock; ++b) {
+                const uint8_t *blk = p + b * 17;
+                const uint32_t bits = mxfp4_scale_bits(blk[0]);
+                float d;
+                std::memcpy(&d, &bits, 4);
+                float *o = dst + b * kBlock;
+                for (int i = 0; i < 16; ++i) {
+                    o[i] = float(kMxfp4Values[blk[1 + i] & 15]) * d;
+                    o[i + 16] = float(kMxfp4Values[blk[1 + i] >> 4]) * d;
+                }
+            }
+            return;
         case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:

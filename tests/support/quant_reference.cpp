@@ -79,6 +79,27 @@ void quantize_block32(TensorType t, const float *x, uint8_t *dst) {
         for (int j = 0; j < 16; ++j) dst[2 + j] = uint8_t(q[j] | (q[j + 16] << 4));
         return;
     }
+    if (t == TensorType::MXFP4) {  // e from the largest magnitude, the nearest of the levels
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const int e =
+            amax > 0.0f ? std::clamp(int(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+        const uint32_t bits = mxfp4_scale_bits(uint32_t(e));
+        float d;
+        std::memcpy(&d, &bits, 4);
+        for (int j = 0; j < 32; ++j) {
+            int best = 0;
+            for (int k = 1; k < 16; ++k) {
+                if (std::fabs(x[j] / d - kMxfp4Values[k]) <
+                    std::fabs(x[j] / d - kMxfp4Values[best]))
+                    best = k;
+            }
+            q[j] = best;
+        }
+        dst[0] = uint8_t(e);
+        for (int j = 0; j < 16; ++j) dst[1 + j] = uint8_t(q[j] | (q[j + 16] << 4));
+        return;
+    }
     const size_t off = t == TensorType::Q5_1 ? 4 : 2;
     uint32_t qh = 0;
     for (int j = 0; j < 32; ++j) qh |= uint32_t(q[j] >> 4) << j;
@@ -425,6 +446,7 @@ std::vector<uint8_t> quantize_reference(TensorType t, const float *x, int64_t n)
         case TensorType::Q5_0:
         case TensorType::Q5_1:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
             for (int64_t b = 0; b < n / kQuantBlock; ++b) {
                 quantize_block32(t, x + b * kQuantBlock,
                                  dst + size_t(b) * tensor_type_block_bytes(t));
@@ -529,6 +551,19 @@ std::vector<float> dequantize_reference(TensorType t, const uint8_t *data, int64
                 for (int j = 0; j < 16; ++j) {
                     out[b * 32 + j] = d * float(kIq4nlValues[blk.qs[j] & 15]);
                     out[b * 32 + j + 16] = d * float(kIq4nlValues[blk.qs[j] >> 4]);
+                }
+            }
+            break;
+        case TensorType::MXFP4:
+            for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+                BlockMXFP4 blk;
+                std::memcpy(&blk, data + b * sizeof(blk), sizeof(blk));
+                const uint32_t bits = mxfp4_scale_bits(blk.e);
+                float d;
+                std::memcpy(&d, &bits, 4);
+                for (int j = 0; j < 16; ++j) {
+                    out[b * 32 + j] = float(kMxfp4Values[blk.qs[j] & 15]) * d;
+                    out[b * 32 + j + 16] = float(kMxfp4Values[blk.qs[j] >> 4]) * d;
                 }
             }
             break;

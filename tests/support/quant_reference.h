@@ -23,6 +23,8 @@ size_t tensor_bytes_reference(TensorType t, int64_t n);
 //  - Q5_0: as Q4_0 with d = maxv / -16, q = clamp(round(x / d) + 16, 0, 31).
 //  - Q5_1: as Q4_1 with d = (max - min) / 31, q 0..31.
 //  - IQ4_NL: d = maxv / -127, q = the level nearest to x / d.
+//  - MXFP4: e = floor(log2 max|x|) - 2 + 127 (clamped to 0..254; 0 for a zero block),
+//    q = the level of kMxfp4Values nearest to x / 2^(e - 128).
 //  - Q2_K / Q4_K / Q5_K: per sub-block (16 / 32 / 32 elements) the range [min(x, 0), max(x)]
 //    in 3 / 15 / 31 steps; the steps and -min(x, 0) quantized against d = max step / 15 (Q2_K)
 //    or / 63, dmin likewise; q = clamp(round((x + min) / step), 0, qmax).

@@ -620,7 +620,8 @@ TEST(GgufMalformed, KQuantRowLengthNotAMultipleOf256IsRejected) {
                                   " block size 256");
         }
     }
-    for (TensorType t : {TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL}) {
+    for (TensorType t :
+         {TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL, TensorType::MXFP4}) {
         GgufWriter w;
         w.add_tensor_raw("q", {48, 2}, uint32_t(t), std::vector<uint8_t>(64));
         EXPECT_GGUF_ERROR(w.build(), LLMKV_ERR_MODEL_FORMAT,
@@ -632,9 +633,9 @@ TEST(GgufMalformed, KQuantRowLengthNotAMultipleOf256IsRejected) {
 // The byte size follows from the block geometry; data shorter than that is caught, and a
 // well-formed tensor of each new type reads back with the right sizes.
 TEST(GgufMalformed, KQuantDataShorterThanItsBlocksIsRejected) {
-    const TensorType types[] = {TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-                                TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
-                                TensorType::Q5_K, TensorType::Q6_K};
+    const TensorType types[] = {TensorType::Q5_0,  TensorType::Q5_1, TensorType::IQ4_NL,
+                                TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K,
+                                TensorType::Q4_K,  TensorType::Q5_K, TensorType::Q6_K};
     for (TensorType t : types) {
         const uint64_t row = 512;
         const size_t bytes =

@@ -34,8 +34,11 @@ bool have_avx512() {
         }                                                                                    \
     } while (0)
 
+// MXFP4's raw blocks carry every E8M0 exponent 0..255: subnormal scales (2^-128, 2^-127) and
+// the largest (2^127, whose products overflow to inf alike in both families).
 const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1};
+                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                                TensorType::MXFP4};
 
 struct Matrix {
     TensorType type;

@@ -128,6 +128,15 @@ SpecBlock spec_block(TensorType t, const uint8_t *row, int64_t b) {
         return sb;
     }
     const uint8_t *blk = row + size_t(b) * tensor_type_block_bytes(t);
+    if (t == TensorType::MXFP4) {  // D = 2^(e - 128), w = the nibble's level
+        const uint32_t bits = mxfp4_scale_bits(blk[0]);
+        std::memcpy(&sb.D, &bits, 4);
+        for (int k = 0; k < 32; ++k) {
+            const uint8_t byte = blk[1 + k % 16];
+            sb.w[k] = kMxfp4Values[k < 16 ? byte & 15 : byte >> 4];
+        }
+        return sb;
+    }
     sb.D = fp16_to_fp32(u16(blk));
     for (int k = 0; k < 32; ++k) {
         switch (t) {
@@ -301,12 +310,13 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
     const size_t codes = type == TensorType::Q4_1 || type == TensorType::Q5_1 ? 64 : 32;
     // The high-bit vectors, after the 4 nibble vectors (Q3_K: after its 2 low-bit vectors).
     const size_t high = codes + (type == TensorType::Q3_K ? 128 : 256);
-    const int o = type == TensorType::Q4_0                                 ? 8
-                  : type == TensorType::Q8_0 || type == TensorType::IQ4_NL ? 128
-                  : type == TensorType::Q5_0                               ? 16
-                  : type == TensorType::Q6_K                               ? 32
-                  : type == TensorType::Q3_K                               ? 4
-                                                                           : 0;
+    const int o =
+        type == TensorType::Q4_0                                                              ? 8
+        : type == TensorType::Q8_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 ? 128
+        : type == TensorType::Q5_0                                                            ? 16
+        : type == TensorType::Q6_K                                                            ? 32
+        : type == TensorType::Q3_K                                                            ? 4
+                                                                                              : 0;
     for (int64_t r = 0; r < 32; ++r) {
         const int j = int(r % 16);
         const uint8_t *group = p.data() + size_t(r / 16) * group_bytes;
@@ -339,6 +349,7 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 }
                 if (type == TensorType::IQ4_NL)
                     u = kIq4nlValues[u] + 128;  // the stored index's level
+                if (type == TensorType::MXFP4) u = kMxfp4Values[u] + 128;
                 const SpecBlock sb = spec_block(type, m.data.data() + size_t(r) * m.row_bytes(), b);
                 ASSERT_EQ(u - o, sb.w[i]) << "row " << r << " block " << b << " element " << i;
             }
@@ -359,6 +370,9 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
                 EXPECT_EQ(fp16_to_fp32(u16(hdr + 2 * j)), sb.D) << "d of row " << r;
                 EXPECT_EQ(int8_t(blk[j]), sb.sc[0]) << "scale, first half, row " << r;
                 EXPECT_EQ(int8_t(blk[16 + j]), sb.sc[1]) << "scale, second half, row " << r;
+            } else if (type == TensorType::MXFP4) {
+                EXPECT_EQ(u16(blk + 2 * j), m.data[size_t(r) * m.row_bytes() + size_t(b) * 17])
+                    << "the E8M0 byte of row " << r;
             } else {
                 EXPECT_EQ(fp16_to_fp32(u16(blk + 2 * j)), sb.D) << "d of row " << r;
                 if (type == TensorType::Q4_1 || type == TensorType::Q5_1) {
@@ -372,9 +386,45 @@ TEST_P(PackedMatmul, LayoutIsTheDocumentedOne) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
                                            TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-                                           TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
-                                           TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K,
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto &p) { return std::string(tensor_type_name(p.param)); });
+
+// MXFP4 blocks of every E8M0 exponent 0..255 (2^-128 and 2^-127 are subnormal f32; 2^127
+// times a level overflows) and random codes: every family computes the spec bit for bit.
+TEST(PackedMatmulMxfp4, EveryExponentInEveryFamilyIsTheSpec) {
+    const int64_t rows = 37, cols = 256;
+    Matrix m{TensorType::MXFP4, rows, cols, {}};
+    m.data.resize(size_t(rows) * (cols / 32) * 17);
+    std::mt19937 rng(17);
+    for (uint8_t &b : m.data) b = uint8_t(rng());
+    for (size_t blk = 0; blk * 17 < m.data.size(); ++blk) m.data[blk * 17] = uint8_t(blk % 256);
+    ASSERT_GE(m.data.size() / 17, 256u);  // every exponent appears
+    for (int64_t n_tokens : {1, 5, 16}) {
+        const std::vector<float> x = random_x(n_tokens, cols, uint32_t(n_tokens));
+        const std::vector<float> want = spec(m, x, n_tokens);
+        for (MatmulKernel fam : families()) {
+            ASSERT_TRUE(set_matmul_kernel(fam));
+            ThreadPool pool(2);
+            MatmulScratch scratch;
+            std::vector<float> y(size_t(n_tokens * rows), -1.0f);
+            matmul(m.view(), x.data(), cols, n_tokens, y.data(), rows, pool, scratch);
+            EXPECT_TRUE(same_bits(y, want)) << family_name(fam) << " tokens " << n_tokens;
+        }
+    }
+    set_matmul_kernel(MatmulKernel::kAuto);
+    // The GGUF definition: value = kMxfp4Values[nibble] * 2^(e - 128).
+    const uint8_t blk[17] = {130, 0x71, 0xF8};  // e = 130: 2^2; nibbles 1, 7 / 8, 15 ...
+    float out[32];
+    dequantize_row_reference(TensorType::MXFP4, blk, out, 32);
+    EXPECT_EQ(out[0], 4.0f * 1);     // low nibble of byte 0: 1
+    EXPECT_EQ(out[16], 4.0f * 12);   // high nibble of byte 0: 7
+    EXPECT_EQ(out[1], 4.0f * 0);     // 8: -0
+    EXPECT_EQ(out[17], 4.0f * -12);  // 15
+    const uint8_t tiny[17] = {0, 0x07};
+    dequantize_row_reference(TensorType::MXFP4, tiny, out, 32);
+    EXPECT_EQ(out[0], std::ldexp(12.0f, -128));  // 2^-128: a subnormal scale, exact
+}
 
 TEST(PackedWeightsTest, RejectsWhatCannotBePacked) {
     std::vector<uint8_t> data(64 * 36, 0);

@@ -1,7 +1,8 @@
 // CPU matrix multiplication over weights kept in their GGUF encoding (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K): Y = X * W^T, threaded over output rows; AVX-512 VNNI
-// and AVX2 kernels with a portable fallback. Results are deterministic: Y[t][r] depends only on row
-// r of W and row t of X, and the AVX-512 kernels give the same bits as the AVX2 ones.
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K..Q6_K): Y = X * W^T, threaded over output rows;
+// AVX-512 VNNI and AVX2 kernels with a portable fallback. Results are deterministic: Y[t][r]
+// depends only on row r of W and row t of X, and the AVX-512 kernels give the same bits as the AVX2
+// ones.
 #pragma once
 
 #include <cstddef>
@@ -71,16 +72,18 @@ const char *matmul_kernel_name();
 // What snapshots record as the CPU kernels (Backend::kernel_id): the family and the revision of
 // the arithmetic for a model's weight types ("avx512-r3"). Revision 2: Q4_0 / Q4_1 / Q8_0 on
 // packed weights (matmul_packed.h), which changed their results; revision 3: Q5_0 / Q5_1 / Q4_K
-// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K and IQ4_NL packed. A model's
-// revision is the highest of its matrices' (matmul_revision), so a model without the later types
-// keeps "-r2" or "-r3": its results did not change. KV written by an earlier revision is not
-// bitwise what this build computes, so its snapshots are refused unless loaded with "any kernel".
+// / Q5_K / Q6_K packed too; revision 4: Q3_K packed; revision 5: Q2_K and IQ4_NL packed (MXFP4,
+// new, since). A model's revision is the highest of its matrices' (matmul_revision), so a model
+// without the later types keeps "-r2" or "-r3": its results did not change. KV written by an
+// earlier revision is not bitwise what this build computes, so its snapshots are refused unless
+// loaded with "any kernel".
 std::string matmul_kernel_id(int revision);
 // The revision that last changed matmul()'s results for weights of this type (2 to 5).
 constexpr int matmul_revision(TensorType type) {
     switch (type) {
         case TensorType::Q2_K:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:  // (packed from its first version)
             return 5;
         case TensorType::Q3_K:
             return 4;

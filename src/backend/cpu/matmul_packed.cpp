@@ -1,6 +1,6 @@
-// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights
-// (matmul_packed.h): the packing, the per-block activation terms and the portable kernel, which
-// spells out the arithmetic the SIMD kernels reproduce.
+// Packed Q4_0 / Q4_1 / Q8_0 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K
+// weights (matmul_packed.h): the packing, the per-block activation terms and the portable kernel,
+// which spells out the arithmetic the SIMD kernels reproduce.
 #include "backend/cpu/matmul_packed.h"
 
 #include <algorithm>
@@ -44,6 +44,13 @@ uint16_t u16_at(const uint8_t *p) {
 
 void decode_unit(TensorType t, const uint8_t *src, Unit &un) {
     switch (t) {
+        case TensorType::MXFP4:  // the E8M0 byte as d; nibbles kept as indices into kMxfp4Values
+            un.d = src[0];
+            for (int i = 0; i < 16; ++i) {
+                un.u[i] = src[1 + i] & 15;
+                un.u[16 + i] = src[1 + i] >> 4;
+            }
+            return;
         case TensorType::Q4_0:
         case TensorType::IQ4_NL:  // nibbles as Q4_0's: kept as indices into kIq4nlValues
         case TensorType::Q4_1: {
@@ -272,7 +279,7 @@ inline int packed_code(TensorType type, const uint8_t *blk, int k, int j, int e)
     }
     if (!packed_has_nibbles(type)) return blk[off + 64 * k + 4 * j + e];
     int c = (blk[off + 64 * (k % 4) + 4 * j + e] >> (k < 4 ? 0 : 4)) & 15;
-    if (type == TensorType::IQ4_NL) return kIq4nlValues[c] + 128;
+    if (packed_has_levels(type)) return packed_levels(type)[c] + 128;
     const size_t hi = packed_high_offset(type);
     if (packed_has_high_bit(type)) c |= ((blk[hi + 4 * j + e] >> k) & 1) << 4;
     if (type == TensorType::Q6_K)
@@ -318,6 +325,9 @@ void packed_rows_portable(const MatmulJob &job, int64_t r0, int64_t r1) {
                         D = fp16_to_fp32(u16_at(hdr + 2 * j));
                         dot = int32_t(int8_t(blk[j])) * half[0] +
                               int32_t(int8_t(blk[16 + j])) * half[1];
+                    } else if (packed_has_e8m0_scales(type)) {
+                        const uint32_t bits = mxfp4_scale_bits(u16_at(blk + 2 * j) & 0xff);
+                        std::memcpy(&D, &bits, 4);
                     } else {
                         D = fp16_to_fp32(u16_at(blk + 2 * j));
                         if (packed_has_f16_min(type)) M = fp16_to_fp32(u16_at(blk + 32 + 2 * j));

@@ -1,5 +1,5 @@
-// Packed weights for every quantized weight type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K,
-// Q3_K, Q4_K, Q5_K and Q6_K): the layout the CPU kernels read for these types, made once when
+// Packed weights for every quantized weight type (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, MXFP4,
+// Q2_K, Q3_K, Q4_K, Q5_K and Q6_K): the layout the CPU kernels read for these types, made once when
 // the backend loads the weights (CpuBackend::load_weights), and the arithmetic that every kernel
 // family (portable, AVX2, AVX-512 VNNI) computes on it, bit for bit.
 //
@@ -9,6 +9,8 @@
 // a super-block header with the rows' super-block scales, followed by its 8 group blocks:
 //   Q4_0   d[16] f16 | codes (4 x 64, nibbles)                                     288 bytes
 //   IQ4_NL as Q4_0 (the nibbles are indices into kIq4nlValues)                      288
+//   MXFP4  e[16] u16 (the E8M0 byte, zero-extended) | codes as IQ4_NL's (indices into
+//          kMxfp4Values)                                                            288
 //   Q4_1   d[16] f16 | m[16] f16 | codes (4 x 64, nibbles)                         320
 //   Q8_0   d[16] f16 | codes (8 x 64, bytes w + 128)                               544
 //   Q5_0   d[16] f16 | codes (4 x 64, nibbles) | high bits (64)                    352
@@ -35,6 +37,7 @@
 // u of element 4k + e of row j is
 //   Q4_0, Q4_1, Q4_K   the nibble                                        0..15
 //   IQ4_NL             kIq4nlValues[nibble] + 128 (the level + 128)      1..241
+//   MXFP4              kMxfp4Values[nibble] + 128                        116..140
 //   Q8_0               the byte, the int8 code + 128                     0..255
 //   Q5_0, Q5_1, Q5_K   nibble | bit k of high byte 4j + e, as bit 4      0..31
 //   Q6_K               nibble | bits 2(k % 4), 2(k % 4) + 1 of byte 4j + e of high vector k / 4,
@@ -60,13 +63,14 @@
 // and scales d_x from the q8 quantizer (matmul.h, codes in -127..127), y starts at +0.0f and
 // for each block b in order
 //   I   = sum_k w_k x_k                      exact int32, w_k the signed weight code:
-//                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0, IQ4_NL u - 128,
+//                                            Q4_0 u - 8, Q4_1, Q5_1 u, Q8_0, IQ4_NL, MXFP4 u - 128,
 //                                            Q5_0 u - 16, Q4_K, Q5_K u; Q6_K, Q3_K, Q2_K: I = sc_lo
 //                                            * J_lo + sc_hi * J_hi, J the sums of (u_k - o) x_k (o
 //                                            = 32, 4, 0) over the halves k < 16 and k >= 16; |I| <
 //                                            2^24
 //   y   = fma(D * d_x, float(I), y)          D * d_x rounded once to f32; D = d_w, except
-//                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32)
+//                                            Q4_K, Q5_K: D = float(sc) * d (exact in f32);
+//                                            MXFP4: D = 2^(e - 128) (mxfp4_scale_bits)
 //   y   = fma(M, xs, y)                      Q4_1, Q5_1 (M = m_w), Q4_K, Q5_K (M = float(m) *
 //                                            dminneg, exact) only; xs = d_x *
 //                                            float(sum_k x_k), rounded
@@ -98,6 +102,7 @@ constexpr bool is_packed_type(TensorType type) {
         case TensorType::Q5_0:
         case TensorType::Q5_1:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
         case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
@@ -124,6 +129,8 @@ void visit_packed_type(TensorType type, F &&f) {
             return f(std::integral_constant<TensorType, TensorType::Q5_1>{});
         case TensorType::IQ4_NL:
             return f(std::integral_constant<TensorType, TensorType::IQ4_NL>{});
+        case TensorType::MXFP4:
+            return f(std::integral_constant<TensorType, TensorType::MXFP4>{});
         case TensorType::Q2_K:
             return f(std::integral_constant<TensorType, TensorType::Q2_K>{});
         case TensorType::Q3_K:
@@ -146,6 +153,7 @@ constexpr size_t packed_group_block_bytes(TensorType type) {
     switch (type) {
         case TensorType::Q4_0:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
         case TensorType::Q4_K:
             return 288;
         case TensorType::Q4_1:
@@ -211,7 +219,19 @@ constexpr bool packed_has_high_bit(TensorType type) {
 constexpr bool packed_has_f16_min(TensorType type) {
     return type == TensorType::Q4_1 || type == TensorType::Q5_1;
 }
-// Whether the codes are nibble vectors (all but Q8_0, Q3_K and Q2_K; IQ4_NL's map to levels).
+// Whether the nibbles index a table of levels (IQ4_NL, MXFP4) and the table.
+constexpr bool packed_has_levels(TensorType type) {
+    return type == TensorType::IQ4_NL || type == TensorType::MXFP4;
+}
+constexpr const int8_t *packed_levels(TensorType type) {
+    return type == TensorType::MXFP4 ? kMxfp4Values : kIq4nlValues;
+}
+// Whether each block's D is an E8M0 exponent byte (MXFP4) instead of f16.
+constexpr bool packed_has_e8m0_scales(TensorType type) {
+    return type == TensorType::MXFP4;
+}
+// Whether the codes are nibble vectors (all but Q8_0, Q3_K and Q2_K; IQ4_NL's and MXFP4's map
+// to levels).
 constexpr bool packed_has_nibbles(TensorType type) {
     return type != TensorType::Q8_0 && type != TensorType::Q3_K && type != TensorType::Q2_K;
 }
@@ -236,6 +256,7 @@ constexpr int packed_code_offset(TensorType type) {
             return 8;
         case TensorType::Q8_0:
         case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
             return 128;
         case TensorType::Q5_0:
             return 16;
@@ -287,13 +308,13 @@ struct MatmulJob;
 
 // Per-block activation terms of the packed kernels, in the activation record's s region
 // (matmul.h: act_s), two 4-byte values per block b at s[2b], s[2b + 1]: with S_b the sum of
-// the block's codes, Q4_0 / Q8_0 / Q5_0 / IQ4_NL the int32 -o * S_b (o = packed_code_offset: the
-// SIMD kernels start their unsigned-code dot products there) and 0; Q4_1 / Q4_K / Q5_K the float
-// xs_b = d_b * float(S_b) and 0; Q6_K / Q3_K the int32 -o * (sum of codes 0-15) and
-// -o * (sum of codes 16-31); Q2_K the int32 sums of codes 0-15 and 16-31 (its codes need no
-// offset; the sums feed the min step).
-// `row` is one activation record of nb blocks as the quantizers leave it (s holding each
-// block's two half sums, matmul.h); the terms replace the sums in place.
+// the block's codes, Q4_0 / Q8_0 / Q5_0 / IQ4_NL / MXFP4 the int32 -o * S_b (o =
+// packed_code_offset: the SIMD kernels start their unsigned-code dot products there) and 0; Q4_1 /
+// Q4_K / Q5_K the float xs_b = d_b * float(S_b) and 0; Q6_K / Q3_K the int32 -o * (sum of codes
+// 0-15) and -o * (sum of codes 16-31); Q2_K the int32 sums of codes 0-15 and 16-31 (its codes need
+// no offset; the sums feed the min step). `row` is one activation record of nb blocks as the
+// quantizers leave it (s holding each block's two half sums, matmul.h); the terms replace the sums
+// in place.
 void packed_act_terms(TensorType type, uint8_t *row, int64_t nb);
 
 // Y[t][r] for all tokens and rows r in [r0, r1), r0 a multiple of kPackRows; job.w is the

@@ -10,7 +10,8 @@
 //       (matmul_packed.h; 0 for the types with a min), per 16-element half for the types with
 //       half scales, each half then multiplied by its scales (vpmulld); Q2_K's min sum
 //       m_lo * S_lo + m_hi * S_hi takes two more.
-//   Q8_0 and IQ4_NL (whose levels reach 241 as unsigned codes): the signed weight code w times
+//   Q8_0, IQ4_NL and MXFP4 (IQ4_NL's levels reach 241 as unsigned codes): the signed weight code w
+//   times
 //       x as |w| times sign(x, w) (vpsignb), pairs within 2 * 128 * 127 = 32512; widened per
 //       step. Activation codes are never -128 (the quantizer clamps to -127), so vpsignb is exact.
 // Then the float steps of matmul_packed.h, as the other families.
@@ -55,18 +56,18 @@ inline __m256i load256(const uint8_t *p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
 }
 
-// Half h of code vector K of Q8_0 or IQ4_NL as signed weight codes w (int8).
+// Half h of code vector K of Q8_0, IQ4_NL or MXFP4 as signed weight codes w (int8).
 template <TensorType kType, int K>
 inline __m256i signed_codes(const uint8_t *blk, int h) {
     if constexpr (kType == TensorType::Q8_0) {  // stored as w + 128
         return _mm256_xor_si256(load256(blk + kCodes<kType> + 64 * K + 32 * h),
                                 _mm256_set1_epi8(char(0x80)));
-    } else {  // IQ4_NL: the nibble's level (kIq4nlValues)
+    } else {  // IQ4_NL, MXFP4: the nibble's level (packed_levels)
         const __m256i v = load256(blk + kCodes<kType> + 64 * (K & 3) + 32 * h);
         const __m256i nib =
             _mm256_and_si256(K < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
         const __m256i lut = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)));
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(packed_levels(kType))));
         return _mm256_shuffle_epi8(lut, nib);
     }
 }
@@ -120,6 +121,15 @@ inline __m256i bcast4(const int8_t *p) {
 inline __m256 half_f16(const uint8_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
+// 8 rows' MXFP4 scales 2^(e - 128) from their E8M0 bytes (zero-extended to 16 bits):
+// (e - 1) << 23, or 0x00200000 << e for e < 2 (mxfp4_scale_bits).
+inline __m256 half_e8m0(const uint8_t *p) {
+    const __m256i e = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+}
 
 // One row group x T tokens. gw: the group's block 0; nrows rows stored per token.
 template <TensorType kType, int T>
@@ -137,7 +147,7 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = gw + packed_block_offset(kType, b);
         __m256i dot[2][T];
-        if constexpr (kType == TensorType::Q8_0 || kType == TensorType::IQ4_NL) {
+        if constexpr (kType == TensorType::Q8_0 || packed_has_levels(kType)) {
 #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
@@ -229,6 +239,8 @@ void tile(const uint8_t *gw, int64_t nb, const uint8_t *act, size_t act_stride, 
                 M = half_f16(hdr + 32 + 16 * h);  // dminneg
             } else if constexpr (packed_has_half_scales(kType)) {
                 D = half_f16(hdr + 16 * h);
+            } else if constexpr (packed_has_e8m0_scales(kType)) {
+                D = half_e8m0(blk + 16 * h);
             } else {
                 D = half_f16(blk + 16 * h);
                 if constexpr (packed_has_f16_min(kType)) M = half_f16(blk + 32 + 16 * h);

@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for packed weights (matmul_packed.h: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mfma
-// -mf16c; called only after cpu_has_avx512_vnni().
+// MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+// -mfma -mf16c; called only after cpu_has_avx512_vnni().
 //
 // A ZMM register holds one int32 or f32 per row of a 16-row group. Per block and token, eight
 // vpdpbusd (unsigned weight codes x broadcast signed activation codes, starting from the
@@ -74,11 +74,11 @@ inline __m512i codes(const uint8_t *blk) {
         const __m512i v = _mm512_loadu_si512(blk + kCodes<kType> + 64 * (K & 3));
         const __m512i nib =
             _mm512_and_si512(K < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
-        if constexpr (kType == TensorType::IQ4_NL) {
-            // kIq4nlValues + 128 (the sign bit flipped), one table per 128-bit lane
-            const __m512i lut = _mm512_broadcast_i32x4(
-                _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i *>(kIq4nlValues)),
-                              _mm_set1_epi8(char(0x80))));
+        if constexpr (packed_has_levels(kType)) {
+            // the levels + 128 (the sign bit flipped), one table per 128-bit lane
+            const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(
+                _mm_loadu_si128(reinterpret_cast<const __m128i *>(packed_levels(kType))),
+                _mm_set1_epi8(char(0x80))));
             return _mm512_shuffle_epi8(lut, nib);
         } else if constexpr (packed_has_high_bit(kType)) {
             // nib | (h & 0x10): truth table 0xF8 over (nib, h, mask)
@@ -142,6 +142,14 @@ inline void scales(const uint8_t *blk, const uint8_t *hdr, __m512 *D, __m512 *M)
         *M = f16x16(hdr + 32);  // dminneg
     } else if constexpr (packed_has_half_scales(kType)) {
         *D = f16x16(hdr);
+    } else if constexpr (packed_has_e8m0_scales(kType)) {
+        // 2^(e - 128): (e - 1) << 23, or 0x00200000 << e for e < 2 (mxfp4_scale_bits)
+        const __m512i e =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk)));
+        const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        *D = _mm512_castsi512_ps(
+            _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, sub));
     } else {
         *D = f16x16(blk);
         if constexpr (packed_has_f16_min(kType)) *M = f16x16(blk + 32);
