@@ -10,7 +10,7 @@
 namespace llmkv::cuda {
 
 // True when the GGML type id has a device decoder (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
+// Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
 bool dequant_type_supported(uint32_t type);
 
 // Bytes of one packed row of `cols` elements of GGML type `type`; 0 when the type has no

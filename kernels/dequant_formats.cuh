@@ -110,17 +110,28 @@ LLMKV_DQ_FN float load_f16(const uint8_t *p) {
 
 // The 16 IQ4_NL levels packed into two words (byte k of word k / 8 = level k), so that host
 // and device read the same constants without a table in device memory.
-constexpr uint64_t pack_levels(int first) {
+// The same for MXFP4's levels (kMxfp4Values).
+constexpr uint64_t pack_levels(const int8_t *levels, int first) {
     uint64_t v = 0;
-    for (int k = 0; k < 8; ++k) v |= uint64_t(uint8_t(kIq4nlValues[first + k])) << (8 * k);
+    for (int k = 0; k < 8; ++k) v |= uint64_t(uint8_t(levels[first + k])) << (8 * k);
     return v;
 }
-constexpr uint64_t kIq4nlLo = pack_levels(0);
-constexpr uint64_t kIq4nlHi = pack_levels(8);
+constexpr uint64_t kIq4nlLo = pack_levels(kIq4nlValues, 0);
+constexpr uint64_t kIq4nlHi = pack_levels(kIq4nlValues, 8);
+constexpr uint64_t kMxfp4Lo = pack_levels(kMxfp4Values, 0);
+constexpr uint64_t kMxfp4Hi = pack_levels(kMxfp4Values, 8);
 
-LLMKV_DQ_FN int iq4nl_level(uint32_t code) {
-    const uint64_t w = code < 8 ? kIq4nlLo : kIq4nlHi;
+LLMKV_DQ_FN int packed_level(uint64_t lo, uint64_t hi, uint32_t code) {
+    const uint64_t w = code < 8 ? lo : hi;
     return int(int8_t(uint8_t(w >> (8 * (code & 7)))));
+}
+LLMKV_DQ_FN int iq4nl_level(uint32_t code) {
+    return packed_level(kIq4nlLo, kIq4nlHi, code);
+}
+
+// MXFP4's block scale 2^(e - 128) (mxfp4_scale_bits of tensor_type.h, restated for device code).
+LLMKV_DQ_FN float mxfp4_scale(uint32_t e) {
+    return bits_to_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
 
 // The 6-bit scale and min of sub-block s (0..7) of Q4_K / Q5_K (k4_scale_min of
@@ -241,6 +252,17 @@ struct Format<TensorType::IQ4_NL> {
     }
 };
 
+// level[nibble] * 2^(e - 128)
+template <>
+struct Format<TensorType::MXFP4> {
+    static constexpr uint32_t kElems = 32, kBytes = 17;
+    static LLMKV_DQ_FN float decode(const uint8_t *b, uint32_t j) {
+        const float d = mxfp4_scale(b[offsetof(BlockMXFP4, e)]);
+        return mul(
+            float(packed_level(kMxfp4Lo, kMxfp4Hi, nibble32(b + offsetof(BlockMXFP4, qs), j))), d);
+    }
+};
+
 // k-quants: element e = 128 h + 32 j + l.
 
 // (d * (sc & 15)) * q - dmin * (sc >> 4), s = e / 16
@@ -351,7 +373,7 @@ LLMKV_DQ_FN float decode_at(const uint8_t *row, uint64_t c) {
 // clang-format off
 #define LLMKV_DQ_TYPES(X) \
     X(F32) X(F16) X(BF16) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(IQ4_NL) \
-    X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K)
+    X(MXFP4) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K) X(Q8_K)
 // clang-format on
 
 // Host-side: element c of a row of type `type`; false for a type without a decoder.

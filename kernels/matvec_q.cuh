@@ -12,7 +12,7 @@ namespace llmkv::cuda {
 constexpr uint32_t kMatvecMaxTokens = 8;
 
 // True for the GGML type ids launch_matvec_q reads: every type with a device decoder (F32,
-// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
 bool matvec_q_type_supported(uint32_t type);
 // True when launch_matvec_q reads rows of `cols` elements of this type: a supported type, cols
 // a whole number of its blocks and a multiple of 8.

@@ -34,8 +34,9 @@ inline std::vector<TypeCase> all_type_cases() {
     return {{TensorType::F32, 37},    {TensorType::F16, 37},    {TensorType::BF16, 37},
             {TensorType::Q4_0, 512},  {TensorType::Q4_1, 512},  {TensorType::Q5_0, 512},
             {TensorType::Q5_1, 512},  {TensorType::Q8_0, 512},  {TensorType::IQ4_NL, 512},
-            {TensorType::Q2_K, 1024}, {TensorType::Q3_K, 1024}, {TensorType::Q4_K, 1024},
-            {TensorType::Q5_K, 1024}, {TensorType::Q6_K, 1024}, {TensorType::Q8_K, 1024}};
+            {TensorType::MXFP4, 512}, {TensorType::Q2_K, 1024}, {TensorType::Q3_K, 1024},
+            {TensorType::Q4_K, 1024}, {TensorType::Q5_K, 1024}, {TensorType::Q6_K, 1024},
+            {TensorType::Q8_K, 1024}};
 }
 
 // The test-name suffix of a TypeCase parameter: its type's name.
@@ -107,6 +108,11 @@ inline std::vector<uint8_t> random_rows(TensorType t, uint32_t rows, uint32_t co
     for (size_t b = 0; b < n_blocks; ++b) {
         uint8_t *blk = data.data() + b * bb;
         const size_t mode = typical_only ? 0 : b % 4, pick = b / 4;
+        if (t == TensorType::MXFP4) {  // the E8M0 byte: any (mode 1, 2) or 2^-9..2^-2 scales
+            if (mode == 0 || mode == 3) blk[0] = uint8_t(119 + pick % 7);
+            if (mode == 2) blk[0] = uint8_t(pick % 2 ? 255 : pick % 3);
+            continue;
+        }
         if (t == TensorType::Q8_K) {
             if (mode == 1) continue;
             const float d = mode == 2 ? kExtreme32[pick % (sizeof kExtreme32 / 4)] : normal(rng);
@@ -229,6 +235,16 @@ inline bool spec_decode_block(TensorType t, const uint8_t *x, float *y) {
             for (int j = 0; j < 16; ++j) {
                 y[j] = rmul(float(kIq4nlValues[x[2 + j] & 15]), d);
                 y[j + 16] = rmul(float(kIq4nlValues[x[2 + j] >> 4]), d);
+            }
+            return true;
+        }
+        case TensorType::MXFP4: {  // 2^(e - 128) (the spec's constant, not the decoder's)
+            const uint32_t bits = mxfp4_scale_bits(x[0]);
+            float d;
+            std::memcpy(&d, &bits, 4);
+            for (int j = 0; j < 16; ++j) {
+                y[j] = rmul(float(kMxfp4Values[x[1 + j] & 15]), d);
+                y[j + 16] = rmul(float(kMxfp4Values[x[1 + j] >> 4]), d);
             }
             return true;
         }

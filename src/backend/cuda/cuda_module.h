@@ -329,7 +329,7 @@ typedef struct llmkv_cuda_api {
     /* ---- also version 3: packed weight upload ------------------------------------------ */
     /* A weight matrix in its GGUF encoding, decoded on the device to the fp16 matrix that
      * upload_matrix would hold: `type` a GGML type id (src/tensor/tensor_type.h: F32, F16,
-     * BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K); rows
+     * BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K); rows
      * packed rows of row_bytes bytes each (row r at host + r * row_bytes, cols elements, a
      * whole number of the type's blocks), HOST memory read only during the call. Each value
      * is dequantize_row_reference's f32 value rounded with fp32_to_fp16, bit for bit. The
