@@ -117,6 +117,9 @@ OwnedMatrix make_matrix(TensorType t, int64_t rows, int64_t cols) {
             case TensorType::Q8_0:
                 std::memcpy(p, &scale, 2);
                 break;
+            case TensorType::MXFP4:
+                p[0] = 121;  // the E8M0 scale 2^-7 (no subnormal or infinite products)
+                break;
             default:
                 // The other block types: every fp16 factor small and finite.
                 for (size_t off : f16_offsets(t)) {
@@ -258,7 +261,8 @@ void BM_Format(benchmark::State &state) {
 void format_args(benchmark::internal::Benchmark *b) {
     const TensorType types[] = {
         TensorType::Q8_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-        TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+        TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+        TensorType::Q6_K};
     for (auto [rows, cols] : {std::pair{2048, 640}, {640, 2048}, {4096, 4096}}) {
         for (TensorType t : types) {
             // k-quant rows are whole super-blocks of 256: 768 stands in for 640 there.
