@@ -259,10 +259,10 @@ void BM_Format(benchmark::State &state) {
         benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 void format_args(benchmark::internal::Benchmark *b) {
-    const TensorType types[] = {
-        TensorType::Q8_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
-        TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-        TensorType::Q6_K};
+    const TensorType types[] = {TensorType::Q8_0, TensorType::Q4_1,   TensorType::Q5_0,
+                                TensorType::Q5_1, TensorType::IQ4_NL, TensorType::MXFP4,
+                                TensorType::Q2_K, TensorType::Q3_K,   TensorType::Q4_K,
+                                TensorType::Q5_K, TensorType::Q6_K};
     for (auto [rows, cols] : {std::pair{2048, 640}, {640, 2048}, {4096, 4096}}) {
         for (TensorType t : types) {
             // k-quant rows are whole super-blocks of 256: 768 stands in for 640 there.

@@ -26,6 +26,7 @@
 #include "model/tokenizer.h"
 #include "parallel/communicator.h"
 #include "session_helpers.h"
+#include "test_env.h"
 #include "tiny_model.h"
 
 namespace llmkv {
@@ -904,7 +905,7 @@ TEST(TpEngineMoe, ColumnsAndWholeExpertsGiveOneRanksTokens) {
     const std::string path = testing::temp_path("tp_moe.gguf");
     testing::write_tiny_model(spec, path);
     auto run = [&](uint32_t tp, const char *split, uint64_t *rank_bytes) {
-        if (split) setenv("LLMKV_TP_EXPERTS", split, 1);
+        if (split) testing::set_env("LLMKV_TP_EXPERTS", split);
         llmkv_engine_params p;
         llmkv_engine_params_init(&p);
         p.model_path = path.c_str();
@@ -914,7 +915,7 @@ TEST(TpEngineMoe, ColumnsAndWholeExpertsGiveOneRanksTokens) {
         p.tp_size = tp;
         llmkv_engine *e = nullptr;
         const llmkv_status st = llmkv_engine_create(&p, &e);
-        unsetenv("LLMKV_TP_EXPERTS");
+        testing::unset_env("LLMKV_TP_EXPERTS");
         EXPECT_EQ(st, LLMKV_OK) << llmkv_last_error();
         if (st != LLMKV_OK) return std::vector<int32_t>{};
         llmkv_engine_info info;
@@ -932,7 +933,7 @@ TEST(TpEngineMoe, ColumnsAndWholeExpertsGiveOneRanksTokens) {
     EXPECT_EQ(run(2, "whole", &whole), ref);
     EXPECT_LT(cols, one);
     EXPECT_LT(whole, one);
-    setenv("LLMKV_TP_EXPERTS", "halves", 1);
+    testing::set_env("LLMKV_TP_EXPERTS", "halves");
     llmkv_engine_params p;
     llmkv_engine_params_init(&p);
     p.model_path = path.c_str();
@@ -942,7 +943,7 @@ TEST(TpEngineMoe, ColumnsAndWholeExpertsGiveOneRanksTokens) {
     EXPECT_NE(std::string(llmkv_last_error()).find("LLMKV_TP_EXPERTS=\"halves\""),
               std::string::npos)
         << llmkv_last_error();
-    unsetenv("LLMKV_TP_EXPERTS");
+    testing::unset_env("LLMKV_TP_EXPERTS");
     std::remove(path.c_str());
 }
 
