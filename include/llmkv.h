@@ -235,11 +235,13 @@ typedef struct llmkv_engine_params {
      * partial sums (docs/PARALLELISM.md). The heads and feed-forward columns must divide by
      * the rank count, or the KV heads replicate evenly (fewer KV heads than ranks). Long
      * contexts beyond the device pool (host blocks read in place) are off with tp > 1;
-     * parking, swapping, prefix caching and snapshots work as with one rank.
+     * parking, swapping, prefix caching and snapshots work as with one rank. A mixture of
+     * experts' experts are split by their feed-forward columns, or held whole by the ranks
+     * (at least one each) with the environment variable LLMKV_TP_EXPERTS=whole ("columns":
+     * the default; anything else: LLMKV_ERR_INVALID_ARGUMENT).
      * GPU ranks (docs/PARALLELISM.md, "GPU ranks"), experimental: compiled, never run on a
      * GPU. n_devices > 1 (tp_size 0 or n_devices), or backend CUDA with tp_size > 1
-     * (n_devices 0: rank r on device r; 1: every rank on devices[0]); no KV sink there;
-     * without a usable CUDA device LLMKV_ERR_UNSUPPORTED with the reason. Their all-reduces
+     * (n_devices 0: rank r on device r; 1: every rank on devices[0]); without a usable CUDA device LLMKV_ERR_UNSUPPORTED with the reason. Their all-reduces
      * travel as the environment variable LLMKV_TP_COLLECTIVES says (experimental too):
      * unset or "auto": NCCL when the ranks have distinct devices and NCCL loads, else host
      * memory; "nccl": NCCL or LLMKV_ERR_UNSUPPORTED; "host": host memory; anything else:

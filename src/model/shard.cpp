@@ -16,10 +16,6 @@ int64_t block_elements(const WeightMatrix &w) {
 
 }  // namespace
 
-const char *expert_split_name(ExpertSplit s) {
-    return s == ExpertSplit::kWhole ? "whole" : "columns";
-}
-
 std::string shard_unsupported_reason(const LlamaModel &model, uint32_t size, ExpertSplit experts) {
     const LlamaConfig &c = model.config();
     if (size == 0) return "0 ranks";

@@ -46,7 +46,6 @@ enum class ExpertSplit : uint8_t {
     kColumns = 0,  // every expert's feed-forward columns (Megatron style)
     kWhole = 1,    // whole experts per rank (expert parallelism)
 };
-const char *expert_split_name(ExpertSplit s);  // "columns", "whole"
 
 // Whether the model splits over `size` ranks: "" when it does, else why not (query heads,
 // KV heads, feed-forward columns or a quantized format's block size do not divide).
