@@ -47,38 +47,9 @@ int round_clamp(float v, int lo, int hi) {
     return int(std::clamp(std::round(v), float(lo), float(hi)));
 }
 
-// Q5_0 / Q5_1 / IQ4_NL, one block of 32.
+// Q5_0 / Q5_1 / IQ4_NL / MXFP4, one block of 32.
 void quantize_block32(TensorType t, const float *x, uint8_t *dst) {
     int q[32];
-    if (t == TensorType::Q5_0) {
-        const float d = signed_absmax(x, 32) / -16.0f;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        for (int j = 0; j < 32; ++j) q[j] = round_clamp(x[j] * id + 16.0f, 0, 31);
-        put_f16(dst, d);
-    } else if (t == TensorType::Q5_1) {
-        const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
-        const float d = (hi - lo) / 31.0f;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        for (int j = 0; j < 32; ++j) q[j] = round_clamp((x[j] - lo) * id, 0, 31);
-        put_f16(dst, d);
-        put_f16(dst + 2, lo);
-    } else {  // IQ4_NL: the nearest of the 16 levels
-        const float d = signed_absmax(x, 32) / float(kIq4nlValues[0]);
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        for (int j = 0; j < 32; ++j) {
-            int best = 0;
-            for (int k = 1; k < 16; ++k) {
-                if (std::fabs(x[j] * id - kIq4nlValues[k]) <
-                    std::fabs(x[j] * id - kIq4nlValues[best])) {
-                    best = k;
-                }
-            }
-            q[j] = best;
-        }
-        put_f16(dst, d);
-        for (int j = 0; j < 16; ++j) dst[2 + j] = uint8_t(q[j] | (q[j + 16] << 4));
-        return;
-    }
     if (t == TensorType::MXFP4) {  // e from the largest magnitude, the nearest of the levels
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -98,6 +69,35 @@ void quantize_block32(TensorType t, const float *x, uint8_t *dst) {
         }
         dst[0] = uint8_t(e);
         for (int j = 0; j < 16; ++j) dst[1 + j] = uint8_t(q[j] | (q[j + 16] << 4));
+        return;
+    }
+    if (t == TensorType::Q5_0) {
+        const float d = signed_absmax(x, 32) / -16.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; ++j) q[j] = round_clamp(x[j] * id + 16.0f, 0, 31);
+        put_f16(dst, d);
+    } else if (t == TensorType::Q5_1) {
+        const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+        const float d = (hi - lo) / 31.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; ++j) q[j] = round_clamp((x[j] - lo) * id, 0, 31);
+        put_f16(dst, d);
+        put_f16(dst + 2, lo);
+    } else if (t == TensorType::IQ4_NL) {  // the nearest of the 16 levels
+        const float d = signed_absmax(x, 32) / float(kIq4nlValues[0]);
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; ++j) {
+            int best = 0;
+            for (int k = 1; k < 16; ++k) {
+                if (std::fabs(x[j] * id - kIq4nlValues[k]) <
+                    std::fabs(x[j] * id - kIq4nlValues[best])) {
+                    best = k;
+                }
+            }
+            q[j] = best;
+        }
+        put_f16(dst, d);
+        for (int j = 0; j < 16; ++j) dst[2 + j] = uint8_t(q[j] | (q[j + 16] << 4));
         return;
     }
     const size_t off = t == TensorType::Q5_1 ? 4 : 2;
