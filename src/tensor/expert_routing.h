@@ -64,13 +64,15 @@ inline int64_t order_slots_by_expert(const float *routes, uint32_t T, uint32_t n
     }
     for (uint32_t e = 0; e < n_expert; ++e) first[e + 1] += first[e];
     slots.resize(size_t(T) * n_used);
-    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    // first[e] serves as expert e's cursor (it ends at expert e + 1's start), then moves back.
     for (uint32_t t = 0; t < T; ++t) {
         for (uint32_t i = 0; i < n_used; ++i) {
             const uint32_t e = uint32_t(routes[size_t(t) * 2 * n_used + i]);
-            slots[next[e]++] = t * n_used + i;
+            slots[first[e]++] = t * n_used + i;
         }
     }
+    for (uint32_t e = n_expert; e > 0; --e) first[e] = first[e - 1];
+    first[0] = 0;
     return -1;
 }
 

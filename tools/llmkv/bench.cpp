@@ -181,6 +181,7 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
         rep.add({{"bench", "read_bandwidth"}, {"threads", t}, {"gb_s", bw.back()}});
     }
     std::printf("\n\n");
+    uint64_t read_per_token = 0;  // weights_read_per_token, read from the file once
     for (llmkv_kv_dtype dtype : dtypes) {
         if (dtype_sweep) std::printf("KV cache %s:\n\n", kv_dtype_name(dtype));
         std::printf("| threads | prefill %u tok/s | decode tok/s (ctx %u) |", n_prompt, n_prompt);
@@ -234,7 +235,8 @@ int cmd_bench(BenchOptions o, BenchReport &rep) {
             for (uint32_t c : contexts) longs.push_back(run_once(e, c, n_gen));
             // Bytes read per decoded token at short context: the weights a token reads (all, or
             // of a mixture of experts all but the unchosen experts') plus the session's KV.
-            double bytes = double(weights_read_per_token(model, info)) +
+            if (!read_per_token) read_per_token = weights_read_per_token(model, info);
+            double bytes = double(read_per_token) +
                            double(info.kv_bytes_per_token_device) * (n_prompt + n_gen / 2);
             double roofline = bw[ti] * 1e9 / bytes;
             std::printf("| %u | %.1f | %.1f |", threads_list[ti], best_short.prefill_tps,

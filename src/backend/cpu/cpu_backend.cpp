@@ -301,13 +301,12 @@ void CpuBackend::route_experts(Tensor logits, const ExpertRouting &r, Tensor rou
     if (logits.cols != N || routes.cols != 2 * K || routes.rows != logits.rows || K == 0 || K > N)
         fail(LLMKV_ERR_BACKEND, "route_experts: %u experts of %u, logits %ux%u, routes %ux%u", K, N,
              logits.rows, logits.cols, routes.rows, routes.cols);
-    pool_.parallel_for(logits.rows, 4, [&](size_t b, size_t e) {
-        std::vector<float> p(N);
-        std::vector<uint8_t> taken(N);
-        for (size_t t = b; t < e; ++t) {
-            route_token(rows(logits) + t * N, r, p.data(), taken.data(), rows(routes) + t * 2 * K);
-        }
-    });
+    // One thread: T x n_expert values, little beside the experts' matmuls that follow.
+    route_p_.resize(N);
+    route_taken_.resize(N);
+    for (uint32_t t = 0; t < logits.rows; ++t)
+        route_token(rows(logits) + size_t(t) * N, r, route_p_.data(), route_taken_.data(),
+                    rows(routes) + size_t(t) * 2 * K);
 }
 
 // Each chosen expert once, over the rows routed to it (gathered in row order, so prefill

@@ -77,6 +77,8 @@ private:
     // matmul_experts: each expert's rows gathered, its results, and the rows in expert order.
     std::vector<float> expert_x_, expert_y_;
     std::vector<uint32_t> expert_rows_, expert_count_;
+    std::vector<float> route_p_;  // route_experts: a token's probabilities and choices
+    std::vector<uint8_t> route_taken_;
     // Packed copies of the matrices of packed types (load_weights), by data pointer and rows.
     struct PackedKey {
         const void *data;
