@@ -243,6 +243,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case ChatFamily::gemma:
         case ChatFamily::mistral:
         case ChatFamily::phi3:
+        case ChatFamily::harmony:
         case ChatFamily::none:
             break;  // no seed vocabulary of these families here
     }

@@ -52,6 +52,18 @@ void Backend::mul_sigmoid(Tensor, Tensor) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
 }
 
+void Backend::add_expert_bias(Tensor, Tensor, uint32_t, const float *const *, uint32_t) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run mixture-of-experts layers", name());
+}
+
+void Backend::attention_sinks(uint32_t, Tensor, uint32_t, float, uint32_t, const float *, Tensor) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no attention sinks", name());
+}
+
+void Backend::swiglu_oai(Tensor, Tensor, float, float) {
+    fail(LLMKV_ERR_UNSUPPORTED, "the %s backend has no clamped SwiGLU", name());
+}
+
 void Backend::all_reduce(Tensor) {
     fail(LLMKV_ERR_UNSUPPORTED, "the %s backend does not run tensor-parallel ranks", name());
 }

@@ -189,6 +189,20 @@ public:
     virtual void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out);
     // x[t] *= sigmoid(g[t][0]) for each row t (g: x.rows x 1; qwen2moe's shared-expert gate).
     virtual void mul_sigmoid(Tensor x, Tensor g);
+    // For each token t of routes and its i-th expert e: row t * n_used + i of y += bias[e]
+    // (y.cols values; a null entry adds nothing: gpt-oss's expert biases, or another rank's).
+    virtual void add_expert_bias(Tensor y, Tensor routes, uint32_t n_used, const float *const *bias,
+                                 uint32_t n_expert);
+
+    // ---- gpt-oss (others: UNSUPPORTED) --------------------------------------------------
+    // attention() with learned sinks: sinks (n_heads values, among the weights' vectors)
+    // joins head h's softmax as one more logit, unscaled, that weighs no value:
+    // out = sum_j e^(scale q.k_j) v_j / (sum_j e^(scale q.k_j) + e^sinks[h]).
+    virtual void attention_sinks(uint32_t layer, Tensor q, uint32_t n_heads, float scale,
+                                 uint32_t window, const float *sinks, Tensor out);
+    // gate = g sigmoid(alpha g) (u + 1) with g = min(gate, limit), u = clamp(up, -limit,
+    // limit) (elementwise, gate.rows rows; gpt-oss's clamped SwiGLU).
+    virtual void swiglu_oai(Tensor gate, Tensor up, float alpha, float limit);
 
     // out's first shape.logit_rows rows = the rows of x whose logits the batch wants, in
     // span order (every row of an all_logits span).

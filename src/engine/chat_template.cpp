@@ -1,5 +1,5 @@
 // Chat formats: ChatML (SmolLM2, Qwen), Llama 3 headers, Llama 2 [INST] blocks, Gemma turns,
-// Mistral [INST] blocks, Phi-3 tags.
+// Mistral [INST] blocks, Phi-3 tags, harmony messages (gpt-oss).
 #include "engine/chat_template.h"
 
 #include "common/error.h"
@@ -56,6 +56,9 @@ void check_roles(ChatFamily family, const llmkv_chat_message *msgs, size_t n) {
         if (family == ChatFamily::llama3) {
             ok = ok || role == "ipython";
             accepted = "system, user, assistant, ipython";
+        } else if (family == ChatFamily::harmony) {
+            ok = ok || role == "developer";
+            accepted = "system, developer, user, assistant";
         }
         if (!ok) {
             fail(LLMKV_ERR_INVALID_ARGUMENT,
@@ -63,14 +66,59 @@ void check_roles(ChatFamily family, const llmkv_chat_message *msgs, size_t n) {
                  shown_role(msgs[i].role).c_str(), chat_family_name(family), accepted);
         }
         bool system_first_only = family == ChatFamily::llama2 || family == ChatFamily::mistral ||
-                                 family == ChatFamily::gemma;
-        if (system_first_only && role == "system" && i != 0) {
+                                 family == ChatFamily::gemma || family == ChatFamily::harmony;
+        if (system_first_only && (role == "system" || role == "developer") && i != 0) {
             fail(LLMKV_ERR_INVALID_ARGUMENT,
-                 "msgs[%zu].role \"system\": the %s chat format takes a system message only as "
-                 "msgs[0]",
-                 i, chat_family_name(family));
+                 "msgs[%zu].role \"%s\": the %s chat format takes a %s message only as msgs[0]", i,
+                 role.c_str(), chat_family_name(family), role.c_str());
         }
     }
+}
+
+// gpt-oss's system message as its template writes it with no tools and the default reasoning
+// effort, less the "Current date:" line.
+constexpr const char *kHarmonySystem =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\n\n"
+    "Reasoning: medium\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every "
+    "message.<|end|>";
+
+std::string format_harmony(const llmkv_chat_message *msgs, size_t n, bool add_generation_prompt) {
+    std::string out = kHarmonySystem;
+    size_t i = 0;
+    if (n > 0 &&
+        (std::string(msgs[0].role) == "system" || std::string(msgs[0].role) == "developer")) {
+        if (msgs[0].content[0] != '\0') {
+            out += "<|start|>developer<|message|># Instructions\n\n";
+            out += msgs[0].content;
+            out += "\n\n<|end|>";
+        }
+        i = 1;
+    }
+    for (; i < n; ++i) {
+        const std::string content = msgs[i].content;
+        if (std::string(msgs[i].role) == "user") {
+            out += "<|start|>user<|message|>" + content + "<|end|>";
+            continue;
+        }
+        // assistant (roles were checked): its answer, the final channel. Reasoning from
+        // earlier turns is not given back to the model.
+        for (const char *markup :
+             {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"}) {
+            if (content.find(markup) != std::string::npos) {
+                fail(LLMKV_ERR_INVALID_ARGUMENT,
+                     "msgs[%zu].content holds \"%s\": the harmony chat format takes an assistant "
+                     "message's answer alone (the text between <|message|> and <|end|>)",
+                     i, markup);
+            }
+        }
+        const bool finished = i + 1 == n && !add_generation_prompt;
+        out += "<|start|>assistant<|channel|>final<|message|>" + content +
+               (finished ? "<|return|>" : "<|end|>");
+    }
+    if (add_generation_prompt) out += "<|start|>assistant";
+    return out;
 }
 
 // The family's beginning-of-text marker, or nothing when the tokenizer adds that very token
@@ -107,6 +155,8 @@ const char *chat_family_name(ChatFamily f) {
             return "Mistral";
         case ChatFamily::phi3:
             return "Phi-3";
+        case ChatFamily::harmony:
+            return "harmony";
         case ChatFamily::none:
             break;
     }
@@ -116,6 +166,8 @@ const char *chat_family_name(ChatFamily f) {
 ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) {
     const std::string tmpl = file.get_string("tokenizer.chat_template").value_or("");
     auto in_tmpl = [&tmpl](const char *s) { return tmpl.find(s) != std::string::npos; };
+    if (in_tmpl("<|start|>") && (in_tmpl("<|channel|>") || in_tmpl("<|message|>")))
+        return ChatFamily::harmony;
     if (in_tmpl("<start_of_turn>")) return ChatFamily::gemma;
     if (in_tmpl("<|im_start|>")) return ChatFamily::chatml;
     if (in_tmpl("<|start_header_id|>")) return ChatFamily::llama3;
@@ -126,6 +178,8 @@ ChatFamily detect_chat_family(const GgufFile &file, const Tokenizer &tokenizer) 
     // tokens, then the architecture.
     const std::string arch = file.get_string("general.architecture").value_or("");
     auto has = [&tokenizer](const char *s) { return tokenizer.find_token(s) >= 0; };
+    if (arch == "gpt-oss" || (has("<|start|>") && has("<|message|>") && has("<|channel|>")))
+        return ChatFamily::harmony;
     if (has("<start_of_turn>") || arch.rfind("gemma", 0) == 0) return ChatFamily::gemma;
     if (has("<|im_start|>") || arch.rfind("qwen", 0) == 0) return ChatFamily::chatml;
     if (has("<|start_header_id|>")) return ChatFamily::llama3;
@@ -263,6 +317,8 @@ std::string format_chat(const GgufFile &file, const Tokenizer &tokenizer,
             }
             return out;
         }
+        case ChatFamily::harmony:
+            return format_harmony(msgs, n, add_generation_prompt);
         case ChatFamily::phi3: {
             for (size_t i = 0; i < n; ++i) {
                 out += "<|";

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/float_math.h"
 #include "common/half.h"
 
 namespace llmkv {
@@ -44,7 +45,7 @@ uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ull) {
 
 bool is_supported_arch(const std::string &a) {
     return a == "llama" || a == "gemma3" || a == "qwen2" || a == "qwen3" || a == "phi3" ||
-           a == "qwen2moe" || a == "qwen3moe";
+           a == "qwen2moe" || a == "qwen3moe" || a == "gpt-oss";
 }
 
 // Rows [row0, row0 + n) of a matrix: a view of a fused tensor (Phi-3's attn_qkv, ffn_up).
@@ -55,11 +56,12 @@ WeightMatrix row_range(const WeightMatrix &w, uint32_t row0, uint32_t n) {
     return r;
 }
 
-// The mixture-of-experts keys (llama.cpp's names): qwen2moe and qwen3moe always have experts,
-// llama has them when expert_count > 1 (Mixtral; llama.cpp treats 0 and 1 as dense).
+// The mixture-of-experts keys (llama.cpp's names): qwen2moe, qwen3moe and gpt-oss always have
+// experts, llama has them when expert_count > 1 (Mixtral; llama.cpp treats 0 and 1 as dense).
 void read_moe_config(const GgufFile &f, const std::string &p, LlamaConfig &c) {
     const std::string &a = c.architecture;
-    const bool qwen_moe = a == "qwen2moe" || a == "qwen3moe";
+    const bool oss = a == "gpt-oss";
+    const bool qwen_moe = a == "qwen2moe" || a == "qwen3moe" || oss;
     if (!qwen_moe && a != "llama") return;
     MoeConfig &m = c.moe;
     ExpertRouting &r = m.routing;
@@ -77,15 +79,19 @@ void read_moe_config(const GgufFile &f, const std::string &p, LlamaConfig &c) {
     r.n_used = uint32_t(*used);
     // One expert's width: expert_feed_forward_length, else (as llama.cpp) n_ff / n_used for the
     // Qwen families; Mixtral's experts are feed_forward_length wide.
-    m.n_ff_expert = qwen_moe ? optional_u32(f, p + "expert_feed_forward_length",
-                                            std::max(1u, c.n_ff / r.n_used), 1, 1u << 20)
-                             : c.n_ff;
+    // gpt-oss: the key is required (llama.cpp reads it unconditionally).
+    m.n_ff_expert = oss        ? require_u32(f, p + "expert_feed_forward_length", 1, 1u << 20)
+                    : qwen_moe ? optional_u32(f, p + "expert_feed_forward_length",
+                                              std::max(1u, c.n_ff / r.n_used), 1, 1u << 20)
+                               : c.n_ff;
     if (a == "qwen2moe") {
         m.n_ff_shared =
             optional_u32(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, 1u << 20);
     }
-    r.gating = ExpertRouting::Gating::kSoftmax;
-    r.norm_weights = a != "qwen2moe";  // llama.cpp: Mixtral and Qwen3-MoE normalize, Qwen2-MoE not
+    // gpt-oss: the best logits, weighed by the softmax over them (llama.cpp's SOFTMAX_WEIGHT).
+    r.gating = oss ? ExpertRouting::Gating::kSoftmaxChosen : ExpertRouting::Gating::kSoftmax;
+    // llama.cpp: Mixtral and Qwen3-MoE normalize, Qwen2-MoE and gpt-oss not
+    r.norm_weights = a != "qwen2moe" && !oss;
     if (auto s = f.get_float(p + "expert_weights_scale")) {
         if (!(*s >= 0 && *s < 1e6))
             fail(LLMKV_ERR_MODEL_FORMAT, "%sexpert_weights_scale = %g out of range", p.c_str(), *s);
@@ -94,6 +100,33 @@ void read_moe_config(const GgufFile &f, const std::string &p, LlamaConfig &c) {
 }
 
 }  // namespace
+
+std::vector<float> rope_inv_freq(const LayerRope &r, uint32_t rope_dim, const float *factors) {
+    std::vector<float> f(rope_dim / 2);
+    float lo = 0.0f, hi = 0.0f;
+    const bool yarn = r.yarn_ext_factor != 0.0f;
+    if (yarn) {
+        auto corr = [&](float beta) {  // (C-runtime-independent logs: the same bits anywhere)
+            return float(double(rope_dim) *
+                         log_double(double(r.yarn_orig_ctx) /
+                                    (double(beta) * 2.0 * 3.14159265358979323846)) /
+                         (2.0 * log_double(double(r.freq_base))));
+        };
+        lo = std::max(0.0f, std::floor(corr(r.yarn_beta_fast)));
+        hi = std::min(float(rope_dim - 1), std::ceil(corr(r.yarn_beta_slow)));
+    }
+    for (uint32_t i = 0; i < rope_dim / 2; ++i) {
+        double v = 1.0 / pow_double(double(r.freq_base), double(2 * i) / rope_dim);
+        if (factors && r.use_freq_factors) v /= factors[i];
+        if (yarn) {
+            const float y = (float(i) - lo) / std::max(0.001f, hi - lo);
+            const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * r.yarn_ext_factor;
+            v *= double(r.freq_scale * (1.0f - mix) + mix);
+        }
+        f[i] = float(v);
+    }
+    return f;
+}
 
 const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool required) {
     const GgufTensor *t = file_->find_tensor(name);
@@ -106,6 +139,27 @@ const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool re
              "tensor %s: expected shape [%u], got %zu dims (dims[0] = %lld)", name.c_str(), n,
              t->dims.size(), (long long)t->dims[0]);
     }
+    return f32_values(name, *t, n);
+}
+
+const float *LlamaModel::f32_rows(const std::string &name, uint32_t rows, uint32_t cols,
+                                  bool required) {
+    const GgufTensor *t = file_->find_tensor(name);
+    if (!t) {
+        if (required) fail(LLMKV_ERR_MODEL_FORMAT, "missing tensor %s", name.c_str());
+        return nullptr;
+    }
+    if (t->dims.size() != 2 || t->dims[0] != int64_t(cols) || t->dims[1] != int64_t(rows)) {
+        fail(LLMKV_ERR_MODEL_FORMAT, "tensor %s: expected shape [%u, %u], got [%lld, %lld]%s",
+             name.c_str(), cols, rows, (long long)t->dims[0],
+             (long long)(t->dims.size() > 1 ? t->dims[1] : 1),
+             t->dims.size() > 2 ? " (+more dims)" : "");
+    }
+    return f32_values(name, *t, size_t(rows) * cols);
+}
+
+const float *LlamaModel::f32_values(const std::string &name, const GgufTensor &tensor, size_t n) {
+    const GgufTensor *t = &tensor;
     n_params_ += t->n_elements;
     weight_bytes_ += t->n_bytes;
     switch (t->type) {
@@ -121,7 +175,7 @@ const float *LlamaModel::f32_vector(const std::string &name, uint32_t n, bool re
         case TensorType::F16:
         case TensorType::BF16: {
             std::vector<float> v(n);
-            for (uint32_t i = 0; i < n; ++i) {
+            for (size_t i = 0; i < n; ++i) {
                 uint16_t h;
                 std::memcpy(&h, t->data + 2 * i, 2);
                 v[i] = t->type == TensorType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
@@ -193,6 +247,18 @@ void LlamaModel::bind_moe(LlamaLayer &L, const std::string &b) {
     L.gate_exps = matrices(b + "ffn_gate_exps.weight", n, m.n_ff_expert, c.n_embd);
     L.up_exps = matrices(b + "ffn_up_exps.weight", n, m.n_ff_expert, c.n_embd);
     L.down_exps = matrices(b + "ffn_down_exps.weight", n, c.n_embd, m.n_ff_expert);
+    if (c.architecture == "gpt-oss") {  // the router's and every expert's biases
+        L.router_bias = f32_vector(b + "ffn_gate_inp.bias", n, true);
+        auto per_expert = [&](const char *name, uint32_t width) {
+            const float *all = f32_rows(b + name, n, width, true);
+            std::vector<const float *> v(n);
+            for (uint32_t e = 0; e < n; ++e) v[e] = all + size_t(e) * width;
+            return v;
+        };
+        L.gate_exps_bias = per_expert("ffn_gate_exps.bias", m.n_ff_expert);
+        L.up_exps_bias = per_expert("ffn_up_exps.bias", m.n_ff_expert);
+        L.down_exps_bias = per_expert("ffn_down_exps.bias", c.n_embd);
+    }
     if (m.n_ff_shared == 0) return;
     // The shared expert's gate is one row: GGUF [n_embd] (as llama.cpp's converter writes it)
     // or [n_embd, 1].
@@ -231,7 +297,7 @@ void LlamaModel::read_config() {
     if (!is_supported_arch(*arch)) {
         fail(LLMKV_ERR_UNSUPPORTED,
              "architecture '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, phi3, "
-             "qwen2moe, qwen3moe)",
+             "qwen2moe, qwen3moe, gpt-oss)",
              arch->c_str());
     }
     c.architecture = *arch;
@@ -272,12 +338,35 @@ void LlamaModel::read_config() {
         }
         c.rope_freq_base = float(*base);
     }
+    LayerRope yarn;  // yarn_ext_factor 0: no YaRN
     if (auto type = f.get_string(p + "rope.scaling.type")) {
-        if (*type == "linear") {
+        if (*type == "linear" || *type == "yarn") {
             auto factor = f.get_float(p + "rope.scaling.factor");
             if (factor && *factor > 0 && *factor < 1e6) c.rope_freq_scale = float(1.0 / *factor);
         } else if (*type != "none") {
             fail(LLMKV_ERR_UNSUPPORTED, "rope scaling type '%s' is not supported", type->c_str());
+        }
+        // YaRN as llama.cpp runs it: extrapolation factor 1 (unless the file says),
+        // beta_fast 32 / beta_slow 1 unless the file says, the original context from
+        // rope.scaling.original_context_length (else the training context), and the rotated
+        // q and k scaled by rope.scaling.attn_factor (1) * (1 + 0.1 ln factor).
+        if (*type == "yarn" && c.rope_freq_scale != 1.0f) {
+            auto num = [&](const char *key, double dflt, double lo, double hi) {
+                auto v = f.get_float(p + key);
+                if (!v) return float(dflt);
+                if (!(*v >= lo && *v <= hi))
+                    fail(LLMKV_ERR_MODEL_FORMAT, "metadata %s%s = %g out of range", p.c_str(), key,
+                         *v);
+                return float(*v);
+            };
+            yarn.yarn_ext_factor = num("rope.scaling.yarn_ext_factor", 1.0, 0.0, 1.0);
+            yarn.yarn_beta_fast = num("rope.scaling.yarn_beta_fast", 32.0, 1e-3, 1e6);
+            yarn.yarn_beta_slow = num("rope.scaling.yarn_beta_slow", 1.0, 1e-3, 1e6);
+            const float attn = num("rope.scaling.attn_factor", 1.0, 1e-3, 1e3);
+            yarn.attn_factor =
+                yarn.yarn_ext_factor != 0.0f
+                    ? attn * float(1.0 + 0.1 * log_double(1.0 / double(c.rope_freq_scale)))
+                    : attn;
         }
     }
     if (auto eps = f.get_float(p + "attention.layer_norm_rms_epsilon")) {
@@ -301,6 +390,10 @@ void LlamaModel::read_config() {
         if (c.n_layers == 62) c.attn_scale = 1.0f / std::sqrt(float(c.n_embd / c.n_heads));
     } else if (a == "qwen3" || a == "qwen3moe") {
         c.qk_norm = true;
+    } else if (a == "gpt-oss") {
+        c.activation = FfnActivation::kSwigluOai;
+        c.attn_sinks = true;
+        c.qkv_bias = true;
     }
     read_moe_config(f, p, c);
     if (auto s = f.get_float(p + "attention.scale")) {
@@ -310,17 +403,26 @@ void LlamaModel::read_config() {
     }
 
     // Per-layer attention: windows and RoPE.
-    c.ropes.assign(1, LayerRope{c.rope_freq_base, c.rope_freq_scale, true});
+    yarn.freq_base = c.rope_freq_base;
+    yarn.freq_scale = c.rope_freq_scale;
+    yarn.use_freq_factors = true;
+    if (yarn.yarn_ext_factor != 0.0f)
+        yarn.yarn_orig_ctx =
+            optional_u32(f, p + "rope.scaling.original_context_length", c.n_ctx_train, 1, 1u << 24);
+    c.ropes.assign(1, yarn);
     c.layer_rope.assign(c.n_layers, 0);
     c.layer_window.assign(c.n_layers, 0);
-    if (a == "gemma3") {
-        c.sliding_window = optional_u32(f, p + "attention.sliding_window", 0, 0, 1u << 24);
+    const bool oss = a == "gpt-oss";
+    if (a == "gemma3" || oss) {
+        c.sliding_window = oss ? require_u32(f, p + "attention.sliding_window", 1, 1u << 24)
+                               : optional_u32(f, p + "attention.sliding_window", 0, 0, 1u << 24);
         if (c.sliding_window > 0) {
-            // Local layers: the window, RoPE base rope.freq_base_swa (10000 when absent), no
-            // scaling. Global layers: layer l is global iff (l + 1) % pattern == 0 (pattern 6),
-            // or as attention.sliding_window_pattern says (a period, or one flag per layer:
-            // true = sliding window).
-            float base_swa = 10000.0f;
+            // Local layers: the window, RoPE base rope.freq_base_swa (Gemma 3: 10000 and no
+            // scaling when absent; gpt-oss: the global layers' RoPE, scaling included).
+            // Global layers: layer l is global iff (l + 1) % pattern == 0 (pattern 6; gpt-oss
+            // 2: the even layers are local), or as attention.sliding_window_pattern says (a
+            // period, or one flag per layer: true = sliding window).
+            float base_swa = oss ? c.rope_freq_base : 10000.0f;
             if (auto b = f.get_float(p + "rope.freq_base_swa")) {
                 if (!(*b > 1.0 && *b < 1e12)) {
                     fail(LLMKV_ERR_MODEL_FORMAT, "%srope.freq_base_swa = %g out of range",
@@ -328,7 +430,13 @@ void LlamaModel::read_config() {
                 }
                 base_swa = float(*b);
             }
-            c.ropes.push_back(LayerRope{base_swa, 1.0f, false});
+            if (oss) {
+                LayerRope local = c.ropes[0];
+                local.freq_base = base_swa;
+                c.ropes.push_back(local);
+            } else {
+                c.ropes.push_back(LayerRope{base_swa, 1.0f, false});
+            }
             std::vector<bool> local(c.n_layers);
             const GgufValue *pattern = f.find(p + "attention.sliding_window_pattern");
             if (pattern && pattern->type == GgufValueType::ARRAY) {
@@ -341,8 +449,8 @@ void LlamaModel::read_config() {
                 }
                 for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (*flags)[l] != 0;
             } else {
-                const uint32_t period =
-                    optional_u32(f, p + "attention.sliding_window_pattern", 6, 1, 1u << 16);
+                const uint32_t period = optional_u32(f, p + "attention.sliding_window_pattern",
+                                                     oss ? 2 : 6, 1, 1u << 16);
                 for (uint32_t l = 0; l < c.n_layers; ++l) local[l] = (l + 1) % period != 0;
             }
             for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -412,13 +520,19 @@ void LlamaModel::bind_weights() {
             L.wv = matrix(b + "attn_v.weight", c.kv_dim(), c.n_embd);
         }
         L.wo = matrix(b + "attn_output.weight", c.n_embd, c.q_dim());
-        // Q/K/V biases: always on qwen2, where the file has them on qwen2moe (Qwen1.5-MoE).
-        if (c.architecture == "qwen2" ||
+        // Q/K/V biases: always on qwen2 and gpt-oss, where the file has them on qwen2moe
+        // (Qwen1.5-MoE).
+        const bool oss = c.architecture == "gpt-oss";
+        if (c.architecture == "qwen2" || oss ||
             (c.architecture == "qwen2moe" && f.find_tensor(b + "attn_q.bias"))) {
             L.bq = f32_vector(b + "attn_q.bias", c.q_dim(), true);
             L.bk = f32_vector(b + "attn_k.bias", c.kv_dim(), true);
             L.bv = f32_vector(b + "attn_v.bias", c.kv_dim(), true);
             c.qkv_bias = true;
+        }
+        if (oss) {
+            L.bo = f32_vector(b + "attn_output.bias", c.n_embd, true);
+            L.attn_sinks = f32_vector(b + "attn_sinks.weight", c.n_heads, true);
         }
         if (c.qk_norm) {
             L.q_norm = f32_vector(b + "attn_q_norm.weight", c.head_dim, true);
@@ -428,7 +542,9 @@ void LlamaModel::bind_weights() {
             L.post_attn_norm = f32_vector(b + "post_attention_norm.weight", c.n_embd, true);
             L.post_ffn_norm = f32_vector(b + "post_ffw_norm.weight", c.n_embd, true);
         }
-        L.ffn_norm = f32_vector(b + "ffn_norm.weight", c.n_embd, true);
+        // gpt-oss names the FFN's norm post_attention_norm (its HF post_attention_layernorm).
+        L.ffn_norm = f32_vector(b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                                c.n_embd, true);
         if (c.is_moe()) {
             bind_moe(L, b);
             continue;
@@ -464,6 +580,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(std::shared_ptr<const GgufFile> fil
         }
         desc += strprintf("|%g|%g", double(c.attn_scale), double(c.embd_scale));
     }
+    for (const LayerRope &r : c.ropes) {
+        if (r.yarn_ext_factor != 0.0f)
+            desc += strprintf("|yarn:%g:%g:%g:%u:%g", double(r.yarn_ext_factor),
+                              double(r.yarn_beta_fast), double(r.yarn_beta_slow), r.yarn_orig_ctx,
+                              double(r.attn_factor));
+    }
+    if (c.activation == FfnActivation::kSwigluOai)
+        desc += strprintf("|oai:%g:%g", double(c.glu_alpha), double(c.glu_limit));
+    if (c.attn_sinks) desc += "|sinks";
     if (c.is_moe()) {
         const MoeConfig &mo = c.moe;
         const ExpertRouting &r = mo.routing;

@@ -1,10 +1,10 @@
 // The model description of every decoder-only architecture llmkv runs (GGUF
 // general.architecture "llama" (Llama 2/3, Mistral, SmolLM2, TinyLlama, Mixtral), "gemma3",
-// "qwen2", "qwen3", "phi3", and the mixtures of experts "qwen2moe" and "qwen3moe"): hyperparameters
-// read from GGUF metadata, per-layer attention shape (sliding window or full, RoPE parameters), and
-// the weight tensors bound in place (still in their GGUF formats) for the forward pass
-// (model/arch/). The names LlamaModel / LlamaConfig are historical: one description serves every
-// architecture above.
+// "qwen2", "qwen3", "phi3", and the mixtures of experts "qwen2moe", "qwen3moe" and "gpt-oss"):
+// hyperparameters read from GGUF metadata, per-layer attention shape (sliding window or full, RoPE
+// parameters), and the weight tensors bound in place (still in their GGUF formats) for the forward
+// pass (model/arch/). The names LlamaModel / LlamaConfig are historical: one description serves
+// every architecture above.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,34 @@ struct LayerRope {
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;       // linear scaling: positions are multiplied by this
     bool use_freq_factors = true;  // rope_freqs / rope_factors_* apply to these layers
+    // YaRN (rope.scaling.type "yarn", gpt-oss): pair i turns at
+    //   pos * inv_freq[i] * (freq_scale (1 - mix_i) + mix_i),
+    //   mix_i = yarn_ext_factor * (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)),
+    // lo = floor(corr(beta_fast)), hi = ceil(corr(beta_slow)) clamped to [0, rope_dim - 1],
+    // corr(b) = rope_dim ln(orig_ctx / (2 pi b)) / (2 ln freq_base) (llama.cpp's
+    // definition: the correction range is always truncated), and the rotated q and k are
+    // multiplied by attn_factor (so q.k by its square). yarn_ext_factor 0: no YaRN.
+    float yarn_ext_factor = 0.0f;
+    float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+    uint32_t yarn_orig_ctx = 0;
+    float attn_factor = 1.0f;
 };
+
+// The inverse frequencies of a rope_dim-wide RoPE: base^(-2i/rope_dim), divided by factors[i]
+// (null: none; applied only with use_freq_factors), with YaRN's per-pair mix when the rope
+// has one (then positions are not scaled further: RopeParams::freq_scale is 1).
+std::vector<float> rope_inv_freq(const LayerRope &rope, uint32_t rope_dim, const float *factors);
+// The position multiplier the backends apply with those frequencies.
+inline float rope_position_scale(const LayerRope &rope) {
+    return rope.yarn_ext_factor != 0.0f ? 1.0f : rope.freq_scale;
+}
 
 enum class FfnActivation : uint8_t {
     kSilu,      // down(silu(gate) * up)        Llama, Qwen, Phi-3
     kGeluTanh,  // down(gelu_tanh(gate) * up)   Gemma
+    // gpt-oss: down(g sigmoid(alpha g) (u + 1)) with g = min(gate, limit) and
+    // u = clamp(up, -limit, limit) (LlamaConfig::glu_alpha, glu_limit)
+    kSwigluOai,
 };
 
 // The mixture-of-experts feed-forward of a model (routing.n_expert 0: every layer is dense).
@@ -43,7 +66,7 @@ struct MoeConfig {
 
 struct LlamaConfig {
     std::string architecture;  // GGUF general.architecture: llama, gemma3, qwen2, qwen3, phi3,
-                               // qwen2moe, qwen3moe
+                               // qwen2moe, qwen3moe, gpt-oss
     std::string name;
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;
@@ -63,7 +86,11 @@ struct LlamaConfig {
     bool rope_neox = false;   // RoPE pairs (i, i + rope_dim/2) instead of (2i, 2i+1)
     float embd_scale = 1.0f;  // embeddings are multiplied by this (Gemma: sqrt(n_embd))
     float attn_scale = 0.0f;  // softmax scale of q.k (1/sqrt(head_dim) unless a key says)
-    FfnActivation activation = FfnActivation::kSilu;
+    FfnActivation activation = FfnActivation::kSilu;  // of the dense FFN and the experts
+    float glu_alpha = 1.702f, glu_limit = 7.0f;       // kSwigluOai's constants
+    // Learned attention sinks (gpt-oss: attn_sinks): one logit per query head that joins
+    // every softmax of the head's attention and weighs no value.
+    bool attn_sinks = false;
     bool qk_norm = false;     // per-head RMSNorm of q and k before RoPE (Gemma 3, Qwen3)
     bool qkv_bias = false;    // q/k/v projections have biases (Qwen2)
     bool post_norms = false;  // RMSNorm of the attention and FFN outputs before the
@@ -101,6 +128,8 @@ struct LlamaLayer {
     // as three row ranges of one tensor.
     WeightMatrix wq, wk, wv, wo;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // (q_dim) (kv_dim) x2, or null
+    const float *bo = nullptr;                                // (n_embd), or null (gpt-oss)
+    const float *attn_sinks = nullptr;                        // (n_heads), or null (gpt-oss)
     const float *q_norm = nullptr, *k_norm = nullptr;         // (head_dim), or null
     const float *post_attn_norm = nullptr;                    // (n_embd), or null
     const float *ffn_norm = nullptr;                          // (n_embd)
@@ -117,6 +146,11 @@ struct LlamaLayer {
     // gate and up (n_ff_expert, n_embd), down (n_embd, n_ff_expert).
     std::vector<WeightMatrix> gate_exps, up_exps, down_exps;
     WeightMatrix shared_gate{};  // ffn_gate_inp_shexp (1, n_embd), or empty
+    // gpt-oss's biases: the router's (n_expert), and per expert e the gate and up
+    // biases (n_ff_expert) and the down bias (n_embd): views of ffn_*_exps.bias. Empty: none;
+    // a null entry: none for that expert (another tensor-parallel rank adds it).
+    const float *router_bias = nullptr;
+    std::vector<const float *> gate_exps_bias, up_exps_bias, down_exps_bias;
 };
 
 class LlamaModel {
@@ -146,6 +180,10 @@ public:
 private:
     LlamaModel() = default;
     const float *f32_vector(const std::string &name, uint32_t n, bool required);
+    // A 2-D f32 tensor [cols, rows] (GGUF dims) as rows x cols values, or null when absent
+    // and not required.
+    const float *f32_rows(const std::string &name, uint32_t rows, uint32_t cols, bool required);
+    const float *f32_values(const std::string &name, const GgufTensor &t, size_t n);
     WeightMatrix matrix(const std::string &name, uint32_t rows, uint32_t cols);
     // The n views of a 3-D tensor [cols, rows, n] (GGUF dims): n matrices of rows x cols.
     std::vector<WeightMatrix> matrices(const std::string &name, uint32_t n, uint32_t rows,

@@ -198,10 +198,25 @@ std::unique_ptr<ModelShard> ModelShard::make(const LlamaModel &model, uint32_t r
             o.bk = L.bk + r.kv_head0 * D;
             o.bv = L.bv + r.kv_head0 * D;
         }
+        if (L.attn_sinks) o.attn_sinks = L.attn_sinks + r.q_head0;  // the rank's heads' sinks
+        // (attn_output's bias is added once after the all-reduce, by every rank: kept whole.)
         if (L.w_gate.data) {
             o.w_gate = s->rows(L.w_gate, r.ff0, r.n_ff);
             o.w_up = s->rows(L.w_up, r.ff0, r.n_ff);
             o.w_down = s->columns(L.w_down, r.ff0, r.n_ff);
+        }
+        // Expert biases: another rank's expert has none here; with split columns the gate
+        // and up biases are the rank's columns' and the down bias is rank 0's alone (the
+        // ranks' partial sums add up to one bias).
+        const bool biases = !L.gate_exps_bias.empty();
+        for (size_t e = 0; biases && e < L.gate_exps.size(); ++e) {
+            if (e < r.expert0 || e >= r.expert0 + r.n_experts) {
+                o.gate_exps_bias[e] = o.up_exps_bias[e] = o.down_exps_bias[e] = nullptr;
+            } else if (experts == ExpertSplit::kColumns) {
+                o.gate_exps_bias[e] = L.gate_exps_bias[e] + r.ff_expert0;
+                o.up_exps_bias[e] = L.up_exps_bias[e] + r.ff_expert0;
+                if (rank != 0) o.down_exps_bias[e] = nullptr;
+            }
         }
         for (size_t e = 0; e < L.gate_exps.size(); ++e) {
             if (e < r.expert0 || e >= r.expert0 + r.n_experts) {

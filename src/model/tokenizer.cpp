@@ -80,7 +80,8 @@ int parse_byte_token(const std::string &s) {
 }
 
 const char *const kEogNames[] = {"<|im_end|>",      "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
-                                 "<|end_of_text|>", "<end_of_turn>", "<|end|>",    "</s>"};
+                                 "<|end_of_text|>", "<end_of_turn>", "<|end|>",    "</s>",
+                                 "<|return|>",      "<|call|>"};
 
 constexpr const char *kSpmSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
 
@@ -283,13 +284,23 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
     for (int32_t id : vocab.extra_eog) {
         if (id >= 0) eog_[size_t(id)] = 1;
     }
-    for (const char *name : kEogNames) {
+    auto named_special = [this](const char *name) {
         int32_t id = lookup_text(name);
-        if (id >= 0 &&
-            (types_[size_t(id)] == kTokenControl || types_[size_t(id)] == kTokenUserDefined)) {
-            eog_[size_t(id)] = 1;
-        }
+        bool ok = id >= 0 &&
+                  (types_[size_t(id)] == kTokenControl || types_[size_t(id)] == kTokenUserDefined);
+        return ok ? id : -1;
+    };
+    for (const char *name : kEogNames) {
+        if (int32_t id = named_special(name); id >= 0) eog_[size_t(id)] = 1;
     }
+    // The harmony format (gpt-oss's o200k_harmony vocabulary) closes every message with
+    // <|end|>, the reasoning ("analysis") message before the answer included; the answer ends
+    // with <|return|> and a tool call with <|call|>. Where both of those exist, <|end|> does
+    // not end generation (as llama.cpp decides it), even when the file names it eos or eot.
+    const int32_t harmony_return = named_special("<|return|>");
+    const int32_t harmony_call = named_special("<|call|>");
+    const int32_t harmony_end = named_special("<|end|>");
+    if (harmony_return >= 0 && harmony_call >= 0 && harmony_end >= 0) eog_[size_t(harmony_end)] = 0;
 
     // Pre-tokenizer.
     if (kind_ == Kind::kByteBpe) {
@@ -300,6 +311,11 @@ Tokenizer::Tokenizer(TokenizerVocab vocab) {
             ignore_merges_ = true;
         } else if (pre_ == "qwen2" || pre_ == "deepseek-r1-qwen") {
             pre_kind_ = PreTokenizer::kQwen2;
+        } else if (pre_ == "gpt-4o" || pre_ == "llama4" || pre_ == "kanana2" || pre_ == "talkie" ||
+                   pre_ == "minimax-m2") {
+            // The names llama.cpp gives the o200k split pattern (whole words are still merged,
+            // as there: no ignore_merges).
+            pre_kind_ = PreTokenizer::kO200k;
         } else if (pre_.empty() || pre_ == "default" || pre_ == "gpt2" || pre_ == "gpt-2") {
             pre_kind_ = PreTokenizer::kGpt2;
         } else {

@@ -1,6 +1,7 @@
-// Tokenizer: byte-level BPE ("gpt2" vocabularies, e.g. SmolLM2, Llama 3) and SentencePiece
-// BPE ("llama" vocabularies, with byte fallback), built from the vocabulary a GGUF file
-// carries. Also Utf8Stream, which hands out streamed token bytes as whole UTF-8 characters.
+// Tokenizer: byte-level BPE ("gpt2" vocabularies, e.g. SmolLM2, Llama 3, gpt-oss) and
+// SentencePiece BPE ("llama" vocabularies, with byte fallback), built from the vocabulary a
+// GGUF file carries. Also Utf8Stream, which hands out streamed token bytes as whole UTF-8
+// characters.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +48,12 @@ enum class PreTokenizer {
               //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
     kQwen2,   // kLlama3 with \p{N} (every number code point alone) for \p{N}{1,3}; the text
               // is put in Unicode NFC first (Qwen2's normalizer)
+    kO200k,   // tiktoken's o200k_base (GPT-4o, gpt-oss): words split at case changes, marks
+              // kept with their letters, a contraction suffix of any case on the word:
+              // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+C?|
+              // [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*C?|
+              // \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+              // with C = (?i:'s|'t|'re|'ve|'m|'ll|'d)
 };
 
 // Appends the words of `text` to `out` (views into `text`, in order, covering all of it).
@@ -133,7 +140,9 @@ public:
     int32_t token_type(int32_t id) const;
 
     // eos, eot, extra_eog, and control/user-defined tokens named <|im_end|>, <|endoftext|>,
-    // <|eot_id|>, <|eom_id|>, <|end_of_text|>, <end_of_turn>, <|end|>, </s>.
+    // <|eot_id|>, <|eom_id|>, <|end_of_text|>, <end_of_turn>, <|end|>, </s>, <|return|>,
+    // <|call|>; except <|end|> in a vocabulary that also has <|return|> and <|call|> (the
+    // harmony format of gpt-oss, where <|end|> closes a message that is not the last).
     bool is_end_of_generation(int32_t id) const;
     // Control and unknown tokens (and BOS/EOS/EOT/PAD): their text is markup, not content.
     // False for ids outside the vocabulary.

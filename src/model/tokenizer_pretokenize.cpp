@@ -1,7 +1,8 @@
-// Pre-tokenization for byte-level BPE: the GPT-2, SmolLM (isolated digits + GPT-2), Llama 3
-// and Qwen2 split patterns, matched by hand over code points with utf8proc categories (each
-// matcher returns the end of the match of the pattern's alternatives, tried in order), and
-// the NFC normalization Qwen2 applies first.
+// Pre-tokenization for byte-level BPE: the GPT-2, SmolLM (isolated digits + GPT-2), Llama 3,
+// Qwen2 and o200k (GPT-4o, gpt-oss) split patterns, matched by hand over code points with
+// utf8proc categories (each matcher returns the end of the match of the pattern's
+// alternatives, tried in order, as a backtracking regex engine finds it), and the NFC
+// normalization Qwen2 applies first.
 #include <utf8proc.h>
 
 #include <cstdlib>
@@ -13,6 +14,10 @@ namespace llmkv {
 namespace {
 
 enum CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+// The two letter sets of the o200k pattern, as bits: kUpperSide is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+// kLowerSide [\p{Ll}\p{Lm}\p{Lo}\p{M}] (modifier and other letters and marks are in both).
+enum LetterSide : uint8_t { kUpperSide = 1, kLowerSide = 2 };
 
 constexpr uint32_t kInvalid = 0xFFFFFFFFu;  // a byte that is not part of valid UTF-8
 
@@ -47,15 +52,41 @@ CharClass classify(uint32_t c) {
     }
 }
 
+uint8_t letter_sides(uint32_t c) {
+    if (c < 0x80) {
+        if (c >= 'A' && c <= 'Z') return kUpperSide;
+        return (c >= 'a' && c <= 'z') ? kLowerSide : 0;
+    }
+    if (c == kInvalid) return 0;
+    switch (utf8proc_category(utf8proc_int32_t(c))) {
+        case UTF8PROC_CATEGORY_LU:
+        case UTF8PROC_CATEGORY_LT:
+            return kUpperSide;
+        case UTF8PROC_CATEGORY_LL:
+            return kLowerSide;
+        case UTF8PROC_CATEGORY_LM:
+        case UTF8PROC_CATEGORY_LO:
+        case UTF8PROC_CATEGORY_MN:
+        case UTF8PROC_CATEGORY_MC:
+        case UTF8PROC_CATEGORY_ME:
+            return kUpperSide | kLowerSide;
+        default:
+            return 0;
+    }
+}
+
 // The text as code points: cp[i] starts at byte off[i]; off has one more entry (the end).
+// sides (LetterSide bits) is filled only when asked for (the o200k pattern).
 struct CodePoints {
     std::vector<uint32_t> cp;
     std::vector<uint8_t> cls;
+    std::vector<uint8_t> sides;
     std::vector<size_t> off;
 
-    explicit CodePoints(std::string_view text) {
+    explicit CodePoints(std::string_view text, bool with_sides = false) {
         cp.reserve(text.size());
         cls.reserve(text.size());
+        if (with_sides) sides.reserve(text.size());
         off.reserve(text.size() + 1);
         const auto *p = reinterpret_cast<const unsigned char *>(text.data());
         size_t i = 0;
@@ -73,6 +104,7 @@ struct CodePoints {
             }
             cp.push_back(c);
             cls.push_back(classify(c));
+            if (with_sides) sides.push_back(letter_sides(c));
             off.push_back(i);
             i += len;
         }
@@ -172,6 +204,74 @@ size_t match_qwen2(const CodePoints &t, size_t i, size_t end) {
     return match_llama3_like(t, i, end, 1);
 }
 
+// (?i:'s|'t|'re|'ve|'m|'ll|'d) after the letters ending at j: the end of the contraction, or j.
+// Case folding as the reference engine does it: U+017F (long s) folds to 's' too.
+size_t contraction_after(const CodePoints &t, size_t j, size_t end) {
+    if (j >= end || t.cp[j] != '\'') return j;
+    auto fold = [](uint32_t c) { return c == 0x17F ? uint32_t('s') : ascii_lower(c); };
+    uint32_t a = j + 1 < end ? fold(t.cp[j + 1]) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return j + 2;
+    uint32_t b = j + 2 < end ? fold(t.cp[j + 2]) : 0;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return j + 3;
+    return j;
+}
+
+size_t skip_side(const CodePoints &t, size_t j, size_t end, uint8_t side) {
+    while (j < end && (t.sides[j] & side)) ++j;
+    return j;
+}
+
+// The o200k pattern (tiktoken's o200k_base; U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+// W = [\p{Ll}\p{Lm}\p{Lo}\p{M}], P = [^\r\n\p{L}\p{N}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d)):
+//   P?U*W+C? | P?U+W*C? | \p{N}{1,3} |  ?[^\s\p{L}\p{N}]+[\r\n/]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+// Marks are not \p{L}: they may be P and are in both U and W.
+size_t match_o200k(const CodePoints &t, size_t i, size_t end) {
+    const bool prefix = t.cls[i] != kLetter && t.cls[i] != kNumber && !is_cr_lf(t.cp[i]);
+    // P? is tried with the prefix first, then without it.
+    const size_t starts[2] = {prefix ? i + 1 : i, i};
+    const size_t n_starts = prefix ? 2 : 1;
+    // P?U*W+C?: U* takes its whole run, then gives code points back until W+ can start, which
+    // then runs as far as it can (after giving back, only over the one code point: everything
+    // after it in U's run is Lu/Lt).
+    for (size_t s = 0; s < n_starts; ++s) {
+        const size_t j = starts[s];
+        const size_t k = skip_side(t, j, end, kUpperSide);
+        if (k < end && (t.sides[k] & kLowerSide)) {
+            return contraction_after(t, skip_side(t, k, end, kLowerSide), end);
+        }
+        for (size_t e = k; e > j; --e) {
+            if (t.sides[e - 1] & kLowerSide) {
+                return contraction_after(t, skip_side(t, e - 1, end, kLowerSide), end);
+            }
+        }
+    }
+    // P?U+W*C?
+    for (size_t s = 0; s < n_starts; ++s) {
+        const size_t j = starts[s];
+        const size_t k = skip_side(t, j, end, kUpperSide);
+        if (k > j) return contraction_after(t, skip_side(t, k, end, kLowerSide), end);
+    }
+    // \p{N}{1,3}
+    if (t.cls[i] == kNumber) {
+        size_t j = i;
+        while (j < end && j - i < 3 && t.cls[j] == kNumber) ++j;
+        return j;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    size_t j = i + (t.cp[i] == ' ' ? 1 : 0);
+    if (j < end && t.cls[j] == kOther) {
+        j = skip_class(t, j, end, kOther);
+        while (j < end && (is_cr_lf(t.cp[j]) || t.cp[j] == '/')) ++j;
+        return j;
+    }
+    // \s*[\r\n]+ : through the last CR/LF of the whitespace run
+    size_t k = skip_class(t, i, end, kSpace);
+    for (size_t m = k; m > i; --m) {
+        if (is_cr_lf(t.cp[m - 1])) return m;
+    }
+    return match_space_run(t, i, end);
+}
+
 template <typename Matcher>
 void split_range(const CodePoints &t, std::string_view text, size_t begin, size_t end,
                  Matcher match, std::vector<std::string_view> &out) {
@@ -188,7 +288,7 @@ void split_range(const CodePoints &t, std::string_view text, size_t begin, size_
 
 void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view> &out) {
     if (text.empty()) return;
-    CodePoints t(text);
+    CodePoints t(text, kind == PreTokenizer::kO200k);
     size_t n = t.size();
     switch (kind) {
         case PreTokenizer::kGpt2:
@@ -199,6 +299,9 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
             break;
         case PreTokenizer::kQwen2:
             split_range(t, text, 0, n, match_qwen2, out);
+            break;
+        case PreTokenizer::kO200k:
+            split_range(t, text, 0, n, match_o200k, out);
             break;
         case PreTokenizer::kSmollm: {
             size_t i = 0;

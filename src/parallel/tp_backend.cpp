@@ -206,6 +206,17 @@ void TpBackend::combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor
 void TpBackend::mul_sigmoid(Tensor x, Tensor g) {
     local().mul_sigmoid(x, g);
 }
+void TpBackend::add_expert_bias(Tensor y, Tensor routes, uint32_t n_used, const float *const *bias,
+                                uint32_t n_expert) {
+    local().add_expert_bias(y, routes, n_used, bias, n_expert);
+}
+void TpBackend::attention_sinks(uint32_t layer, Tensor q, uint32_t n_heads, float scale,
+                                uint32_t window, const float *sinks, Tensor out) {
+    local().attention_sinks(layer, q, n_heads, scale, window, sinks, out);
+}
+void TpBackend::swiglu_oai(Tensor gate, Tensor up, float alpha, float limit) {
+    local().swiglu_oai(gate, up, alpha, limit);
+}
 void TpBackend::gather_logit_rows(Tensor x, Tensor out) {
     local().gather_logit_rows(x, out);
 }

@@ -1,8 +1,9 @@
 // The expert choice of one token of a mixture-of-experts layer (ExpertRouting, weights.h),
 // written once for every backend so that they all pick the same experts with the same weights
-// bit for bit: softmax over the router logits with exp_float (the same bits on every C
-// runtime and on the host side of the CUDA module), the n_used most probable experts (ties to
-// the lower id), best first, their weights normalised and scaled as the routing says.
+// bit for bit: softmax over the router logits (or, kSoftmaxChosen, over the chosen ones) with
+// exp_float (the same bits on every C runtime and on the host side of the CUDA module), the n_used
+// most probable experts (ties to the lower id), best first, their weights normalised and scaled as
+// the routing says.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +19,21 @@ namespace llmkv {
 inline void route_token(const float *z, const ExpertRouting &r, float *p, uint8_t *taken,
                         float *out) {
     const uint32_t N = r.n_expert, K = r.n_used;
-    float zmax = z[0];
-    for (uint32_t i = 1; i < N; ++i) zmax = z[i] > zmax ? z[i] : zmax;
-    float sum = 0.0f;
-    for (uint32_t i = 0; i < N; ++i) sum += (p[i] = exp_float(z[i] - zmax));
-    for (uint32_t i = 0; i < N; ++i) {
-        p[i] /= sum;
-        taken[i] = 0;
+    const bool chosen = r.gating == ExpertRouting::Gating::kSoftmaxChosen;
+    if (chosen) {  // ranked by the logits themselves
+        for (uint32_t i = 0; i < N; ++i) {
+            p[i] = z[i];
+            taken[i] = 0;
+        }
+    } else {
+        float zmax = z[0];
+        for (uint32_t i = 1; i < N; ++i) zmax = z[i] > zmax ? z[i] : zmax;
+        float sum = 0.0f;
+        for (uint32_t i = 0; i < N; ++i) sum += (p[i] = exp_float(z[i] - zmax));
+        for (uint32_t i = 0; i < N; ++i) {
+            p[i] /= sum;
+            taken[i] = 0;
+        }
     }
     float wsum = 0.0f;
     for (uint32_t k = 0; k < K; ++k) {
@@ -36,6 +45,14 @@ inline void route_token(const float *z, const ExpertRouting &r, float *p, uint8_
         out[k] = float(best);
         out[K + k] = p[best];
         wsum += p[best];
+    }
+    if (chosen) {  // softmax over the chosen logits (out[K] is the largest)
+        const float zmax = out[K];
+        wsum = 0.0f;
+        for (uint32_t k = 0; k < K; ++k) wsum += (out[K + k] = exp_float(out[K + k] - zmax));
+        const float esum = wsum;
+        wsum = 0.0f;
+        for (uint32_t k = 0; k < K; ++k) wsum += (out[K + k] /= esum);
     }
     if (r.norm_weights) {
         wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;

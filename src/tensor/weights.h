@@ -30,6 +30,9 @@ struct WeightMatrix {
 struct ExpertRouting {
     enum class Gating : uint8_t {
         kSoftmax,  // probabilities = softmax over all n_expert logits
+        // gpt-oss: the n_used highest logits, weighed by the softmax over those n_used
+        // logits only (llama.cpp's SOFTMAX_WEIGHT gating)
+        kSoftmaxChosen,
     };
     Gating gating = Gating::kSoftmax;
     uint32_t n_expert = 0;

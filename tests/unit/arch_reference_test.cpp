@@ -256,7 +256,7 @@ TEST_P(ArchReference, TokenizerMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchReference,
                          ::testing::Values("qwen2", "qwen3", "llama", "mistral", "phi3", "gemma3",
-                                           "qwen3moe", "qwen2moe", "mixtral"),
+                                           "qwen3moe", "qwen2moe", "mixtral", "gptoss"),
                          [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
 
 }  // namespace

@@ -86,6 +86,19 @@ ChatModel mistral() {
 ChatModel phi3() {
     return ChatModel({"<|user|>", "<|assistant|>", "<|end|>", "<|system|>"}, "");
 }
+// gpt-oss: the harmony tokens and a piece of its template.
+ChatModel harmony() {
+    return ChatModel(
+        {"<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>"},
+        "{{- \"<|start|>system<|message|>\" }}{{- build_system_message() }}"
+        "{{- \"<|end|>\" }}",
+        "gpt-oss");
+}
+
+const char *const kHarmonySystem =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, "
+    "commentary, final. Channel must be included for every message.<|end|>";
 
 TEST(ChatTemplate, FamiliesFormatOrdinaryConversations) {
     std::string out;
@@ -130,13 +143,72 @@ TEST(ChatTemplate, NewFamiliesFormatOrdinaryConversations) {
         "<|assistant|>\n");
 }
 
+TEST(ChatTemplate, HarmonyFormatsAsGptOssTemplate) {
+    std::string out;
+    const std::string sys = kHarmonySystem;
+    // The system message first, always; the caller's system message is the developer's
+    // instructions; earlier answers on the final channel, closed with <|end|>.
+    ASSERT_EQ(harmony().format({{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}},
+                               out, true),
+              LLMKV_OK)
+        << out;
+    EXPECT_EQ(out, sys +
+                       "<|start|>developer<|message|># Instructions\n\nS\n\n<|end|>"
+                       "<|start|>user<|message|>U<|end|>"
+                       "<|start|>assistant<|channel|>final<|message|>A<|end|>"
+                       "<|start|>user<|message|>V<|end|>"
+                       "<|start|>assistant");
+    ASSERT_EQ(harmony().format({{"user", "hi"}}, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, sys + "<|start|>user<|message|>hi<|end|><|start|>assistant");
+    // A finished conversation: the last answer ends with <|return|>.
+    ASSERT_EQ(harmony().format({{"user", "U"}, {"assistant", "A"}}, out, false), LLMKV_OK) << out;
+    EXPECT_EQ(out, sys +
+                       "<|start|>user<|message|>U<|end|>"
+                       "<|start|>assistant<|channel|>final<|message|>A<|return|>");
+    // "developer" is the template's own name for it; an empty one gives no developer message.
+    ASSERT_EQ(harmony().format({{"developer", "D"}}, out, false), LLMKV_OK) << out;
+    EXPECT_EQ(out, sys + "<|start|>developer<|message|># Instructions\n\nD\n\n<|end|>");
+    ASSERT_EQ(harmony().format({{"system", ""}, {"user", "U"}}, out, true), LLMKV_OK) << out;
+    EXPECT_EQ(out, sys + "<|start|>user<|message|>U<|end|><|start|>assistant");
+    ASSERT_EQ(harmony().format({}, out, false), LLMKV_OK) << out;
+    EXPECT_EQ(out, sys);
+}
+
+TEST(ChatTemplate, HarmonyRefusesRolesAndChannelMarkupItHasNoPlaceFor) {
+    std::string out;
+    for (const char *role : {"tool", "User", "ipython", "functions.get", "assistant<|channel|>"}) {
+        EXPECT_EQ(harmony().format({{"user", "u"}, {role, "x"}}, out), LLMKV_ERR_INVALID_ARGUMENT)
+            << role;
+        EXPECT_NE(out.find("msgs[1].role"), std::string::npos) << out;
+        EXPECT_NE(out.find("harmony"), std::string::npos) << out;
+    }
+    // A system or developer message only opens the conversation (the template drops a later
+    // one without a word).
+    for (const char *role : {"system", "developer"}) {
+        EXPECT_EQ(harmony().format({{"user", "u"}, {role, "s"}}, out), LLMKV_ERR_INVALID_ARGUMENT)
+            << role;
+        EXPECT_NE(out.find(std::string("\"") + role + "\""), std::string::npos) << out;
+    }
+    // Other families do not know "developer".
+    EXPECT_EQ(chatml().format({{"developer", "d"}}, out), LLMKV_ERR_INVALID_ARGUMENT) << out;
+    // An answer with channel markup in it, as the template refuses.
+    for (const char *content :
+         {"<|channel|>analysis<|message|>think", "x<|channel|>final<|message|>y"}) {
+        EXPECT_EQ(harmony().format({{"user", "u"}, {"assistant", content}}, out),
+                  LLMKV_ERR_INVALID_ARGUMENT)
+            << content;
+        EXPECT_NE(out.find("msgs[1].content"), std::string::npos) << out;
+    }
+    ASSERT_EQ(harmony().format({{"user", "<|channel|>final<|message|>"}}, out), LLMKV_OK) << out;
+}
+
 TEST(ChatTemplate, ASystemMessageAloneIsAPrefixOfTheConversation) {
     // `llmkv run --chat --system` computes the system part once and appends the rest: the
     // system-only rendering must be a prefix of the full one, also where the family has no
     // system turn. (Llama 2 is the exception: a system message alone gets a turn of its own.)
     const std::vector<llmkv_chat_message> sys = {{"system", "Be brief."}};
     const std::vector<llmkv_chat_message> full = {{"system", "Be brief."}, {"user", "Hi"}};
-    for (ChatModel (*make)() : {chatml, llama3, gemma, mistral, phi3}) {
+    for (ChatModel (*make)() : {chatml, llama3, gemma, mistral, phi3, harmony}) {
         ChatModel m = make();
         std::string a, b;
         ASSERT_EQ(m.format(sys, a, false), LLMKV_OK) << a;
@@ -157,6 +229,20 @@ TEST(ChatTemplate, FamilyFromTemplateTokensOrArchitecture) {
     EXPECT_EQ(family(gemma()), ChatFamily::gemma);
     EXPECT_EQ(family(mistral()), ChatFamily::mistral);
     EXPECT_EQ(family(phi3()), ChatFamily::phi3);
+    EXPECT_EQ(family(harmony()), ChatFamily::harmony);
+    // gpt-oss's template, whatever the architecture and tokens.
+    EXPECT_EQ(family(ChatModel({}, "{{- \"<|start|>user<|message|>\" + m.content }}", "llama")),
+              ChatFamily::harmony);
+    EXPECT_EQ(family(ChatModel({}, "{{ '<|start|>assistant<|channel|>final' }}")),
+              ChatFamily::harmony);
+    // <|start|> alone names no format.
+    EXPECT_EQ(family(ChatModel({}, "{{ '<|start|>' }}", "llama")), ChatFamily::none);
+    // No template: the harmony tokens, or the architecture.
+    EXPECT_EQ(family(ChatModel({"<|start|>", "<|message|>", "<|channel|>", "<|end|>"}, "")),
+              ChatFamily::harmony);
+    EXPECT_EQ(family(ChatModel({"<|start|>", "<|message|>"}, "", "llama")), ChatFamily::none);
+    EXPECT_EQ(family(ChatModel({}, "", "gpt-oss")), ChatFamily::harmony);
+    EXPECT_STREQ(chat_family_name(ChatFamily::harmony), "harmony");
     // No template and no chat tokens: the architecture decides.
     EXPECT_EQ(family(ChatModel({}, "", "gemma3")), ChatFamily::gemma);
     EXPECT_EQ(family(ChatModel({}, "", "qwen2")), ChatFamily::chatml);

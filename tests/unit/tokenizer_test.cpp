@@ -1,6 +1,8 @@
 // Tokenizer tests: SmolLM2 ids against the HuggingFace reference fixture (needs the model),
-// decode round trips, hand-built byte-level BPE and SentencePiece vocabularies, the
-// pre-tokenizer patterns, Utf8Stream, and rejection of malformed vocabularies.
+// decode round trips, hand-built byte-level BPE and SentencePiece vocabularies (gpt-oss's
+// harmony end-of-generation tokens among them), the
+// pre-tokenizer patterns (Llama 3, Qwen2 and o200k against HuggingFace's splits), Utf8Stream,
+// and rejection of malformed vocabularies.
 #include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -542,7 +544,7 @@ TEST(ByteBpeTokenizer, DecodeRejectsBadIds) {
 
 TEST(ByteBpeTokenizer, RandomBytesRoundTrip) {
     std::mt19937 rng(99);
-    for (const char *pre : {"gpt2", "smollm", "llama-bpe"}) {
+    for (const char *pre : {"gpt2", "smollm", "llama-bpe", "gpt-4o"}) {
         TokenizerVocab v = small_bpe_vocab();
         v.pre = pre;
         Tokenizer t(std::move(v));
@@ -639,6 +641,82 @@ TEST(PreTokenizer, MatchesHuggingFaceSplits) {
     EXPECT_EQ(failures, 0u);
 }
 
+TEST(PreTokenizer, O200k) {
+    // Words split where lower case turns to upper; a contraction of any case stays on the word.
+    EXPECT_EQ(split(PreTokenizer::kO200k, "DON'T I'm we'VE they'Re"),
+              (Words{"DON'T", " I'm", " we'VE", " they'Re"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "HelloWorld HTTPServer iPhone"),
+              (Words{"Hello", "World", " HTTPServer", " i", "Phone"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "O'Neil don'tstop"),
+              (Words{"O", "'Neil", " don't", "stop"}));
+    // (?i) folds U+017F (long s) to 's'.
+    EXPECT_EQ(split(PreTokenizer::kO200k, "it'\xC5\xBF"), (Words{"it'\xC5\xBF"}));
+    // Numbers in threes; punctuation takes the newlines and slashes after it.
+    EXPECT_EQ(split(PreTokenizer::kO200k, "x12345 6"), (Words{"x", "123", "45", " ", "6"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "(a) //x\n/"), (Words{"(a", ")", " //", "x", "\n", "/"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "!\n/x"), (Words{"!\n/", "x"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "  \n  x"), (Words{"  \n", " ", " x"}));
+    // Marks are in both letter sets: a lone mark before an upper-case letter is a word of its
+    // own (the first alternative matches it before the second could take both).
+    EXPECT_EQ(split(PreTokenizer::kO200k, "\xCC\x81Q \xCC\x81\xCC\x81z"),
+              (Words{"\xCC\x81", "Q", " \xCC\x81\xCC\x81z"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k,
+                    "CAFE\xCC\x81 \xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D"),
+              (Words{"CAFE\xCC\x81", " \xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D"}));
+    // Modifier (Lm) and titlecase (Lt) letters; a no-break space is a prefix like any space.
+    EXPECT_EQ(split(PreTokenizer::kO200k, "a\xCA\xB0Q"), (Words{"a\xCA\xB0", "Q"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "\xC7\x85x\xC7\x85X"), (Words{"\xC7\x85x", "\xC7\x85X"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "a\xC2\xA0z"), (Words{"a", "\xC2\xA0z"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, ""), Words{});
+}
+
+TEST(PreTokenizer, O200kInvalidBytesSplitLikeASymbol) {
+    // A byte that is not part of valid UTF-8 is one code point, neither letter, number nor
+    // space: the text splits exactly as it does with '!' for each such byte.
+    for (const char *shape : {"a!b", "!A", "x !!\n/y", "1!2", "A!'s", "\xCC\x81!", " !\t", "!"}) {
+        for (const std::string bad : {"\xFF", "\x80", "\xC3", "\xE2\x82"}) {
+            std::string text, with_symbols;
+            for (const char *c = shape; *c; ++c) {
+                text += *c == '!' ? bad : std::string(1, *c);
+                with_symbols += *c == '!' ? std::string(bad.size(), '!') : std::string(1, *c);
+            }
+            Words want;
+            size_t k = 0;
+            for (const std::string &w : split(PreTokenizer::kO200k, with_symbols)) {
+                std::string m;
+                for (char c : w) m += c == '!' ? bad[k++ % bad.size()] : c;
+                want.push_back(m);
+            }
+            EXPECT_EQ(split(PreTokenizer::kO200k, text), want) << escape(text);
+        }
+    }
+    EXPECT_EQ(split(PreTokenizer::kO200k, "a\xFFz"), (Words{"a", "\xFFz"}));
+    EXPECT_EQ(split(PreTokenizer::kO200k, "\xE2\x82 x"), (Words{"\xE2\x82", " x"}));
+}
+
+TEST(PreTokenizer, O200kMatchesHuggingFaceSplits) {
+    // tokenizer/o200k_pretokenize.json: HuggingFace's Split(Regex(o200k pattern), isolated)
+    // over chosen and seeded random strings (scripts/make_pretokenizer_fixture.py).
+    const nlohmann::json doc = nlohmann::json::parse(
+        read_file(LLMKV_TEST_FIXTURES_DIR "/tokenizer/o200k_pretokenize.json"));
+    size_t n = 0, failures = 0;
+    for (const nlohmann::json &c : doc.at("cases")) {
+        const std::string text = c.at("text").get<std::string>();
+        Words want;
+        for (const nlohmann::json &w : c.at("words")) want.push_back(w.get<std::string>());
+        Words got = split(PreTokenizer::kO200k, text);
+        ++n;
+        if (got != want && ++failures <= 20) {
+            std::string g, w;
+            for (const std::string &x : got) g.append("[").append(escape(x)).append("]");
+            for (const std::string &x : want) w.append("[").append(escape(x)).append("]");
+            ADD_FAILURE() << "\"" << escape(text) << "\"\n  expected " << w << "\n  got      " << g;
+        }
+    }
+    EXPECT_GE(n, 700u);
+    EXPECT_EQ(failures, 0u);
+}
+
 TEST(PreTokenizer, NfcNormalization) {
     EXPECT_EQ(nfc_normalize("plain ascii"), "plain ascii");
     EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");   // e + U+0301 -> é
@@ -667,6 +745,61 @@ TEST(ByteBpeTokenizer, Qwen2SplitsDigitsAndNormalizes) {
     TokenizerVocab v2 = small_bpe_vocab();
     v2.pre = "llama-bpe";
     EXPECT_EQ(Tokenizer(std::move(v2)).encode("12", false, false), (std::vector<int32_t>{264}));
+}
+
+TEST(ByteBpeTokenizer, Gpt4oVocabularySplitsWithO200k) {
+    for (const char *pre : {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}) {
+        TokenizerVocab v = small_bpe_vocab();
+        v.pre = pre;
+        EXPECT_EQ(Tokenizer(std::move(v)).pre_tokenizer(), PreTokenizer::kO200k) << pre;
+    }
+    TokenizerVocab v = small_bpe_vocab();
+    v.pre = "gpt-4o";
+    Tokenizer t(std::move(v));
+    // "12345" is the words "123" "45": the "1 2" merge applies in the first only.
+    EXPECT_EQ(t.encode("12345", false, false), (std::vector<int32_t>{264, '3', '4', '5'}));
+    EXPECT_EQ(t.encode("helloWorld", false, false),
+              (std::vector<int32_t>{259, 'W', 261, 263}));  // "hello" "World"
+    EXPECT_EQ(t.decode(t.encode("DON'T\r\n/ x", false, false)), "DON'T\r\n/ x");
+}
+
+// A vocabulary with gpt-oss's harmony tokens (o200k_harmony), control-typed as in its file.
+TokenizerVocab harmony_vocab(bool with_call) {
+    TokenizerVocab v = small_bpe_vocab();  // 265 <|end|>, 266 <s>
+    v.pre = "gpt-4o";
+    for (const char *s : {"<|return|>", "<|start|>", "<|message|>", "<|channel|>", "<|endoftext|>",
+                          "<|call|>"}) {  // 267..272
+        if (!with_call && std::string(s) == "<|call|>") continue;
+        v.tokens.push_back(s);
+        v.token_types.push_back(kTokenControl);
+    }
+    v.bos = -1;
+    v.eos = 267;  // <|return|>, as gpt-oss's file names it
+    return v;
+}
+
+TEST(ByteBpeTokenizer, HarmonyEndsGenerationAtReturnAndCallNotAtEnd) {
+    Tokenizer t(harmony_vocab(true));
+    EXPECT_TRUE(t.is_end_of_generation(267));   // <|return|>
+    EXPECT_TRUE(t.is_end_of_generation(272));   // <|call|>
+    EXPECT_TRUE(t.is_end_of_generation(271));   // <|endoftext|>
+    EXPECT_FALSE(t.is_end_of_generation(265));  // <|end|> closes the analysis message too
+    for (int32_t id : {268, 269, 270}) {        // <|start|>, <|message|>, <|channel|>
+        EXPECT_FALSE(t.is_end_of_generation(id)) << id;
+        EXPECT_TRUE(t.is_special(id)) << id;
+    }
+    // Even named as eot, <|end|> does not end a harmony generation.
+    TokenizerVocab named = harmony_vocab(true);
+    named.eot = 265;
+    EXPECT_FALSE(Tokenizer(std::move(named)).is_end_of_generation(265));
+    // Markup parses as single tokens.
+    EXPECT_EQ(
+        t.encode("<|start|>assistant<|channel|>final<|message|>hi<|return|>", false, true).front(),
+        268);
+    // Without <|call|> it is not harmony: <|end|> ends generation as before.
+    Tokenizer partial(harmony_vocab(false));
+    EXPECT_TRUE(partial.is_end_of_generation(265));
+    EXPECT_TRUE(partial.is_end_of_generation(267));
 }
 
 // ---- a hand-built SentencePiece vocabulary ----------------------------------------------

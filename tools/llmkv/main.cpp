@@ -1,6 +1,7 @@
 // The llmkv command line: one CLI11 parser with a subcommand each for `run` (generate text
 // from a prompt, defined here), `demo`, `inspect`, `bench` (and its own subcommands) and
 // `version`. `run` uses only the public C API.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,11 +78,54 @@ int check(llmkv_status st, const char *what) {
     return 1;
 }
 
-void print_text(llmkv_session *s) {
+// gpt-oss (the harmony chat format) answers in channels: its reasoning ("analysis") first,
+// then "<|channel|>final<|message|>" and the answer. With --chat only the answer goes to
+// stdout; the rest, markup included, goes to stderr. A marker split across reads is held
+// back until it is whole.
+class HarmonyView {
+public:
+    void feed(const char *text, size_t n) {
+        held_.append(text, n);
+        flush(false);
+    }
+    void finish() { flush(true); }
+
+private:
+    void flush(bool end) {
+        for (;;) {
+            const std::string &marker = in_final_ ? kEnd : kFinal;
+            size_t p = held_.find(marker);
+            FILE *to = in_final_ ? stdout : stderr;
+            if (p == std::string::npos) {
+                size_t keep = end ? 0 : std::min(held_.size(), marker.size() - 1);
+                std::fwrite(held_.data(), 1, held_.size() - keep, to);
+                held_.erase(0, held_.size() - keep);
+                break;
+            }
+            std::fwrite(held_.data(), 1, in_final_ ? p : p + marker.size(), to);
+            held_.erase(0, p + marker.size());
+            if (in_final_) std::fwrite(kEnd.data(), 1, kEnd.size(), stderr);
+            in_final_ = !in_final_;
+        }
+        std::fflush(stderr);
+        std::fflush(stdout);
+    }
+
+    const std::string kFinal = "<|channel|>final<|message|>";
+    const std::string kEnd = "<|end|>";
+    std::string held_;
+    bool in_final_ = false;
+};
+
+void print_text(llmkv_session *s, HarmonyView *harmony = nullptr) {
     char buf[4096];
     size_t n = 0;
     while (llmkv_session_read_text(s, buf, sizeof(buf), &n) == LLMKV_OK && n > 0) {
-        std::fwrite(buf, 1, n, stdout);
+        if (harmony) {
+            harmony->feed(buf, n);
+        } else {
+            std::fwrite(buf, 1, n, stdout);
+        }
     }
     std::fflush(stdout);
 }
@@ -180,6 +224,7 @@ int cmd_run(const RunOptions &o) {
 
     // The prompt, split into the shared system part (served from a prefix) and the rest.
     std::string system_text, text = o.prompt;
+    std::unique_ptr<HarmonyView> harmony;
     if (o.chat) {
         std::vector<llmkv_chat_message> msgs;
         if (!o.system.empty()) msgs.push_back({"system", o.system.c_str()});
@@ -192,6 +237,9 @@ int cmd_run(const RunOptions &o) {
         }
         system_text = sys_only;
         text = full.substr(sys_only.size());
+        if (full.rfind("<|start|>system<|message|>", 0) == 0) {
+            harmony = std::make_unique<HarmonyView>();
+        }
     } else if (!o.system.empty()) {
         system_text = o.system;
     }
@@ -282,7 +330,7 @@ int cmd_run(const RunOptions &o) {
                 rc = 1;
             }
         }
-        print_text(session);
+        print_text(session, harmony.get());
         if (n == 0 && llmkv_pending_events(engine) == 0 && !done) {
             // No events and no work: should not happen while generating.
             llmkv_session_get_info(session, &info);
@@ -292,6 +340,7 @@ int cmd_run(const RunOptions &o) {
             }
         }
     }
+    if (harmony) harmony->finish();
     double t_end = now_seconds();
     std::printf("\n");
     if (!rc) {

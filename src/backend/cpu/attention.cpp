@@ -548,7 +548,14 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
 
             for (uint32_t h = 0; h < nh; ++h) {
                 float *s_h = scores + size_t(h) * P;
-                if (single) {
+                if (single && params.sinks) {  // the sink joins the denominator
+                    float m;
+                    float *x = s_h + (vis - ps);
+                    const uint32_t n = pe - vis;
+                    const float sum = softmax_partial(x, n, params.scale, &m);
+                    const float inv = 1.0f / (sum + exp_float(params.sinks[h0 + h] - m));
+                    for (uint32_t t = 0; t < n; ++t) x[t] *= inv;
+                } else if (single) {
                     softmax(s_h + (vis - ps), pe - vis, params.scale);
                 } else {
                     float *ml = out[h] + D;  // m, l after the partial's o
@@ -627,6 +634,7 @@ void paged_attention(KvCache &cache, const AttentionCodecs &codecs, const Attent
                 l += c * pk[D + 1];
                 for (uint32_t d = 0; d < D; ++d) o[d] += c * pk[d];
             }
+            if (params.sinks) l += exp_float(params.sinks[h] - m);
             const float inv = 1.0f / l;
             for (uint32_t d = 0; d < D; ++d) o[d] *= inv;
         }
@@ -694,8 +702,10 @@ void paged_attention_reference(KvCache &cache, const AttentionCodecs &codecs,
                     sc[t] = acc * params.scale;
                     mx = std::max(mx, sc[t]);
                 }
+                if (params.sinks) mx = std::max(mx, double(params.sinks[h]));
                 double sum = 0;
                 for (uint32_t t = lo; t <= p; ++t) sum += (sc[t] = exp_double(sc[t] - mx));
+                if (params.sinks) sum += exp_double(double(params.sinks[h]) - mx);
                 float *out = sp.out + size_t(i) * params.out_stride + size_t(h) * D;
                 for (uint32_t d = 0; d < D; ++d) {
                     double acc = 0;

@@ -47,6 +47,10 @@ struct AttentionParams {
     // Sliding window: the query at position p sees positions j with p - window < j <= p
     // (0: every j <= p). Sealed blocks wholly before the window are never read.
     uint32_t window = 0;
+    // Learned attention sinks (gpt-oss): n_heads logits, head h's joining each of its
+    // softmaxes unscaled and weighing no value (out = sum_j e^s_j v_j / (sum_j e^s_j +
+    // e^sinks[h])). Null: none.
+    const float *sinks = nullptr;
 };
 
 // How the sealed K and V heads are stored (codec and rotation of each).

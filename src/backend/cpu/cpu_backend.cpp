@@ -241,6 +241,11 @@ void CpuBackend::write_kv(uint32_t layer, Tensor k, Tensor v) {
 
 void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
                            Tensor out) {
+    attention_sinks(layer, q, n_heads, scale, window, nullptr, out);
+}
+
+void CpuBackend::attention_sinks(uint32_t layer, Tensor q, uint32_t n_heads, float scale,
+                                 uint32_t window, const float *sinks, Tensor out) {
     for (size_t i = 0; i < att_.size(); ++i) {
         att_[i].q = rows(q) + size_t(row0_[i]) * q.cols;
         att_[i].out = rows(out) + size_t(row0_[i]) * out.cols;
@@ -252,6 +257,7 @@ void CpuBackend::attention(uint32_t layer, Tensor q, uint32_t n_heads, float sca
     ap.q_stride = q.cols;
     ap.out_stride = out.cols;
     ap.window = window;
+    ap.sinks = sinks;
     cpu::paged_attention(cache_, ap, att_.data(), att_.size(), pool_, attention_scratch_);
 }
 
@@ -387,6 +393,39 @@ void CpuBackend::mul_sigmoid(Tensor x, Tensor g) {
         const float s = 1.0f / (1.0f + exp_float(-gs[t]));
         for (uint32_t c = 0; c < x.cols; ++c) xs[size_t(t) * x.cols + c] *= s;
     }
+}
+
+void CpuBackend::add_expert_bias(Tensor y, Tensor routes, uint32_t n_used, const float *const *bias,
+                                 uint32_t n_expert) {
+    const uint32_t T = routes.rows;
+    if (routes.cols != 2 * n_used || y.rows != T * n_used)
+        fail(LLMKV_ERR_BACKEND, "add_expert_bias: routes %ux%u, y %u rows", routes.rows,
+             routes.cols, y.rows);
+    const float *rs = rows(routes);
+    float *ys = rows(y);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < n_used; ++i) {
+            const float id = rs[size_t(t) * 2 * n_used + i];
+            if (!(id >= 0.0f && id < float(n_expert)))
+                fail(LLMKV_ERR_BACKEND, "add_expert_bias: expert %g of %u", double(id), n_expert);
+            const float *b = bias[uint32_t(id)];
+            if (!b) continue;
+            float *r = ys + (size_t(t) * n_used + i) * y.cols;
+            for (uint32_t c = 0; c < y.cols; ++c) r[c] += b[c];
+        }
+    }
+}
+
+void CpuBackend::swiglu_oai(Tensor gate, Tensor up, float alpha, float limit) {
+    float *g = rows(gate);
+    const float *u = rows(up);
+    pool_.parallel_for(size_t(gate.rows) * gate.cols, 256, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            const float x = std::min(g[i], limit);
+            const float y = std::min(std::max(u[i], -limit), limit);
+            g[i] = x / (1.0f + exp_float(-alpha * x)) * (y + 1.0f);
+        }
+    });
 }
 
 void CpuBackend::gather_logit_rows(Tensor x, Tensor out) {

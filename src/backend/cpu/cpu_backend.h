@@ -48,6 +48,11 @@ public:
                         uint32_t n_used, Tensor y) override;
     void combine_experts(Tensor y, Tensor routes, uint32_t n_used, Tensor out) override;
     void mul_sigmoid(Tensor x, Tensor g) override;
+    void add_expert_bias(Tensor y, Tensor routes, uint32_t n_used, const float *const *bias,
+                         uint32_t n_expert) override;
+    void attention_sinks(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                         const float *sinks, Tensor out) override;
+    void swiglu_oai(Tensor gate, Tensor up, float alpha, float limit) override;
     void gather_logit_rows(Tensor x, Tensor out) override;
     void logits(const WeightMatrix &w, Tensor x, float *host) override;
     void end_batch() override { spans_ = nullptr; }

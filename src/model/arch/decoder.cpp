@@ -8,14 +8,16 @@
 //     q, k, v = xn Wq, xn Wk, xn Wv [+ biases]                           Qwen2
 //     [q, k = per-head rms_norm(q, q_norm), rms_norm(k, k_norm)]          Gemma 3, Qwen3
 //     q, k = rope(q, k) with layer l's RoPE (adjacent pairs, or NeoX halves)
-//     write_kv(l, k, v); a = attention(l, q, scale, window(l))            Gemma 3: local layers
-//     o = a Wo [; o = rms_norm(o, post_attention_norm)]                   Gemma 3
+//     write_kv(l, k, v); a = attention(l, q, scale, window(l))            Gemma 3, gpt-oss: local
+//       [with a learned sink logit per head in each softmax]                 gpt-oss
+//     o = a Wo [+ bo] [; o = rms_norm(o, post_attention_norm)]            gpt-oss; Gemma 3
 //     x += o
 //     xn = rms_norm(x, ffn_norm)
 //     f = (act(xn Wgate) * xn Wup) Wdown   act = silu, or gelu_tanh (Gemma)
-//     or, a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE: LlamaConfig::moe):
-//       routes = route_experts(xn Wrouter)     each token's n_used experts and weights
-//       f = sum_i w_i (silu(xn Wgate_e_i) * xn Wup_e_i) Wdown_e_i   (e_i: its i-th expert)
+//     or, a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss: LlamaConfig::moe):
+//       routes = route_experts(xn Wrouter [+ b])   each token's n_used experts and weights
+//       f = sum_i w_i (act(xn Wgate_e_i [+ b]) * (xn Wup_e_i [+ b])) Wdown_e_i [+ b]
+//         (e_i: its i-th expert; gpt-oss: biases, act its clamped SwiGLU)
 //       [f += sigmoid(xn Wshared_gate) * (silu(xn Wgate_sh) * xn Wup_sh) Wdown_sh]   Qwen2-MoE
 //     [f = rms_norm(f, post_ffw_norm)]                                     Gemma 3
 //     x += f
@@ -29,7 +31,8 @@
 //
 // Llama 2/3, Mistral, SmolLM2, TinyLlama ("llama"), Qwen2/2.5 ("qwen2"), Qwen3 ("qwen3"),
 // Phi-3 ("phi3": fused QKV and gate/up bound as row ranges by the loader), Gemma 3 ("gemma3"),
-// Mixtral ("llama" with experts), Qwen1.5/2-MoE ("qwen2moe"), Qwen3-MoE ("qwen3moe").
+// Mixtral ("llama" with experts), Qwen1.5/2-MoE ("qwen2moe"), Qwen3-MoE ("qwen3moe"),
+// gpt-oss ("gpt-oss").
 #include <cmath>
 
 #include "common/error.h"
@@ -87,24 +90,25 @@ public:
         last_ = be_.alloc(T, cfg_.n_embd);
         last_norm_ = be_.alloc(T, cfg_.n_embd);
 
-        // One RoPE per group of layers (Gemma 3: global and local).
+        // One RoPE per group of layers (Gemma 3: global and local), YaRN's mix folded into
+        // the frequencies and its attention factor into the softmax scale (q.k is scaled by
+        // its square when both q and k are).
         const float *factors = model.rope_freq_factors();
         inv_freq_.resize(cfg_.ropes.size());
         ropes_.resize(cfg_.ropes.size());
         for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
             const LayerRope &lr = cfg_.ropes[r];
-            std::vector<float> &f = inv_freq_[r];
-            f.resize(cfg_.rope_dim / 2);
-            for (uint32_t i = 0; i < cfg_.rope_dim / 2; ++i) {
-                double v = 1.0 / pow_double(double(lr.freq_base), double(2 * i) / cfg_.rope_dim);
-                if (factors && lr.use_freq_factors) v /= factors[i];
-                f[i] = float(v);
-            }
+            inv_freq_[r] = rope_inv_freq(lr, cfg_.rope_dim, factors);
             RopeParams &rp = ropes_[r];
             rp.style = cfg_.rope_neox ? RopeParams::Style::kHalves : RopeParams::Style::kAdjacent;
             rp.rope_dim = cfg_.rope_dim;
-            rp.freq_scale = lr.freq_scale;
-            rp.inv_freq = f.data();
+            rp.freq_scale = rope_position_scale(lr);
+            rp.inv_freq = inv_freq_[r].data();
+        }
+        layer_scale_.resize(cfg_.n_layers);
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
+            const float a = cfg_.rope(l).attn_factor;
+            layer_scale_[l] = a == 1.0f ? cfg_.attn_scale : cfg_.attn_scale * a * a;
         }
 
         if (shard_) local_logits_.resize(size_t(T) * shard_->ranges().n_vocab);
@@ -133,6 +137,12 @@ public:
             vec(L.bq, cfg_.q_dim());
             vec(L.bk, cfg_.kv_dim());
             vec(L.bv, cfg_.kv_dim());
+            vec(L.bo, cfg_.n_embd);
+            vec(L.attn_sinks, cfg_.n_heads);
+            vec(L.router_bias, cfg_.moe.routing.n_expert);
+            for (const float *b : L.gate_exps_bias) vec(b, cfg_.moe.n_ff_expert);
+            for (const float *b : L.up_exps_bias) vec(b, cfg_.moe.n_ff_expert);
+            for (const float *b : L.down_exps_bias) vec(b, cfg_.n_embd);
             vec(L.q_norm, cfg_.head_dim);
             vec(L.k_norm, cfg_.head_dim);
             vec(L.post_attn_norm, cfg_.n_embd);
@@ -177,9 +187,15 @@ public:
             be_.rope(q, cfg_.n_heads, D, rope);
             be_.rope(k, cfg_.n_kv_heads, D, rope);
             be_.write_kv(l, k, v);
-            be_.attention(l, q, cfg_.n_heads, cfg_.attn_scale, cfg_.window(l), attn);
+            if (L.attn_sinks) {
+                be_.attention_sinks(l, q, cfg_.n_heads, layer_scale_[l], cfg_.window(l),
+                                    L.attn_sinks, attn);
+            } else {
+                be_.attention(l, q, cfg_.n_heads, layer_scale_[l], cfg_.window(l), attn);
+            }
             be_.matmul(L.wo, attn, tmp);
             if (shard_) be_.all_reduce(tmp);
+            if (L.bo) be_.add_bias(tmp, L.bo);  // after the sum: once, on every rank
             if (L.post_attn_norm) be_.rms_norm(tmp, L.post_attn_norm, cfg_.rms_eps, tmp);
             be_.add(x, tmp);
 
@@ -220,12 +236,23 @@ private:
         Tensor gate = gate_.first_rows(T), up = up_.first_rows(T);
         be_.matmul(L.w_gate, xn, gate);
         be_.matmul(L.w_up, xn, up);
-        if (cfg_.activation == FfnActivation::kGeluTanh) {
-            be_.geglu(gate, up);
-        } else {
-            be_.swiglu(gate, up);
-        }
+        glu(gate, up);
         be_.matmul(L.w_down, gate, out);
+    }
+
+    // gate = act(gate) * up, the model's activation.
+    void glu(Tensor gate, Tensor up) {
+        switch (cfg_.activation) {
+            case FfnActivation::kGeluTanh:
+                be_.geglu(gate, up);
+                break;
+            case FfnActivation::kSwigluOai:
+                be_.swiglu_oai(gate, up, cfg_.glu_alpha, cfg_.glu_limit);
+                break;
+            case FfnActivation::kSilu:
+                be_.swiglu(gate, up);
+                break;
+        }
     }
 
     // out = the weighted sum of each token's experts [+ the gated shared expert].
@@ -236,11 +263,18 @@ private:
                eg = expert_gate_.first_rows(S), eu = expert_up_.first_rows(S),
                eo = expert_out_.first_rows(S);
         be_.matmul(L.router, xn, router);
+        if (L.router_bias) be_.add_bias(router, L.router_bias);
         be_.route_experts(router, r, routes);
         be_.matmul_experts(L.gate_exps.data(), n, xn, routes, r.n_used, eg);
         be_.matmul_experts(L.up_exps.data(), n, xn, routes, r.n_used, eu);
-        be_.swiglu(eg, eu);
+        if (!L.gate_exps_bias.empty()) {
+            be_.add_expert_bias(eg, routes, r.n_used, L.gate_exps_bias.data(), n);
+            be_.add_expert_bias(eu, routes, r.n_used, L.up_exps_bias.data(), n);
+        }
+        glu(eg, eu);
         be_.matmul_experts(L.down_exps.data(), n, eg, routes, r.n_used, eo);
+        if (!L.down_exps_bias.empty())
+            be_.add_expert_bias(eo, routes, r.n_used, L.down_exps_bias.data(), n);
         be_.combine_experts(eo, routes, r.n_used, out);
         if (L.shared_gate.data) {
             Tensor sh = shared_out_.first_rows(T), sg = shared_gate_.first_rows(T);
@@ -262,6 +296,7 @@ private:
     Tensor router_, routes_, expert_gate_, expert_up_, expert_out_, shared_out_, shared_gate_;
     std::vector<std::vector<float>> inv_freq_;
     std::vector<RopeParams> ropes_;
+    std::vector<float> layer_scale_;   // each layer's softmax scale (YaRN's factor included)
     std::vector<float> local_logits_;  // this rank's vocabulary columns (tensor parallelism)
 };
 
@@ -271,7 +306,7 @@ std::unique_ptr<Forward> Forward::create(const LlamaModel &model, Backend &backe
                                          uint32_t max_tokens, const ModelShard *shard) {
     const std::string &arch = model.config().architecture;
     if (arch == "llama" || arch == "gemma3" || arch == "qwen2" || arch == "qwen3" ||
-        arch == "phi3" || arch == "qwen2moe" || arch == "qwen3moe") {
+        arch == "phi3" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "gpt-oss") {
         return std::make_unique<DecoderForward>(model, backend, max_tokens, shard);
     }
     fail(LLMKV_ERR_UNSUPPORTED, "no forward pass for architecture '%s'", arch.c_str());
