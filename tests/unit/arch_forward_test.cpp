@@ -495,6 +495,97 @@ TEST(ArchOps, AddBiasScaleGegluAndPerHeadNormMatchPlainLoops) {
     }
 }
 
+// gpt-oss's ops: the router's softmax over the chosen experts only, the clamped SwiGLU with
+// alpha 1.702 and limit 7 (x sigmoid(alpha x) (y + 1)), each expert's own bias added to the rows
+// routed to it, all against plain double-precision loops.
+TEST(ArchOps, GptOssRoutingSwigluOaiAndExpertBiasesMatchPlainLoops) {
+    OpHarness o;
+    const uint32_t T = 9, N = 8, K = 3;
+    const std::vector<float> z = random_vector(size_t(T) * N, 5, 2.0f);
+    Tensor logits = o.be->alloc(T, N), routes = o.be->alloc(T, 2 * K);
+    std::memcpy(logits.data, z.data(), z.size() * 4);
+    ExpertRouting r;
+    r.gating = ExpertRouting::Gating::kSoftmaxChosen;
+    r.n_expert = N;
+    r.n_used = K;
+    o.be->route_experts(logits, r, routes);
+    const float *rs = static_cast<const float *>(routes.data);
+    for (uint32_t t = 0; t < T; ++t) {
+        std::vector<uint32_t> order(N);
+        for (uint32_t i = 0; i < N; ++i) order[i] = i;
+        const float *zt = z.data() + size_t(t) * N;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](uint32_t a, uint32_t b) { return zt[a] > zt[b]; });
+        double sum = 0;
+        for (uint32_t k = 0; k < K; ++k) sum += std::exp(double(zt[order[k]]) - zt[order[0]]);
+        for (uint32_t k = 0; k < K; ++k) {
+            ASSERT_EQ(rs[t * 2 * K + k], float(order[k])) << t << " " << k;
+            const double w = std::exp(double(zt[order[k]]) - zt[order[0]]) / sum;
+            ASSERT_NEAR(rs[t * 2 * K + K + k], w, 1e-6) << t << " " << k;
+        }
+    }
+    // With a scale and normalisation: the weights are rescaled, the choice is not.
+    r.norm_weights = true;
+    r.weight_scale = 2.5f;
+    Tensor routes2 = o.be->alloc(T, 2 * K);
+    o.be->route_experts(logits, r, routes2);
+    const float *rs2 = static_cast<const float *>(routes2.data);
+    for (uint32_t t = 0; t < T; ++t) {
+        double sum = 0;
+        for (uint32_t k = 0; k < K; ++k) sum += rs[t * 2 * K + K + k];
+        for (uint32_t k = 0; k < K; ++k) {
+            ASSERT_EQ(rs2[t * 2 * K + k], rs[t * 2 * K + k]);
+            ASSERT_NEAR(rs2[t * 2 * K + K + k], 2.5 * rs[t * 2 * K + K + k] / sum, 1e-6);
+        }
+    }
+
+    const uint32_t C = 40;
+    const std::vector<float> gv = random_vector(size_t(T) * C, 6, 6.0f),
+                             uv = random_vector(size_t(T) * C, 7, 6.0f);
+    Tensor g = o.be->alloc(T, C), u = o.be->alloc(T, C);
+    std::memcpy(g.data, gv.data(), gv.size() * 4);
+    std::memcpy(u.data, uv.data(), uv.size() * 4);
+    o.be->swiglu_oai(g, u, 1.702f, 7.0f);
+    const float *gs = static_cast<const float *>(g.data);
+    bool clamped_gate = false, clamped_up = false;
+    for (size_t i = 0; i < gv.size(); ++i) {
+        const double x = std::min(double(gv[i]), 7.0);
+        const double y = std::clamp(double(uv[i]), -7.0, 7.0);
+        clamped_gate |= gv[i] > 7.0f;
+        clamped_up |= std::fabs(uv[i]) > 7.0f;
+        const double want = x / (1.0 + std::exp(-1.702 * x)) * (y + 1.0);
+        ASSERT_NEAR(gs[i], want, 1e-5 * (1.0 + std::fabs(want))) << i;
+    }
+    EXPECT_TRUE(clamped_gate && clamped_up);  // both clamps were exercised
+
+    // Expert biases: row t K + i gets expert routes[t][i]'s bias; a null bias adds nothing.
+    const uint32_t H = 24;
+    std::vector<std::vector<float>> biases(N);
+    std::vector<const float *> bias_ptrs(N, nullptr);
+    for (uint32_t e = 0; e < N; ++e) {
+        if (e == 2) continue;
+        biases[e] = random_vector(H, 10 + e);
+        bias_ptrs[e] = biases[e].data();
+    }
+    const std::vector<float> yv = random_vector(size_t(T) * K * H, 8);
+    Tensor y = o.be->alloc(T * K, H);
+    std::memcpy(y.data, yv.data(), yv.size() * 4);
+    o.be->add_expert_bias(y, routes, K, bias_ptrs.data(), N);
+    const float *ys = static_cast<const float *>(y.data);
+    for (uint32_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < K; ++i) {
+            const uint32_t e = uint32_t(rs[t * 2 * K + i]);
+            for (uint32_t c = 0; c < H; ++c) {
+                const size_t at = (size_t(t) * K + i) * H + c;
+                ASSERT_EQ(ys[at], bias_ptrs[e] ? yv[at] + biases[e][c] : yv[at]);
+            }
+        }
+    }
+    // A route to an expert that does not exist is refused, not read out of bounds.
+    static_cast<float *>(routes.data)[1] = float(N);
+    EXPECT_THROW(o.be->add_expert_bias(y, routes, K, bias_ptrs.data(), N), Error);
+}
+
 // Windowed paged attention against the reference at every fill level, for several codecs,
 // with the sealed blocks before the span's first window poisoned.
 TEST(ArchOps, WindowedPagedAttentionMatchesTheReferenceWithoutReadingOldBlocks) {

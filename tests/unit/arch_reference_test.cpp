@@ -8,12 +8,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/error.h"
 #include "common/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "llmkv.h"
@@ -174,6 +178,27 @@ TEST_P(ArchReference, ChunkedPrefillMatchesTransformers) {
     std::printf("[arch] %-8s chunks of 7: max |diff| %.2e\n", GetParam().c_str(), worst);
 }
 
+// The engine's promise on every architecture (experts, sinks and windows included): a position's
+// logits do not change by a bit with the chunking of the prompt (one span, one token per step,
+// chunks of 7).
+TEST_P(ArchReference, ChunkingIsBitwiseInvariant) {
+    std::string error;
+    auto whole = run(0, &error);
+    ASSERT_TRUE(error.empty()) << GetParam() << ": " << error;
+    auto steps = run(1, &error);
+    ASSERT_TRUE(error.empty()) << GetParam() << ": " << error;
+    auto chunks = run(7, &error);
+    ASSERT_TRUE(error.empty()) << GetParam() << ": " << error;
+    ASSERT_EQ(whole.size(), prompt_.size());
+    ASSERT_EQ(steps.size(), prompt_.size());
+    for (size_t p = 0; p < whole.size(); ++p)
+        ASSERT_TRUE(whole[p] == steps[p]) << GetParam() << ": position " << p;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        const size_t p = std::min(prompt_.size(), (c + 1) * 7) - 1;
+        ASSERT_TRUE(whole[p] == chunks[c]) << GetParam() << ": position " << p;
+    }
+}
+
 // Greedy generation through the C API (f16 KV, CPU) equals transformers' generate() over the
 // steps before the first near-tie (and before an end-of-generation token, where it stops).
 TEST_P(ArchReference, GreedyTokensMatchTransformers) {
@@ -252,6 +277,93 @@ TEST_P(ArchReference, TokenizerMatchesTransformers) {
         EXPECT_EQ(got, want) << "text: " << text;
     }
     llmkv_engine_destroy(e);
+}
+
+// gpt-oss files spoiled byte by byte (a tensor or key renamed, a dimension or a count changed):
+// each is refused with LLMKV_ERR_MODEL_FORMAT and a message naming what is wrong.
+TEST(ArchHostile, SpoiledGptOssFilesAreRefused) {
+    std::ifstream in(fixture_dir() + "gptoss.gguf", std::ios::binary);
+    ASSERT_TRUE(in.good()) << "missing fixture gptoss.gguf (scripts/make_arch_fixtures.py)";
+    const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+    // The first byte after `name` (a key or a tensor name, which are length-prefixed).
+    auto after = [&](const std::vector<uint8_t> &b, const std::string &name) -> size_t {
+        for (size_t i = 8; i + name.size() <= b.size(); ++i) {
+            uint64_t len = 0;
+            std::memcpy(&len, b.data() + i - 8, 8);
+            if (len == name.size() && std::memcmp(b.data() + i, name.data(), name.size()) == 0)
+                return i + name.size();
+        }
+        ADD_FAILURE() << name << " not in the file";
+        return 0;
+    };
+    auto rename = [&](std::vector<uint8_t> &b, const std::string &from, const std::string &to) {
+        ASSERT_EQ(from.size(), to.size());
+        const size_t end = after(b, from);
+        if (end) std::memcpy(b.data() + end - from.size(), to.data(), to.size());
+    };
+    auto set_dim = [&](std::vector<uint8_t> &b, const std::string &tensor, uint32_t d,
+                       uint64_t v) {  // n_dims (u32), then dims (u64 each)
+        const size_t end = after(b, tensor);
+        if (end) std::memcpy(b.data() + end + 4 + 8 * d, &v, 8);
+    };
+    auto set_u32 = [&](std::vector<uint8_t> &b, const std::string &key,
+                       uint32_t v) {  // value type (u32), then the value
+        const size_t end = after(b, key);
+        if (end) std::memcpy(b.data() + end + 4, &v, 4);
+    };
+    struct Case {
+        const char *what;
+        std::function<void(std::vector<uint8_t> &)> spoil;
+        const char *message;
+    };
+    const Case cases[] = {
+        {"no sinks",
+         [&](auto &b) { rename(b, "blk.0.attn_sinks.weight", "blk.0.attn_sinkz.weight"); },
+         "blk.0.attn_sinks.weight"},
+        {"sinks for 2 heads", [&](auto &b) { set_dim(b, "blk.1.attn_sinks.weight", 0, 2); },
+         "blk.1.attn_sinks.weight"},
+        {"router bias of 3", [&](auto &b) { set_dim(b, "blk.0.ffn_gate_inp.bias", 0, 3); },
+         "blk.0.ffn_gate_inp.bias"},
+        {"up bias of 3 experts", [&](auto &b) { set_dim(b, "blk.1.ffn_up_exps.bias", 1, 3); },
+         "blk.1.ffn_up_exps.bias"},
+        {"down bias too narrow", [&](auto &b) { set_dim(b, "blk.0.ffn_down_exps.bias", 0, 32); },
+         "blk.0.ffn_down_exps.bias"},
+        {"no output bias",
+         [&](auto &b) { rename(b, "blk.1.attn_output.bias", "blk.1.attn_outpuz.bias"); },
+         "blk.1.attn_output.bias"},
+        {"no window",
+         [&](auto &b) {
+             rename(b, "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_windoq");
+         },
+         "gpt-oss.attention.sliding_window"},
+        {"no expert width",
+         [&](auto &b) {
+             rename(b, "gpt-oss.expert_feed_forward_length", "gpt-oss.expert_feed_forward_lengtq");
+         },
+         "gpt-oss.expert_feed_forward_length"},
+        {"used > count", [&](auto &b) { set_u32(b, "gpt-oss.expert_used_count", 5); },
+         "expert_used_count = 5"},
+    };
+    for (const Case &c : cases) {
+        std::vector<uint8_t> bytes = good;
+        c.spoil(bytes);
+        try {
+            auto file =
+                std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
+            LlamaModel::load(file);
+            ADD_FAILURE() << c.what << ": loaded";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.status(), LLMKV_ERR_MODEL_FORMAT) << c.what << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
+                << c.what << ": " << e.what();
+            std::printf("[arch] gpt-oss, %s: %s\n", c.what, e.what());
+        }
+    }
+    // Unspoiled, the same bytes load.
+    std::vector<uint8_t> bytes = good;
+    auto file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
+    EXPECT_NO_THROW(LlamaModel::load(file));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchReference,

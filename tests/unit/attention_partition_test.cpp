@@ -22,13 +22,14 @@ struct PartitionCase {
     CodecSpec k, v;
     uint32_t residual = 0;
     uint32_t window = 0;
-    bool sink = false;  // KV sink: position 0 read from the tail's sink rows
+    bool sink = false;     // KV sink: position 0 read from the tail's sink rows
+    bool learned = false;  // learned attention sinks (gpt-oss): they join every partition's merge
 };
 
 std::ostream &operator<<(std::ostream &os, const PartitionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
               << (c.v.rotate ? "+rot" : "") << " R" << c.residual << " W" << c.window
-              << (c.sink ? " sink" : "");
+              << (c.sink ? " sink" : "") << (c.learned ? " learned-sinks" : "");
 }
 
 void fill(std::vector<uint16_t> &rows, uint32_t D, std::mt19937 &rng, bool outliers) {
@@ -126,6 +127,8 @@ TEST_P(PartitionedAttention, BitwiseAcrossThreadsAndBatchesAndCloseToTheReferenc
     make_session(cache, codecs, n_a, 4, rng, a);
     make_session(cache, codecs, n_b, 6, rng, b);
     cpu::AttentionParams params{0, kHeads, 0.125f, kHeads * kD, kHeads * kD, pc.window};
+    const float learned[kHeads] = {-4.0f, -1.0f, 0.0f, 0.5f, 1.0f, 2.0f, 3.0f, 5.0f, 9.0f};
+    if (pc.learned) params.sinks = learned;
     cpu::AttentionScratch scratch;
 
     const size_t size_a = a.q.size(), size_b = b.q.size();
@@ -203,7 +206,12 @@ INSTANTIATE_TEST_SUITE_P(
                       PartitionCase{I8, FP8, 0, 700}, PartitionCase{I8, I8, 40, 1030},
                       // the KV sink (read by partition 0 only; a window may hide position 0)
                       PartitionCase{I4CR, I4CR, 0, 0, true}, PartitionCase{I4, I4, 40, 0, true},
-                      PartitionCase{I4R, I4R, 0, 2100, true}));
+                      PartitionCase{I4R, I4R, 0, 2100, true},
+                      // learned attention sinks: many partitions, a window of one or two
+                      // partitions, with the KV sink and fp16 residue
+                      PartitionCase{F16, F16, 0, 0, false, true},
+                      PartitionCase{I8R, I4R, 40, 700, false, true},
+                      PartitionCase{I4CR, I4CR, 0, 1030, true, true}));
 
 // The partition softmax is the full softmax before its final scaling, bit for bit (a query
 // with one partition keeps the normalized path; both share one exp).

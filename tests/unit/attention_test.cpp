@@ -23,13 +23,14 @@ struct AttentionCase {
     uint32_t head_dim;
     uint32_t block_tokens = 4;
     uint32_t residual = 0;
-    bool sink = false;  // KV sink: position 0 read from the tail's sink rows
+    bool sink = false;     // KV sink: position 0 read from the tail's sink rows
+    bool learned = false;  // learned attention sinks (gpt-oss), one logit per head
 };
 
 std::ostream &operator<<(std::ostream &os, const AttentionCase &c) {
     return os << codec_name(c.k.dtype) << (c.k.rotate ? "+rot" : "") << "/" << codec_name(c.v.dtype)
               << (c.v.rotate ? "+rot" : "") << " D" << c.head_dim << " B" << c.block_tokens << " R"
-              << c.residual << (c.sink ? " sink" : "");
+              << c.residual << (c.sink ? " sink" : "") << (c.learned ? " learned-sinks" : "");
 }
 
 // K-like rows: normal values plus two outlier channels with an offset.
@@ -105,6 +106,9 @@ TEST_P(PagedAttention, MatchesTheReferenceAtEveryFillLevel) {
             }
             cpu::AttentionParams params{1, n_heads, 1.0f / std::sqrt(float(D)), n_heads * D,
                                         n_heads * D};
+            // Learned sinks from well below to well above the scores' range.
+            const float learned[6] = {-3.0f, -0.5f, 0.0f, 1.25f, 2.5f, 6.0f};
+            if (ac.learned) params.sinks = learned;
             cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
             span.out = ref.data();
             cpu::paged_attention_reference(cache, codecs, params, &span, 1);
@@ -150,7 +154,65 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{I4, I4, 64, 4, 3}, AttentionCase{I8R, I4R, 64, 16, 5},
         // the KV sink: rotated and not, AVX2 and portable paths, int4c
         AttentionCase{I4R, I4R, 64, 4, 0, true}, AttentionCase{I4C, I4C, 64, 16, 0, true},
-        AttentionCase{I4CR, I4CR, 64, 4, 0, true}, AttentionCase{I8, FP8, 20, 4, 0, true}));
+        AttentionCase{I4CR, I4CR, 64, 4, 0, true}, AttentionCase{I8, FP8, 20, 4, 0, true},
+        // learned attention sinks (gpt-oss), with and without the KV sink and fp16 residue
+        AttentionCase{F16, F16, 64, 4, 0, false, true},
+        AttentionCase{I8R, I4R, 64, 16, 5, false, true},
+        AttentionCase{I8, FP8, 20, 4, 0, false, true},
+        AttentionCase{I4CR, I4CR, 64, 4, 0, true, true}));
+
+// A learned sink is a logit that joins the softmax and weighs no value: with one visible
+// position, head h's output is v * e^s / (e^s + e^sink[h]) = v * sigmoid(s - sink[h]),
+// computed here by hand; a sink of -inf leaves attention unchanged bit for bit.
+TEST(PagedAttentionSinks, OnePositionIsTheValueTimesASigmoid) {
+    KvGeometry g;
+    g.n_layers = 1;
+    g.n_kv_heads = 1;
+    g.head_dim = 8;
+    g.block_tokens = 4;
+    const cpu::AttentionCodecs codecs = cpu::attention_codecs(g);
+    KvCache cache(g, 4, 1);
+    ThreadPool pool(1);
+    cpu::AttentionScratch scratch;
+    SessionKv kv;
+    ASSERT_TRUE(cache.reserve(kv, 1));
+    const uint32_t D = 8, n_heads = 2;
+    std::vector<uint16_t> wk(D), wv(D);
+    for (uint32_t d = 0; d < D; ++d) {
+        wk[d] = fp32_to_fp16(0.25f * float(d + 1));
+        wv[d] = fp32_to_fp16(float(d) - 3.5f);
+    }
+    std::vector<float> q(size_t(n_heads) * D);
+    for (uint32_t i = 0; i < q.size(); ++i) q[i] = (i < D) ? 0.5f : -0.25f;
+    std::vector<float> out(q.size()), plain(q.size()), neg(q.size());
+    cpu::AttentionSpan span{&kv, wk.data(), wv.data(), 0, 1, 0, 1, q.data(), out.data()};
+    const float scale = 0.5f;
+    cpu::AttentionParams params{0, n_heads, scale, n_heads * D, n_heads * D};
+    const float sinks[2] = {1.5f, -2.0f};
+    params.sinks = sinks;
+    cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        double s = 0.0;
+        for (uint32_t d = 0; d < D; ++d) s += double(q[h * D + d]) * double(fp16_to_fp32(wk[d]));
+        const double w = 1.0 / (1.0 + std::exp(double(sinks[h]) - double(scale) * s));
+        for (uint32_t d = 0; d < D; ++d) {
+            const double want = w * double(fp16_to_fp32(wv[d]));
+            EXPECT_NEAR(out[h * D + d], want, 1e-5 * (1.0 + std::fabs(want))) << h << " " << d;
+        }
+    }
+    params.sinks = nullptr;
+    span.out = plain.data();
+    cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
+    const float none[2] = {-INFINITY, -INFINITY};
+    params.sinks = none;
+    span.out = neg.data();
+    cpu::paged_attention(cache, codecs, params, &span, 1, pool, scratch);
+    for (size_t i = 0; i < q.size(); ++i) {
+        EXPECT_EQ(plain[i], neg[i]) << i;
+        EXPECT_NE(plain[i], out[i]) << i;
+    }
+    cache.release(kv);
+}
 
 TEST(PagedAttentionCodecs, GeometryOverloadReadsTheCacheCodecsAndIsDeterministic) {
     KvGeometry g;

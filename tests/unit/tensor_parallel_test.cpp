@@ -62,8 +62,9 @@ struct TpHarness {
              dtype, block, experts);
     }
     // A model file (the real SmolLM2).
-    TpHarness(const std::string &path, uint32_t ranks) {
-        init(std::shared_ptr<GgufFile>(GgufFile::open(path)), ranks, LLMKV_KV_F16, 16);
+    TpHarness(const std::string &path, uint32_t ranks,
+              ExpertSplit experts = ExpertSplit::kColumns) {
+        init(std::shared_ptr<GgufFile>(GgufFile::open(path)), ranks, LLMKV_KV_F16, 16, experts);
     }
 
     void init(std::shared_ptr<GgufFile> f, uint32_t ranks, llmkv_kv_dtype dtype, uint32_t block,
@@ -410,6 +411,51 @@ TEST(TpRealModel, SmolLM2OnThreeRanksMatchesOneRank) {
 // Gemma 3 270M: 4 query heads and 1 KV head (replicated on both ranks), Q4_K/Q6_K columns.
 TEST(TpRealModel, Gemma3OnTwoRanksMatchesOneRank) {
     check_real_model("LLMKV_GEMMA3_MODEL", 2, kCapitals, " Rome");
+}
+
+// gpt-oss (the tests/fixtures/arch model: 4 heads with learned sinks, 2 KV heads, 4 MXFP4
+// experts 32 wide with biases) over 2 ranks: each rank's heads take their own sinks, the
+// output and down biases are added once. Whole experts (2 per rank) and split columns (the
+// experts' 32 columns do not divide into MXFP4 blocks over 2 ranks: refused with the reason).
+TEST(TpForward, GptOssOnTwoRanksMatchesOneRank) {
+    const std::string path = LLMKV_TEST_FIXTURES_DIR "/arch/gptoss.gguf";
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 200);
+    TpHarness one(path, 1);
+    SessionKv a;
+    const std::vector<float> ref = one.run(a, tokens, uint32_t(tokens.size()));
+    const size_t V = one.model->config().n_vocab;
+    TpHarness whole(path, 2, ExpertSplit::kWhole);
+    SessionKv b, c;
+    const std::vector<float> got = whole.run(b, tokens, uint32_t(tokens.size()));
+    ASSERT_EQ(got.size(), ref.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        max_diff = std::max(max_diff, std::fabs(double(ref[i]) - double(got[i])));
+    std::printf("gpt-oss tp=2 (whole experts) vs tp=1: max |logit diff| %.3g\n", max_diff);
+    EXPECT_LT(max_diff, 0.05);
+    size_t clear = 0;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        const float *ra = ref.data() + p * V, *rb = got.data() + p * V;
+        const size_t best = size_t(std::max_element(ra, ra + V) - ra);
+        float second = -INFINITY;
+        for (size_t v = 0; v < V; ++v)
+            if (v != best) second = std::max(second, ra[v]);
+        if (ra[best] - second > 0.2f) {
+            ++clear;
+            EXPECT_EQ(size_t(std::max_element(rb, rb + V) - rb), best) << "position " << p;
+        }
+    }
+    EXPECT_GE(clear, tokens.size() / 4);
+    // Chunked, the same bits as one span.
+    EXPECT_TRUE(whole.run(c, tokens, 7) == got);
+    try {
+        TpHarness columns(path, 2, ExpertSplit::kColumns);
+        ADD_FAILURE() << "split MXFP4 columns were accepted";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("ffn_down_exps"), std::string::npos) << e.what();
+        std::printf("gpt-oss tp=2, split columns: %s\n", e.what());
+    }
 }
 
 TEST(TpShard, PlansThatDoNotDivideAreRefusedWithTheReason) {
