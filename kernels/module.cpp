@@ -441,6 +441,9 @@ const llmkv_cuda_api kApi = {
     api_matmul_experts,
     api_combine_experts,
     api_mul_sigmoid,
+    api_attention_sinks,
+    api_swiglu_oai,
+    api_add_expert_bias,
 };
 
 }  // namespace

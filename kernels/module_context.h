@@ -168,6 +168,10 @@ struct ExpertScratch {
     size_t rows_cap = 0;
     float *d_x = nullptr, *d_y = nullptr;
     size_t x_cap = 0, y_cap = 0;  // floats
+    // add_expert_bias: each expert's bias (device, null: none), each routed row's
+    std::vector<const float *> bias_ptrs, row_bias;
+    const float **d_row_bias = nullptr;  // [S]
+    size_t row_bias_cap = 0;
 };
 
 struct Collectives {
@@ -526,5 +530,14 @@ llmkv_cuda_status api_combine_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor
                                       llmkv_cuda_tensor out);
 llmkv_cuda_status api_mul_sigmoid(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
                                   llmkv_cuda_tensor g);
+// Version 8 (gpt-oss).
+llmkv_cuda_status api_attention_sinks(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                      uint32_t n_heads, float scale, uint32_t window,
+                                      llmkv_cuda_weight sinks, llmkv_cuda_tensor out);
+llmkv_cuda_status api_swiglu_oai(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                                 llmkv_cuda_tensor up, float alpha, float limit);
+llmkv_cuda_status api_add_expert_bias(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                      llmkv_cuda_tensor routes, uint32_t n_used,
+                                      const llmkv_cuda_weight *bias, uint32_t n_expert);
 
 }  // namespace llmkv::cuda::abi

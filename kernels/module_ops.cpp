@@ -214,11 +214,13 @@ llmkv_cuda_status api_write_kv(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cu
     });
 }
 
-llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
-                                uint32_t n_heads, float scale, uint32_t window,
-                                llmkv_cuda_tensor out) {
+namespace {
+
+// attention and attention_sinks (sinks 0: none).
+llmkv_cuda_status attention_op(llmkv_cuda_context *ctx, const char *op, uint32_t layer,
+                               llmkv_cuda_tensor q, uint32_t n_heads, float scale, uint32_t window,
+                               llmkv_cuda_weight sinks, llmkv_cuda_tensor out) {
     return guarded(ctx, [&] {
-        const char *op = "attention";
         CKS(need_batch(ctx, op));
         CKS(check_tensor(ctx, q, op, "q"));
         CKS(check_tensor(ctx, out, op, "out"));
@@ -231,6 +233,14 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
             return bad(ctx, op,
                        format("%u heads (%u kv heads), q %u x %u, out %u x %u", n_heads,
                               g.n_kv_heads, q.rows, q.cols, out.rows, out.cols));
+        const float *sink_values = nullptr;
+        if (sinks) {
+            const DeviceWeight *w = weight_of(ctx, sinks, false);
+            if (!w) return bad(ctx, op, "sinks is not a vector handle");
+            if (w->cols != n_heads)
+                return bad(ctx, op, format("%u sinks for %u heads", w->cols, n_heads));
+            sink_values = static_cast<const float *>(w->data);
+        }
         const size_t need_ws = attention_min_workspace(n_heads, g.head_dim, ctx->batch.max_ctx);
         if (need_ws > ctx->work.attn_ws_bytes)
             return ctx->fail(LLMKV_CUDA_ERR_UNSUPPORTED,
@@ -262,9 +272,25 @@ llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_c
         aa.out_stride = out.cols;
         aa.workspace = ctx->work.attn_ws;
         aa.workspace_bytes = ctx->work.attn_ws_bytes;
+        aa.sinks = sink_values;
         CK(ctx, launch_paged_attention(aa, ctx->compute));
         return LLMKV_CUDA_OK;
     });
+}
+
+}  // namespace
+
+llmkv_cuda_status api_attention(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                uint32_t n_heads, float scale, uint32_t window,
+                                llmkv_cuda_tensor out) {
+    return attention_op(ctx, "attention", layer, q, n_heads, scale, window, 0, out);
+}
+
+llmkv_cuda_status api_attention_sinks(llmkv_cuda_context *ctx, uint32_t layer, llmkv_cuda_tensor q,
+                                      uint32_t n_heads, float scale, uint32_t window,
+                                      llmkv_cuda_weight sinks, llmkv_cuda_tensor out) {
+    if (!sinks) return bad(ctx, "attention_sinks", "no sinks vector");
+    return attention_op(ctx, "attention_sinks", layer, q, n_heads, scale, window, sinks, out);
 }
 
 namespace {
@@ -295,6 +321,17 @@ llmkv_cuda_status api_swiglu(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
         CKS(same_shape(ctx, "swiglu", gate, up));
         CK(ctx, launch_swiglu(static_cast<float *>(gate.data), static_cast<const float *>(up.data),
                               size_t(gate.rows) * gate.cols, ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_swiglu_oai(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                                 llmkv_cuda_tensor up, float alpha, float limit) {
+    return guarded(ctx, [&] {
+        CKS(same_shape(ctx, "swiglu_oai", gate, up));
+        CK(ctx,
+           launch_swiglu_oai(static_cast<float *>(gate.data), static_cast<const float *>(up.data),
+                             size_t(gate.rows) * gate.cols, alpha, limit, ctx->compute));
         return LLMKV_CUDA_OK;
     });
 }
@@ -439,6 +476,7 @@ llmkv_cuda_status api_route_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor l
         r.n_expert = n_expert;
         r.n_used = n_used;
         r.norm_weights = (flags & LLMKV_CUDA_MOE_NORM_WEIGHTS) != 0;
+        if (flags & LLMKV_CUDA_MOE_SOFTMAX_CHOSEN) r.gating = ExpertRouting::Gating::kSoftmaxChosen;
         r.weight_scale = weight_scale;
         m.p.resize(n_expert);
         m.taken.resize(n_expert);
@@ -538,6 +576,48 @@ llmkv_cuda_status api_combine_experts(llmkv_cuda_context *ctx, llmkv_cuda_tensor
         CK(ctx, launch_combine_experts(static_cast<const float *>(y.data),
                                        static_cast<const float *>(routes.data), n_used, T, out.cols,
                                        static_cast<float *>(out.data), ctx->compute));
+        return LLMKV_CUDA_OK;
+    });
+}
+
+llmkv_cuda_status api_add_expert_bias(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                      llmkv_cuda_tensor routes, uint32_t n_used,
+                                      const llmkv_cuda_weight *bias, uint32_t n_expert) {
+    return guarded(ctx, [&] {
+        const char *op = "add_expert_bias";
+        CKS(check_tensor(ctx, y, op, "y"));
+        CKS(check_tensor(ctx, routes, op, "routes"));
+        const uint32_t T = routes.rows, S = T * n_used;
+        if (!bias || n_used == 0 || routes.cols != 2 * n_used || y.rows != S)
+            return bad(ctx, op,
+                       format("routes %u x %u, y %u x %u, %u experts per token", routes.rows,
+                              routes.cols, y.rows, y.cols, n_used));
+        ExpertScratch &m = ctx->experts;
+        m.bias_ptrs.assign(n_expert, nullptr);
+        for (uint32_t e = 0; e < n_expert; ++e) {
+            if (!bias[e]) continue;  // another rank's expert, or none
+            const DeviceWeight *w = weight_of(ctx, bias[e], false);
+            if (!w) return bad(ctx, op, format("bias %u is not a vector handle", e));
+            if (w->cols != y.cols)
+                return bad(ctx, op,
+                           format("bias %u has %u values for y %u columns", e, w->cols, y.cols));
+            m.bias_ptrs[e] = static_cast<const float *>(w->data);
+        }
+        CKS(host_routes(ctx, routes, op));
+        m.row_bias.resize(S);
+        for (uint32_t s = 0; s < S; ++s) {
+            const float id = m.routes[size_t(s / n_used) * 2 * n_used + s % n_used];
+            if (!(id >= 0.0f && id < float(n_expert)))
+                return bad_route(ctx, op, m.routes, s, n_used, n_expert);
+            m.row_bias[s] = m.bias_ptrs[uint32_t(id)];
+        }
+        CKS(grow_table<const float *>(ctx, m.d_row_bias, nullptr, m.row_bias_cap, S, 256,
+                                      "expert bias tables"));
+        // Pageable memory: the copy has taken the host values when it returns.
+        CK(ctx, cudaMemcpyAsync(m.d_row_bias, m.row_bias.data(), S * sizeof(const float *),
+                                cudaMemcpyHostToDevice, ctx->compute));
+        CK(ctx, launch_add_row_biases(static_cast<float *>(y.data), y.cols, m.d_row_bias, S,
+                                      ctx->compute));
         return LLMKV_CUDA_OK;
     });
 }

@@ -1,5 +1,5 @@
-// Mixture-of-experts kernels: one CTA per row (scatter, combine) or a grid-stride loop (the
-// sigmoid gate). Rounded f32 arithmetic in the CPU's order: combine is bitwise the CPU's.
+// Mixture-of-experts kernels: one CTA per row (scatter, combine, expert biases) or a grid-stride
+// loop (the sigmoid gate). Rounded f32 arithmetic in the CPU's order: combine is bitwise the CPU's.
 #include "device_math.cuh"
 #include "launch.cuh"
 #include "moe.cuh"
@@ -36,7 +36,22 @@ __global__ void mul_sigmoid_kernel(float *__restrict__ x, uint32_t cols,
     for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = __fmul_rn(row[c], s);
 }
 
+__global__ void add_row_biases_kernel(float *__restrict__ y, uint32_t cols,
+                                      const float *const *__restrict__ bias) {
+    const float *b = bias[blockIdx.x];
+    if (!b) return;
+    float *row = y + size_t(blockIdx.x) * cols;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) row[c] = __fadd_rn(row[c], b[c]);
+}
+
 }  // namespace
+
+cudaError_t launch_add_row_biases(float *y, uint32_t cols, const float *const *bias,
+                                  uint32_t n_rows, cudaStream_t stream) {
+    if (n_rows == 0) return cudaSuccess;
+    LLMKV_LAUNCH(add_row_biases_kernel, n_rows, kThreads, 0, stream)(y, cols, bias);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_scatter_rows(const float *x, uint32_t cols, const int32_t *rows, uint32_t n_rows,
                                 float *out, cudaStream_t stream) {

@@ -20,6 +20,11 @@ cudaError_t launch_combine_experts(const float *y, const float *routes, uint32_t
                                    uint32_t n_tokens, uint32_t cols, float *out,
                                    cudaStream_t stream);
 
+// y row r += bias[r] (a device pointer to cols f32, or null: nothing added) for r < n_rows
+// (bias: a device array of n_rows pointers; gpt-oss's per-expert biases, one per routed row).
+cudaError_t launch_add_row_biases(float *y, uint32_t cols, const float *const *bias,
+                                  uint32_t n_rows, cudaStream_t stream);
+
 // x[t][c] *= 1 / (1 + e^-g[t]) for t < rows, c < cols (g: one value per row).
 cudaError_t launch_mul_sigmoid(float *x, uint32_t cols, uint32_t rows, const float *g,
                                cudaStream_t stream);

@@ -391,6 +391,9 @@ __global__ void attention_merge_kernel(const AttentionArgs a, const LaunchShape 
     for (uint32_t p = 0; p < n_parts; ++p) {
         if (ws_ml[entry(p) * 2 + 1] > 0.0f) M = fmaxf(M, ws_ml[entry(p) * 2]);
     }
+    // A learned sink joins the maximum and the denominator, weighing no value.
+    const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+    M = fmaxf(M, sink);
     float A = 0.0f, L = 0.0f;
     for (uint32_t p = 0; p < n_parts; ++p) {
         const float lp = ws_ml[entry(p) * 2 + 1];
@@ -399,6 +402,7 @@ __global__ void attention_merge_kernel(const AttentionArgs a, const LaunchShape 
         A = fmaf(ws_acc[entry(p) * D + d], f, A);
         L = fmaf(lp, f, L);
     }
+    if (a.sinks) L += expf(sink - M);
     const float o = A / L;
     const size_t at = size_t(row) * a.out_stride + size_t(h) * D + d;
     if (a.out_f32) {

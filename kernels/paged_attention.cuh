@@ -53,6 +53,9 @@ struct AttentionArgs {
     float *out_f32 = nullptr;     // f32 [n_rows][out_stride] or nullptr
     uint16_t *out_f16 = nullptr;  // fp16 [n_rows][out_stride] or nullptr (exactly one set)
     uint32_t out_stride = 0;
+    // Learned attention sinks (gpt-oss): device f32 [n_heads], head h's logit joining the
+    // softmax's denominator in the merge (out = A / (L + e^(sinks[h] - M))). Null: none.
+    const float *sinks = nullptr;
     float *workspace = nullptr;  // device scratch for the partition results
     size_t workspace_bytes = 0;
 };

@@ -1,6 +1,6 @@
-// SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of the gate and up projections,
-// contiguous); the result replaces gate (input of the down projection). Grid-stride over all
-// elements. expf is CUDA's accurate version (few ulp vs the CPU).
+// SwiGLU, gpt-oss's clamped SwiGLU and GeGLU (tanh gelu). Layouts: gate, up f32 [n] (the rows of
+// the gate and up projections, contiguous); the result replaces gate (input of the down
+// projection). Grid-stride over all elements. expf is CUDA's accurate version (few ulp vs the CPU).
 #include "launch.cuh"
 #include "swiglu.cuh"
 
@@ -30,7 +30,27 @@ __global__ void geglu_kernel(float *__restrict__ gate, const float *__restrict__
     }
 }
 
+__global__ void swiglu_oai_kernel(float *__restrict__ gate, const float *__restrict__ up, size_t n,
+                                  float alpha, float limit) {
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+         k += size_t(gridDim.x) * blockDim.x) {
+        const float x = fminf(gate[k], limit);
+        const float y = fminf(fmaxf(up[k], -limit), limit);
+        const float glu = __fdiv_rn(x, __fadd_rn(1.0f, expf(-__fmul_rn(alpha, x))));
+        gate[k] = __fmul_rn(glu, __fadd_rn(y, 1.0f));
+    }
+}
+
 }  // namespace
+
+cudaError_t launch_swiglu_oai(float *gate, const float *up, size_t n, float alpha, float limit,
+                              cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    const size_t blocks = (n + 255) / 256;
+    LLMKV_LAUNCH(swiglu_oai_kernel, unsigned(blocks < 65536 ? blocks : 65536), 256, 0, stream)
+    (gate, up, n, alpha, limit);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_geglu(float *gate, const float *up, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;

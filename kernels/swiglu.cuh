@@ -15,4 +15,9 @@ cudaError_t launch_swiglu(float *gate, const float *up, size_t n, cudaStream_t s
 // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). gate, up: f32 [n] (device).
 cudaError_t launch_geglu(float *gate, const float *up, size_t n, cudaStream_t stream);
 
+// gpt-oss's clamped SwiGLU: with x = min(gate[i], limit) and y = clamp(up[i], -limit, limit),
+// gate[i] = x / (1 + exp(-alpha x)) * (y + 1), for i < n (the CPU's order, rounded steps).
+cudaError_t launch_swiglu_oai(float *gate, const float *up, size_t n, float alpha, float limit,
+                              cudaStream_t stream);
+
 }  // namespace llmkv::cuda

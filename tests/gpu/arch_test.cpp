@@ -1,14 +1,15 @@
 // The architectures beyond Llama on the CUDA backend: the kernels of the ops they added
 // (bias add, scale, GeGLU) against the CPU, and the forward pass of tiny gemma3 (sliding
 // window across 16-token blocks), qwen2, qwen3, phi3 and the mixtures of experts qwen3moe,
-// qwen2moe and Mixtral-style llama against the same forward pass on the CPU backend, including a
-// Gemma 3 session whose blocks outside every window are poisoned on the device (they must not be
-// read). Every test skips without a device.
+// qwen2moe, Mixtral-style llama and gpt-oss (the arch fixture) against the same forward pass on the
+// CPU backend, including a Gemma 3 session whose blocks outside every window are poisoned on the
+// device (they must not be read). Every test skips without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 
@@ -80,7 +81,15 @@ struct Twin {
 
     Twin(const TinyModelSpec &spec, uint32_t block_tokens, uint32_t max_tokens = 160) {
         bytes = testing::build_tiny_model(spec);
-        file = std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size()));
+        init(std::shared_ptr<GgufFile>(GgufFile::from_memory(bytes.data(), bytes.size())),
+             block_tokens, max_tokens);
+    }
+    // A model file (tests/fixtures/arch).
+    Twin(const std::string &path, uint32_t block_tokens, uint32_t max_tokens = 160) {
+        init(std::shared_ptr<GgufFile>(GgufFile::open(path)), block_tokens, max_tokens);
+    }
+    void init(std::shared_ptr<GgufFile> f, uint32_t block_tokens, uint32_t max_tokens) {
+        file = std::move(f);
         model = LlamaModel::load(file);
         const LlamaConfig &c = model->config();
         KvGeometry g;
@@ -209,14 +218,9 @@ const ArchCase kCases[] = {
 
 class ArchParity : public ::testing::TestWithParam<ArchCase> {};
 
-// Prefill 110 tokens in chunks of 13 (Gemma: 110 > 16-token blocks x window), then decode.
-TEST_P(ArchParity, LogitsMatchTheCpuForward) {
-    LLMKV_REQUIRE_MODULE_DEVICE();
-    TinyModelSpec spec;
-    spec.weight_type = TensorType::F16;
-    spec.embd_type = TensorType::F16;
-    GetParam().setup(spec);
-    Twin tw(spec, GetParam().block_tokens);
+// Prefill 110 tokens in chunks of 13 (Gemma: 110 > 16-token blocks x window), then decode;
+// the largest |logit difference| against tolerance x the largest |logit|.
+void expect_parity(Twin &tw, double tolerance) {
     const size_t V = tw.model->config().n_vocab;
     std::vector<int32_t> tokens = some_tokens(120, 3);
     SessionKv c, d;
@@ -236,9 +240,53 @@ TEST_P(ArchParity, LogitsMatchTheCpuForward) {
         }
         off += n;
     }
-    EXPECT_LE(max_err, GetParam().tolerance * max_ref) << "max |logit| " << max_ref;
+    std::printf("[gpu] CPU vs CUDA: max |logit diff| %.3g of max |logit| %.3g\n", max_err, max_ref);
+    EXPECT_LE(max_err, tolerance * max_ref) << "max |logit| " << max_ref;
     tw.cpu_cache->release(c);
     tw.gpu_cache->release(d);
+}
+
+TEST_P(ArchParity, LogitsMatchTheCpuForward) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    TinyModelSpec spec;
+    spec.weight_type = TensorType::F16;
+    spec.embd_type = TensorType::F16;
+    GetParam().setup(spec);
+    Twin tw(spec, GetParam().block_tokens);
+    expect_parity(tw, GetParam().tolerance);
+}
+
+// gpt-oss (module ABI 8): the tests/fixtures/arch model, whose 4 heads have learned sinks, every
+// other layer a 16-token window, MXFP4 experts kept encoded on the device with per-expert
+// biases, the router's softmax over the chosen experts and the clamped SwiGLU. F16 attention
+// weights; the CPU rounds the experts' inputs to 8 bits (the device's matvec keeps them f32):
+// the Q8_0 cases' 6%.
+TEST(ArchParityGptOss, LogitsMatchTheCpuForward) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    // The source tree's fixtures, or (a prebuilt pack run elsewhere: tools/gpu-check.sh
+    // --prebuilt) those under the working directory.
+    std::string path = LLMKV_TEST_FIXTURES_DIR "/arch/gptoss.gguf";
+    if (!std::ifstream(path).good()) path = "tests/fixtures/arch/gptoss.gguf";
+    ASSERT_TRUE(std::ifstream(path).good()) << "missing fixture " << path;
+    Twin tw(path, 16);
+    expect_parity(tw, 0.06);
+}
+
+// The clamped SwiGLU of gpt-oss against the CPU backend's formula: exact but for expf's ulps.
+TEST(ArchKernelParity, SwigluOaiWithinExpfsUlps) {
+    LLMKV_REQUIRE_DEVICE();
+    const uint32_t n = 4096;
+    const std::vector<float> g = random_f32(n, 4, 6.0f), u = random_f32(n, 5, 6.0f);
+    DeviceBuffer<float> dg(n), du(n);
+    ASSERT_TRUE(dg.upload(g) && du.upload(u));
+    CUDA_OK(cuda::launch_swiglu_oai(dg.get(), du.get(), n, 1.702f, 7.0f, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> got = dg.download(n);
+    for (uint32_t i = 0; i < n; ++i) {
+        const float x = std::min(g[i], 7.0f), y = std::clamp(u[i], -7.0f, 7.0f);
+        const float want = x / (1.0f + std::exp(-1.702f * x)) * (y + 1.0f);
+        EXPECT_NEAR(got[i], want, 4e-6f * std::fabs(want) + 1e-30f) << i;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchParity, ::testing::ValuesIn(kCases),

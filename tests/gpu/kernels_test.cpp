@@ -426,6 +426,7 @@ struct AttnLayout {
     uint32_t window = 0;
     bool grouped = false;
     uint32_t layer = 1;
+    bool learned_sinks = false;  // gpt-oss: one logit per query head joins each softmax
 };
 
 // The spans `specs` in one launch, every block filled with valid random codec bytes,
@@ -557,6 +558,11 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs,
     ap.scale = 1.0f / std::sqrt(float(D));
     ap.q_stride = QD;
     ap.out_stride = QD;
+    std::vector<float> sinks;
+    if (x.learned_sinks) {
+        for (uint32_t h = 0; h < c.n_heads; ++h) sinks.push_back(-3.0f + 0.9f * float(h));
+        ap.sinks = sinks.data();
+    }
     for (size_t i = 0; i < specs.size(); ++i)
         spans[i].out = want.data() + size_t(steps[i].row0) * QD;
     cpu::paged_attention_reference(cache, ap, spans.data(), spans.size());
@@ -581,6 +587,8 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs,
     const size_t min_ws = cuda::attention_min_workspace(c.n_heads, D, max_ctx);
     ws_bytes = std::max(ws_bytes, 2 * min_ws);
     DeviceBuffer<uint8_t> d_ws(ws_bytes);
+    DeviceBuffer<float> d_sinks(std::max<size_t>(sinks.size(), 1));
+    ASSERT_TRUE(sinks.empty() || d_sinks.upload(sinks));
     ASSERT_TRUE(d_pool.upload(cache.sealed_data(0), pool_bytes));
     ASSERT_TRUE(table.empty() || d_ids.upload(table));
     ASSERT_TRUE(d_tails.upload(cache.tail_data(0), tail_bytes));
@@ -613,6 +621,7 @@ void check_attention(const AttnCase &c, const std::vector<SpanSpec> &specs,
     a.out_stride = QD;
     a.workspace = reinterpret_cast<float *>(d_ws.get());
     a.workspace_bytes = ws_bytes;
+    a.sinks = sinks.empty() ? nullptr : d_sinks.get();
     CUDA_OK(cuda::launch_paged_attention(a, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> got = d_out.download(q.size());
@@ -687,9 +696,9 @@ TEST(AttentionLongContext, WideHeadsAtLongContext) {
 
 // The KV sink (a sealed position 0 read from the tail's fp16 sink row, with rotated and
 // plain codecs, with residual rows), sliding windows (blocks kept, queries before and past
-// the window's start) and layer groups (a local layer reading its group's blocks, the local
-// blocks outside every window released; a global layer of the same model), each against the
-// CPU reference with the CPU's own layouts.
+// the window's start), learned attention sinks (gpt-oss) and layer groups (a local layer reading
+// its group's blocks, the local blocks outside every window released; a global layer of the same
+// model), each against the CPU reference with the CPU's own layouts.
 TEST(AttentionLayouts, SinkWindowsAndLayerGroupsMatchTheCpuReference) {
     LLMKV_REQUIRE_DEVICE();
     const std::vector<SpanSpec> specs = {{700, 1}, {37, 29}, {0, 13}, {49, 1}, {255, 2}};
@@ -708,6 +717,14 @@ TEST(AttentionLayouts, SinkWindowsAndLayerGroupsMatchTheCpuReference) {
         {
             SCOPED_TRACE("sink and sliding window 100");
             check_attention(c, specs, {true, 100, false, 1});
+        }
+        {
+            SCOPED_TRACE("learned sinks");
+            check_attention(c, specs, {false, 0, false, 1, true});
+        }
+        {
+            SCOPED_TRACE("learned sinks, the KV sink and sliding window 100");
+            check_attention(c, specs, {true, 100, false, 1, true});
         }
         {
             SCOPED_TRACE("layer groups, local layer 5");

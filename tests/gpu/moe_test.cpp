@@ -1,4 +1,4 @@
-// The mixture-of-experts ops of the CUDA module (ABI 7) through its C ABI: the experts and
+// The mixture-of-experts ops of the CUDA module (ABI 7 and 8) through its C ABI: the experts and
 // weights route_experts picks are the CPU's bit for bit (the same routing code on the host),
 // matmul_experts multiplies each slot by its expert (zero rows for another rank's expert,
 // x read per token or per slot), combine_experts is bitwise the CPU's weighted sum,
@@ -87,24 +87,80 @@ TEST(MoeModule, RoutesAreTheCpusBitwise) {
     const std::vector<float> z = router_logits();
     llmkv_cuda_tensor logits = m.alloc(kTokens, kExperts), routes = m.alloc(kTokens, 2 * kUsed);
     m.write(logits, z);
-    for (const bool norm : {false, true}) {
-        for (const float scale : {1.0f, 2.5f}) {
-            ExpertRouting r;
-            r.n_expert = kExperts;
-            r.n_used = kUsed;
-            r.norm_weights = norm;
-            r.weight_scale = scale;
-            ASSERT_EQ(m.api->route_experts(m.ctx, logits, kExperts, kUsed,
-                                           norm ? LLMKV_CUDA_MOE_NORM_WEIGHTS : 0u, scale, routes),
-                      LLMKV_CUDA_OK)
-                << m.api->last_error(m.ctx);
-            const std::vector<float> got = m.read(routes), want = cpu_routes(z, r);
-            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-                << "norm " << norm << " scale " << scale;
-            EXPECT_EQ(got[3 * 2 * kUsed], 1.0f);  // the tie: the lower id first
-            EXPECT_EQ(got[3 * 2 * kUsed + 1], 4.0f);
+    // Softmax over all experts, and (gpt-oss, ABI 8) over the chosen experts' logits only.
+    for (const bool chosen : {false, true}) {
+        for (const bool norm : {false, true}) {
+            for (const float scale : {1.0f, 2.5f}) {
+                ExpertRouting r;
+                r.n_expert = kExperts;
+                r.n_used = kUsed;
+                r.norm_weights = norm;
+                r.weight_scale = scale;
+                if (chosen) r.gating = ExpertRouting::Gating::kSoftmaxChosen;
+                const uint32_t flags = (norm ? LLMKV_CUDA_MOE_NORM_WEIGHTS : 0u) |
+                                       (chosen ? LLMKV_CUDA_MOE_SOFTMAX_CHOSEN : 0u);
+                ASSERT_EQ(
+                    m.api->route_experts(m.ctx, logits, kExperts, kUsed, flags, scale, routes),
+                    LLMKV_CUDA_OK)
+                    << m.api->last_error(m.ctx);
+                const std::vector<float> got = m.read(routes), want = cpu_routes(z, r);
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                    << "chosen " << chosen << " norm " << norm << " scale " << scale;
+                EXPECT_EQ(got[3 * 2 * kUsed], 1.0f);  // the tie: the lower id first
+                EXPECT_EQ(got[3 * 2 * kUsed + 1], 4.0f);
+            }
         }
     }
+}
+
+// add_expert_bias (ABI 8): each routed row gets its expert's bias, none for handle 0; a route
+// to an expert that does not exist is INVALID.
+TEST(MoeModule, ExpertBiasesFollowTheRoutes) {
+    LLMKV_REQUIRE_MODULE_DEVICE();
+    MoeContext m;
+    ASSERT_TRUE(m.ctx);
+    const std::vector<float> z = router_logits();
+    llmkv_cuda_tensor logits = m.alloc(kTokens, kExperts), routes = m.alloc(kTokens, 2 * kUsed);
+    m.write(logits, z);
+    ASSERT_EQ(m.api->route_experts(m.ctx, logits, kExperts, kUsed, 0u, 1.0f, routes),
+              LLMKV_CUDA_OK);
+    const uint32_t C = 24;
+    std::vector<std::vector<float>> biases(kExperts);
+    std::vector<llmkv_cuda_weight> handles(kExperts, 0);
+    for (uint32_t e = 0; e < kExperts; ++e) {
+        if (e == 1) continue;  // no bias: nothing added
+        biases[e] = gputest::random_f32(C, 40 + e);
+        ASSERT_EQ(m.api->upload_vector(m.ctx, biases[e].data(), C, &handles[e]), LLMKV_CUDA_OK);
+    }
+    const std::vector<float> yv = gputest::random_f32(size_t(kTokens) * kUsed * C, 9);
+    llmkv_cuda_tensor y = m.alloc_slots(kTokens, kUsed, C);
+    m.write(y, yv);
+    ASSERT_EQ(m.api->add_expert_bias(m.ctx, y, routes, kUsed, handles.data(), kExperts),
+              LLMKV_CUDA_OK)
+        << m.api->last_error(m.ctx);
+    const std::vector<float> got = m.read(y), r = m.read(routes);
+    for (uint32_t t = 0; t < kTokens; ++t) {
+        for (uint32_t i = 0; i < kUsed; ++i) {
+            const uint32_t e = uint32_t(r[t * 2 * kUsed + i]);
+            for (uint32_t c = 0; c < C; ++c) {
+                const size_t at = (size_t(t) * kUsed + i) * C + c;
+                ASSERT_EQ(got[at], handles[e] ? yv[at] + biases[e][c] : yv[at]) << t << " " << i;
+            }
+        }
+    }
+    // A bias of the wrong width, and a route to expert kExperts, are refused.
+    llmkv_cuda_weight narrow = 0;
+    ASSERT_EQ(m.api->upload_vector(m.ctx, biases[0].data(), C - 1, &narrow), LLMKV_CUDA_OK);
+    std::vector<llmkv_cuda_weight> bad = handles;
+    bad[0] = narrow;
+    EXPECT_EQ(m.api->add_expert_bias(m.ctx, y, routes, kUsed, bad.data(), kExperts),
+              LLMKV_CUDA_ERR_INVALID);
+    std::vector<float> spoiled = r;
+    spoiled[0] = float(kExperts);
+    m.write(routes, spoiled);
+    EXPECT_EQ(m.api->add_expert_bias(m.ctx, y, routes, kUsed, handles.data(), kExperts),
+              LLMKV_CUDA_ERR_INVALID);
+    EXPECT_NE(std::string(m.api->last_error(m.ctx)).find("expert"), std::string::npos);
 }
 
 TEST(MoeModule, ExpertProductsCombineAndTheSharedGate) {

@@ -392,6 +392,24 @@ public:
                    Tensor out) override {
         check(api_->attention(ctx_, layer, dev(q), n_heads, scale, window, dev(out)), "attention");
     }
+    void attention_sinks(uint32_t layer, Tensor q, uint32_t n_heads, float scale, uint32_t window,
+                         const float *sinks, Tensor out) override {
+        check(api_->attention_sinks(ctx_, layer, dev(q), n_heads, scale, window, vector(sinks),
+                                    dev(out)),
+              "attention_sinks");
+    }
+    void swiglu_oai(Tensor gate, Tensor up, float alpha, float limit) override {
+        check(api_->swiglu_oai(ctx_, dev(gate), dev(up), alpha, limit), "swiglu_oai");
+    }
+    void add_expert_bias(Tensor y, Tensor routes, uint32_t n_used, const float *const *bias,
+                         uint32_t n_expert) override {
+        bias_handles_.resize(n_expert);
+        for (uint32_t e = 0; e < n_expert; ++e)  // 0: another rank's expert, or none
+            bias_handles_[e] = bias[e] ? vector(bias[e]) : 0;
+        check(api_->add_expert_bias(ctx_, dev(y), dev(routes), n_used, bias_handles_.data(),
+                                    n_expert),
+              "add_expert_bias");
+    }
     void add(Tensor x, Tensor y) override { check(api_->add(ctx_, dev(x), dev(y)), "add"); }
     void add_bias(Tensor x, const float *bias) override {
         check(api_->add_bias(ctx_, dev(x), vector(bias)), "add_bias");
@@ -404,9 +422,8 @@ public:
         check(api_->geglu(ctx_, dev(gate), dev(up)), "geglu");
     }
     void route_experts(Tensor logits, const ExpertRouting &r, Tensor routes) override {
-        check(api_->route_experts(ctx_, dev(logits), r.n_expert, r.n_used,
-                                  r.norm_weights ? LLMKV_CUDA_MOE_NORM_WEIGHTS : 0u, r.weight_scale,
-                                  dev(routes)),
+        check(api_->route_experts(ctx_, dev(logits), r.n_expert, r.n_used, route_flags(r),
+                                  r.weight_scale, dev(routes)),
               "route_experts");
     }
     void matmul_experts(const WeightMatrix *experts, uint32_t n_expert, Tensor x, Tensor routes,
@@ -540,6 +557,11 @@ private:
                  (long long)w.rows, (long long)w.cols);
         return m->handle;
     }
+    static uint32_t route_flags(const ExpertRouting &r) {
+        return (r.norm_weights ? LLMKV_CUDA_MOE_NORM_WEIGHTS : 0u) |
+               (r.gating == ExpertRouting::Gating::kSoftmaxChosen ? LLMKV_CUDA_MOE_SOFTMAX_CHOSEN
+                                                                  : 0u);
+    }
     llmkv_cuda_weight vector(const float *v) const {
         auto it = vectors_.find(v);
         if (it == vectors_.end())
@@ -571,6 +593,7 @@ private:
     std::unordered_map<const void *, std::vector<Matrix>> matrices_;
     std::unordered_map<const float *, llmkv_cuda_weight> vectors_;
     std::vector<llmkv_cuda_weight> expert_handles_;  // matmul_experts: one layer's experts
+    std::vector<llmkv_cuda_weight> bias_handles_;    // add_expert_bias: one layer's biases
     std::unordered_map<const float *, RopeFreq> rope_freqs_;
     std::vector<llmkv_cuda_span> spans_;  // scratch of begin_batch
     Communicator *comm_ = nullptr;        // tensor-parallel ranks (not owned)

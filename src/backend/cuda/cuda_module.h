@@ -28,7 +28,8 @@
  * add_bias, scale, geglu; version 5: the collectives of tensor-parallel ranks; version 6: the
  * KV sink and layer groups, llmkv_cuda_kv_desc's and llmkv_cuda_span's last fields; version 7:
  * the mixture-of-experts ops route_experts, matmul_experts, combine_experts and mul_sigmoid,
- * which synchronize once per layer to pick experts on the host): OPERATIONS,
+ * which synchronize once per layer to pick experts on the host; version 8: gpt-oss's
+ * attention_sinks, swiglu_oai, add_expert_bias and LLMKV_CUDA_MOE_SOFTMAX_CHOSEN): OPERATIONS,
  * not a model. The architecture's forward pass is
  * written once in libllmkv (src/model/arch/) against the Backend interface
  * (src/backend/backend.h); the module executes its ops on the device. One batch is
@@ -61,7 +62,7 @@
 extern "C" {
 #endif
 
-#define LLMKV_CUDA_ABI_VERSION 7u
+#define LLMKV_CUDA_ABI_VERSION 8u
 /* File stem of the module: libllmkv-cuda.so on Linux, llmkv-cuda.dll on Windows
  * (os::shared_library_file). */
 #define LLMKV_CUDA_MODULE_STEM "llmkv-cuda"
@@ -392,7 +393,8 @@ typedef struct llmkv_cuda_api {
     /* routes (T x 2 n_used, T = logits.rows) = for each row of logits (T x n_expert, a token's
      * router logits) the ids of its n_used experts (exact as floats), best first, then their
      * weights: chosen on the host by libllmkv's own routing (src/tensor/expert_routing.h,
-     * softmax, top n_used, ties to the lower id, divided by their sum with
+     * softmax (LLMKV_CUDA_MOE_SOFTMAX_CHOSEN: the n_used highest logits, then the softmax
+     * over them), top n_used, ties to the lower id, divided by their sum with
      * LLMKV_CUDA_MOE_NORM_WEIGHTS, times weight_scale) after copying the logits back, so the
      * experts and weights are bitwise the CPU backend's for the same logits. Synchronizes the
      * compute stream (once per layer); the routes stay known to the host for matmul_experts. */
@@ -419,10 +421,31 @@ typedef struct llmkv_cuda_api {
     /* x[t] *= 1 / (1 + e^-g[t][0]) (g: x.rows x 1). */
     llmkv_cuda_status (*mul_sigmoid)(llmkv_cuda_context *ctx, llmkv_cuda_tensor x,
                                      llmkv_cuda_tensor g);
+    /* ---- version 8: gpt-oss ------------------------------------------------------------- */
+    /* attention with learned sinks: sinks a vector of n_heads logits (upload_vector), head
+     * h's joining every softmax of the head unscaled and weighing no value: out = sum_j
+     * e^(scale q.k_j) v_j / (sum_j e^(scale q.k_j) + e^sinks[h]) (added in the partitions'
+     * merge). INVALID when sinks is not a vector of n_heads values. */
+    llmkv_cuda_status (*attention_sinks)(llmkv_cuda_context *ctx, uint32_t layer,
+                                         llmkv_cuda_tensor q, uint32_t n_heads, float scale,
+                                         uint32_t window, llmkv_cuda_weight sinks,
+                                         llmkv_cuda_tensor out);
+    /* gpt-oss's clamped SwiGLU over gate.rows rows (same shapes): with x = min(gate, limit)
+     * and y = clamp(up, -limit, limit), gate = x / (1 + e^(-alpha x)) * (y + 1). */
+    llmkv_cuda_status (*swiglu_oai)(llmkv_cuda_context *ctx, llmkv_cuda_tensor gate,
+                                    llmkv_cuda_tensor up, float alpha, float limit);
+    /* Row t n_used + i of y (T n_used rows, T = routes.rows) += bias[e], e the i-th expert of
+     * token t in routes; bias[e] a vector of y.cols values, or 0 (another rank's expert, or
+     * none: nothing added). Reads the host's copy of the routes as matmul_experts does. */
+    llmkv_cuda_status (*add_expert_bias)(llmkv_cuda_context *ctx, llmkv_cuda_tensor y,
+                                         llmkv_cuda_tensor routes, uint32_t n_used,
+                                         const llmkv_cuda_weight *bias, uint32_t n_expert);
 } llmkv_cuda_api;
 
 /* route_experts flags. */
 #define LLMKV_CUDA_MOE_NORM_WEIGHTS 1u
+/* gpt-oss: the n_used highest logits, weighed by the softmax over those n_used only. */
+#define LLMKV_CUDA_MOE_SOFTMAX_CHOSEN 2u
 
 typedef const llmkv_cuda_api *(*llmkv_cuda_get_api_fn)(uint32_t abi_version);
 
