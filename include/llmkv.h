@@ -52,7 +52,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------------- */
 
 #define LLMKV_VERSION_MAJOR 0
-#define LLMKV_VERSION_MINOR 5
+#define LLMKV_VERSION_MINOR 6
 #define LLMKV_VERSION_PATCH 0
 #define LLMKV_VERSION_NUMBER \
     (LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH)
@@ -341,6 +341,13 @@ typedef struct llmkv_engine_info {
                                    (its KV heads); else as kv_bytes_per_token_device */
     uint64_t weight_bytes_rank; /* tensor parallelism: weight bytes each rank reads (its slices
                                    and the replicated embedding and norms); else weight_bytes */
+    /* ---- Appended in 0.6 (the 0.1, 0.2, 0.3 and 0.5 sizes are still accepted). ---- */
+    uint32_t n_expert;          /* a mixture of experts: experts per layer; 0: a dense model */
+    uint32_t n_expert_used;     /* experts each token is routed to; 0: a dense model */
+    uint64_t n_params_active;   /* parameters one token reads: the dense part and n_expert_used
+                                   experts per layer; a dense model's n_params */
+    uint64_t weight_bytes_active; /* bytes of those: the weights one decoded token reads (a
+                                   dense model's weight_bytes) */
 } llmkv_engine_info;
 
 /* Fills *out (out->struct_size must be set). Errors: INVALID_ARGUMENT. */

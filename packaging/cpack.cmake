@@ -7,7 +7,7 @@
 # says why CPack and not debian/ + dpkg-buildpackage.
 # Included at the end of the top-level CMakeLists.txt, after every install() rule.
 
-set(LLMKV_DEB_REVISION "1" CACHE STRING "Debian revision of the llmkv packages (0.5.0-<this>)")
+set(LLMKV_DEB_REVISION "1" CACHE STRING "Debian revision of the llmkv packages (0.6.0-<this>)")
 set(LLMKV_DEB_MAINTAINER "llmkv maintainers <maintainers@users.noreply.a-seed-192be97b.example>"
     CACHE STRING "Maintainer field of the llmkv Debian packages")
 set(LLMKV_DEB_DIR ${CMAKE_CURRENT_LIST_DIR}/debian)

@@ -15,6 +15,9 @@
 # layer, these use one type per tensor kind):
 #   q4_k_m  Q4_K, with Q6_K for output, attn_v and ffn_down(_exps, _shexp)
 #   q3_k_m  Q3_K, with Q4_K for ffn_down(_exps, _shexp), Q5_K for attn_v, Q6_K for output
+# gpt-oss-20b (gpt-oss: 24 layers, 32 experts of 2880, 4 per token, 20.9 B parameters) takes the
+#   mxfp4    MXFP4 experts, Q8_0 for the rest (as ggml-org's gpt-oss-20b-mxfp4.gguf)
+# with its attention sinks, q/k/v/o, router and expert biases, YaRN keys and 128-token windows.
 # Norms, biases and the routers (ffn_gate_inp) are F32, as llama.cpp's converter keeps them.
 # Rows that are not whole 256-element super-blocks take llama.cpp's fallback type (Q6_K ->
 # Q8_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q3_K -> IQ4_NL).
@@ -35,6 +38,10 @@ SHAPES = {
                               n_ff=5632, n_expert=60, n_used=4, n_ff_exp=1408, n_ff_shexp=5632,
                               vocab=151936, rope_base=1_000_000.0, eps=1e-6, ctx=8192, qk_norm=False,
                               qkv_bias=True),
+    "gpt-oss-20b": dict(arch="gpt-oss", n_layer=24, n_embd=2880, n_head=64, n_kv=8, head_dim=64,
+                        n_ff=2880, n_expert=32, n_used=4, n_ff_exp=2880, n_ff_shexp=0, vocab=201088,
+                        rope_base=150_000.0, eps=1e-5, ctx=131072, qk_norm=False, qkv_bias=True,
+                        window=128, yarn=(32.0, 4096)),
 }
 
 # (bytes per 256-element super-block or 32-element block, elements per block, byte offsets of
@@ -48,6 +55,7 @@ BLOCKS = {
     "Q5_0": (22, 32, [0]),
     "Q5_1": (24, 32, [0, 2]),
     "IQ4_NL": (18, 32, [0]),
+    "MXFP4": (17, 32, []),  # one E8M0 scale byte (drawn apart), 16 bytes of E2M1 pairs
 }
 # llama.cpp's fallbacks for rows that are not whole 256-element super-blocks (Qwen1.5-MoE's
 # 1408-wide experts: its ffn_down_exps).
@@ -56,6 +64,9 @@ FALLBACK = {"Q3_K": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 MIXES = {
     "q4_k_m": dict(default="Q4_K", output="Q6_K", attn_v="Q6_K", down="Q6_K"),
     "q3_k_m": dict(default="Q3_K", output="Q6_K", attn_v="Q5_K", down="Q4_K"),
+    # gpt-oss as OpenAI released it: the experts MXFP4, everything else 8-bit (ggml-org's
+    # gpt-oss-20b-mxfp4.gguf keeps the rest Q8_0 / F32)
+    "mxfp4": dict(default="Q8_0", output="Q8_0", attn_v="Q8_0", down="MXFP4", experts="MXFP4"),
 }
 
 
@@ -78,6 +89,8 @@ def tensors_of(s, mix):
     NE, FE, FS = s["n_expert"], s["n_ff_exp"], s["n_ff_shexp"]
     m = MIXES[mix]
     q = m["default"]
+    qe = m.get("experts", q)  # gate and up experts
+    oss = s["arch"] == "gpt-oss"
     t = [("token_embd.weight", (s["vocab"], E), q)]
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
@@ -90,12 +103,19 @@ def tensors_of(s, mix):
                   (p + "attn_v.bias", (KV * D,), "F32")]
         if s["qk_norm"]:
             t += [(p + "attn_q_norm.weight", (D,), "F32"), (p + "attn_k_norm.weight", (D,), "F32")]
-        t += [(p + "attn_output.weight", (E, H * D), q),
-              (p + "ffn_norm.weight", (E,), "F32"),
+        if oss:
+            t += [(p + "attn_sinks.weight", (H,), "F32")]
+        t += [(p + "attn_output.weight", (E, H * D), q)]
+        if oss:
+            t += [(p + "attn_output.bias", (E,), "F32")]
+        t += [(p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), (E,), "F32"),
               (p + "ffn_gate_inp.weight", (NE, E), "F32"),
-              (p + "ffn_gate_exps.weight", (NE, FE, E), q),
-              (p + "ffn_up_exps.weight", (NE, FE, E), q),
+              (p + "ffn_gate_exps.weight", (NE, FE, E), qe),
+              (p + "ffn_up_exps.weight", (NE, FE, E), qe),
               (p + "ffn_down_exps.weight", (NE, E, FE), m["down"])]
+        if oss:
+            t += [(p + "ffn_gate_inp.bias", (NE,), "F32"), (p + "ffn_gate_exps.bias", (NE, FE), "F32"),
+                  (p + "ffn_up_exps.bias", (NE, FE), "F32"), (p + "ffn_down_exps.bias", (NE, E), "F32")]
         if FS:
             t += [(p + "ffn_gate_inp_shexp.weight", (E,), "F32"),
                   (p + "ffn_gate_shexp.weight", (FS, E), q),
@@ -127,6 +147,8 @@ def random_data(shape, qtype, rng, chunk_rows=1 << 14):
     for r0 in range(0, rows, chunk_rows):
         n = min(chunk_rows, rows - r0) * per_row
         b = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
+        if qtype == "MXFP4":  # scales 2^-9 .. 2^-6 (E8M0 118 .. 121)
+            b[:, 0] = rng.integers(118, 122, size=n, dtype=np.uint8)
         for off in scales:
             d = (rng.random(n, dtype=np.float32) * 0.014 + 0.002).astype(np.float16)
             b[:, off:off + 2] = d.view(np.uint8).reshape(n, 2)
@@ -163,18 +185,27 @@ def main() -> int:
     w.add_expert_feed_forward_length(s["n_ff_exp"])
     if s["n_ff_shexp"]:
         w.add_expert_shared_feed_forward_length(s["n_ff_shexp"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if args.mix == "q4_k_m" else gguf.LlamaFileType.MOSTLY_Q3_K_M)
+    if "window" in s:
+        w.add_sliding_window(s["window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(s["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(s["yarn"][1])
+    ftype = {"q4_k_m": "MOSTLY_Q4_K_M", "q3_k_m": "MOSTLY_Q3_K_M", "mxfp4": "MOSTLY_MXFP4_MOE"}[args.mix]
+    if hasattr(gguf.LlamaFileType, ftype):
+        w.add_file_type(getattr(gguf.LlamaFileType, ftype))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     # A byte-level BPE vocabulary of the real size: the 256 byte symbols, a few merges, fillers,
     # and Qwen's control tokens at the end.
     toks = byte_tokens()
     merges = [f"{toks[ord('t')]} {toks[ord('h')]}", f"{toks[ord('a')]} {toks[ord('n')]}"]
     toks += ["th", "an"]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    oss = a == "gpt-oss"
+    specials = (["<|endoftext|>", "<|start|>", "<|return|>"] if oss else
+                ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     toks += [f"\u0120w{i}" for i in range(s["vocab"] - len(toks) - len(specials))] + specials
     types = [1] * (len(toks) - len(specials)) + [3] * len(specials)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
+    w.add_tokenizer_pre("gpt-4o" if oss else "qwen2")
     w.add_token_list(toks)
     w.add_token_types(types)
     w.add_token_merges(merges)

@@ -219,7 +219,11 @@ type EngineInfo struct {
 	TPSize       uint32 // tensor-parallel ranks (1: none); Raw has the per-rank byte counts
 	BOS, EOS     int32  // -1 if none
 	EOT          int32
-	Raw          raw.EngineInfo
+	// A mixture of experts: experts per layer and per token (0, 0: a dense model), and the
+	// parameters and weight bytes one decoded token reads (a dense model's all).
+	NExpert, NExpertUsed             uint32
+	NParamsActive, WeightBytesActive uint64
+	Raw                              raw.EngineInfo
 }
 
 func cstr(b []byte) string {
@@ -240,11 +244,20 @@ func (e *Engine) Info() (EngineInfo, error) {
 	}
 	defer e.c.leave()
 	r := raw.EngineInfo{StructSize: uint32(unsafe.Sizeof(raw.EngineInfo{}))}
+	before06 := raw.Version() < 600 // a 0.5 library refuses the 0.6 size: ask for its own
+	if before06 {
+		r.StructSize = uint32(unsafe.Offsetof(r.NExpert))
+	}
 	if err := chk(op)(raw.EngineGetInfo(h, &r)); err != nil {
 		return EngineInfo{}, err
 	}
+	if before06 { // what the header says a dense model reports (a 0.5 library loads no other)
+		r.NParamsActive, r.WeightBytesActive = r.NParams, r.WeightBytes
+	}
 	return EngineInfo{
-		ModelName: cstr(r.ModelName[:]), Architecture: cstr(r.Architecture[:]), BackendName: cstr(r.BackendName[:]),
+		NExpert: r.NExpert, NExpertUsed: r.NExpertUsed, NParamsActive: r.NParamsActive,
+		WeightBytesActive: r.WeightBytesActive,
+		ModelName:         cstr(r.ModelName[:]), Architecture: cstr(r.Architecture[:]), BackendName: cstr(r.BackendName[:]),
 		Backend: Backend(r.Backend), NVocab: r.NVocab, NCtxTrain: r.NCtxTrain, MaxContext: r.MaxContext,
 		NLayers: r.NLayers, NThreads: r.NThreads, TPSize: r.TpSize, BOS: r.BosToken, EOS: r.EosToken, EOT: r.EotToken, Raw: r,
 	}, nil

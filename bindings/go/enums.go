@@ -166,5 +166,5 @@ const (
 // writes. A Go log callback is not offered (callbacks do not cross cgo in this binding).
 func SetLogLevel(level LogLevel) { raw.LogSet(nil, nil, int32(level)) }
 
-// Version is the loaded library's version ("0.5.0") and number (500).
+// Version is the loaded library's version ("0.6.0") and number (600).
 func Version() (string, int) { return raw.VersionString(), int(raw.Version()) }

@@ -28,8 +28,8 @@ func TestStatusNames(t *testing.T) {
 			t.Errorf("Status(%d).String() = %q, want %q", int32(st), got, name)
 		}
 	}
-	if v, n := llmkv.Version(); n/100 != 5 || !strings.HasPrefix(v, "0.5.") {
-		t.Errorf("library version %s (%d), want 0.5.x", v, n)
+	if v, n := llmkv.Version(); n/100 != 6 || !strings.HasPrefix(v, "0.6.") {
+		t.Errorf("library version %s (%d), want 0.6.x", v, n)
 	}
 }
 

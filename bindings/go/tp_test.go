@@ -35,6 +35,11 @@ func TestTensorParallel(t *testing.T) {
 		t.Errorf("one rank: tp_size %d, kv_bytes_per_token_rank %d (device %d), weight_bytes_rank %d (weight_bytes %d)",
 			info.TPSize, r.KvBytesPerTokenRank, r.KvBytesPerTokenDevice, r.WeightBytesRank, r.WeightBytes)
 	}
+	// SmolLM2 is dense: no experts, every parameter read per token (0.6 fields).
+	if info.NExpert != 0 || info.NExpertUsed != 0 || info.NParamsActive != r.NParams || info.WeightBytesActive != r.WeightBytes {
+		t.Errorf("dense model: experts %d/%d, active params %d of %d, active bytes %d of %d",
+			info.NExpertUsed, info.NExpert, info.NParamsActive, r.NParams, info.WeightBytesActive, r.WeightBytes)
+	}
 	s := newSession(t, one, llmkv.SessionOptions{})
 	if err := s.AppendText(chat(t, one, "Say hello.")); err != nil {
 		t.Fatal(err)

@@ -111,10 +111,22 @@ template <>
 size_t size_v3<llmkv_stats>() {
     return offsetof(llmkv_stats, kv_bytes_used_rank);
 }
+// Where the 0.5 version ended (before the 0.6 fields).
+template <typename T>
+size_t size_v5() {
+    return sizeof(T);
+}
+template <>
+size_t size_v5<llmkv_engine_info>() {
+    return offsetof(llmkv_engine_info, n_expert);
+}
+static_assert(sizeof(void *) != 8 || offsetof(llmkv_engine_info, n_expert) == 368,
+              "the 0.5 engine_info size is part of the ABI");
 template <typename T>
 bool output_size_ok(const T *out) {
     return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() ||
-           out->struct_size == size_v2<T>() || out->struct_size == size_v3<T>();
+           out->struct_size == size_v2<T>() || out->struct_size == size_v3<T>() ||
+           out->struct_size == size_v5<T>();
 }
 
 // engine_params of 0.1 to 0.3 ended at kv_rotation.

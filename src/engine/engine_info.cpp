@@ -51,6 +51,10 @@ void Engine::get_info(llmkv_engine_info &out) const {
     const KvGeometry &rg = tp_ ? tp_->rank_kv_geometry() : g;
     out.kv_bytes_per_token_rank = rg.sealed_block_bytes() * rg.n_groups / rg.block_tokens;
     out.weight_bytes_rank = tp_ ? tp_->shard().weight_bytes() : out.weight_bytes;
+    out.n_expert = c.moe.routing.n_expert;
+    out.n_expert_used = c.moe.routing.n_expert ? c.moe.routing.n_used : 0;
+    out.n_params_active = model_->n_active_params();
+    out.weight_bytes_active = model_->active_weight_bytes();
     out.kv_device_bytes = kv_device_bytes_;
     out.kv_blocks_total = kv_->cache().sealed_pool().n_total();
     out.kv_tail_blocks_total = kv_->cache().tail_pool().n_total();

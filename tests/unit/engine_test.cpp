@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -1034,6 +1036,44 @@ TEST_F(EngineTest, KvSinkFlagsAreCheckedAtCreation) {
     EXPECT_EQ(llmkv_engine_create(&p, &e), LLMKV_ERR_UNSUPPORTED);
     EXPECT_NE(std::string(llmkv_last_error()).find("kv_block_tokens"), std::string::npos)
         << llmkv_last_error();
+}
+
+// engine_info's 0.6 fields: the experts, and the parameters and bytes one token reads; the
+// 0.5 size is still accepted and nothing past it is written.
+TEST_F(EngineTest, EngineInfoReportsExpertsAndActiveParameters) {
+    llmkv_engine *e = make_engine();
+    llmkv_engine_info info;
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(llmkv_engine_get_info(e, &info), LLMKV_OK);
+#if LLMKV_ENGINE_TEST_MOE
+    // 8 experts of 32 columns over n_embd 64, 2 per token, 2 layers: 6 of 8 experts' gate, up
+    // and down matrices (3 x 32 x 64 each) are not read by a token.
+    EXPECT_EQ(info.n_expert, 8u);
+    EXPECT_EQ(info.n_expert_used, 2u);
+    EXPECT_EQ(info.n_params - info.n_params_active, 2u * 6u * 3u * 32u * 64u);
+    EXPECT_LT(info.weight_bytes_active, info.weight_bytes);
+#elif LLMKV_ENGINE_TEST_GPTOSS
+    EXPECT_EQ(info.n_expert, 4u);  // every expert used by every token
+    EXPECT_EQ(info.n_expert_used, 4u);
+    EXPECT_EQ(info.n_params_active, info.n_params);
+    EXPECT_EQ(info.weight_bytes_active, info.weight_bytes);
+#else
+    EXPECT_EQ(info.n_expert, 0u);
+    EXPECT_EQ(info.n_expert_used, 0u);
+    EXPECT_EQ(info.n_params_active, info.n_params);
+    EXPECT_EQ(info.weight_bytes_active, info.weight_bytes);
+#endif
+    EXPECT_GT(info.n_params_active, 0u);
+    llmkv_engine_info old;
+    std::memset(&old, 0xAB, sizeof(old));
+    old.struct_size = uint32_t(offsetof(llmkv_engine_info, n_expert));  // a 0.5 caller
+    ASSERT_EQ(llmkv_engine_get_info(e, &old), LLMKV_OK) << llmkv_last_error();
+    EXPECT_EQ(old.n_params, info.n_params);
+    EXPECT_EQ(old.weight_bytes_rank, info.weight_bytes_rank);
+    EXPECT_EQ(old.n_expert, 0xABABABABu) << "a 0.5 struct has no n_expert";
+    old.struct_size = uint32_t(offsetof(llmkv_engine_info, n_expert)) + 4;  // no version's size
+    EXPECT_EQ(llmkv_engine_get_info(e, &old), LLMKV_ERR_INVALID_ARGUMENT);
+    llmkv_engine_destroy(e);
 }
 
 #if !LLMKV_ENGINE_TEST_GPTOSS  // (harmony: tests/unit/chat_template_test.cpp)

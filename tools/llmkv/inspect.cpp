@@ -114,11 +114,13 @@ int cmd_inspect(const std::string &path, uint32_t tp) {
         for (uint32_t l = 0; l < c.n_layers; ++l) {
             const llmkv::LayerRope &r = c.rope(l);
             n_local += c.is_local(l);
+            const char *scaled = r.yarn_ext_factor != 0.0f ? ",yarn"
+                                 : r.freq_scale != 1.0f    ? ",scaled"
+                                                           : "";
             if (c.is_local(l)) {
-                std::printf(" %u:L(w%u,base %g)", l, c.window(l), double(r.freq_base));
+                std::printf(" %u:L(w%u,base %g%s)", l, c.window(l), double(r.freq_base), scaled);
             } else {
-                std::printf(" %u:G(base %g%s)", l, double(r.freq_base),
-                            r.freq_scale != 1.0f ? ",scaled" : "");
+                std::printf(" %u:G(base %g%s)", l, double(r.freq_base), scaled);
             }
             if (l % 6 == 5 && l + 1 < c.n_layers) std::printf("\n ");
         }

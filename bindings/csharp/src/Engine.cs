@@ -98,20 +98,29 @@ namespace Llmkv
         /// <summary>A library before 0.5 refuses the 0.5 sizes of llmkv_engine_info and
         /// llmkv_stats; it is asked for its own (the struct up to the first 0.5 field).</summary>
         private static bool LibraryBefore05 => Library.Version < 500;
+        /// <summary>A 0.5 library refuses the 0.6 size of llmkv_engine_info (the same
+        /// way).</summary>
+        private static bool LibraryBefore06 => Library.Version < 600;
 
         public EngineInfo Info
         {
             get
             {
                 var i = new llmkv_engine_info();
-                bool old = LibraryBefore05;
+                bool old = LibraryBefore05, before06 = LibraryBefore06;
                 i.struct_size = (uint)(old ? Marshal.OffsetOf(typeof(llmkv_engine_info), "kv_bytes_per_token_rank").ToInt32()
-                                           : Marshal.SizeOf(typeof(llmkv_engine_info)));
+                                     : before06 ? Marshal.OffsetOf(typeof(llmkv_engine_info), "n_expert").ToInt32()
+                                                : Marshal.SizeOf(typeof(llmkv_engine_info)));
                 using (var u = Use()) Library.Check(N.llmkv_engine_get_info(u.Ptr, ref i));
                 if (old)
                 {   // what the header says an engine without tensor parallelism reports
                     i.kv_bytes_per_token_rank = i.kv_bytes_per_token_device;
                     i.weight_bytes_rank = i.weight_bytes;
+                }
+                if (before06)
+                {   // what the header says a dense model reports (a 0.5 library loads no other)
+                    i.n_params_active = i.n_params;
+                    i.weight_bytes_active = i.weight_bytes;
                 }
                 return new EngineInfo
                 {
@@ -129,6 +138,8 @@ namespace Llmkv
                     NUnrepresentableBytes = i.n_unrepresentable_bytes, KvWindow = i.kv_window,
                     KvLayerGroups = i.kv_layer_groups, KvBytesPerTokenGlobal = i.kv_bytes_per_token_global,
                     KvBytesPerTokenRank = i.kv_bytes_per_token_rank, WeightBytesRank = i.weight_bytes_rank,
+                    NExpert = i.n_expert, NExpertUsed = i.n_expert_used, NParamsActive = i.n_params_active,
+                    WeightBytesActive = i.weight_bytes_active,
                 };
             }
         }

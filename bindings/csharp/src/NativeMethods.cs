@@ -101,6 +101,11 @@ namespace Llmkv.Native
         // 0.5
         public ulong kv_bytes_per_token_rank;
         public ulong weight_bytes_rank;
+        // 0.6
+        public uint n_expert;
+        public uint n_expert_used;
+        public ulong n_params_active;
+        public ulong weight_bytes_active;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -251,7 +256,7 @@ namespace Llmkv.Native
 
         // ---- Version
         public const int LLMKV_VERSION_MAJOR = 0;
-        public const int LLMKV_VERSION_MINOR = 5;
+        public const int LLMKV_VERSION_MINOR = 6;
         public const int LLMKV_VERSION_PATCH = 0;
         public const int LLMKV_VERSION_NUMBER = LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH;
 

@@ -249,5 +249,11 @@ namespace Llmkv
         /// <summary>0.5: weight bytes each rank reads (its slices and the replicated parts); with
         /// one rank WeightBytes.</summary>
         public ulong WeightBytesRank;
+        /// <summary>0.6: a mixture of experts' experts per layer and experts per token (0 and 0:
+        /// a dense model).</summary>
+        public uint NExpert, NExpertUsed;
+        /// <summary>0.6: the parameters and weight bytes one decoded token reads (a dense
+        /// model's NParams and WeightBytes).</summary>
+        public ulong NParamsActive, WeightBytesActive;
     }
 }

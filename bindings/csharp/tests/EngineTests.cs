@@ -44,6 +44,11 @@ namespace Llmkv.Tests
                 Assert.AreEqual(1u, one.TpSize);
                 Assert.AreEqual(one.KvBytesPerTokenDevice, one.KvBytesPerTokenRank);
                 Assert.AreEqual(one.WeightBytes, one.WeightBytesRank);
+                // SmolLM2 is dense: no experts, every parameter read per token (0.6 fields).
+                Assert.AreEqual(0u, one.NExpert);
+                Assert.AreEqual(0u, one.NExpertUsed);
+                Assert.AreEqual(one.NParams, one.NParamsActive);
+                Assert.AreEqual(one.WeightBytes, one.WeightBytesActive);
                 using (var s = e.CreateSession())
                 {
                     Assert.IsNotEmpty(s.Complete(TestUtil.Story, 4));

@@ -7,7 +7,7 @@ package raw
 // Version of the header this binding mirrors.
 const (
 	LLMKV_VERSION_MAJOR = 0
-	LLMKV_VERSION_MINOR = 5
+	LLMKV_VERSION_MINOR = 6
 	LLMKV_VERSION_PATCH = 0
 )
 

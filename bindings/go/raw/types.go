@@ -93,6 +93,10 @@ type EngineInfo struct {
 	KvBytesPerTokenGlobal uint64
 	KvBytesPerTokenRank   uint64
 	WeightBytesRank       uint64
+	NExpert               uint32 // appended in 0.6
+	NExpertUsed           uint32
+	NParamsActive         uint64
+	WeightBytesActive     uint64
 }
 
 // Stats mirrors llmkv_stats.

@@ -173,6 +173,11 @@ pub struct llmkv_engine_info {
     // Appended in 0.5.
     pub kv_bytes_per_token_rank: u64,
     pub weight_bytes_rank: u64,
+    // Appended in 0.6.
+    pub n_expert: u32,
+    pub n_expert_used: u32,
+    pub n_params_active: u64,
+    pub weight_bytes_active: u64,
 }
 
 #[repr(C)]
@@ -308,7 +313,7 @@ pub struct llmkv_event {
 
 constants! {
     LLMKV_VERSION_MAJOR: c_int = 0;
-    LLMKV_VERSION_MINOR: c_int = 5;
+    LLMKV_VERSION_MINOR: c_int = 6;
     LLMKV_VERSION_PATCH: c_int = 0;
     /// MAJOR*10000 + MINOR*100 + PATCH of the header this crate mirrors.
     LLMKV_VERSION_NUMBER: c_int = LLMKV_VERSION_MAJOR * 10000 + LLMKV_VERSION_MINOR * 100 + LLMKV_VERSION_PATCH;

@@ -51,7 +51,8 @@ fn rust_structs() -> Vec<RustStruct> {
             kv_bytes_per_token_device, kv_bytes_per_token_tail, kv_device_bytes, kv_blocks_total,
             kv_tail_blocks_total, kv_residual_tokens, kv_rotate_k, kv_rotate_v, bos_token,
             eos_token, eot_token, n_unrepresentable_bytes, kv_window, kv_layer_groups,
-            kv_bytes_per_token_global, kv_bytes_per_token_rank, weight_bytes_rank }
+            kv_bytes_per_token_global, kv_bytes_per_token_rank, weight_bytes_rank, n_expert,
+            n_expert_used, n_params_active, weight_bytes_active }
         llmkv_stats { struct_size, blocks_total, blocks_free, blocks_cached, blocks_used,
             tail_blocks_total, tail_blocks_used, sessions_total, sessions_idle, sessions_queued,
             sessions_prefilling, sessions_generating, sessions_parked, sessions_finished,

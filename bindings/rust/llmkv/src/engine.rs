@@ -125,9 +125,20 @@ impl Engine {
     pub fn info(&self) -> Result<EngineInfo> {
         // SAFETY: an all-zero llmkv_engine_info is valid (integers and char arrays).
         let mut raw: sys::llmkv_engine_info = unsafe { std::mem::zeroed() };
-        raw.struct_size = std::mem::size_of::<sys::llmkv_engine_info>() as u32;
-        // SAFETY: valid handle; raw is a full struct of the size it says.
+        // A 0.5 library refuses the 0.6 size: it is asked for its own (up to n_expert).
+        let before_06 = crate::version() < 600;
+        raw.struct_size = if before_06 {
+            std::mem::offset_of!(sys::llmkv_engine_info, n_expert) as u32
+        } else {
+            std::mem::size_of::<sys::llmkv_engine_info>() as u32
+        };
+        // SAFETY: valid handle; raw is a full struct, at least the size it says.
         check(unsafe { sys::llmkv_engine_get_info(self.raw.as_ptr(), &mut raw) })?;
+        if before_06 {
+            // What the header says a dense model reports (a 0.5 library loads no other).
+            raw.n_params_active = raw.n_params;
+            raw.weight_bytes_active = raw.weight_bytes;
+        }
         Ok(EngineInfo(raw))
     }
 

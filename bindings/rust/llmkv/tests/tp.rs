@@ -21,6 +21,9 @@ fn one_rank_reports_the_engines_bytes() {
     assert_eq!(i.tp_size, 1);
     assert_eq!(i.kv_bytes_per_token_rank, i.kv_bytes_per_token_device);
     assert_eq!(i.weight_bytes_rank, i.weight_bytes);
+    // SmolLM2 is dense: no experts, every parameter read per token (0.6 fields).
+    assert_eq!((i.n_expert, i.n_expert_used), (0, 0));
+    assert_eq!((i.n_params_active, i.weight_bytes_active), (i.n_params, i.weight_bytes));
     let s = engine.session(&SessionParams::new()).unwrap();
     s.append_text("The capital of France is").unwrap();
     s.generate(4).unwrap();
