@@ -71,62 +71,38 @@ const Session *session_of(const llmkv_session *s) {
     } while (0)
 
 // Output structs: the caller states its size, which must be the size of a version of the
-// struct this library knows: the whole struct, or where its 0.1 version ended.
+// struct this library knows: the whole struct, or where an earlier version ended (padding
+// included), as listed here.
 template <typename T>
-size_t size_v1() {
-    return sizeof(T);
-}
+struct OlderSizes;
 template <>
-size_t size_v1<llmkv_stats>() {
-    return offsetof(llmkv_stats, sample_ns);
-}
+struct OlderSizes<llmkv_stats> {
+    // 0.1 (before sample_ns); 0.2 to 0.4 (before the 0.5 rank fields)
+    static constexpr size_t v[] = {offsetof(llmkv_stats, sample_ns),
+                                   offsetof(llmkv_stats, kv_bytes_used_rank)};
+};
 template <>
-size_t size_v1<llmkv_engine_info>() {
-    return offsetof(llmkv_engine_info, n_unrepresentable_bytes);
-}
+struct OlderSizes<llmkv_engine_info> {
+    static constexpr size_t a = alignof(llmkv_engine_info);
+    // 0.1; 0.2; 0.3 and 0.4 (before the 0.5 rank fields); 0.5 (before the 0.6 expert fields)
+    static constexpr size_t v[] = {offsetof(llmkv_engine_info, n_unrepresentable_bytes),
+                                   (offsetof(llmkv_engine_info, kv_window) + a - 1) / a *a,
+                                   offsetof(llmkv_engine_info, kv_bytes_per_token_rank),
+                                   offsetof(llmkv_engine_info, n_expert)};
+};
 template <>
-size_t size_v1<llmkv_session_info>() {
-    return offsetof(llmkv_session_info, stop_string);
-}
-// Where the 0.2 version ended (its size, padding included).
-template <typename T>
-size_t size_v2() {
-    return sizeof(T);
-}
-template <>
-size_t size_v2<llmkv_engine_info>() {
-    const size_t a = alignof(llmkv_engine_info);
-    return (offsetof(llmkv_engine_info, kv_window) + a - 1) / a * a;
-}
-// Where the 0.3/0.4 version ended (before the 0.5 fields).
-template <typename T>
-size_t size_v3() {
-    return sizeof(T);
-}
-template <>
-size_t size_v3<llmkv_engine_info>() {
-    return offsetof(llmkv_engine_info, kv_bytes_per_token_rank);
-}
-template <>
-size_t size_v3<llmkv_stats>() {
-    return offsetof(llmkv_stats, kv_bytes_used_rank);
-}
-// Where the 0.5 version ended (before the 0.6 fields).
-template <typename T>
-size_t size_v5() {
-    return sizeof(T);
-}
-template <>
-size_t size_v5<llmkv_engine_info>() {
-    return offsetof(llmkv_engine_info, n_expert);
-}
+struct OlderSizes<llmkv_session_info> {
+    static constexpr size_t v[] = {offsetof(llmkv_session_info, stop_string)};  // 0.1
+};
 static_assert(sizeof(void *) != 8 || offsetof(llmkv_engine_info, n_expert) == 368,
               "the 0.5 engine_info size is part of the ABI");
 template <typename T>
 bool output_size_ok(const T *out) {
-    return out->struct_size == sizeof(T) || out->struct_size == size_v1<T>() ||
-           out->struct_size == size_v2<T>() || out->struct_size == size_v3<T>() ||
-           out->struct_size == size_v5<T>();
+    if (out->struct_size == sizeof(T)) return true;
+    for (size_t size : OlderSizes<T>::v) {
+        if (out->struct_size == size) return true;
+    }
+    return false;
 }
 
 // engine_params of 0.1 to 0.3 ended at kv_rotation.
